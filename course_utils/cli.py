@@ -1,0 +1,183 @@
+"""The `course` command: check the set-up, run the notebooks headless, benchmark, grade.
+
+    course doctor                 versions, devices, settings, data and network
+    course run [--profile full]   execute every notebook in order into build/, with progress
+    course bench [--quick]        single device vs distributed throughput (course_utils.bench)
+    course exercise [--check]     generate exercises/ from solutions/ (course_utils.exercise)
+    course grade SUBMISSION...    grade exercise submissions (course_utils.grading)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from course_utils.settings import SettingsError, read_settings
+
+#: Folders `course run` executes, in this order. exercises/ is left out: its stubs raise by design.
+RUN_FOLDERS = ("notebooks", "solutions")
+
+
+def course_root(start: Path | None = None) -> Path:
+    """The course checkout: the current folder (or a parent) holding notebooks/, else the package's parent."""
+    here = (start or Path.cwd()).resolve()
+    for folder in [here, *here.parents]:
+        if (folder / "notebooks").is_dir() and (folder / "course_utils").is_dir():
+            return folder
+    return Path(__file__).resolve().parent.parent
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def doctor(args: argparse.Namespace) -> int:
+    """Print what the course will run on; exit 0 when it can run, 1 when something blocks it."""
+    from course_utils import data, setup
+
+    settings = setup(verbose=False)
+    import tensorflow as tf
+
+    print(f"python           {platform.python_version()} ({sys.executable})")
+    for package in ("tensorflow", "keras", "tf_keras", "tensorflow-datasets", "tensorboard", "nbval"):
+        print(f"{package:<16} {_version(package)}")
+    legacy = os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True")
+    print(f"keras flavour    {'tf_keras (TF_USE_LEGACY_KERAS=1)' if legacy else 'Keras 3 (import keras)'}")
+    gpus = tf.config.list_physical_devices("GPU")
+    print(f"physical GPUs    {len(gpus)}" + (f" ({', '.join(g.name for g in gpus)})" if gpus else ""))
+    logical = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    print(f"logical devices  {len(logical)} ({', '.join(d.name for d in logical)})")
+    print(f"settings         COURSE_PROFILE={settings.profile} COURSE_DEVICES={settings.devices} COURSE_DATA={settings.data}")
+    hosts = [spec.download_host for spec in data.SPECS.values()]
+    with ThreadPoolExecutor(len(hosts)) as pool:  # each check may wait NETWORK_TIMEOUT_S: in parallel
+        reachable = dict(zip(data.SPECS, pool.map(data.can_reach, hosts)))
+    missing = []
+    for name in data.SPECS:
+        prepared = data.is_prepared(name)
+        if settings.data == "synthetic":
+            use = "synthetic (COURSE_DATA=synthetic)"
+        elif prepared or reachable[name]:
+            use = "real data"
+        else:
+            missing.append(name)
+            use = "synthetic stand-in" if settings.data == "auto" else "MISSING: COURSE_DATA=tfds will fail"
+        where = f"{'prepared on disk' if prepared else 'not on disk'}, server {'reachable' if reachable[name] else 'unreachable'}"
+        print(f"data {name:<12} {use} ({where})")
+    print(f"network          {'online' if any(reachable.values()) else 'offline: no download server answered'}")
+    return 1 if settings.data == "tfds" and missing else 0
+
+
+def notebooks_to_run(root: Path, only: list[str] | None = None) -> list[Path]:
+    """The course notebooks in order; `only` keeps those whose file name contains one of the strings."""
+    paths = [p for folder in RUN_FOLDERS for p in sorted((root / folder).glob("*.ipynb"))]
+    if only:
+        paths = [p for p in paths if any(key in p.name for key in only)]
+    return paths
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute the notebooks in order into build/, stop at the first failing cell, write a summary."""
+    from course_utils.notebooks import execute
+
+    root = course_root()
+    build = Path(args.build_dir or root / "build").resolve()
+    env = {"COURSE_PROFILE": args.profile}
+    if args.devices:
+        env["COURSE_DEVICES"] = str(args.devices)
+    paths = notebooks_to_run(root, args.only)
+    if not paths:
+        print(f"No notebooks found under {root} ({', '.join(RUN_FOLDERS)}).", file=sys.stderr)
+        return 1
+    print(f"Running {len(paths)} notebook(s) with COURSE_PROFILE={args.profile} into {build}")
+    results = []
+    for index, path in enumerate(paths, 1):
+        label = f"[{index}/{len(paths)}] {path.parent.name}/{path.name}"
+        result = execute(path, build / path.name, env=env, cell_timeout=args.cell_timeout, progress=label)
+        results.append(result)
+        print(f"{label}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.1f} s")
+        if not result.ok:
+            print(f"\nFirst failing cell of {path.name} (executed copy: {result.output_path}):\n{result.error}", file=sys.stderr)
+            break
+    _write_summary(build, results, paths, env)
+    return 0 if all(r.ok for r in results) and len(results) == len(paths) else 1
+
+
+def _write_summary(build: Path, results: list, paths: list[Path], env: dict[str, str]) -> None:
+    rows = [
+        {"notebook": f"{r.path.parent.name}/{r.path.name}", "ok": r.ok, "seconds": round(r.seconds, 1),
+         "executed_copy": r.output_path.name, "error": r.error.strip().splitlines()[-1] if r.error.strip() else ""}
+        for r in results
+    ]
+    ran = {r.path for r in results}
+    rows += [{"notebook": f"{p.parent.name}/{p.name}", "ok": None, "seconds": None, "executed_copy": "", "error": "not run"}
+             for p in paths if p not in ran]
+    build.mkdir(parents=True, exist_ok=True)
+    (build / "summary.json").write_text(json.dumps({"settings": env, "notebooks": rows}, indent=2))
+    lines = ["# Course run", "", f"Settings: {', '.join(f'{k}={v}' for k, v in env.items())}", "",
+             "| notebook | result | seconds | executed copy |", "|---|---|---|---|"]
+    for row in rows:
+        status = {True: "ok", False: f"FAILED: {row['error']}", None: "not run"}[row["ok"]]
+        lines.append(f"| {row['notebook']} | {status} | {row['seconds'] if row['seconds'] is not None else ''} | {row['executed_copy']} |")
+    total = sum(r["seconds"] or 0 for r in rows)
+    lines += ["", f"Total: {total:.1f} s"]
+    (build / "summary.md").write_text("\n".join(lines) + "\n")
+    print(f"Summary: {build / 'summary.md'}")
+
+
+#: Subcommands that live in their own modules: name -> (module, help). Each module has
+#: `add_arguments(parser)` and `run(args) -> int`.
+PLUGGED_COMMANDS = {
+    "bench": ("course_utils.bench", "time single device vs distributed training and print the ratios"),
+    "exercise": ("course_utils.exercise", "generate exercises/ from solutions/ (or --check they match)"),
+    "grade": ("course_utils.grading", "grade exercise submissions: reports and a CSV gradebook"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="course", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("doctor", help="versions, devices, settings, data and network").set_defaults(func=doctor)
+    run_parser = commands.add_parser("run", help="execute the notebooks in order into build/")
+    run_parser.add_argument("--profile", choices=("quick", "full"), default="quick", help="default: quick")
+    run_parser.add_argument("--devices", type=int, help="simulated devices (COURSE_DEVICES)")
+    run_parser.add_argument("--build-dir", help="where executed copies and the summary go (default: build/)")
+    run_parser.add_argument("--cell-timeout", type=int, default=900, help="seconds per cell (default: 900)")
+    run_parser.add_argument("--only", nargs="*", help="run only notebooks whose name contains one of these")
+    run_parser.set_defaults(func=run)
+    for name, (module_name, help_text) in PLUGGED_COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        sub = commands.add_parser(name, help=help_text)
+        module.add_arguments(sub)
+        sub.set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SettingsError as exc:
+        print(f"course: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("course: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Simulate several devices on one machine, so distribution can be learned without a GPU cluster.
+
+TensorFlow can split one physical device into several *logical* devices. MirroredStrategy then
+treats each logical device as a replica: the code is exactly what runs on 4 real GPUs, only the
+speed differs (simulated CPU devices share the same cores).
+
+This must happen before TensorFlow runs its first operation; afterwards TensorFlow refuses
+("Virtual devices cannot be modified after being initialized"). `simulate_devices` turns that
+into an error that says what to do.
+
+Example:
+    >>> from course_utils import devices
+    >>> devices.simulate_devices(4)          # before any TensorFlow op
+    ['/device:CPU:0', '/device:CPU:1', '/device:CPU:2', '/device:CPU:3']
+    >>> print(devices.device_table())
+"""
+
+from __future__ import annotations
+
+from course_utils.quiet import import_tensorflow
+
+tf = import_tensorflow()  # `import tensorflow as tf`, without its start-up log lines
+
+#: Memory given to each logical GPU when one physical GPU is split (MB). Small models need little.
+LOGICAL_GPU_MEMORY_MB = 2048
+
+
+class DeviceSetupTooLateError(RuntimeError):
+    """Devices were requested after TensorFlow had already initialised them."""
+
+
+def _too_late(wanted: int, kind: str, have: int) -> DeviceSetupTooLateError:
+    return DeviceSetupTooLateError(
+        f"Cannot set up {wanted} {kind} device(s): TensorFlow already started with {have}. "
+        "Logical devices can only be created before the first TensorFlow operation. "
+        "Restart the kernel (Kernel > Restart Kernel, or Runtime > Restart session in Colab) "
+        "and run the set-up cell first, before any other cell."
+    )
+
+
+def simulate_devices(count: int | None) -> list[str]:
+    """Make `count` logical devices for the strategy to use and return their names.
+
+    - With GPUs: uses `count` of them; with one GPU and `count` > 1, splits it into `count`
+      logical GPUs of LOGICAL_GPU_MEMORY_MB each. `None` means all GPUs.
+    - Without a GPU: splits the CPU into `count` logical CPUs. `None` means 2.
+
+    Calling it again with the same count is harmless (re-running the set-up cell).
+    Raises DeviceSetupTooLateError when TensorFlow has already initialised other devices.
+    """
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        return _configure_gpus(gpus, count)
+    return _configure_cpus(2 if count is None else count)
+
+
+def _configure_cpus(count: int) -> list[str]:
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu)
+    if current is not None and len(current) == count:
+        return _names("CPU")
+    if count > 1 or current is not None:
+        try:
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+        except RuntimeError:
+            raise _too_late(count, "CPU", len(tf.config.list_logical_devices("CPU"))) from None
+    names = _names("CPU")
+    if len(names) != count:
+        raise _too_late(count, "CPU", len(names))
+    return names
+
+
+def _configure_gpus(gpus: list, count: int | None) -> list[str]:
+    count = len(gpus) if count is None else count
+    try:
+        if count <= len(gpus):
+            tf.config.set_visible_devices(gpus[:count], "GPU")
+        elif len(gpus) == 1:
+            config = [tf.config.LogicalDeviceConfiguration(memory_limit=LOGICAL_GPU_MEMORY_MB)] * count
+            tf.config.set_logical_device_configuration(gpus[0], config)
+        else:
+            raise ValueError(
+                f"COURSE_DEVICES={count} but this machine has {len(gpus)} GPUs; "
+                f"use at most {len(gpus)}, or unset COURSE_DEVICES to use them all."
+            )
+    except RuntimeError:
+        names = _names("GPU")
+        if len(names) == count:
+            return names
+        raise _too_late(count, "GPU", len(names)) from None
+    return _names("GPU")
+
+
+def _names(kind: str) -> list[str]:
+    return [d.name for d in tf.config.list_logical_devices(kind)]
+
+
+def device_table(names: list[str] | None = None) -> str:
+    """A small text table of the devices a strategy will use (default: all logical GPUs, else CPUs)."""
+    if names is None:
+        names = _names("GPU") or _names("CPU")
+    physical = {d.device_type: d.name for d in tf.config.list_physical_devices()}
+    rows = [("replica", "logical device", "runs on")]
+    for i, name in enumerate(names):
+        kind = "GPU" if ":GPU:" in name else "CPU"
+        shared = len(names) > len([d for d in tf.config.list_physical_devices(kind)])
+        where = physical.get(kind, "?").replace("/physical_device:", "") + (" (shared)" if shared else "")
+        rows.append((str(i), name, where))
+    widths = [max(len(r[c]) for r in rows) for c in range(3)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
