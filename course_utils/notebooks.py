@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,9 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from tqdm.auto import tqdm
+
+
+ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -72,7 +76,7 @@ def execute(
     try:
         client.execute(env=kernel_env)
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
-        ok, error = False, str(exc)
+        ok, error = False, ANSI_ESCAPES.sub("", str(exc))  # tracebacks come coloured
         failed = _first_failed_cell(notebook)
     finally:
         if bar is not None:

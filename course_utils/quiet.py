@@ -12,6 +12,9 @@ that don't, and each needs its own switch:
   (file descriptor 2, which Jupyter shows in the cell) pointed at /dev/null.
 - TensorFlow's Python logger at INFO ("Using MirroredStrategy with devices ..."): level ERROR;
   the course prints the strategy and its devices itself.
+- Keras 3.15 warns "`shuffle=True` was passed, but will be ignored" on every `fit` with a
+  tf.data.Dataset, because `fit`'s default is shuffle=True: the course shuffles in the pipeline
+  on purpose, so that warning is filtered.
 - Python-side absl warnings from tensorflow_datasets ("Variant folder ... has no
   dataset_info.json" when a dataset folder exists but was never prepared): absl verbosity ERROR.
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -62,4 +66,5 @@ def import_tensorflow() -> ModuleType:
 
     absl.logging.set_verbosity(absl.logging.ERROR)
     tf.get_logger().setLevel("ERROR")
+    warnings.filterwarnings("ignore", message="`shuffle=True` was passed, but will be ignored", category=UserWarning)
     return tf

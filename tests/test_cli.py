@@ -1,0 +1,47 @@
+"""The `course` command: doctor, and run with its build/ summary and stop-at-first-failure."""
+
+import json
+import os
+import subprocess
+import sys
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from conftest import ROOT
+
+COURSE = [sys.executable, "-m", "course_utils.cli"]
+
+
+def test_doctor_reports_four_devices_and_exits_0():
+    env = {**os.environ, "COURSE_DEVICES": "4", "COURSE_DATA": "auto"}
+    proc = subprocess.run([*COURSE, "doctor"], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "logical devices  4" in proc.stdout
+    for line in ("tensorflow ", "keras ", "tf_keras ", "tensorflow-datasets ", "keras flavour", "network", "data mnist"):
+        assert line in proc.stdout
+
+
+def _notebook(path, *sources):
+    nb = new_notebook(cells=[new_code_cell(s) for s in sources])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def test_run_executes_in_order_stops_at_first_failure_and_writes_a_summary(tmp_path):
+    (tmp_path / "course_utils").mkdir()
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    _notebook(notebooks / "01_ok.ipynb", "import os\nprint('profile', os.environ['COURSE_PROFILE'])")
+    _notebook(notebooks / "02_fails.ipynb", "x = 1", "raise ValueError('broken on purpose')")
+    _notebook(notebooks / "03_never.ipynb", "print('should not run')")
+    proc = subprocess.run([*COURSE, "run"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "broken on purpose" in proc.stderr
+    summary = json.loads((tmp_path / "build" / "summary.json").read_text())
+    assert [row["ok"] for row in summary["notebooks"]] == [True, False, None]
+    assert "ValueError: broken on purpose" in summary["notebooks"][1]["error"]
+    executed = nbformat.read(tmp_path / "build" / "01_ok.ipynb", as_version=4)
+    assert executed.cells[0].outputs[0]["text"].strip() == "profile quick"
+    assert (tmp_path / "build" / "summary.md").read_text().count("|") > 10
+    assert not (tmp_path / "build" / "03_never.ipynb").exists()

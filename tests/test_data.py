@@ -1,0 +1,117 @@
+"""Datasets: shapes and scaling, the offline stand-in (fast, announced, learnable), tfds mode, tfds mocking."""
+
+import time
+
+import numpy as np
+import pytest
+
+from course_utils import data
+from course_utils.settings import Settings
+
+QUICK_AUTO = Settings(profile="quick", data="auto")
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """No dataset on disk and no server answering, whatever the machine running the tests has."""
+    monkeypatch.setattr(data, "is_prepared", lambda name: False)
+    monkeypatch.setattr(data, "can_reach", lambda host, **kw: False)
+    data._announced.clear()
+
+
+@pytest.mark.parametrize("name", sorted(data.SPECS))
+def test_synthetic_matches_the_real_format(name):
+    spec = data.spec(name)
+    ds = data.load(name, "train", limit=16, source="synthetic")
+    image_spec, label_spec = ds.element_spec
+    assert tuple(image_spec.shape) == spec.image_shape and image_spec.dtype.name == "float32"
+    assert label_spec.dtype.name == "int64" and tuple(label_spec.shape) == ()
+    images, labels = next(iter(ds.batch(16)))
+    assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0
+    assert set(labels.numpy()) <= set(range(spec.num_classes))
+
+
+def test_synthetic_is_deterministic_and_splits_differ():
+    a, _ = data.synthetic_arrays("mnist", "train", 32)
+    b, _ = data.synthetic_arrays("mnist", "train", 32)
+    c, _ = data.synthetic_arrays("mnist", "test", 32)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_quick_profile_limits_the_size():
+    ds = data.load("fashion_mnist", "test", source="synthetic", settings=Settings(profile="quick"))
+    assert int(ds.cardinality()) == data.QUICK_EXAMPLES["test"]
+
+
+def test_unknown_names_are_clear():
+    with pytest.raises(ValueError, match="mnist, fashion_mnist, svhn_cropped"):
+        data.load("cifar10", "train")
+    with pytest.raises(ValueError, match="train, test"):
+        data.load("mnist", "validation", source="synthetic")
+
+
+def test_auto_offline_falls_back_in_one_line(offline, capsys):
+    ds = data.load("mnist", "train", settings=QUICK_AUTO)
+    ds2 = data.load("mnist", "test", settings=QUICK_AUTO)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "synthetic stand-in" in out[0] and "mnist" in out[0]
+    assert int(ds.cardinality()) == data.QUICK_EXAMPLES["train"] and int(ds2.cardinality()) == data.QUICK_EXAMPLES["test"]
+
+
+def test_tfds_mode_offline_is_a_clear_error(offline):
+    with pytest.raises(data.DataUnavailableError, match="COURSE_DATA=auto"):
+        data.load("svhn_cropped", "train", source="tfds")
+
+
+def test_offline_detection_on_this_machine_is_fast():
+    """The real check, no mocks: whatever the network does, the answer comes within seconds."""
+    started = time.perf_counter()
+    ok, reason = data.real_data_status("mnist")
+    assert time.perf_counter() - started < data.NETWORK_TIMEOUT_S + 2
+    assert reason
+
+
+def test_can_reach_a_local_server_and_not_a_closed_port():
+    import socket
+
+    import portpicker
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        assert data.can_reach("127.0.0.1", server.getsockname()[1], timeout=2)
+    assert not data.can_reach("127.0.0.1", portpicker.pick_unused_port(), timeout=2)
+
+
+def test_tfds_code_path_with_tfds_mocking(monkeypatch):
+    import tensorflow_datasets as tfds
+
+    monkeypatch.setattr(data, "is_prepared", lambda name: True)
+    with tfds.testing.mock_data(num_examples=20):
+        ds = data.load("mnist", "train", source="tfds", settings=Settings(profile="quick"))
+        images, labels = next(iter(ds.batch(20)))
+    assert images.shape == (20, 28, 28, 1) and images.dtype.name == "float32"
+    assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0
+    assert labels.dtype.name == "int64"
+
+
+@pytest.mark.parametrize("name", ["mnist", "svhn_cropped"])
+def test_synthetic_data_is_learnable(name):
+    """A small CNN beats chance by far after two short epochs, so the course's curves go up."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    spec = data.spec(name)
+    train = data.load(name, "train", limit=1024, source="synthetic").batch(64)
+    test = data.load(name, "test", limit=256, source="synthetic").batch(64)
+    model = keras.Sequential([
+        keras.Input(spec.image_shape),
+        keras.layers.Conv2D(16, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Flatten(),
+        keras.layers.Dense(spec.num_classes),
+    ])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    model.fit(train, epochs=2, verbose=0)
+    _, accuracy = model.evaluate(test, verbose=0)
+    assert accuracy > 0.6, f"synthetic {name} test accuracy {accuracy:.2f} (chance is 0.10)"

@@ -1,0 +1,63 @@
+"""Simulated devices: the right count, idempotent set-up, and a clear error when it is too late."""
+
+
+def test_setup_simulates_the_requested_cpu_devices(python_subprocess):
+    proc = python_subprocess(
+        """
+        import course_utils
+        s = course_utils.setup(devices=4)
+        s2 = course_utils.setup(devices=4)          # re-running the set-up cell is harmless
+        import tensorflow as tf
+        print("N", s.devices, s2.devices, len(tf.config.list_logical_devices("CPU")))
+        from course_utils.devices import device_table
+        print(device_table())
+        """
+    )
+    assert "N 4 4 4" in proc.stdout
+    assert "/device:CPU:3" in proc.stdout and "(shared)" in proc.stdout
+    assert "devices=4 logical CPU" in proc.stdout
+
+
+def test_default_is_two_simulated_cpus_without_a_gpu(python_subprocess):
+    proc = python_subprocess(
+        "import course_utils; print('N', course_utils.setup().devices)", env={"COURSE_DEVICES": ""}
+    )
+    assert "N 2" in proc.stdout
+
+
+def test_too_late_error_says_restart_the_kernel(python_subprocess):
+    proc = python_subprocess(
+        """
+        import course_utils
+        import tensorflow as tf
+        tf.constant(1.0) + 1.0                      # TensorFlow initialises its devices here
+        try:
+            course_utils.setup(devices=2)
+        except course_utils.devices.DeviceSetupTooLateError as exc:
+            print("ERROR:", exc)
+        """
+    )
+    assert "ERROR:" in proc.stdout
+    assert "Restart the kernel" in proc.stdout and "run the set-up cell first" in proc.stdout
+
+
+def test_changing_the_count_after_setup_is_refused(python_subprocess):
+    proc = python_subprocess(
+        """
+        import course_utils
+        course_utils.setup(devices=4)
+        import tensorflow as tf
+        tf.constant(1.0)
+        try:
+            course_utils.setup(devices=2)
+        except course_utils.devices.DeviceSetupTooLateError as exc:
+            print("ERROR:", exc)
+        """
+    )
+    assert "ERROR: Cannot set up 2 CPU device(s): TensorFlow already started with 4" in proc.stdout
+
+
+def test_no_tensorflow_start_up_noise_on_stderr(python_subprocess):
+    proc = python_subprocess("import course_utils; course_utils.setup(devices=2, verbose=False)")
+    noise = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert noise == [], noise

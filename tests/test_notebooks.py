@@ -1,0 +1,54 @@
+"""The notebook harness: every course notebook re-executed by nbval on simulated devices.
+
+Each case runs `pytest --nbval-lax` on one notebook in a subprocess with COURSE_PROFILE=quick and
+COURSE_DEVICES=N (devices are fixed per kernel, and the kernel inherits the environment), then
+checks the files the notebook promises to write under artifacts/<notebook>/.
+
+Run one notebook:  pytest tests/test_notebooks.py -k 01_keras
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+FOLDERS = ("notebooks", "solutions", "exercises")
+DEVICE_COUNTS = (2, 4)
+#: Notebooks whose behaviour does not depend on COURSE_DEVICES run once (multi-worker: 1 device per worker).
+RUN_ONCE = {"04_multi_worker": 2}
+CELL_TIMEOUT_S = 300
+
+#: Files each notebook must leave under <folder>/artifacts/<notebook stem>/ (glob patterns).
+EXPECTED_ARTIFACTS: dict[str, list[str]] = {}
+
+
+def _cases():
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            counts = [RUN_ONCE[path.stem]] if path.stem in RUN_ONCE else DEVICE_COUNTS
+            for devices in counts:
+                yield pytest.param(path, devices, id=f"{path.stem}-{devices}dev")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook, devices", list(_cases()))
+def test_notebook_runs_under_nbval(notebook: Path, devices: int):
+    artifacts = notebook.parent / "artifacts" / notebook.stem
+    shutil.rmtree(artifacts, ignore_errors=True)
+    env = {**os.environ, "COURSE_PROFILE": "quick", "COURSE_DEVICES": str(devices)}
+    env.setdefault("COURSE_DATA", "auto")
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
+        f"--nbval-cell-timeout={CELL_TIMEOUT_S}", str(notebook),
+    ]
+    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, f"nbval failed for {notebook.name} with {devices} devices:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    missing = [p for p in EXPECTED_ARTIFACTS.get(notebook.stem, []) if not list(artifacts.glob(p))]
+    assert not missing, f"{notebook.name} did not write {missing} under {artifacts}"

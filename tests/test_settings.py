@@ -1,0 +1,33 @@
+import pytest
+
+from course_utils.settings import Settings, SettingsError, read_settings
+
+
+def test_defaults_are_the_full_course():
+    assert read_settings({}) == Settings(profile="full", devices=None, data="auto")
+
+
+def test_environment_is_read_and_normalised():
+    s = read_settings({"COURSE_PROFILE": " Quick ", "COURSE_DEVICES": "4", "COURSE_DATA": "SYNTHETIC"})
+    assert (s.profile, s.devices, s.data, s.quick) == ("quick", 4, "synthetic", True)
+    assert s.pick(full=12, quick=2) == 2
+    assert Settings().pick(full=12, quick=2) == 12
+
+
+def test_arguments_override_the_environment():
+    s = read_settings({"COURSE_PROFILE": "quick", "COURSE_DEVICES": "4"}, profile="full", devices=2)
+    assert (s.profile, s.devices) == ("full", 2)
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"COURSE_PROFILE": "fast"}, "full, quick"),
+        ({"COURSE_DATA": "kaggle"}, "auto, tfds, synthetic"),
+        ({"COURSE_DEVICES": "two"}, "whole number"),
+        ({"COURSE_DEVICES": "0"}, "at least 1"),
+    ],
+)
+def test_bad_values_say_what_is_accepted(env, message):
+    with pytest.raises(SettingsError, match=message):
+        read_settings(env)
