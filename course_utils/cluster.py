@@ -10,8 +10,8 @@ same thing without those traps:
 - when a task dies, the others are stopped and the error shows the tail of the failing task's log;
 - a deadline (`timeout`) stops a hung cluster;
 - every task runs in its own process group, and the whole group is killed on exit, on error, on
-  KeyboardInterrupt, and when the notebook kernel dies or restarts (Linux: the kernel sends
-  SIGKILL to a worker when its parent dies; elsewhere a small watchdog process does the same).
+  KeyboardInterrupt, and when the notebook kernel dies or restarts (a small watchdog process
+  does it then, and on Linux the kernel also sends SIGKILL to each task when its parent dies).
 
 It also holds the two rules a worker script needs: who is the chief (`is_chief`), and where each
 task writes its checkpoints (`checkpoint_write_dir` / `remove_worker_dir`).
@@ -237,9 +237,12 @@ def _stop_all() -> None:
         cluster.stop(grace=0.5)
 
 
-#: Linux can kill a child when its parent dies (prctl PR_SET_PDEATHSIG); tests switch it off to
-#: exercise the watchdog that other systems use instead.
+#: Two guards against orphans when the kernel dies without stopping its clusters (tests switch
+#: them off one at a time): on Linux the kernel sends SIGKILL to each task when its parent dies
+#: (prctl PR_SET_PDEATHSIG); everywhere, a watchdog process kills the tasks' whole process groups
+#: (children of tasks included) once the parent is gone.
 USE_PDEATHSIG = sys.platform.startswith("linux")
+USE_WATCHDOG = True
 
 
 def _die_with_parent(parent_pid: int):
@@ -257,7 +260,7 @@ def _die_with_parent(parent_pid: int):
     return preexec
 
 
-# Watchdog for systems without PR_SET_PDEATHSIG: polls its parent, kills the groups when it is gone.
+# The watchdog: polls its parent, and kills the tasks' process groups when the parent is gone.
 _WATCHDOG = """
 import os, signal, sys, time
 parent, groups = int(sys.argv[1]), [int(g) for g in sys.argv[2:]]
@@ -373,7 +376,7 @@ class LocalCluster:
         try:
             for task in self.tasks:
                 self._launch(task)
-            if not USE_PDEATHSIG:
+            if USE_WATCHDOG:
                 self._watchdog = subprocess.Popen(
                     [self.python, "-c", _WATCHDOG, str(os.getpid()), *(str(p.pid) for p in self._procs.values())],
                     start_new_session=True,

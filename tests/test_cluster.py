@@ -1,0 +1,321 @@
+"""course_utils.cluster: free ports, clear errors, deadlines, and no process left behind.
+
+Most tests use tests/workers/tiny_worker.py (no TensorFlow: fast); the `slow` ones start real
+MultiWorkerMirroredStrategy workers. "No process left behind" is checked in the process table
+(psutil), for every worker and for the children they started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from course_utils import cluster
+
+WORKERS = Path(__file__).parent / "workers"
+TINY = WORKERS / "tiny_worker.py"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def assert_gone(pids, within: float = 10.0) -> None:
+    """Every pid has ended (a zombie waiting for its reaper counts as ended)."""
+    deadline = time.monotonic() + within
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _running(p)]
+        time.sleep(0.05)
+    assert not alive, f"processes still running: {[psutil.Process(p).cmdline() for p in alive if _running(p)]}"
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def child_pids(c: cluster.LocalCluster) -> list[int]:
+    """Pids of the processes the tiny workers started (`child pid N` in their logs)."""
+    return [int(pid) for task in c.tasks for pid in re.findall(r"child pid (\d+)", c.log(task))]
+
+
+# --- TF_CONFIG, chief, write paths ------------------------------------------------------------
+
+
+def test_free_ports_are_distinct_and_free():
+    ports = cluster.free_ports(8)
+    assert len(set(ports)) == 8
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("localhost", port))  # raises if the port were taken
+
+
+def test_cluster_spec_and_tf_config():
+    spec = cluster.cluster_spec(workers=2, chief=True, ps=1, ports=[2001, 2002, 2003, 2004])
+    assert spec == {"chief": ["localhost:2001"], "worker": ["localhost:2002", "localhost:2003"], "ps": ["localhost:2004"]}
+    config = cluster.tf_config(spec, "worker", 1)
+    assert config == {"cluster": spec, "task": {"type": "worker", "index": 1}}
+    ports = [int(a.rsplit(":", 1)[1]) for a in cluster.cluster_spec(workers=3)["worker"]]
+    assert len(set(ports)) == 3
+    with pytest.raises(ValueError, match="distinct ports"):
+        cluster.cluster_spec(workers=2, ports=[2001, 2001])
+    with pytest.raises(ValueError, match="No task worker 2"):
+        cluster.tf_config(spec, "worker", 2)
+
+
+def test_is_chief_rules(monkeypatch):
+    workers = {"worker": ["localhost:1", "localhost:2"]}
+    assert cluster.is_chief({"cluster": workers, "task": {"type": "worker", "index": 0}})
+    assert not cluster.is_chief({"cluster": workers, "task": {"type": "worker", "index": 1}})
+    with_chief = {**workers, "chief": ["localhost:3"]}
+    assert cluster.is_chief(json.dumps({"cluster": with_chief, "task": {"type": "chief", "index": 0}}))
+    assert not cluster.is_chief({"cluster": with_chief, "task": {"type": "worker", "index": 0}})
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert cluster.is_chief()  # a single process is its own chief
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": workers, "task": {"type": "worker", "index": 1}}))
+    assert not cluster.is_chief()
+    assert cluster.current_task() == cluster.Task("worker", 1)
+
+
+def test_checkpoint_write_dirs(tmp_path):
+    workers = {"worker": ["localhost:1", "localhost:2"]}
+    chief = {"cluster": workers, "task": {"type": "worker", "index": 0}}
+    other = {"cluster": workers, "task": {"type": "worker", "index": 1}}
+    base = tmp_path / "ckpt"
+    assert cluster.checkpoint_write_dir(base, chief) == str(base)
+    temp = cluster.checkpoint_write_dir(base, other)
+    assert Path(temp).parent == base and Path(temp).is_dir() and temp != str(base)
+    (Path(temp) / "ckpt-1.index").write_text("x")
+    cluster.remove_worker_dir(temp, other)
+    assert not Path(temp).exists()
+    cluster.remove_worker_dir(base, chief)  # never deletes the chief's folder
+    assert base.is_dir()
+
+
+# --- running, failing, timing out -----------------------------------------------------------------
+
+
+def test_run_success_streams_logs_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COURSE_DEVICES", "4")  # the notebook's simulation must not reach the workers
+    done = cluster.run(TINY, workers=3, args=["--child", "--sleep", "0.2"], log_dir=tmp_path, stream=True, timeout=60)
+    assert list(done.returncodes.values()) == [0, 0, 0]
+    for task in done.tasks:
+        log = done.log(task)
+        assert f"task {task}" in log and log.rstrip().endswith("done")
+        assert "COURSE_DEVICES=None" in log
+        assert done.log_paths[task].read_text().count("\n") >= 4
+    streamed = capsys.readouterr().out
+    assert "[worker 2] done" in streamed and "[worker 0] ready" in streamed
+    assert_gone(list(done.pids.values()) + child_pids(done))
+
+
+def test_failing_worker_stops_the_others_and_shows_its_log(tmp_path):
+    # The others hang: without failure detection this would end in ClusterTimeout instead.
+    c = cluster.LocalCluster(TINY, workers=3, args=["--fail", "worker 1", "--hang", "--child"], log_dir=tmp_path, timeout=60)
+    with pytest.raises(cluster.WorkerFailed) as info:
+        with c:
+            c.wait()
+    message = str(info.value)
+    assert "worker 1 exited with code 3" in message
+    assert "ValueError: this worker fails on purpose" in message  # the tail of its log
+    assert str(c.log_paths[cluster.Task("worker", 1)]) in message
+    assert info.value.task == cluster.Task("worker", 1) and info.value.returncode == 3
+    assert_gone(list(c.pids.values()) + child_pids(c))
+
+
+def test_worker_that_cannot_listen_gets_a_hint(tmp_path):
+    with pytest.raises(cluster.WorkerFailed, match=r"(?s)Hint: the task could not listen on its port.*Could not start gRPC"):
+        cluster.run(TINY, workers=2, args=["--fail", "worker 0", "--hang", "--message",
+                                           "tensorflow...UnknownError: Could not start gRPC server"],
+                    log_dir=tmp_path, timeout=60)
+
+
+def test_hung_worker_hits_the_timeout(tmp_path):
+    c = cluster.LocalCluster(TINY, workers=2, args=["--hang", "--ignore-term", "--child"], log_dir=tmp_path, timeout=1.5)
+    with pytest.raises(cluster.ClusterTimeout, match=r"(?s)Timed out.*worker 0 \(still running\).*ready"):
+        with c:
+            c.wait()
+    assert all(code == -signal.SIGKILL for code in c.returncodes.values())  # SIGTERM was ignored
+    assert_gone(list(c.pids.values()) + child_pids(c))
+
+
+def test_wait_for_reads_the_logs_and_fails_clearly(tmp_path):
+    with cluster.LocalCluster(TINY, workers=2, args=["--sleep", "0.3"], log_dir=tmp_path, ready="^ready$", timeout=60) as c:
+        match = c.wait_for(r"pid (\d+)", task=1)
+        assert int(match.group(1)) == c.pids[cluster.Task("worker", 1)]
+        with pytest.raises(cluster.ClusterError, match=r"worker 0 exited \(code 0\) without printing 'never printed'"):
+            c.wait_for("never printed", task=0)
+    assert_gone(c.pids.values())
+
+
+def test_keyboard_interrupt_while_waiting_leaves_no_child(tmp_path):
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    c = cluster.LocalCluster(TINY, workers=2, args=["--hang", "--child"], log_dir=tmp_path, timeout=60)
+    try:
+        c.start()
+        c.wait_for("child pid", task="all")
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # Ctrl-C (the notebook's "interrupt") during wait()
+        with pytest.raises(KeyboardInterrupt):
+            c.wait()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert_gone(list(c.pids.values()) + child_pids(c))
+
+
+def test_leaving_the_with_block_by_an_exception_stops_the_cluster(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with cluster.LocalCluster(TINY, workers=2, args=["--hang"], log_dir=tmp_path, ready="ready", timeout=60) as c:
+            raise KeyboardInterrupt
+    assert_gone(c.pids.values())
+
+
+def test_kill_one_worker_and_watch_the_rest(tmp_path):
+    with cluster.LocalCluster(TINY, workers=2, args=["--sleep", "0.5"], log_dir=tmp_path, ready="ready", timeout=60) as c:
+        c.kill(1)
+        codes = c.wait(check=False)
+    assert codes == {cluster.Task("worker", 0): 0, cluster.Task("worker", 1): -signal.SIGKILL}
+    with pytest.raises(ValueError, match="No task worker 5"):
+        c.kill(5)
+
+
+def test_two_clusters_back_to_back_and_side_by_side(tmp_path):
+    first = cluster.run(TINY, workers=2, log_dir=tmp_path, timeout=60)
+    second = cluster.run(TINY, workers=2, log_dir=tmp_path, timeout=60)  # same script, same log folder
+    for task in second.tasks:  # the log was started afresh: nothing of the first run
+        assert str(first.pids[task]) not in second.log(task) and str(second.pids[task]) in second.log(task)
+    a = cluster.LocalCluster(TINY, workers=2, args=["--sleep", "0.5"], log_dir=tmp_path / "a", timeout=60)
+    b = cluster.LocalCluster(TINY, workers=2, args=["--sleep", "0.5"], log_dir=tmp_path / "b", timeout=60)
+    with a, b:
+        assert set(a.spec["worker"]).isdisjoint(b.spec["worker"])
+        assert all(code == 0 for code in list(a.wait().values()) + list(b.wait().values()))
+    assert_gone(list(a.pids.values()) + list(b.pids.values()))
+
+
+def test_busy_port_is_reported_with_its_owner(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("localhost", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        c = cluster.LocalCluster(TINY, workers=2, ports=[port, cluster.free_ports(1)[0]], log_dir=tmp_path)
+        with pytest.raises(cluster.PortBusy, match=rf"Port {port} \(for worker 0\) is already in use by pid {os.getpid()}"):
+            c.start()
+    assert c.pids == {}  # nothing was started
+
+
+def test_bad_input_is_refused_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError, match="%%writefile"):
+        cluster.LocalCluster(tmp_path / "missing.py")
+    c = cluster.LocalCluster(TINY, workers=1, log_dir=tmp_path)
+    with pytest.raises(cluster.ClusterError, match="Start the cluster first"):
+        c.wait()
+
+
+# --- the notebook kernel dies ---------------------------------------------------------------------
+
+PARENT = """
+import json, re, sys, time
+from course_utils import cluster
+cluster.USE_PDEATHSIG, cluster.USE_WATCHDOG = {pdeathsig}, {watchdog}
+c = cluster.LocalCluster({script!r}, workers=2, args={args!r}, log_dir={log_dir!r}, timeout=120)
+c.start()
+c.wait_for("ready", task="all")
+print(json.dumps(list(c.pids.values()) + [int(p) for t in c.tasks for p in re.findall(r"child pid (\\d+)", c.log(t))]), flush=True)
+{ending}
+"""
+
+
+@pytest.mark.parametrize("pdeathsig, watchdog, child, ending", [
+    (True, True, True, "time.sleep(120)"),     # the parent is killed (default guards)
+    (False, True, True, "time.sleep(120)"),    # ... the watchdog alone (systems without prctl)
+    (True, False, False, "time.sleep(120)"),   # ... Linux's parent-death signal alone (workers only)
+    (False, False, True, "sys.exit(0)"),       # a clean exit that forgot stop(): atexit
+], ids=["killed-default", "killed-watchdog-only", "killed-pdeathsig-only", "exit-atexit"])
+def test_no_worker_survives_its_parent(tmp_path, pdeathsig, watchdog, child, ending):
+    args = ["--hang", "--child"] if child else ["--hang"]
+    code = PARENT.format(pdeathsig=pdeathsig, watchdog=watchdog, args=args, script=str(TINY), log_dir=str(tmp_path), ending=ending)
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        pids = json.loads(parent.stdout.readline())
+        assert len(pids) == (4 if child else 2) and all(_running(p) for p in pids)
+        if "sleep" in ending:
+            parent.kill()
+        parent.wait(timeout=30)
+        assert_gone(pids)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_leftover_workers_finds_orphans_only(tmp_path):
+    with cluster.LocalCluster(TINY, workers=2, args=["--hang"], log_dir=tmp_path / "live", ready="ready", timeout=60) as live:
+        # An orphan: its parent dies with both guards switched off (as if on an old version).
+        code = PARENT.format(pdeathsig=False, watchdog=False, args=["--hang"], script=str(TINY),
+                             log_dir=str(tmp_path / "orphan"), ending="import os; os._exit(0)")
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        orphans = json.loads(out.stdout.splitlines()[0])
+        try:
+            found = {p.pid for p in cluster.leftover_workers()}
+            assert set(orphans) <= found  # the orphans are listed ...
+            assert found.isdisjoint(live.pids.values())  # ... a live cluster's tasks are not
+        finally:
+            for pid in orphans:
+                psutil.Process(pid).kill()
+    assert_gone(orphans + list(live.pids.values()))
+
+
+@pytest.mark.slow
+def test_jupyter_kernel_restart_kills_the_workers(tmp_path):
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(ROOT))
+    try:
+        def run(code: str) -> str:
+            out = []
+            reply = kc.execute_interactive(code, timeout=60, output_hook=lambda m: out.append(m["content"].get("text", "")))
+            assert reply["content"]["status"] == "ok", reply["content"]
+            return "".join(out)
+
+        run(f"from course_utils import cluster\n"
+            f"c = cluster.LocalCluster({str(TINY)!r}, workers=2, args=['--hang'], log_dir={str(tmp_path)!r}, ready='ready')\n"
+            f"c.start()")
+        pids = json.loads(run("import json; print(json.dumps(list(c.pids.values())))"))
+        assert all(_running(p) for p in pids)  # still alive after the cell that started them ended
+        km.restart_kernel(now=True)  # what "Restart kernel" does when the kernel does not answer: SIGKILL
+        assert_gone(pids)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+# --- real TensorFlow workers -----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_real_multi_worker_strategy_back_to_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_DEVICES", "4")
+    for _ in range(2):  # a second cluster right after the first: no port or log clash
+        with cluster.LocalCluster(WORKERS / "tf_worker.py", workers=2, log_dir=tmp_path, timeout=240,
+                                  env={"CUDA_VISIBLE_DEVICES": "-1"}, ready=r"replicas in sync: \d+") as c:
+            c.wait()
+        for task in c.tasks:
+            log = c.log(task)
+            assert "replicas in sync: 2" in log
+            assert "COURSE_DEVICES=None" in log  # the notebook's simulation did not leak into the worker
+            assert f"worker devices: ['/job:worker/replica:0/task:{task.index}/device:CPU:0']" in log
+            assert "all-reduce sum: 3.0" in log  # 1 + 2, across the two processes
+        assert_gone(c.pids.values())
