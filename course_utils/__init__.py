@@ -39,7 +39,16 @@ def setup(
     same devices is harmless; asking for other devices after TensorFlow started raises
     `devices.DeviceSetupTooLateError`, which says to restart the kernel.
     """
+    import os
+    import sys
+
     from course_utils.devices import simulate_devices
+
+    # Jupyter started as .venv/bin/jupyter (not activated) has no .venv/bin on PATH, and then
+    # `%tensorboard` cannot find the tensorboard program installed next to this Python.
+    scripts = os.path.dirname(sys.executable)
+    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
 
     settings = read_settings(devices=devices, profile=profile, data=data)
     names = simulate_devices(settings.devices)

@@ -56,10 +56,14 @@ def execute(
     cell_timeout: seconds one cell may run before execution stops with an error.
     cwd: the kernel's working folder (default: the notebook's own folder, as in JupyterLab).
     progress: when given, a progress bar over the code cells with this label.
-    Stops at the first failing cell (like "Run All") and reports it.
+    Stops at the first failing cell (like "Run All") and reports it. Cells marked `# NBVAL_SKIP`
+    (interactive-only, such as starting TensorBoard) are not run, as under nbval.
     """
     path, output_path = Path(path), Path(output_path)
     notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:  # interactive-only cells (starting TensorBoard, ...) are marked for nbval
+        if cell.cell_type == "code" and "NBVAL_SKIP" in cell.source:
+            cell.metadata.setdefault("tags", []).append("skip-execution")
     client = NotebookClient(
         notebook,
         timeout=cell_timeout,

@@ -26,7 +26,15 @@ RUN_ONCE = {"04_multi_worker": 2}
 CELL_TIMEOUT_S = 300
 
 #: Files each notebook must leave under <folder>/artifacts/<notebook stem>/ (glob patterns).
-EXPECTED_ARTIFACTS: dict[str, list[str]] = {}
+EXPECTED_ARTIFACTS: dict[str, list[str]] = {
+    "01_keras_fit_mnist": [
+        "checkpoints/ckpt_1.weights.h5",
+        "mnist_model.keras",
+        "logs/train/events.out.tfevents.*",
+        "fault_tolerance/ckpt_*.keras",
+        "learning_curves.png",
+    ],
+}
 
 
 def _cases():
