@@ -353,6 +353,7 @@ class LocalCluster:
         self._watchdog: subprocess.Popen | None = None
         self._started = self._deadline = 0.0
         self._stopped = False
+        self._logs_final = False
         self.seconds = 0.0  # wall time from start() to stop()
 
     # -- starting -----------------------------------------------------------------------------
@@ -458,7 +459,7 @@ class LocalCluster:
         Only whole lines are taken (a line being written is read next time), unless `final`.
         """
         path = self.log_paths[task]
-        if not path.exists():
+        if self._logs_final or not path.exists():  # after stop() the file may belong to a newer run
             return
         with open(path, "rb") as f:
             f.seek(self._offset[task])
@@ -590,6 +591,7 @@ class LocalCluster:
             f.close()
         for task in self.tasks:
             self._read(task, final=True)
+        self._logs_final = True
         self.seconds = time.monotonic() - self._started
         _LIVE.discard(self)
 
