@@ -1,0 +1,911 @@
+"""Grade exercise submissions: run each one headless under limits, then score it from the files it wrote.
+
+    course grade submissions/ --out grades/          # or: course grade alice.ipynb bob.ipynb ...
+
+For each submission (a notebook; in a folder, every *.ipynb):
+1. Read it. Not a notebook (invalid JSON, ...): score 0. Unchanged exercise: score 0, not run.
+2. Run a copy in a fresh kernel, in a temporary folder, with COURSE_ARTIFACTS pointing into it and
+   three limits: per cell (the cell is interrupted, later cells still run, so later questions can
+   still earn points), per notebook and memory (the kernel is killed; see `Watchdog`).
+3. Run the solution's HIDDEN PROBE in that same kernel, after the last cell: it only collects facts
+   about the objects in memory (mirrored variables, which weights each model holds).
+4. Copy the artifacts out, stop every process the kernel left, delete the temporary folder.
+5. Score it: the solution's HIDDEN TESTS run in a separate check process that never runs student
+   code. They load the saved models and checkpoints, evaluate them on the test set themselves and
+   compare with the numbers the notebook recorded and with the probe's facts.
+6. Write <out>/<student>/report.md (what passed, what failed and why), the executed notebook and the
+   artifacts next to it, and <out>/gradebook.csv for the whole batch.
+
+What a submission cannot change: the hidden tests (read from the solution before the batch starts,
+never given to the kernel), how the tests run (another process), its score (computed from files by
+that process; printed "PASSED" lines, redefined functions and hand-written numbers count for nothing).
+A tampered solution file is restored and noted in the report. What this is not: a sandbox. Student
+code runs with your user's rights; grade untrusted submissions inside a container or a throw-away VM.
+
+The hidden tests call the helpers below (`load_results`, `own_model`, `evaluate`, ...), which raise
+`CheckError` with a message written for the student.
+
+Example:
+    >>> from course_utils import grading
+    >>> grades = grading.grade(["submissions/"], out="grades", limits=grading.Limits(cell_timeout=300))
+    >>> [(g.student, g.score, g.max_score) for g in grades]
+    [('alice', 12.0, 12.0), ('bob', 9.0, 12.0)]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import os
+import queue
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from course_utils import exercise
+
+#: The SVHN exercise: the solution notebook the hidden tests come from, and the artifacts folder name.
+DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
+ARTIFACTS_NAME = "05_svhn"
+DATASET = "svhn_cropped"
+#: A trained model must beat this test accuracy (10 classes: chance is 0.1).
+MIN_ACCURACY = 0.2
+#: Extra seconds the hidden tests of one submission may take (loading models, evaluating them).
+CHECK_TIMEOUT_S = 300
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers for the hidden tests (they run in the check process, or in the solution's own kernel).
+# ----------------------------------------------------------------------------------------------
+
+
+class CheckError(AssertionError):
+    """A hidden test failed; the message tells the student what is wrong and what to do."""
+
+
+_cache: dict = {}
+
+
+def _tf():
+    from course_utils.quiet import import_tensorflow
+
+    return import_tensorflow()
+
+
+def load_results(artifacts: Path) -> dict:
+    """results.json of a run, or CheckError saying why it cannot be read."""
+    path = Path(artifacts) / "results.json"
+    if not path.exists():
+        raise CheckError(f"{ARTIFACTS_NAME}/results.json is missing: run the notebook from the top (the `record` cells write it)")
+    try:
+        results = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckError(f"{ARTIFACTS_NAME}/results.json is not valid JSON ({exc}): let `record` write it") from None
+    if not isinstance(results, dict):
+        raise CheckError(f"{ARTIFACTS_NAME}/results.json should hold a JSON object, not {type(results).__name__}")
+    return results
+
+
+def get(results: dict, *keys: str):
+    """results[k1][k2]...; CheckError naming the missing key (the cell that records it did not run)."""
+    value = results
+    for depth, key in enumerate(keys):
+        if not isinstance(value, dict) or key not in value:
+            path = " > ".join(keys[: depth + 1])
+            raise CheckError(f"results.json has no {path!r}: the cell that records it did not run (see the errors above)")
+        value = value[key]
+    return value
+
+
+def positive(value) -> bool:
+    """Whether value is a finite number above zero."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def fingerprint(model) -> str:
+    """A hash of a Keras model's weights (same weights, same hash; mirrored variables included)."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for variable in model.weights:
+        array = np.asarray(variable.numpy())
+        digest.update(str(array.shape).encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def load_model(path: Path):
+    """Load a .keras file safely (no Lambda code); compiled when possible, to read its optimizer."""
+    import keras
+
+    path = Path(path)
+    stat = path.stat()
+    key = ("model", str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _cache:
+        try:
+            model = keras.models.load_model(path, compile=True, safe_mode=True)
+        except Exception:
+            try:
+                model = keras.models.load_model(path, compile=False, safe_mode=True)
+            except Exception as exc:
+                raise CheckError(f"{path.name} cannot be loaded: {type(exc).__name__}: {exc}") from None
+        _cache[key] = model
+    return _cache[key]
+
+
+def own_model(artifacts: Path, name: str, facts: dict):
+    """The saved model `<name>.keras`, checked to be the `<name>` this run trained and kept in memory.
+
+    This ties the files to the run: files copied from elsewhere do not match the kernel's own model.
+    """
+    path = Path(artifacts) / f"{name}.keras"
+    if not path.exists():
+        raise CheckError(f"{ARTIFACTS_NAME}/{name}.keras is missing: save the trained model with {name}.save(ARTIFACTS / \"{name}.keras\")")
+    model = load_model(path)
+    fact = (facts or {}).get("models", {}).get(name)
+    if not fact:
+        raise CheckError(f"there is no model called `{name}` in the notebook's memory at the end of the run: keep that name")
+    if fact.get("fingerprint") != fingerprint(model):
+        raise CheckError(
+            f"{name}.keras does not hold the weights of `{name}` at the end of the run: save the model after "
+            "training it, and do not train it again or replace it afterwards")
+    return model
+
+
+def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
+    """The model's variables were mirrored over `replicas` devices (it was built under the strategy)."""
+    fact = (facts or {}).get("models", {}).get(name)
+    if not fact:
+        raise CheckError(f"there is no model called `{name}` in the notebook's memory at the end of the run")
+    if fact["distributed_variables"] < fact["variables"] or fact["variables"] == 0:
+        raise CheckError(
+            f"{fact['distributed_variables']} of {name}'s {fact['variables']} variables are mirrored: create (and "
+            f"compile) {name} inside `with strategy.scope():`, or the strategy does not train it")
+    if fact["replicas"] != replicas:
+        raise CheckError(f"{name}'s variables are mirrored over {fact['replicas']} device(s), expected {replicas}")
+
+
+def assert_trained(scores: dict, name: str) -> None:
+    """Test accuracy clearly above chance."""
+    if not scores["accuracy"] >= MIN_ACCURACY:
+        raise CheckError(f"{name} has a test accuracy of {scores['accuracy']:.3f} (chance: 0.1): it is not trained")
+
+
+def assert_close(recorded, actual: float, tolerance: float, what: str) -> None:
+    """A number the notebook recorded matches what the grader measured."""
+    if not isinstance(recorded, (int, float)) or isinstance(recorded, bool) or not math.isfinite(recorded):
+        raise CheckError(f"the {what} is {recorded!r}, not a number")
+    if abs(recorded - actual) > tolerance:
+        raise CheckError(f"the {what} is {recorded:.4f}, but the grader measures {actual:.4f} for the saved model")
+
+
+def _dataset_size(split: str) -> int:
+    key = ("size", split)
+    if key not in _cache:
+        from course_utils import data
+
+        _cache[key] = int(data.load(DATASET, split).cardinality())
+    return _cache[key]
+
+
+def steps_per_epoch(global_batch: int) -> int:
+    """Optimizer steps in one epoch over the training set with batches of `global_batch`."""
+    return math.ceil(_dataset_size("train") / global_batch)
+
+
+def evaluate(model) -> dict:
+    """{"loss", "accuracy"} of a model on the test set, computed by the grader (mean cross-entropy)."""
+    import numpy as np
+
+    key = ("scores", fingerprint(model))
+    if key not in _cache:
+        from course_utils import data
+
+        test = data.load(DATASET, "test").batch(256)
+        outputs = np.asarray(model.predict(test.map(lambda image, label: image), verbose=0), dtype=np.float64)
+        labels = np.concatenate([label.numpy() for _, label in test])
+        rows_sum_to_one = np.all(outputs >= 0) and np.allclose(outputs.sum(axis=1), 1.0, atol=1e-3)
+        if rows_sum_to_one:  # the model ends with a softmax: outputs are probabilities
+            log_probs = np.log(np.clip(outputs, 1e-12, 1.0))
+        else:
+            shifted = outputs - outputs.max(axis=1, keepdims=True)
+            log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        loss = float(-log_probs[np.arange(len(labels)), labels].mean())
+        accuracy = float((outputs.argmax(axis=1) == labels).mean())
+        _cache[key] = {"loss": loss, "accuracy": accuracy}
+    return _cache[key]
+
+
+def fit_checkpoints(folder: Path) -> dict[int, Path]:
+    """{epoch: path} of the ModelCheckpoint files ckpt_{epoch}.weights.h5 in `folder`."""
+    found = {}
+    for path in Path(folder).glob("ckpt_*.weights.h5"):
+        match = re.fullmatch(r"ckpt_(\d+)\.weights\.h5", path.name)
+        if match:
+            found[int(match[1])] = path
+    return found
+
+
+def tf_checkpoints(folder: Path) -> dict[int, Path]:
+    """{number: prefix} of the tf.train.CheckpointManager checkpoints ckpt-N in `folder`."""
+    found = {}
+    for path in Path(folder).glob("ckpt-*.index"):
+        match = re.fullmatch(r"ckpt-(\d+)\.index", path.name)
+        if match:
+            found[int(match[1])] = path.with_suffix("")
+    return found
+
+
+def latest_tf_checkpoint(folder: Path) -> Path:
+    """The prefix of the newest ckpt-N in `folder` (CheckError when there is none)."""
+    found = tf_checkpoints(folder)
+    if not found:
+        raise CheckError(f"no checkpoint ckpt-N in {ARTIFACTS_NAME}/{Path(folder).name}: call manager.save() after each epoch")
+    return found[max(found)]
+
+
+def optimizer_steps(model_or_checkpoint) -> int:
+    """Optimizer steps taken: from a compiled model, or from a tf.train checkpoint prefix."""
+    if isinstance(model_or_checkpoint, (str, os.PathLike)):
+        reader = _tf().train.load_checkpoint(str(model_or_checkpoint))
+        keys = [k for k in reader.get_variable_to_shape_map() if k.startswith("optimizer/") and "iterations/" in k]
+        if not keys:
+            raise CheckError(f"{Path(model_or_checkpoint).name} has no optimizer: create it as tf.train.Checkpoint(model=..., optimizer=...)")
+        return int(reader.get_tensor(keys[0]))
+    optimizer = getattr(model_or_checkpoint, "optimizer", None)
+    if optimizer is None:
+        raise CheckError("the saved model has no optimizer: compile it, train it, then save it")
+    return int(optimizer.iterations.numpy())
+
+
+def restore(model, checkpoint: Path):
+    """A copy of `model`'s architecture with the weights of a .weights.h5 file or a tf.train checkpoint."""
+    import keras
+
+    clone = keras.models.clone_model(model)
+    checkpoint = Path(checkpoint)
+    try:
+        if checkpoint.name.endswith(".weights.h5"):
+            clone.load_weights(checkpoint)
+        else:
+            status = _tf().train.Checkpoint(model=clone).restore(str(checkpoint))
+            status.expect_partial()
+            status.assert_existing_objects_matched()
+    except Exception as exc:
+        raise CheckError(
+            f"{checkpoint.name} does not hold this model's weights ({type(exc).__name__}: {str(exc)[:200]}); "
+            "custom-loop checkpoints must be tf.train.Checkpoint(model=custom_model, optimizer=optimizer)") from None
+    return clone
+
+
+def assert_checkpoint_holds(checkpoint: Path, model) -> None:
+    """The checkpoint holds exactly the model's final weights."""
+    if fingerprint(restore(model, checkpoint)) != fingerprint(model):
+        raise CheckError(f"{Path(checkpoint).name} does not hold the final weights of the saved model")
+
+
+def probe(namespace: dict, models: list[str]) -> dict:
+    """Facts about the models in a kernel's memory (run by the HIDDEN PROBE cell, in the student's kernel)."""
+    tf = _tf()
+    facts: dict = {"models": {}}
+    for name in models:
+        model = namespace.get(name)
+        if not hasattr(model, "weights"):
+            facts["models"][name] = None
+            continue
+        values = [getattr(v, "value", v) for v in model.weights]
+        mirrored = [v for v in values if isinstance(v, tf.distribute.DistributedValues)]
+        facts["models"][name] = {
+            "variables": len(values),
+            "distributed_variables": len(mirrored),
+            "replicas": min((len(v.values) for v in mirrored), default=1),
+            "fingerprint": fingerprint(model),
+        }
+    return facts
+
+
+# ----------------------------------------------------------------------------------------------
+# Running one submission under limits.
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Time and memory a submission may use. Memory counts the kernel and its child processes."""
+
+    cell_timeout: int = 300
+    timeout: int = 1800
+    memory_mb: int = 4096
+
+
+class Watchdog:
+    """Kills a kernel (its whole process group) when it uses too much memory or runs past a deadline.
+
+    A thread polls psutil: the resident memory (RSS) of the kernel and its children, and the clock.
+    Why not `resource.setrlimit(RLIMIT_AS)`: TensorFlow reserves far more virtual memory than it uses
+    (about 2.5 GB of address space for 0.7 GB resident on this course's models, more with more CPU
+    threads), and at 2 GB it aborts at start-up in C++ rather than raising MemoryError. RSS is what
+    exhausts a machine, so it is what this limits.
+    """
+
+    def __init__(self, pid: int, memory_mb: int, seconds: float, interval: float = 0.2) -> None:
+        self.pid, self.memory_mb, self.interval = pid, memory_mb, interval
+        self.deadline = time.monotonic() + seconds
+        self.seconds = seconds
+        self.reason = ""  # why the kernel was killed, if it was
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> "Watchdog":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        import psutil
+
+        while not self._stop.wait(self.interval):
+            try:
+                kernel = psutil.Process(self.pid)
+                processes = [kernel, *kernel.children(recursive=True)]
+                rss = 0
+                for process in processes:
+                    try:
+                        rss += process.memory_info().rss
+                    except psutil.Error:
+                        pass
+            except psutil.Error:
+                return  # the kernel is gone
+            self.peak_mb = max(self.peak_mb, rss / 2**20)
+            if rss > self.memory_mb * 2**20:
+                self.reason = f"memory limit: the kernel used more than {self.memory_mb} MB and was stopped"
+            elif time.monotonic() > self.deadline:
+                self.reason = f"time limit: the notebook ran longer than {self.seconds:.0f} s and was stopped"
+            if self.reason:
+                kill_tree(self.pid)
+                return
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process, its process group (kernels run in their own session) and its children."""
+    import psutil
+
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        children = []
+    try:
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for process in children:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+
+
+@dataclass
+class RunOutcome:
+    """How the execution of one submission went."""
+
+    status: str  # "ran", "killed", "kernel died", "could not start"
+    reason: str = ""
+    seconds: float = 0.0
+    cell_errors: list[str] = field(default_factory=list)  # "cell 12: NameError: name 'x' is not defined"
+    timed_out_cells: list[int] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+    probe_error: str = ""
+    peak_mb: float = 0.0  # the kernel's highest resident memory seen
+    notebook: object = None  # the executed copy
+
+
+def run_submission(
+    notebook, workdir: Path, env: dict[str, str], limits: Limits, probe_source: str = "", log_path: Path | None = None
+) -> RunOutcome:
+    """Execute `notebook` in a fresh kernel in `workdir` (errors allowed), then run the probe there.
+
+    Every cell runs even after errors; a cell over `limits.cell_timeout` is interrupted and marked.
+    The watchdog stops the kernel past `limits.timeout` seconds or above `limits.memory_mb`.
+    The kernel's own stdout/stderr (not the cells' outputs) go to `log_path` (default: discarded).
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    timeout_error = {"ename": "CellTimeoutError", "evalue": f"the cell ran longer than {limits.cell_timeout} s and was interrupted", "traceback": []}
+    client = NotebookClient(
+        notebook, timeout=limits.cell_timeout, allow_errors=True, interrupt_on_timeout=True,
+        error_on_timeout=timeout_error, kernel_name="python3", shutdown_kernel="immediate",
+        resources={"metadata": {"path": str(workdir)}}, startup_timeout=120,
+    )
+    outcome = RunOutcome(status="ran", notebook=notebook)
+
+    def on_cell_error(cell, cell_index, execute_reply):
+        content = execute_reply.get("content", {})
+        if content.get("ename") == timeout_error["ename"]:
+            outcome.timed_out_cells.append(cell_index)
+        elif not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            outcome.cell_errors.append(f"cell {cell_index}: {content.get('ename')}: {str(content.get('evalue'))[:300]}")
+
+    client.on_cell_error = on_cell_error
+    started = time.monotonic()
+    marker = f"@@facts-{secrets.token_hex(8)}@@"
+    pid = None
+    log = open(log_path or os.devnull, "w")
+    try:
+        with client.setup_kernel(env=env, cwd=str(workdir), stdout=log, stderr=log):
+            pid = client.km.provisioner.pid
+            with Watchdog(pid, limits.memory_mb, limits.timeout) as dog:
+                try:
+                    for index, cell in enumerate(notebook.cells):
+                        client.execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
+                    if probe_source:
+                        cell = nbformat.v4.new_code_cell(f"{probe_source}\nimport json as _json\nprint({marker!r} + _json.dumps(FACTS))")
+                        notebook.cells.append(cell)  # nbclient stores each cell back into the notebook
+                        try:
+                            client.execute_cell(cell, len(notebook.cells) - 1)
+                        finally:
+                            notebook.cells.pop()  # the executed copy shows the submission only
+                        outcome.facts, outcome.probe_error = _read_facts(cell, marker)
+                except DeadKernelError:
+                    outcome.status = "killed" if dog.reason else "kernel died"
+                    outcome.reason = dog.reason or "the kernel died (it crashed or was killed) before the notebook finished"
+            outcome.peak_mb = dog.peak_mb
+    except Exception as exc:  # the kernel did not start, or the client failed
+        if outcome.status == "ran":
+            outcome.status, outcome.reason = "could not start", f"{type(exc).__name__}: {exc}"
+    finally:
+        if pid is not None:
+            kill_tree(pid)
+        log.close()
+    outcome.seconds = time.monotonic() - started
+    for index, cell in enumerate(notebook.cells):
+        if index in outcome.timed_out_cells:
+            cell.outputs.append(nbformat.v4.new_output("error", **timeout_error))
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                outcome.cell_errors.append(f"cell {index}: {output.get('ename')}: {str(output.get('evalue'))[:300]}")
+    return outcome
+
+
+def _read_facts(cell, marker: str) -> tuple[dict, str]:
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            return {}, f"{output.get('ename')}: {output.get('evalue')}"
+        for line in output.get("text", "").splitlines():
+            if line.startswith(marker):
+                try:
+                    return json.loads(line[len(marker):]), ""
+                except ValueError as exc:
+                    return {}, f"unreadable facts: {exc}"
+    return {}, "the probe printed no facts"
+
+
+# ----------------------------------------------------------------------------------------------
+# The check process: runs the hidden tests on a submission's files, never its code.
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CheckResult:
+    """One hidden test (or written answer) and how it went."""
+
+    question: str
+    title: str
+    points: float
+    earned: float
+    message: str = ""  # why it failed, or a note
+    manual: bool = False  # a written answer for the instructor to read
+
+
+def _check_worker() -> None:
+    """Main loop of the check process: one JSON job per stdin line, one JSON result per stdout line."""
+    results_out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # anything else printed here (TensorFlow, the tests) goes to stderr, not to the results
+    import course_utils
+
+    settings = course_utils.setup(verbose=False)
+    for line in sys.stdin:
+        job = json.loads(line)
+        _cache.clear()
+        namespace = {"__name__": "__hidden_tests__", "settings": settings, "ARTIFACTS": Path(job["artifacts"]), "FACTS": job["facts"]}
+        results = []
+        for index, test in enumerate(job["tests"]):
+            try:
+                exec(compile(test["source"], f"<hidden test {index}: {test['title']}>", "exec"), namespace)
+                results.append({"passed": True, "message": ""})
+            except AssertionError as exc:
+                results.append({"passed": False, "message": str(exc) or "an assertion failed"})
+            except Exception as exc:
+                results.append({"passed": False, "message": f"{type(exc).__name__}: {str(exc)[:500]}"})
+        import keras
+
+        keras.backend.clear_session()
+        results_out.write(json.dumps(results) + "\n")
+
+
+class CheckProcess:
+    """A long-lived `python` process running hidden tests for one submission at a time.
+
+    Started once per batch (TensorFlow loads once); restarted when it crashes or takes too long.
+    """
+
+    def __init__(self, env: dict[str, str], cwd: Path, log_path: Path) -> None:
+        self.env, self.cwd, self.log_path = env, cwd, log_path
+        self.process: subprocess.Popen | None = None
+        self.lines: queue.Queue = queue.Queue()
+        self.lock = threading.Lock()
+
+    def _start(self) -> None:
+        log = open(self.log_path, "a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from course_utils.grading import _check_worker; _check_worker()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=self.env, cwd=self.cwd,
+            start_new_session=True,
+        )
+        log.close()
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, args=(self.process, self.lines), daemon=True).start()
+
+    @staticmethod
+    def _read(process: subprocess.Popen, lines: queue.Queue) -> None:
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)  # end of output: the process exited
+
+    def start(self) -> None:
+        """Start the process now (so TensorFlow loads while the first submission runs)."""
+        with self.lock:
+            if self.process is None:
+                self._start()
+
+    def run(self, artifacts: Path, facts: dict, tests: list[exercise.HiddenTest], timeout: float) -> list[tuple[bool, str]]:
+        """(passed, message) for each test; all failed with the reason when the process fails."""
+        with self.lock:
+            if self.process is None or self.process.poll() is not None:
+                self._start()
+            job = {"artifacts": str(artifacts), "facts": facts,
+                   "tests": [{"title": t.title, "source": t.source} for t in tests]}
+            try:
+                self.process.stdin.write(json.dumps(job) + "\n")
+                self.process.stdin.flush()
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                line, why = None, f"the grader's tests took longer than {timeout:.0f} s on these files"
+            except (BrokenPipeError, OSError):
+                line, why = None, "the grader's check process stopped"
+            else:
+                why = "the grader's check process crashed while reading these files"
+            if line is None:
+                self.stop()
+                return [(False, f"{why} (details: {self.log_path.name})")] * len(tests)
+            return [(r["passed"], r["message"]) for r in json.loads(line)]
+
+    def stop(self) -> None:
+        if self.process is not None:
+            kill_tree(self.process.pid)
+            self.process.wait()
+            self.process = None
+
+
+# ----------------------------------------------------------------------------------------------
+# Grading a batch.
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Grade:
+    """The grade of one submission."""
+
+    student: str
+    path: Path
+    status: str  # "graded", "invalid notebook", "unchanged exercise", "killed", "kernel died", "could not start"
+    reason: str = ""
+    results: list[CheckResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    cell_errors: list[str] = field(default_factory=list)
+    answers: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    run_seconds: float = 0.0  # executing the notebook
+    peak_mb: float = 0.0  # the kernel's highest memory use
+    check_seconds: float = 0.0  # the hidden tests
+    max_score: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return sum(r.earned for r in self.results)
+
+    def question_scores(self) -> dict[str, float]:
+        scores: dict[str, float] = {}
+        for r in self.results:
+            scores[r.question] = scores.get(r.question, 0.0) + r.earned
+        return scores
+
+
+def collect_submissions(paths: list[str | os.PathLike]) -> list[tuple[str, Path]]:
+    """(student, path) for each notebook given, or found in a given folder, with unique names.
+
+    The student is the file name without .ipynb, or its folder's name when the file is still called
+    like the exercise (submissions/alice/05_svhn_exercise.ipynb -> alice).
+    """
+    found: list[Path] = []
+    for given in map(Path, paths):
+        if given.is_dir():
+            found += sorted(p for p in given.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+        elif given.exists():
+            found.append(given)
+        else:
+            raise FileNotFoundError(f"{given} does not exist: give notebooks or folders of notebooks")
+    names: dict[str, int] = {}
+    out = []
+    for path in found:
+        name = path.parent.name if path.stem.endswith("_exercise") and path.parent.name else path.stem
+        name = re.sub(r"[^\w.-]+", "_", name) or "submission"
+        names[name] = names.get(name, 0) + 1
+        out.append((name if names[name] == 1 else f"{name}-{names[name]}", path))
+    return out
+
+
+def _natural(question: str) -> tuple:
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", question))
+
+
+def _same_code(a, b) -> bool:
+    def code(nb):
+        return [c.source.strip() for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+
+    return code(a) == code(b)
+
+
+def _hash_files(paths: list[Path]) -> dict[Path, str]:
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.exists()}
+
+
+def _copy_artifacts(source: Path, target: Path, limit_mb: int = 2048) -> list[str]:
+    """Copy regular files only (no symbolic links), up to limit_mb; return notes on what was skipped."""
+    notes, total = [], 0
+    if not source.is_dir():
+        return notes
+    for path in sorted(source.rglob("*")):
+        relative = path.relative_to(source)
+        if path.is_symlink():
+            notes.append(f"artifact {relative} is a symbolic link: ignored")
+        elif path.is_file():
+            total += path.stat().st_size
+            if total > limit_mb * 2**20:
+                notes.append(f"artifacts larger than {limit_mb} MB: the rest was ignored")
+                break
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target / relative)
+    return notes
+
+
+def grade(
+    paths: list[str | os.PathLike],
+    out: str | os.PathLike = "grades",
+    *,
+    solution: str | os.PathLike | None = None,
+    limits: Limits = Limits(),
+    profile: str = "quick",
+    devices: int = 2,
+    data: str | None = None,
+    jobs: int = 1,
+    progress: bool = True,
+) -> list[Grade]:
+    """Grade every submission in `paths` (notebooks or folders); write reports and gradebook.csv into `out`.
+
+    profile/devices/data: the COURSE_* settings each submission runs with (and the checks use).
+    data None: COURSE_DATA, or "auto" decided once for the whole batch (real data or synthetic).
+    jobs: submissions run at the same time, each in its own kernel (the hidden tests run one at a time).
+    """
+    from tqdm.auto import tqdm
+
+    from course_utils.cli import course_root
+
+    root = course_root()
+    solution_path = Path(solution or root / DEFAULT_SOLUTION).resolve()
+    solution_bytes = solution_path.read_bytes()
+    solution_nb = nbformat.reads(solution_bytes.decode("utf-8"), as_version=4)
+    parts = exercise.parse_solution(solution_nb)
+    if not parts.tests:
+        raise ValueError(f"{solution_path} has no HIDDEN TESTS cells: nothing to grade with")
+    exercise_nb = exercise.make_exercise(solution_nb)
+    package = Path(__file__).resolve().parent
+    watched = sorted(package.glob("*.py"))
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    submissions = collect_submissions(paths)
+
+    data = data or os.environ.get("COURSE_DATA") or "auto"
+    if data == "auto":  # decide once, so that every kernel and the checks use the same data
+        from course_utils import data as course_data
+
+        data = "tfds" if course_data.real_data_status(DATASET)[0] else "synthetic"
+    pythonpath = os.pathsep.join(filter(None, [str(package.parent), os.environ.get("PYTHONPATH", "")]))
+    course_env = {"COURSE_PROFILE": profile, "COURSE_DEVICES": str(devices), "COURSE_DATA": data, "PYTHONPATH": pythonpath}
+    checks = CheckProcess({**os.environ, **course_env}, out, out / "checks.log")
+    checks.start()
+
+    def work(student: str, path: Path) -> Grade:
+        started = time.monotonic()
+        folder = out / student
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        try:
+            g = _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course_env)
+        except Exception as exc:  # a bug or an unexpected failure: this submission only, the batch goes on
+            g = Grade(student, Path(path), status="grader error", reason=f"{type(exc).__name__}: {exc}")
+            g.results = [CheckResult(t.question, t.title, t.points, 0.0, "not graded: grader error") for t in parts.tests]
+        g.seconds = time.monotonic() - started
+        g.max_score = parts.max_points
+        return g
+
+    grades: list[Grade | None] = [None] * len(submissions)
+    hashes = _hash_files(watched)
+    bar = tqdm(total=len(submissions), desc="grading", unit="notebook", disable=not progress)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futures = {pool.submit(work, student, path): index for index, (student, path) in enumerate(submissions)}
+            for future in as_completed(futures):
+                g = future.result()
+                suspects = "this submission" + (" or one running at the same time" if jobs > 1 else "")
+                if solution_path.read_bytes() != solution_bytes:
+                    solution_path.write_bytes(solution_bytes)
+                    g.notes.append(f"{solution_path.name} changed while {suspects} ran; it was restored (tampering?)")
+                after = _hash_files(watched)
+                g.notes += [f"course_utils/{p.name} changed while {suspects} ran (tampering?)" for p in after if hashes.get(p) != after[p]]
+                hashes = after
+                write_report(g, out / g.student / "report.md")
+                grades[futures[future]] = g
+                write_gradebook([g for g in grades if g], out / "gradebook.csv", parts)
+                bar.set_postfix_str(f"{g.student}: {g.score:g}/{g.max_score:g}")
+                bar.update()
+    finally:
+        bar.close()
+        checks.stop()
+    return [g for g in grades if g]
+
+
+def _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course_env) -> Grade:
+    g = Grade(student, Path(path), status="graded")
+    zero = [CheckResult(t.question, t.title, t.points, 0.0) for t in parts.tests]
+    zero += [CheckResult(a.question, a.title, a.points, 0.0, manual=True) for a in parts.answers]
+    try:
+        notebook = nbformat.read(path, as_version=4)
+        if not isinstance(notebook.get("cells"), list):
+            raise ValueError("it has no list of cells")
+    except Exception as exc:
+        g.status, g.reason = "invalid notebook", f"{Path(path).name} cannot be read as a notebook: {type(exc).__name__}: {str(exc)[:300]}"
+        g.results = [_failed(r, "not graded: the file is not a valid notebook") for r in zero]
+        return g
+    g.answers = {a.question: exercise.find_answer(notebook, a) for a in parts.answers}
+    if _same_code(notebook, exercise_nb) and not any(g.answers.values()):
+        g.status, g.reason = "unchanged exercise", "the submission is the exercise as handed out: no code and no answer to grade"
+        g.results = [_failed(r, "not graded: nothing was changed in the exercise") for r in zero]
+        return g
+
+    with tempfile.TemporaryDirectory(prefix=f"grade-{student}-") as workdir:
+        workdir = Path(workdir)
+        shutil.copyfile(path, workdir / "submission.ipynb")
+        env = {**os.environ, **course_env, "COURSE_ARTIFACTS": str(workdir / "artifacts"), "MPLBACKEND": "Agg"}
+        outcome = run_submission(notebook, workdir, env, limits, parts.probe, folder / "kernel.log")
+        g.notes += _copy_artifacts(workdir / "artifacts" / ARTIFACTS_NAME, folder / "artifacts")
+    nbformat.write(outcome.notebook, folder / "executed.ipynb")
+    g.cell_errors = outcome.cell_errors
+    if outcome.status != "ran":
+        g.status, g.reason = outcome.status, outcome.reason
+    if outcome.timed_out_cells:
+        g.notes.append(f"cell(s) {', '.join(map(str, outcome.timed_out_cells))} ran longer than {limits.cell_timeout} s and were interrupted")
+    if outcome.probe_error and outcome.status == "ran":
+        g.notes.append(f"the probe could not read the notebook's memory: {outcome.probe_error}")
+
+    g.run_seconds, g.peak_mb = outcome.seconds, outcome.peak_mb
+    started = time.monotonic()
+    verdicts = checks.run(folder / "artifacts", outcome.facts, parts.tests, CHECK_TIMEOUT_S)
+    g.check_seconds = time.monotonic() - started
+    for test, (passed, message) in zip(parts.tests, verdicts):
+        g.results.append(CheckResult(test.question, test.title, test.points, test.points if passed else 0.0, message))
+    for answer in parts.answers:
+        text = g.answers.get(answer.question)
+        if text is None:
+            g.results.append(CheckResult(answer.question, answer.title, answer.points, 0.0, "the answer cell is missing", True))
+        elif len(text.split()) < 5:
+            g.results.append(CheckResult(answer.question, answer.title, answer.points, 0.0, "no answer written", True))
+        else:
+            g.results.append(CheckResult(answer.question, answer.title, answer.points, answer.points,
+                                         "answered: points given for now, the instructor reads it", True))
+    return g
+
+
+def _failed(result: CheckResult, message: str) -> CheckResult:
+    result.message = message
+    return result
+
+
+def write_report(g: Grade, path: Path) -> None:
+    """The student's report: score, each check with why it failed, notebook errors, written answers."""
+    lines = [f"# {g.student}: {g.score:g} / {g.max_score:g}", "",
+             f"- submission: `{g.path.name}`", f"- status: {g.status}" + (f" ({g.reason})" if g.reason else ""),
+             f"- graded in {g.seconds:.0f} s (notebook {g.run_seconds:.0f} s, checks {g.check_seconds:.0f} s), "
+             f"peak memory {g.peak_mb:.0f} MB", ""]
+    if g.notes:
+        lines += ["## Notes", "", *[f"- {note}" for note in g.notes], ""]
+    lines += ["## Checks", "", "| question | check | points | result |", "|---|---|---|---|"]
+    for r in sorted(g.results, key=lambda r: _natural(r.question)):
+        verdict = "FAILED" if r.earned < r.points else ("to read" if r.manual else "passed")
+        detail = f": {r.message}" if r.message and verdict != "passed" else ""
+        lines.append(f"| {r.question} | {r.title} | {r.earned:g}/{r.points:g} | {verdict}{detail.replace('|', '/')} |")
+    if g.cell_errors:
+        lines += ["", "## Errors while running the notebook", "",
+                  "Later cells still ran; a failing cell usually makes the cells that use its results fail too.", ""]
+        lines += [f"- {error.replace(chr(10), ' ')}" for error in g.cell_errors[:30]]
+    for question, text in g.answers.items():
+        lines += ["", f"## Written answer ({question})", ""]
+        lines += [f"> {line}" for line in (text or "(no answer)").splitlines()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_gradebook(grades: list[Grade], path: Path, parts: exercise.SolutionParts) -> None:
+    """One row per submission: score, points per question, status and notes."""
+    questions = sorted({t.question for t in parts.tests} | {a.question for a in parts.answers}, key=_natural)
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["student", "score", "max_score", *questions, "status", "notes", "seconds", "report"])
+        for g in grades:
+            scores = g.question_scores()
+            notes = "; ".join(g.notes + ([g.reason] if g.reason else []))
+            writer.writerow([g.student, f"{g.score:g}", f"{g.max_score:g}", *[f"{scores.get(q, 0):g}" for q in questions],
+                             g.status, notes, f"{g.seconds:.0f}", f"{g.student}/report.md"])
+
+
+# ----------------------------------------------------------------------------------------------
+# `course grade`
+# ----------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `course grade`."""
+    parser.add_argument("submissions", nargs="+", help="submitted notebooks, or folders of them")
+    parser.add_argument("--out", default="grades", help="folder for the reports and gradebook.csv (default: grades/)")
+    parser.add_argument("--solution", help=f"solution notebook with the hidden tests (default: {DEFAULT_SOLUTION})")
+    parser.add_argument("--profile", choices=("quick", "full"), default="quick", help="COURSE_PROFILE for the runs (default: quick)")
+    parser.add_argument("--devices", type=int, default=2, help="simulated devices, COURSE_DEVICES (default: 2)")
+    parser.add_argument("--data", choices=("auto", "tfds", "synthetic"), help="COURSE_DATA (default: the environment's, or auto)")
+    parser.add_argument("--cell-timeout", type=int, default=Limits.cell_timeout, help="seconds per cell (default: %(default)s)")
+    parser.add_argument("--timeout", type=int, default=Limits.timeout, help="seconds per notebook (default: %(default)s)")
+    parser.add_argument("--memory-mb", type=int, default=Limits.memory_mb, help="memory per notebook in MB (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=1, help="submissions graded at the same time (default: 1)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """`course grade SUBMISSION... [--out DIR]`: prints the gradebook; exit 0 when every file was graded."""
+    limits = Limits(cell_timeout=args.cell_timeout, timeout=args.timeout, memory_mb=args.memory_mb)
+    try:
+        grades = grade(args.submissions, args.out, solution=args.solution, limits=limits, profile=args.profile,
+                       devices=args.devices, data=args.data, jobs=args.jobs)
+    except (FileNotFoundError, ValueError, exercise.MarkerError) as exc:
+        print(f"course grade: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    for g in grades:
+        print(f"{g.student:<24} {g.score:>5g} / {g.max_score:g}  {g.status}")
+    print(f"Reports: {out}/<student>/report.md   Gradebook: {out / 'gradebook.csv'}")
+    return 0
