@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
+pytestmark = pytest.mark.slow  # starts three Python processes
+
 TOLERANCE = 1e-5
 REPLICAS = (2, 4)
 
