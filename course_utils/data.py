@@ -184,7 +184,7 @@ def synthetic_arrays(name: str, split: str, num_examples: int, seed: int | None 
 
     Each class has a fixed smooth random pattern (shared by both splits, so a model trained on
     "train" is tested fairly on "test"). An example blends its class pattern with another class's
-    pattern and adds noise, so a small CNN learns it in an epoch or two but not instantly.
+    pattern and adds noise, so a small CNN learns most of it in a few epochs (about 90% accuracy), not instantly.
     """
     info = spec(name)
     height, width, channels = info.image_shape
@@ -198,8 +198,8 @@ def synthetic_arrays(name: str, split: str, num_examples: int, seed: int | None 
     images = np.empty((num_examples, height, width, channels), dtype=np.uint8)
     for start in range(0, num_examples, 4096):  # in chunks: full-size SVHN would need GBs at once
         end = min(start + 4096, num_examples)
-        weight = rng.uniform(0.55, 0.85, size=(end - start, 1, 1, 1)).astype(np.float32)
-        noise = rng.normal(0.0, 0.15, size=(end - start, height, width, channels)).astype(np.float32)
+        weight = rng.uniform(0.5, 0.7, size=(end - start, 1, 1, 1)).astype(np.float32)
+        noise = rng.normal(0.0, 0.3, size=(end - start, height, width, channels)).astype(np.float32)
         blend = weight * patterns[labels[start:end]] + (1 - weight) * patterns[others[start:end]] + noise
         images[start:end] = (np.clip(blend, 0, 1) * 255).astype(np.uint8)
     return images, labels.astype(np.int64)

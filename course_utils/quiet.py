@@ -15,6 +15,9 @@ that don't, and each needs its own switch:
 - Keras 3.15 warns "`shuffle=True` was passed, but will be ignored" on every `fit` with a
   tf.data.Dataset, because `fit`'s default is shuffle=True: the course shuffles in the pipeline
   on purpose, so that warning is filtered.
+- TensorFlow 2.21 warns "To make it possible to preserve tf.data options across serialization
+  boundaries ..." whenever a distributed dataset is iterated inside tf.function (its own
+  OwnedMultiDeviceIterator calls `dataset.options()` in graph mode): nothing a student can fix.
 - Python-side absl warnings from tensorflow_datasets ("Variant folder ... has no
   dataset_info.json" when a dataset folder exists but was never prepared): absl verbosity ERROR.
 
@@ -66,5 +69,6 @@ def import_tensorflow() -> ModuleType:
 
     absl.logging.set_verbosity(absl.logging.ERROR)
     tf.get_logger().setLevel("ERROR")
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options", category=UserWarning)
     warnings.filterwarnings("ignore", message="`shuffle=True` was passed, but will be ignored", category=UserWarning)
     return tf

@@ -35,7 +35,7 @@ settings = course_utils.setup(verbose=False)  # COURSE_DEVICES=N simulated devic
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from course_utils.losses import scaled_loss  # noqa: E402
+from course_utils.losses import scaled_loss, step_global_batch_size  # noqa: E402
 from course_utils.strategy import build_model_and_optimizer, make_strategy  # noqa: E402
 
 GLOBAL_BATCH = 16
@@ -73,13 +73,6 @@ def adam():
 
 
 per_example_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-
-
-def step_global_batch_size(labels):
-    """Examples in this step on all replicas together (the last batch of an epoch is smaller)."""
-    local = tf.shape(labels)[0]
-    context = tf.distribute.get_replica_context()
-    return local if context is None else context.all_reduce(tf.distribute.ReduceOp.SUM, local)
 
 
 def global_batch_mean(y_true, y_pred):

@@ -34,6 +34,12 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
         "fault_tolerance/ckpt_*.keras",
         "learning_curves.png",
     ],
+    "02_custom_loop_fashion_mnist": [
+        "checkpoints/checkpoint",
+        "checkpoints/ckpt-*.index",
+        "checkpoints/ckpt-*.data-*",
+        "learning_curves.png",
+    ],
 }
 
 
