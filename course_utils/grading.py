@@ -407,7 +407,7 @@ def kill_tree(pid: int) -> None:
 class RunOutcome:
     """How the execution of one submission went."""
 
-    status: str  # "ran", "killed", "kernel died", "could not start"
+    status: str  # "ran", "killed", "kernel died", "could not start", "run failed"
     reason: str = ""
     seconds: float = 0.0
     cell_errors: list[str] = field(default_factory=list)  # "cell 12: NameError: name 'x' is not defined"
@@ -469,9 +469,10 @@ def run_submission(
                     outcome.status = "killed" if dog.reason else "kernel died"
                     outcome.reason = dog.reason or "the kernel died (it crashed or was killed) before the notebook finished"
             outcome.peak_mb = dog.peak_mb
-    except Exception as exc:  # the kernel did not start, or the client failed
+    except Exception as exc:  # the kernel did not start, or talking to it failed
         if outcome.status == "ran":
-            outcome.status, outcome.reason = "could not start", f"{type(exc).__name__}: {exc}"
+            outcome.status = "could not start" if pid is None else "run failed"
+            outcome.reason = f"{type(exc).__name__}: {exc}"
     finally:
         if pid is not None:
             kill_tree(pid)
@@ -654,6 +655,8 @@ def collect_submissions(paths: list[str | os.PathLike]) -> list[tuple[str, Path]
             found.append(given)
         else:
             raise FileNotFoundError(f"{given} does not exist: give notebooks or folders of notebooks")
+    if not found:
+        raise FileNotFoundError(f"no .ipynb file in {', '.join(map(str, paths))}: nothing to grade")
     names: dict[str, int] = {}
     out = []
     for path in found:
@@ -843,9 +846,11 @@ def _failed(result: CheckResult, message: str) -> CheckResult:
 def write_report(g: Grade, path: Path) -> None:
     """The student's report: score, each check with why it failed, notebook errors, written answers."""
     lines = [f"# {g.student}: {g.score:g} / {g.max_score:g}", "",
-             f"- submission: `{g.path.name}`", f"- status: {g.status}" + (f" ({g.reason})" if g.reason else ""),
-             f"- graded in {g.seconds:.0f} s (notebook {g.run_seconds:.0f} s, checks {g.check_seconds:.0f} s), "
-             f"peak memory {g.peak_mb:.0f} MB", ""]
+             f"- submission: `{g.path.name}`", f"- status: {g.status}" + (f" ({g.reason})" if g.reason else "")]
+    if g.run_seconds:
+        lines.append(f"- graded in {g.seconds:.0f} s (notebook {g.run_seconds:.0f} s, checks {g.check_seconds:.0f} s), "
+                     f"peak memory {g.peak_mb:.0f} MB; the executed notebook is `executed.ipynb`, its files `artifacts/`")
+    lines.append("")
     if g.notes:
         lines += ["## Notes", "", *[f"- {note}" for note in g.notes], ""]
     lines += ["## Checks", "", "| question | check | points | result |", "|---|---|---|---|"]
