@@ -446,12 +446,14 @@ class LocalCluster:
     def tail(self, task: Task | int | str = 0, lines: int = 15) -> str:
         return "\n".join(self.log(task).splitlines()[-lines:])
 
-    def show_logs(self, lines: int | None = None, tasks: Sequence[Task | int | str] | None = None) -> None:
-        """Print each task's log (the last `lines` lines of each, if given) under a header."""
+    def show_logs(self, lines: int | None = None, tasks: Sequence[Task | int | str] | None = None,
+                  match: str | None = None) -> None:
+        """Print each task's log under a header: its last `lines` lines (default: all), and only the
+        lines matching the regular expression `match` when given."""
         for task in [self._task(t) for t in tasks] if tasks is not None else self.tasks:
-            text = self.log(task) if lines is None else self.tail(task, lines)
-            print(f"--- {task}  ({self.log_paths[task].name}) ---")
-            print(text if text else "(empty)")
+            text = [line for line in self.log(task).splitlines() if match is None or re.search(match, line)]
+            print(f"--- {task}  ({os.path.relpath(self.log_paths[task])}) ---")
+            print("\n".join(text[-lines:] if lines else text) or "(empty)")
 
     def _read(self, task: Task, final: bool = False) -> None:
         """Append what the task wrote since the last call to its text (and print it if streaming).

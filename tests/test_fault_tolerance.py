@@ -65,6 +65,7 @@ def runs(work) -> dict:
         full.wait()
     with loop(work, "killed", ready=r"replicas in sync: 2") as first:
         saved = int(first.wait_for(r"saved checkpoint ckpt-\d+ at step (\d+)", task=0).group(1))
+        first.wait_for(rf" step {saved + 5} loss", task=0)  # work that the restart must redo
         first.kill(1)
         codes = first.wait(check=False)
     with loop(work, "killed") as second:
@@ -81,7 +82,7 @@ def test_killed_run_resumes_and_ends_at_the_same_step(runs):
     assert codes[cluster.Task("worker", 1)] == -signal.SIGKILL
     assert codes[cluster.Task("worker", 0)] not in (0, None)  # the survivor stops with an error...
     assert re.search(r"UnavailableError|aborted|unhealthy", first.log(0))  # ... about its lost peer
-    assert saved == SAVE_EVERY and saved <= step_at_kill < TOTAL_STEPS, "the kill must land mid-training"
+    assert saved == SAVE_EVERY and saved + 5 <= step_at_kill < TOTAL_STEPS, "the kill must land mid-training"
     assert "finished" not in first.log(0)
 
     log = runs["second"].log(0)
