@@ -342,7 +342,6 @@ class LocalCluster:
         self.args, self.extra_env, self.python = [str(a) for a in args], dict(env or {}), python
         self.ready, self.timeout, self.stream = ready, timeout, stream
         self.spec = cluster_spec(workers, chief, ps, ports)
-        self._fixed_ports = ports is not None
         self.tasks = [Task(job, i) for job, addresses in self.spec.items() for i in range(len(addresses))]
         self.log_paths = {t: self.log_dir / f"{self.script.stem}-{t.type}-{t.index}.log" for t in self.tasks}
         self._procs: dict[Task, subprocess.Popen] = {}
