@@ -311,8 +311,9 @@ class LocalCluster:
 
     Every task runs `python script *args` with its own TF_CONFIG, in `cwd` (default: the script's
     folder), logging stdout and stderr to `log_dir/<script>-<type>-<index>.log`. The environment is
-    this process's, plus `env`, minus COURSE_DEVICES (a worker is one device: COURSE.md fact 7),
-    with PYTHONUNBUFFERED=1 (so log lines appear at once) and `course_utils` importable.
+    this process's, plus `env`, minus COURSE_DEVICES (the notebook simulates devices for itself; a
+    worker is one device), with PYTHONUNBUFFERED=1 (so log lines appear at once) and `course_utils`
+    importable.
 
     Arguments:
         script: the worker script (same for every task; it reads TF_CONFIG to know its role).
@@ -451,7 +452,8 @@ class LocalCluster:
         lines matching the regular expression `match` when given."""
         for task in [self._task(t) for t in tasks] if tasks is not None else self.tasks:
             text = [line for line in self.log(task).splitlines() if match is None or re.search(match, line)]
-            print(f"--- {task}  ({os.path.relpath(self.log_paths[task])}) ---")
+            path = os.path.relpath(self.log_paths[task])  # short when the logs are below the notebook
+            print(f"--- {task}  ({self.log_paths[task] if path.startswith('..') else path}) ---")
             print("\n".join(text[-lines:] if lines else text) or "(empty)")
 
     def _read(self, task: Task, final: bool = False) -> None:

@@ -321,3 +321,14 @@ def test_real_multi_worker_strategy_back_to_back(tmp_path, monkeypatch):
             assert f"worker devices: ['/job:worker/replica:0/task:{task.index}/device:CPU:0']" in log
             assert "all-reduce sum: 3.0" in log  # 1 + 2, across the two processes
         assert_gone(c.pids.values())
+
+
+@pytest.mark.slow
+def test_real_parameter_server_cluster_with_chief_and_ps(tmp_path):
+    with cluster.LocalCluster(WORKERS / "ps_worker.py", workers=2, chief=True, ps=1, log_dir=tmp_path, timeout=240,
+                              env={"CUDA_VISIBLE_DEVICES": "-1"}) as c:
+        done = c.wait_for(r"chief done: first loss ([\d.]+), last loss ([\d.]+)", task="chief")
+        assert c.wait_for("serving", task="ps 0") and c.wait_for("serving", task=1)
+    assert float(done.group(2)) < float(done.group(1)) / 10  # the model learned y = sum(x)
+    assert "variables on: ['/job:ps/replica:0/task:0']" in c.log("chief")
+    assert_gone(c.pids.values())  # the servers never exit by themselves: leaving the block stopped them
