@@ -53,6 +53,8 @@ def setup(
     settings = read_settings(devices=devices, profile=profile, data=data)
     names = simulate_devices(settings.devices)
     settings = Settings(profile=settings.profile, devices=len(names), data=settings.data)
+    # Write the settings back, so every module (e.g. data.load) and child process sees the same.
+    os.environ.update(COURSE_PROFILE=settings.profile, COURSE_DATA=settings.data, COURSE_DEVICES=str(settings.devices))
     if verbose:
         import keras
         import tensorflow as tf

@@ -22,10 +22,13 @@ from conftest import ROOT
 FOLDERS = ("notebooks", "solutions", "exercises")
 DEVICE_COUNTS = (2, 4)
 #: Notebooks whose behaviour does not depend on COURSE_DEVICES run once (multi-worker: 1 device per worker).
-RUN_ONCE = {"04_multi_worker": 2}
+#: The exercise's stubs raise before any device-dependent code, so one count is enough there too.
+RUN_ONCE = {"04_multi_worker": 2, "05_svhn_exercise": 2}
 CELL_TIMEOUT_S = 300
 
-#: Files each notebook must leave under <folder>/artifacts/<notebook stem>/ (glob patterns).
+#: Where a notebook writes, under <folder>/artifacts/ (default: its own stem).
+ARTIFACT_DIRS = {"05_svhn_solution": "05_svhn", "05_svhn_exercise": "05_svhn"}
+#: Files each notebook must leave in its artifacts folder (glob patterns).
 EXPECTED_ARTIFACTS: dict[str, list[str]] = {
     "01_keras_fit_mnist": [
         "checkpoints/ckpt_1.weights.h5",
@@ -39,6 +42,14 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
         "checkpoints/ckpt-*.index",
         "checkpoints/ckpt-*.data-*",
         "learning_curves.png",
+    ],
+    "05_svhn_solution": [
+        "fit_model.keras",
+        "custom_model.keras",
+        "single_model.keras",
+        "results.json",
+        "fit_ckpt/ckpt_*.weights.h5",
+        "custom_ckpt/ckpt-*.index",
     ],
 }
 
@@ -54,7 +65,7 @@ def _cases():
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook, devices", list(_cases()))
 def test_notebook_runs_under_nbval(notebook: Path, devices: int):
-    artifacts = notebook.parent / "artifacts" / notebook.stem
+    artifacts = notebook.parent / "artifacts" / ARTIFACT_DIRS.get(notebook.stem, notebook.stem)
     shutil.rmtree(artifacts, ignore_errors=True)
     env = {**os.environ, "COURSE_PROFILE": "quick", "COURSE_DEVICES": str(devices)}
     env.setdefault("COURSE_DATA", "auto")
