@@ -119,14 +119,23 @@ def load(
     return _load_tfds(name, split, limit)
 
 
+_status: dict[str, tuple[bool, str]] = {}  # per process: offline, every load would wait again
+
+
 def real_data_status(name: str) -> tuple[bool, str]:
-    """(True, where) when the real data is prepared on disk or its server answers; else (False, why)."""
-    info = spec(name)
-    if is_prepared(name):
-        return True, "prepared on disk"
-    if can_reach(info.download_host):
-        return True, f"{info.download_host} is reachable"
-    return False, f"it is not on disk and {info.download_host} did not answer within {NETWORK_TIMEOUT_S:.0f} s"
+    """(True, where) when the real data is prepared on disk or its server answers; else (False, why).
+
+    The answer is remembered for the rest of the process (a kernel restart asks again).
+    """
+    if name not in _status:
+        info = spec(name)
+        if is_prepared(name):
+            _status[name] = True, "prepared on disk"
+        elif can_reach(info.download_host):
+            _status[name] = True, f"{info.download_host} is reachable"
+        else:
+            _status[name] = False, f"it is not on disk and {info.download_host} did not answer within {NETWORK_TIMEOUT_S:.0f} s"
+    return _status[name]
 
 
 def is_prepared(name: str) -> bool:

@@ -17,6 +17,7 @@ def offline(monkeypatch):
     monkeypatch.setattr(data, "is_prepared", lambda name: False)
     monkeypatch.setattr(data, "can_reach", lambda host, **kw: False)
     data._announced.clear()
+    data._status.clear()
 
 
 @pytest.mark.parametrize("name", sorted(data.SPECS))
@@ -58,6 +59,14 @@ def test_auto_offline_falls_back_in_one_line(offline, capsys):
     assert int(ds.cardinality()) == data.QUICK_EXAMPLES["train"] and int(ds2.cardinality()) == data.QUICK_EXAMPLES["test"]
 
 
+def test_auto_offline_checks_the_network_once_per_process(offline, monkeypatch):
+    calls = []
+    monkeypatch.setattr(data, "can_reach", lambda host, **kw: calls.append(host) or False)
+    data.load("mnist", "train", settings=QUICK_AUTO)
+    data.load("mnist", "test", settings=QUICK_AUTO)
+    assert calls == ["storage.googleapis.com"]
+
+
 def test_tfds_mode_offline_is_a_clear_error(offline):
     with pytest.raises(data.DataUnavailableError, match="COURSE_DATA=auto"):
         data.load("svhn_cropped", "train", source="tfds")
@@ -65,6 +74,7 @@ def test_tfds_mode_offline_is_a_clear_error(offline):
 
 def test_offline_detection_on_this_machine_is_fast():
     """The real check, no mocks: whatever the network does, the answer comes within seconds."""
+    data._status.clear()
     started = time.perf_counter()
     ok, reason = data.real_data_status("mnist")
     assert time.perf_counter() - started < data.NETWORK_TIMEOUT_S + 2
@@ -87,6 +97,7 @@ def test_tfds_code_path_with_tfds_mocking(monkeypatch):
     import tensorflow_datasets as tfds
 
     monkeypatch.setattr(data, "is_prepared", lambda name: True)
+    data._status.clear()
     with tfds.testing.mock_data(num_examples=20):
         ds = data.load("mnist", "train", source="tfds", settings=Settings(profile="quick"))
         images, labels = next(iter(ds.batch(20)))
