@@ -22,8 +22,8 @@ that process; printed "PASSED" lines, redefined functions and hand-written numbe
 A tampered solution file is restored and noted in the report. What this is not: a sandbox. Student
 code runs with your user's rights; grade untrusted submissions inside a container or a throw-away VM.
 
-The hidden tests call the helpers below (`load_results`, `own_model`, `evaluate`, ...), which raise
-`CheckError` with a message written for the student.
+The hidden tests call the helpers of `course_utils.checks` (`load_results`, `own_model`, `evaluate`, ...),
+which raise `CheckError` with a message written for the student.
 
 Example:
     >>> from course_utils import grading
@@ -38,7 +38,6 @@ import argparse
 import csv
 import hashlib
 import json
-import math
 import os
 import queue
 import re
@@ -57,265 +56,12 @@ from pathlib import Path
 import nbformat
 
 from course_utils import exercise
+from course_utils.checks import ARTIFACTS_NAME, DATASET, clear_cache
 
-#: The SVHN exercise: the solution notebook the hidden tests come from, and the artifacts folder name.
+#: The SVHN exercise's solution notebook, where the hidden tests come from.
 DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
-ARTIFACTS_NAME = "05_svhn"
-DATASET = "svhn_cropped"
-#: A trained model must beat this test accuracy (10 classes: chance is 0.1).
-MIN_ACCURACY = 0.2
 #: Extra seconds the hidden tests of one submission may take (loading models, evaluating them).
 CHECK_TIMEOUT_S = 300
-
-
-# ----------------------------------------------------------------------------------------------
-# Helpers for the hidden tests (they run in the check process, or in the solution's own kernel).
-# ----------------------------------------------------------------------------------------------
-
-
-class CheckError(AssertionError):
-    """A hidden test failed; the message tells the student what is wrong and what to do."""
-
-
-_cache: dict = {}
-
-
-def _tf():
-    from course_utils.quiet import import_tensorflow
-
-    return import_tensorflow()
-
-
-def load_results(artifacts: Path) -> dict:
-    """results.json of a run, or CheckError saying why it cannot be read."""
-    path = Path(artifacts) / "results.json"
-    if not path.exists():
-        raise CheckError(f"{ARTIFACTS_NAME}/results.json is missing: run the notebook from the top (the `record` cells write it)")
-    try:
-        results = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckError(f"{ARTIFACTS_NAME}/results.json is not valid JSON ({exc}): let `record` write it") from None
-    if not isinstance(results, dict):
-        raise CheckError(f"{ARTIFACTS_NAME}/results.json should hold a JSON object, not {type(results).__name__}")
-    return results
-
-
-def get(results: dict, *keys: str):
-    """results[k1][k2]...; CheckError naming the missing key (the cell that records it did not run)."""
-    value = results
-    for depth, key in enumerate(keys):
-        if not isinstance(value, dict) or key not in value:
-            path = " > ".join(keys[: depth + 1])
-            raise CheckError(f"results.json has no {path!r}: the cell that records it did not run (see the errors above)")
-        value = value[key]
-    return value
-
-
-def positive(value) -> bool:
-    """Whether value is a finite number above zero."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-
-
-def fingerprint(model) -> str:
-    """A hash of a Keras model's weights (same weights, same hash; mirrored variables included)."""
-    import numpy as np
-
-    digest = hashlib.sha256()
-    for variable in model.weights:
-        array = np.asarray(variable.numpy())
-        digest.update(str(array.shape).encode())
-        digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()
-
-
-def load_model(path: Path):
-    """Load a .keras file safely (no Lambda code); compiled when possible, to read its optimizer."""
-    import keras
-
-    path = Path(path)
-    stat = path.stat()
-    key = ("model", str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-    if key not in _cache:
-        try:
-            model = keras.models.load_model(path, compile=True, safe_mode=True)
-        except Exception:
-            try:
-                model = keras.models.load_model(path, compile=False, safe_mode=True)
-            except Exception as exc:
-                raise CheckError(f"{path.name} cannot be loaded: {type(exc).__name__}: {exc}") from None
-        _cache[key] = model
-    return _cache[key]
-
-
-def own_model(artifacts: Path, name: str, facts: dict):
-    """The saved model `<name>.keras`, checked to be the `<name>` this run trained and kept in memory.
-
-    This ties the files to the run: files copied from elsewhere do not match the kernel's own model.
-    """
-    path = Path(artifacts) / f"{name}.keras"
-    if not path.exists():
-        raise CheckError(f"{ARTIFACTS_NAME}/{name}.keras is missing: save the trained model with {name}.save(ARTIFACTS / \"{name}.keras\")")
-    model = load_model(path)
-    fact = (facts or {}).get("models", {}).get(name)
-    if not fact:
-        raise CheckError(f"there is no model called `{name}` in the notebook's memory at the end of the run: keep that name")
-    if fact.get("fingerprint") != fingerprint(model):
-        raise CheckError(
-            f"{name}.keras does not hold the weights of `{name}` at the end of the run: save the model after "
-            "training it, and do not train it again or replace it afterwards")
-    return model
-
-
-def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
-    """The model's variables were mirrored over `replicas` devices (it was built under the strategy)."""
-    fact = (facts or {}).get("models", {}).get(name)
-    if not fact:
-        raise CheckError(f"there is no model called `{name}` in the notebook's memory at the end of the run")
-    if fact["distributed_variables"] < fact["variables"] or fact["variables"] == 0:
-        raise CheckError(
-            f"{fact['distributed_variables']} of {name}'s {fact['variables']} variables are mirrored: create (and "
-            f"compile) {name} inside `with strategy.scope():`, or the strategy does not train it")
-    if fact["replicas"] != replicas:
-        raise CheckError(f"{name}'s variables are mirrored over {fact['replicas']} device(s), expected {replicas}")
-
-
-def assert_trained(scores: dict, name: str) -> None:
-    """Test accuracy clearly above chance."""
-    if not scores["accuracy"] >= MIN_ACCURACY:
-        raise CheckError(f"{name} has a test accuracy of {scores['accuracy']:.3f} (chance: 0.1): it is not trained")
-
-
-def assert_close(recorded, actual: float, tolerance: float, what: str) -> None:
-    """A number the notebook recorded matches what the grader measured."""
-    if not isinstance(recorded, (int, float)) or isinstance(recorded, bool) or not math.isfinite(recorded):
-        raise CheckError(f"the {what} is {recorded!r}, not a number")
-    if abs(recorded - actual) > tolerance:
-        raise CheckError(f"the {what} is {recorded:.4f}, but the grader measures {actual:.4f} for the saved model")
-
-
-def _dataset_size(split: str) -> int:
-    key = ("size", split)
-    if key not in _cache:
-        from course_utils import data
-
-        _cache[key] = int(data.load(DATASET, split).cardinality())
-    return _cache[key]
-
-
-def steps_per_epoch(global_batch: int) -> int:
-    """Optimizer steps in one epoch over the training set with batches of `global_batch`."""
-    return math.ceil(_dataset_size("train") / global_batch)
-
-
-def evaluate(model) -> dict:
-    """{"loss", "accuracy"} of a model on the test set, computed by the grader (mean cross-entropy)."""
-    import numpy as np
-
-    key = ("scores", fingerprint(model))
-    if key not in _cache:
-        from course_utils import data
-
-        test = data.load(DATASET, "test").batch(256)
-        outputs = np.asarray(model.predict(test.map(lambda image, label: image), verbose=0), dtype=np.float64)
-        labels = np.concatenate([label.numpy() for _, label in test])
-        rows_sum_to_one = np.all(outputs >= 0) and np.allclose(outputs.sum(axis=1), 1.0, atol=1e-3)
-        if rows_sum_to_one:  # the model ends with a softmax: outputs are probabilities
-            log_probs = np.log(np.clip(outputs, 1e-12, 1.0))
-        else:
-            shifted = outputs - outputs.max(axis=1, keepdims=True)
-            log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        loss = float(-log_probs[np.arange(len(labels)), labels].mean())
-        accuracy = float((outputs.argmax(axis=1) == labels).mean())
-        _cache[key] = {"loss": loss, "accuracy": accuracy}
-    return _cache[key]
-
-
-def fit_checkpoints(folder: Path) -> dict[int, Path]:
-    """{epoch: path} of the ModelCheckpoint files ckpt_{epoch}.weights.h5 in `folder`."""
-    found = {}
-    for path in Path(folder).glob("ckpt_*.weights.h5"):
-        match = re.fullmatch(r"ckpt_(\d+)\.weights\.h5", path.name)
-        if match:
-            found[int(match[1])] = path
-    return found
-
-
-def tf_checkpoints(folder: Path) -> dict[int, Path]:
-    """{number: prefix} of the tf.train.CheckpointManager checkpoints ckpt-N in `folder`."""
-    found = {}
-    for path in Path(folder).glob("ckpt-*.index"):
-        match = re.fullmatch(r"ckpt-(\d+)\.index", path.name)
-        if match:
-            found[int(match[1])] = path.with_suffix("")
-    return found
-
-
-def latest_tf_checkpoint(folder: Path) -> Path:
-    """The prefix of the newest ckpt-N in `folder` (CheckError when there is none)."""
-    found = tf_checkpoints(folder)
-    if not found:
-        raise CheckError(f"no checkpoint ckpt-N in {ARTIFACTS_NAME}/{Path(folder).name}: call manager.save() after each epoch")
-    return found[max(found)]
-
-
-def optimizer_steps(model_or_checkpoint) -> int:
-    """Optimizer steps taken: from a compiled model, or from a tf.train checkpoint prefix."""
-    if isinstance(model_or_checkpoint, (str, os.PathLike)):
-        reader = _tf().train.load_checkpoint(str(model_or_checkpoint))
-        keys = [k for k in reader.get_variable_to_shape_map() if k.startswith("optimizer/") and "iterations/" in k]
-        if not keys:
-            raise CheckError(f"{Path(model_or_checkpoint).name} has no optimizer: create it as tf.train.Checkpoint(model=..., optimizer=...)")
-        return int(reader.get_tensor(keys[0]))
-    optimizer = getattr(model_or_checkpoint, "optimizer", None)
-    if optimizer is None:
-        raise CheckError("the saved model has no optimizer: compile it, train it, then save it")
-    return int(optimizer.iterations.numpy())
-
-
-def restore(model, checkpoint: Path):
-    """A copy of `model`'s architecture with the weights of a .weights.h5 file or a tf.train checkpoint."""
-    import keras
-
-    clone = keras.models.clone_model(model)
-    checkpoint = Path(checkpoint)
-    try:
-        if checkpoint.name.endswith(".weights.h5"):
-            clone.load_weights(checkpoint)
-        else:
-            status = _tf().train.Checkpoint(model=clone).restore(str(checkpoint))
-            status.expect_partial()
-            status.assert_existing_objects_matched()
-    except Exception as exc:
-        raise CheckError(
-            f"{checkpoint.name} does not hold this model's weights ({type(exc).__name__}: {str(exc)[:200]}); "
-            "custom-loop checkpoints must be tf.train.Checkpoint(model=custom_model, optimizer=optimizer)") from None
-    return clone
-
-
-def assert_checkpoint_holds(checkpoint: Path, model) -> None:
-    """The checkpoint holds exactly the model's final weights."""
-    if fingerprint(restore(model, checkpoint)) != fingerprint(model):
-        raise CheckError(f"{Path(checkpoint).name} does not hold the final weights of the saved model")
-
-
-def probe(namespace: dict, models: list[str]) -> dict:
-    """Facts about the models in a kernel's memory (run by the HIDDEN PROBE cell, in the student's kernel)."""
-    tf = _tf()
-    facts: dict = {"models": {}}
-    for name in models:
-        model = namespace.get(name)
-        if not hasattr(model, "weights"):
-            facts["models"][name] = None
-            continue
-        values = [getattr(v, "value", v) for v in model.weights]
-        mirrored = [v for v in values if isinstance(v, tf.distribute.DistributedValues)]
-        facts["models"][name] = {
-            "variables": len(values),
-            "distributed_variables": len(mirrored),
-            "replicas": min((len(v.values) for v in mirrored), default=1),
-            "fingerprint": fingerprint(model),
-        }
-    return facts
 
 
 # ----------------------------------------------------------------------------------------------
@@ -526,7 +272,7 @@ def _check_worker() -> None:
     settings = course_utils.setup(verbose=False)
     for line in sys.stdin:
         job = json.loads(line)
-        _cache.clear()
+        clear_cache()
         namespace = {"__name__": "__hidden_tests__", "settings": settings, "ARTIFACTS": Path(job["artifacts"]), "FACTS": job["facts"]}
         results = []
         for index, test in enumerate(job["tests"]):
@@ -618,7 +364,7 @@ class Grade:
 
     student: str
     path: Path
-    status: str  # "graded", "invalid notebook", "unchanged exercise", "killed", "kernel died", "could not start"
+    status: str  # "graded", "invalid notebook", "unchanged exercise", "grader error", or how the run failed (RunOutcome.status)
     reason: str = ""
     results: list[CheckResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

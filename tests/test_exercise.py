@@ -54,7 +54,7 @@ def test_the_exercise_hides_the_solution_and_the_hidden_tests():
     generated = exercise.make_exercise(solution)
     text = "\n".join(cell.source for cell in generated.cells)
     assert "### BEGIN" not in text and "### END" not in text and "<!-- HIDDEN" not in text
-    assert not re.search(r"\bFACTS\b|\bgrading\.", text), "the probe or hidden tests leaked into the exercise"
+    assert not re.search(r"\bFACTS\b|\bchecks\.\w+\(", text), "the probe or hidden tests leaked into the exercise"
     code_lines = {line.strip() for cell in generated.cells if cell.cell_type == "code" for line in cell.source.splitlines()}
     leaked = sorted(_solution_only_lines(solution) & code_lines)
     assert not leaked, f"solution code in the exercise: {leaked}"

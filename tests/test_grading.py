@@ -186,9 +186,9 @@ results["fit"]["test_accuracy"] = 1.0                            # and made-up n
 solution = pathlib.Path(r"{solution_copy}")
 hidden = solution.read_text()                                    # read the hidden tests...
 solution.write_text(hidden.replace("assert ", "pass  # "))       # ...and try to defuse them
-import course_utils.grading as grading                           # patch the grader in this kernel
-grading.CheckError = Warning
-grading.own_model = lambda *args, **kwargs: None
+import course_utils.checks as checks                             # patch the grader's checks in this kernel
+checks.CheckError = Warning
+checks.own_model = lambda *args, **kwargs: None
 def assert_mirrored(*args, **kwargs):
     return True
 print("PASSED: 12/12 hidden tests passed")
