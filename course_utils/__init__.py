@@ -12,7 +12,7 @@ use (`course_utils.devices`) and prints what it did. It must run before any Tens
 The other modules, one idea each: `data` (datasets, online or off), `strategy` (pick a strategy,
 build models under it), `losses` (loss scaling in custom loops), `timing` (speed measurements),
 `plots` (learning curves), `cluster` (local multi-worker clusters), `notebooks` (headless
-execution), `grading` and `exercise` (the SVHN exercise), `cli` (the `course` command).
+execution), `exercise`, `checks` and `grading` (the SVHN exercise: generator, hidden-check helpers, grader), `bench` (the benchmark), `cli` (the `course` command).
 """
 
 from __future__ import annotations
