@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
@@ -140,9 +141,44 @@ def real_data_status(name: str) -> tuple[bool, str]:
 
 def is_prepared(name: str) -> bool:
     """Whether tensorflow-datasets already has `name` prepared in its data folder (TFDS_DATA_DIR)."""
+    return tfds_builder(name).is_prepared()
+
+
+def tfds_builder(name: str):
+    """The tensorflow-datasets builder that provides `name`.
+
+    For SVHN: a prepared full `svhn_cropped` when there is one, else a builder that downloads
+    only the train and test files (235 MiB instead of 1.5 GiB: tfds's own also fetches the
+    531,131-image `extra` split, which the course does not use).
+    """
     import tensorflow_datasets as tfds
 
-    return tfds.builder(name).is_prepared()
+    builder = tfds.builder(name)
+    if name == "svhn_cropped" and not builder.is_prepared():
+        builder = _svhn_train_test_class()()
+    return builder
+
+
+@functools.cache  # tfds registers a builder class by name when it is defined: define it once
+def _svhn_train_test_class():
+    import tensorflow_datasets as tfds
+
+    svhn_cropped = tfds.builder_cls("svhn_cropped")
+
+    class SvhnCroppedTrainTest(svhn_cropped):
+        """tfds's svhn_cropped, same features and version, without the `extra` split."""
+
+        url_infos = svhn_cropped.url_infos  # tfds's recorded sizes and checksums of the files
+
+        def _split_generators(self, dl_manager):
+            base = "http://ufldl.stanford.edu/housenumbers/"
+            files = dl_manager.download({split: f"{base}{split}_32x32.mat" for split in ("train", "test")})
+            return [
+                tfds.core.SplitGenerator(name=split, gen_kwargs=dict(split_prefix=f"{split}_", filepath=files[split]))
+                for split in ("train", "test")
+            ]
+
+    return SvhnCroppedTrainTest
 
 
 def can_reach(host: str, port: int = 443, timeout: float = NETWORK_TIMEOUT_S) -> bool:
@@ -177,12 +213,11 @@ def _scale(image, label):
 
 
 def _load_tfds(name: str, split: str, limit: int | None):
-    import tensorflow_datasets as tfds
-
-    if name == "svhn_cropped" and not is_prepared(name):
-        # The tfds builder fetches all three files, including the 531k-image `extra` split.
-        print("Downloading svhn_cropped once (about 1.5 GB, including the `extra` split the course does not use)...")
-    dataset = tfds.load(name, split=split, as_supervised=True)
+    builder = tfds_builder(name)
+    if not builder.is_prepared():
+        print(f"Downloading and preparing {name} once, into {builder.data_dir} ...")
+    builder.download_and_prepare()
+    dataset = builder.as_dataset(split=split, as_supervised=True)
     if limit is not None:
         dataset = dataset.take(limit)
     return dataset.map(_scale)

@@ -93,15 +93,16 @@ def test_can_reach_a_local_server_and_not_a_closed_port():
     assert not data.can_reach("127.0.0.1", portpicker.pick_unused_port(), timeout=2)
 
 
-def test_tfds_code_path_with_tfds_mocking(monkeypatch):
+@pytest.mark.parametrize("name", sorted(data.SPECS))
+def test_tfds_code_path_with_tfds_mocking(monkeypatch, name):
     import tensorflow_datasets as tfds
 
     monkeypatch.setattr(data, "is_prepared", lambda name: True)
     data._status.clear()
     with tfds.testing.mock_data(num_examples=20):
-        ds = data.load("mnist", "train", source="tfds", settings=Settings(profile="quick"))
+        ds = data.load(name, "train", source="tfds", settings=Settings(profile="quick"))
         images, labels = next(iter(ds.batch(20)))
-    assert images.shape == (20, 28, 28, 1) and images.dtype.name == "float32"
+    assert images.shape == (20, *data.spec(name).image_shape) and images.dtype.name == "float32"
     assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0
     assert labels.dtype.name == "int64"
 
@@ -126,3 +127,21 @@ def test_synthetic_data_is_learnable(name):
     model.fit(train, epochs=2, verbose=0)
     _, accuracy = model.evaluate(test, verbose=0)
     assert accuracy > 0.6, f"synthetic {name} test accuracy {accuracy:.2f} (chance is 0.10)"
+
+
+def test_svhn_downloads_only_train_and_test(monkeypatch, tmp_path):
+    """tfds's svhn_cropped also fetches the 1.24 GiB `extra` split; the course's builder does not."""
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
+    builder = data.tfds_builder("svhn_cropped")
+    asked = {}
+
+    class RecordingDownloads:
+        def download(self, urls):
+            asked.update(urls)
+            return {split: tmp_path / f"{split}.mat" for split in urls}
+
+    splits = builder._split_generators(RecordingDownloads())
+    assert [s.name for s in splits] == ["train", "test"]
+    assert sorted(asked) == ["test", "train"] and all(url.endswith(f"/{k}_32x32.mat") for k, url in asked.items())
+    assert set(asked.values()) <= set(builder.url_infos), "tfds's checksums cover the files asked for"
+    assert builder.info.features["image"].shape == (32, 32, 3) and builder.info.features["label"].num_classes == 10
