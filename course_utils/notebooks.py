@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from tqdm.auto import tqdm
@@ -64,8 +66,12 @@ def execute(
     for cell in notebook.cells:  # interactive-only cells (starting TensorBoard, ...) are marked for nbval
         if cell.cell_type == "code" and "NBVAL_SKIP" in cell.source:
             cell.metadata.setdefault("tags", []).append("skip-execution")
+    sockets = tempfile.TemporaryDirectory(prefix="course-kernel-")
+    # Unix sockets instead of TCP: ipykernel 7 warns at every start that TCP traffic is unencrypted.
+    kernel = KernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets.name, "kernel"))
     client = NotebookClient(
         notebook,
+        km=kernel,
         timeout=cell_timeout,
         kernel_name=kernel_name,
         resources={"metadata": {"path": str(cwd or path.parent)}},
@@ -85,6 +91,9 @@ def execute(
     finally:
         if bar is not None:
             bar.close()
+        if kernel.has_kernel:  # nbclient only shuts down kernels it created itself
+            kernel.shutdown_kernel(now=True)
+        sockets.cleanup()
     seconds = time.perf_counter() - started
     output_path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, output_path)

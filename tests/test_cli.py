@@ -45,3 +45,14 @@ def test_run_executes_in_order_stops_at_first_failure_and_writes_a_summary(tmp_p
     assert executed.cells[0].outputs[0]["text"].strip() == "profile quick"
     assert (tmp_path / "build" / "summary.md").read_text().count("|") > 10
     assert not (tmp_path / "build" / "03_never.ipynb").exists()
+    assert _processes_in(notebooks) == [], "a kernel outlived `course run`"
+
+
+def _processes_in(folder):
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["pid", "cwd", "cmdline"]):
+        if process.info["cwd"] and process.info["cwd"].startswith(str(folder)):
+            found.append((process.info["pid"], process.info["cmdline"]))
+    return found
