@@ -41,6 +41,11 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+def row(label: str, value: str) -> None:
+    """One line of `course doctor`: a label column, then the value."""
+    print(f"{label:<21}{value}")
+
+
 def doctor(args: argparse.Namespace) -> int:
     """Print what the course will run on; exit 0 when it can run, 1 when something blocks it."""
     from course_utils import data, setup
@@ -48,16 +53,16 @@ def doctor(args: argparse.Namespace) -> int:
     settings = setup(verbose=False)
     import tensorflow as tf
 
-    print(f"python           {platform.python_version()} ({sys.executable})")
+    row("python", f"{platform.python_version()} ({sys.executable})")
     for package in ("tensorflow", "keras", "tf_keras", "tensorflow-datasets", "tensorboard", "nbval"):
-        print(f"{package:<16} {_version(package)}")
+        row(package, _version(package))
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True")
-    print(f"keras flavour    {'tf_keras (TF_USE_LEGACY_KERAS=1)' if legacy else 'Keras 3 (import keras)'}")
+    row("keras flavour", "tf_keras (TF_USE_LEGACY_KERAS=1)" if legacy else "Keras 3 (import keras)")
     gpus = tf.config.list_physical_devices("GPU")
-    print(f"physical GPUs    {len(gpus)}" + (f" ({', '.join(g.name for g in gpus)})" if gpus else ""))
+    row("physical GPUs", f"{len(gpus)}" + (f" ({', '.join(g.name for g in gpus)})" if gpus else ""))
     logical = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
-    print(f"logical devices  {len(logical)} ({', '.join(d.name for d in logical)})")
-    print(f"settings         COURSE_PROFILE={settings.profile} COURSE_DEVICES={settings.devices} COURSE_DATA={settings.data}")
+    row("logical devices", f"{len(logical)} ({', '.join(d.name for d in logical)})")
+    row("settings", f"COURSE_PROFILE={settings.profile} COURSE_DEVICES={settings.devices} COURSE_DATA={settings.data}")
     hosts = [spec.download_host for spec in data.SPECS.values()]
     with ThreadPoolExecutor(len(hosts)) as pool:  # each check may wait NETWORK_TIMEOUT_S: in parallel
         reachable = dict(zip(data.SPECS, pool.map(data.can_reach, hosts)))
@@ -72,8 +77,12 @@ def doctor(args: argparse.Namespace) -> int:
             missing.append(name)
             use = "synthetic stand-in" if settings.data == "auto" else "MISSING: COURSE_DATA=tfds will fail"
         where = f"{'prepared on disk' if prepared else 'not on disk'}, server {'reachable' if reachable[name] else 'unreachable'}"
-        print(f"data {name:<12} {use} ({where})")
-    print(f"network          {'online' if any(reachable.values()) else 'offline: no download server answered'}")
+        row(f"data {name}", f"{use} ({where})")
+    row("network", "online" if any(reachable.values()) else "offline: no download server answered")
+    from course_utils.cluster import leftover_workers
+
+    leftovers = leftover_workers()
+    row("cluster workers", f"{len(leftovers)} left running" + (f": pids {[p.pid for p in leftovers]}" if leftovers else ""))
     return 1 if settings.data == "tfds" and missing else 0
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -17,9 +18,9 @@ def test_doctor_reports_four_devices_and_exits_0():
     env = {**os.environ, "COURSE_DEVICES": "4", "COURSE_DATA": "auto"}
     proc = subprocess.run([*COURSE, "doctor"], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    assert "logical devices  4" in proc.stdout
-    for line in ("tensorflow ", "keras ", "tf_keras ", "tensorflow-datasets ", "keras flavour", "network", "data mnist"):
-        assert line in proc.stdout
+    assert re.search(r"^logical devices +4 ", proc.stdout, flags=re.M)
+    for label in ("tensorflow", "keras", "tf_keras", "tensorflow-datasets", "keras flavour", "network", "data mnist", "cluster workers"):
+        assert re.search(rf"^{label} +\S", proc.stdout, flags=re.M), label
 
 
 def _notebook(path, *sources):
