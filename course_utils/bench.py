@@ -99,7 +99,24 @@ def make_strategy(replicas: int):
     """
     if replicas == 0:
         return _course_strategy("default", verbose=False)
-    return _course_strategy("mirrored", devices=replica_devices(replicas), verbose=False)
+    return _mirrored(replicas)
+
+
+@functools.lru_cache(maxsize=None)
+def _mirrored(replicas: int):
+    # Every MirroredStrategy numbers its collective-communication groups from the same start, so
+    # a second strategy over a different number of devices in the same process reuses group 1 and
+    # its first all-reduce fails ("... is joining a group with size 2, but that group has size 4").
+    # Each replica count therefore gets its own range of group numbers (TensorFlow's
+    # `_collective_key_base`, a class attribute read once in the constructor), and one strategy
+    # per count is reused.
+    devices = replica_devices(replicas)
+    saved = tf.distribute.MirroredStrategy._collective_key_base
+    tf.distribute.MirroredStrategy._collective_key_base = 10_000 * replicas
+    try:
+        return _course_strategy("mirrored", devices=devices, verbose=False)
+    finally:
+        tf.distribute.MirroredStrategy._collective_key_base = saved
 
 
 def strategy_name(strategy) -> str:
@@ -582,7 +599,7 @@ class Sizes:
 
 
 FULL = Sizes(steps=60, rounds=5, examples=16384)
-QUICK = Sizes(steps=20, rounds=3, examples=2048)
+QUICK = Sizes(steps=10, rounds=2, examples=2048)
 
 
 def core_runs(replicas: int, per_replica: int = PER_REPLICA_BATCH, examples: int | None = None) -> list:
