@@ -164,12 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--only", nargs="*", help="run only notebooks whose name contains one of these")
     run_parser.set_defaults(func=run)
     for name, (module_name, help_text) in PLUGGED_COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
+        module = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=help_text)
         module.add_arguments(sub)
         sub.set_defaults(func=module.run)

@@ -43,6 +43,7 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
         "checkpoints/ckpt-*.data-*",
         "learning_curves.png",
     ],
+    "03_single_vs_distributed": ["core_comparison.png", "replica_sweep.png", "results.json"],
     "05_svhn_solution": [
         "fit_model.keras",
         "custom_model.keras",
