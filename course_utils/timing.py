@@ -39,7 +39,9 @@ class ThroughputCallback(keras.callbacks.Callback):
     """Records wall time per epoch, steps per epoch and time per step during `fit`.
 
     The first epoch includes tracing and graph building, so `examples_per_sec` leaves it out
-    whenever there is more than one epoch (`warmup_epochs`).
+    whenever there is more than one epoch (`warmup_epochs`). Steps are counted from the
+    optimizer's step counter at each epoch's start and end: a per-batch hook would make Keras
+    copy every step's logs back to Python and slow down the very thing being measured.
     """
 
     def __init__(self, batch_size: int, warmup_epochs: int = 1) -> None:
@@ -49,18 +51,18 @@ class ThroughputCallback(keras.callbacks.Callback):
         self.epoch_seconds: list[float] = []
         self.epoch_steps: list[int] = []
         self._epoch_start = 0.0
-        self._steps = 0
+        self._first_step = 0
+
+    def _optimizer_steps(self) -> int:
+        return int(self.model.optimizer.iterations.numpy())
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._steps = 0
+        self._first_step = self._optimizer_steps()
         self._epoch_start = time.perf_counter()
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        self._steps += 1
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self.epoch_seconds.append(time.perf_counter() - self._epoch_start)
-        self.epoch_steps.append(self._steps)
+        self.epoch_steps.append(self._optimizer_steps() - self._first_step)
 
     def _measured(self) -> tuple[list[float], list[int]]:
         skip = self.warmup_epochs if len(self.epoch_seconds) > self.warmup_epochs else 0
