@@ -152,7 +152,10 @@ PLUGGED_COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser. Plugged subcommands get their module's arguments only when `command`
+    names them: importing course_utils.bench imports TensorFlow, which `course exercise` or
+    `course run` (whose kernels are separate processes) should not pay for."""
     parser = argparse.ArgumentParser(prog="course", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("doctor", help="versions, devices, settings, data and network").set_defaults(func=doctor)
@@ -164,15 +167,18 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--only", nargs="*", help="run only notebooks whose name contains one of these")
     run_parser.set_defaults(func=run)
     for name, (module_name, help_text) in PLUGGED_COMMANDS.items():
-        module = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=help_text)
-        module.add_arguments(sub)
-        sub.set_defaults(func=module.run)
+        if name == command:
+            module = importlib.import_module(module_name)
+            module.add_arguments(sub)
+            sub.set_defaults(func=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
     try:
         return args.func(args)
     except SettingsError as exc:

@@ -57,3 +57,10 @@ def _processes_in(folder):
         if process.info["cwd"] and process.info["cwd"].startswith(str(folder)):
             found.append((process.info["pid"], process.info["cmdline"]))
     return found
+
+
+def test_commands_that_need_no_tensorflow_do_not_import_it():
+    code = "import sys; from course_utils.cli import main; main(['exercise', '--check']); print('TF', 'tensorflow' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "TF False" in proc.stdout
