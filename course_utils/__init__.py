@@ -54,13 +54,23 @@ def setup(
     names = simulate_devices(settings.devices)
     settings = Settings(profile=settings.profile, devices=len(names), data=settings.data)
     # Write the settings back, so every module (e.g. data.load) and child process sees the same.
-    os.environ.update(COURSE_PROFILE=settings.profile, COURSE_DATA=settings.data, COURSE_DEVICES=str(settings.devices))
+    os.environ.update(
+        COURSE_PROFILE=settings.profile,
+        COURSE_DATA=settings.data,
+        COURSE_DEVICES=str(settings.devices),
+    )
     if verbose:
         import keras
         import tensorflow as tf
 
         kind = "GPU" if any(":GPU:" in n for n in names) else "CPU"
-        shared = " (simulated: they share this machine's cores)" if kind == "CPU" and len(names) > 1 else ""
+        shared = (
+            " (simulated: they share this machine's cores)"
+            if kind == "CPU" and len(names) > 1
+            else ""
+        )
         print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}")
-        print(f"profile={settings.profile}  data={settings.data}  devices={len(names)} logical {kind}{shared}")
+        print(
+            f"profile={settings.profile}  data={settings.data}  devices={len(names)} logical {kind}{shared}"
+        )
     return settings

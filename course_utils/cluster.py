@@ -86,8 +86,13 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def cluster_spec(workers: int = 2, chief: bool = False, ps: int = 0, ports: Sequence[int] | None = None,
-                 host: str = "localhost") -> dict[str, list[str]]:
+def cluster_spec(
+    workers: int = 2,
+    chief: bool = False,
+    ps: int = 0,
+    ports: Sequence[int] | None = None,
+    host: str = "localhost",
+) -> dict[str, list[str]]:
     """The `cluster` part of TF_CONFIG: job name -> list of "host:port" addresses.
 
     Ports are picked free unless given (one per task, in the order chief, workers, ps).
@@ -97,11 +102,15 @@ def cluster_spec(workers: int = 2, chief: bool = False, ps: int = 0, ports: Sequ
     """
     sizes = {"chief": int(chief), "worker": workers, "ps": ps}
     if workers < 1 or ps < 0:
-        raise ValueError(f"A cluster needs at least 1 worker and 0 or more ps tasks (got workers={workers}, ps={ps}).")
+        raise ValueError(
+            f"A cluster needs at least 1 worker and 0 or more ps tasks (got workers={workers}, ps={ps})."
+        )
     total = sum(sizes.values())
     ports = list(ports) if ports is not None else free_ports(total)
     if len(ports) != total or len(set(ports)) != total:
-        raise ValueError(f"Give {total} distinct ports (chief, workers, ps in that order), got {ports}.")
+        raise ValueError(
+            f"Give {total} distinct ports (chief, workers, ps in that order), got {ports}."
+        )
     spec, it = {}, iter(ports)
     for job, size in sizes.items():
         if size:
@@ -117,8 +126,10 @@ def tf_config(spec: Mapping[str, Sequence[str]], task_type: str, task_index: int
     """
     if task_type not in spec or not 0 <= task_index < len(spec[task_type]):
         raise ValueError(f"No task {task_type} {task_index} in cluster {dict(spec)}.")
-    return {"cluster": {job: list(addresses) for job, addresses in spec.items()},
-            "task": {"type": task_type, "index": task_index}}
+    return {
+        "cluster": {job: list(addresses) for job, addresses in spec.items()},
+        "task": {"type": task_type, "index": task_index},
+    }
 
 
 def _read_tf_config(config: Mapping | str | None) -> dict:
@@ -185,7 +196,11 @@ class WorkerFailed(ClusterError):
 
     def __init__(self, task: Task, returncode: int, log_path: Path, tail: str, hint: str = ""):
         self.task, self.returncode, self.log_path, self.tail = task, returncode, log_path, tail
-        how = f"was killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exited with code {returncode}"
+        how = (
+            f"was killed by {signal.Signals(-returncode).name}"
+            if returncode < 0
+            else f"exited with code {returncode}"
+        )
         hint = f"\nHint: {hint}" if hint else ""
         super().__init__(
             f"{task} {how}; the other tasks were stopped.{hint}\n"
@@ -209,7 +224,12 @@ def _port_owner(port: int) -> str:
     """'pid 123 (python worker.py)' for the process listening on `port`, if psutil can see it."""
     try:
         for conn in psutil.net_connections(kind="inet"):
-            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+            if (
+                conn.laddr
+                and conn.laddr.port == port
+                and conn.status == psutil.CONN_LISTEN
+                and conn.pid
+            ):
                 proc = psutil.Process(conn.pid)
                 return f"pid {conn.pid} ({' '.join(proc.cmdline())[:120]})"
     except (psutil.Error, OSError):
@@ -219,8 +239,10 @@ def _port_owner(port: int) -> str:
 
 def _hint_for(log: str) -> str:
     if "Could not start gRPC server" in log or "Address already in use" in log:
-        return ("the task could not listen on its port: another process took it. If you passed ports=, "
-                "free them or leave ports=None so that free ones are picked; otherwise simply run again.")
+        return (
+            "the task could not listen on its port: another process took it. If you passed ports=, "
+            "free them or leave ports=None so that free ones are picked; otherwise simply run again."
+        )
     return ""
 
 
@@ -328,23 +350,43 @@ class LocalCluster:
     `start()` / `wait()` / `stop()` yourself; `run()` does all three.
     """
 
-    def __init__(self, script: str | os.PathLike, workers: int = 2, *, chief: bool = False, ps: int = 0,
-                 args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                 cwd: str | os.PathLike | None = None, log_dir: str | os.PathLike | None = None,
-                 ready: str | None = None, timeout: float = 600.0, stream: bool = False,
-                 ports: Sequence[int] | None = None, python: str = sys.executable):
+    def __init__(
+        self,
+        script: str | os.PathLike,
+        workers: int = 2,
+        *,
+        chief: bool = False,
+        ps: int = 0,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike | None = None,
+        log_dir: str | os.PathLike | None = None,
+        ready: str | None = None,
+        timeout: float = 600.0,
+        stream: bool = False,
+        ports: Sequence[int] | None = None,
+        python: str = sys.executable,
+    ):
         self.script = Path(script).resolve()
         if not self.script.is_file():
-            raise FileNotFoundError(f"Worker script {self.script} does not exist (write it first, e.g. with %%writefile).")
+            raise FileNotFoundError(
+                f"Worker script {self.script} does not exist (write it first, e.g. with %%writefile)."
+            )
         if os.name != "posix":
-            raise ClusterError("LocalCluster needs Linux or macOS (process groups); on Windows use WSL or Colab.")
+            raise ClusterError(
+                "LocalCluster needs Linux or macOS (process groups); on Windows use WSL or Colab."
+            )
         self.cwd = Path(cwd) if cwd is not None else self.script.parent
         self.log_dir = Path(log_dir) if log_dir is not None else self.cwd / "logs"
         self.args, self.extra_env, self.python = [str(a) for a in args], dict(env or {}), python
         self.ready, self.timeout, self.stream = ready, timeout, stream
         self.spec = cluster_spec(workers, chief, ps, ports)
-        self.tasks = [Task(job, i) for job, addresses in self.spec.items() for i in range(len(addresses))]
-        self.log_paths = {t: self.log_dir / f"{self.script.stem}-{t.type}-{t.index}.log" for t in self.tasks}
+        self.tasks = [
+            Task(job, i) for job, addresses in self.spec.items() for i in range(len(addresses))
+        ]
+        self.log_paths = {
+            t: self.log_dir / f"{self.script.stem}-{t.type}-{t.index}.log" for t in self.tasks
+        }
         self._procs: dict[Task, subprocess.Popen] = {}
         self._files: dict[Task, object] = {}
         self._text = {t: "" for t in self.tasks}  # log contents read so far
@@ -361,7 +403,9 @@ class LocalCluster:
     def start(self) -> LocalCluster:
         """Check the ports, start every task, and (if `ready` was given) wait until all print it."""
         if self._started:
-            raise ClusterError("This cluster was already started; make a new LocalCluster to run again.")
+            raise ClusterError(
+                "This cluster was already started; make a new LocalCluster to run again."
+            )
         for task in self.tasks:
             port = int(self.spec[task.type][task.index].rsplit(":", 1)[1])
             if not portpicker.is_port_free(port):
@@ -379,7 +423,13 @@ class LocalCluster:
                 self._launch(task)
             if USE_WATCHDOG:
                 self._watchdog = subprocess.Popen(
-                    [self.python, "-c", _WATCHDOG, str(os.getpid()), *(str(p.pid) for p in self._procs.values())],
+                    [
+                        self.python,
+                        "-c",
+                        _WATCHDOG,
+                        str(os.getpid()),
+                        *(str(p.pid) for p in self._procs.values()),
+                    ],
                     start_new_session=True,
                 )
             if self.ready:
@@ -392,18 +442,30 @@ class LocalCluster:
     def _launch(self, task: Task) -> None:
         env = {**os.environ, **self.extra_env}
         if "COURSE_DEVICES" not in self.extra_env:
-            env.pop("COURSE_DEVICES", None)  # each worker is one device; simulation is for one-process notebooks
-        package_root = str(Path(__file__).resolve().parent.parent)  # so workers can `import course_utils`
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+            env.pop(
+                "COURSE_DEVICES", None
+            )  # each worker is one device; simulation is for one-process notebooks
+        package_root = str(
+            Path(__file__).resolve().parent.parent
+        )  # so workers can `import course_utils`
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, env.get("PYTHONPATH", "")) if p
+        )
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env["PYTHONUNBUFFERED"] = "1"
         env[MARKER] = str(os.getpid())
         env["TF_CONFIG"] = json.dumps(tf_config(self.spec, task.type, task.index))
-        log = open(self.log_paths[task], "wb")  # truncated: no stale line from an earlier run can match
+        log = open(
+            self.log_paths[task], "wb"
+        )  # truncated: no stale line from an earlier run can match
         self._files[task] = log
         self._procs[task] = subprocess.Popen(
             [self.python, str(self.script), *self.args],
-            cwd=self.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cwd=self.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group: killed as a whole, untouched by the notebook's Ctrl-C
             preexec_fn=_die_with_parent(os.getpid()) if USE_PDEATHSIG else None,
         )
@@ -424,7 +486,9 @@ class LocalCluster:
             job, _, index = task.partition(" ")
             task = Task(job, int(index or 0))
         if task not in self.tasks:
-            raise ValueError(f"No task {task} in this cluster; its tasks are: {', '.join(map(str, self.tasks))}.")
+            raise ValueError(
+                f"No task {task} in this cluster; its tasks are: {', '.join(map(str, self.tasks))}."
+            )
         return task
 
     @property
@@ -441,18 +505,30 @@ class LocalCluster:
         task = self._task(task)
         self._read(task)
         text = self._text[task]
-        return text if raw else "\n".join(line for line in text.splitlines() if not _NOISE.match(line))
+        return (
+            text if raw else "\n".join(line for line in text.splitlines() if not _NOISE.match(line))
+        )
 
     def tail(self, task: Task | int | str = 0, lines: int = 15) -> str:
         return "\n".join(self.log(task).splitlines()[-lines:])
 
-    def show_logs(self, lines: int | None = None, tasks: Sequence[Task | int | str] | None = None,
-                  match: str | None = None) -> None:
+    def show_logs(
+        self,
+        lines: int | None = None,
+        tasks: Sequence[Task | int | str] | None = None,
+        match: str | None = None,
+    ) -> None:
         """Print each task's log under a header: its last `lines` lines (default: all), and only the
         lines matching the regular expression `match` when given."""
         for task in [self._task(t) for t in tasks] if tasks is not None else self.tasks:
-            text = [line for line in self.log(task).splitlines() if match is None or re.search(match, line)]
-            path = os.path.relpath(self.log_paths[task])  # short when the logs are below the notebook
+            text = [
+                line
+                for line in self.log(task).splitlines()
+                if match is None or re.search(match, line)
+            ]
+            path = os.path.relpath(
+                self.log_paths[task]
+            )  # short when the logs are below the notebook
             print(f"--- {task}  ({self.log_paths[task] if path.startswith('..') else path}) ---")
             print("\n".join(text[-lines:] if lines else text) or "(empty)")
 
@@ -500,7 +576,9 @@ class LocalCluster:
     def _check_deadline(self, what: str, deadline: float) -> None:
         if time.monotonic() > deadline:
             running = [t for t, p in self._procs.items() if p.poll() is None]
-            tails = "\n".join(f"{t} (still running), last lines:\n{_indent(self.tail(t, 8))}" for t in running)
+            tails = "\n".join(
+                f"{t} (still running), last lines:\n{_indent(self.tail(t, 8))}" for t in running
+            )
             waited = deadline - self._started
             self.stop()
             raise ClusterTimeout(
@@ -511,9 +589,13 @@ class LocalCluster:
     def _deadline_for(self, timeout: float | None) -> float:
         if not self._procs:
             raise ClusterError("Start the cluster first (start(), or use it in a `with` block).")
-        return self._deadline if timeout is None else min(self._deadline, time.monotonic() + timeout)
+        return (
+            self._deadline if timeout is None else min(self._deadline, time.monotonic() + timeout)
+        )
 
-    def wait_for(self, pattern: str, task: Task | int | str = 0, timeout: float | None = None) -> re.Match:
+    def wait_for(
+        self, pattern: str, task: Task | int | str = 0, timeout: float | None = None
+    ) -> re.Match:
         """Read the logs until `pattern` (a regular expression) appears in `task`'s log; return the match.
 
         `task="all"` waits until every task printed it (and returns the last match). Raises
@@ -533,9 +615,14 @@ class LocalCluster:
                     if not match and self._procs[t].poll() is not None:
                         code = self._procs[t].returncode
                         self.stop()
-                        raise ClusterError(f"{t} exited (code {code}) without printing {pattern!r}. "
-                                           f"Last lines of its log:\n{_indent(self.tail(t, 25))}")
-                self._check_deadline(f"{pattern!r} in the log of {'every task' if task == 'all' else awaited[0]}", deadline)
+                        raise ClusterError(
+                            f"{t} exited (code {code}) without printing {pattern!r}. "
+                            f"Last lines of its log:\n{_indent(self.tail(t, 25))}"
+                        )
+                self._check_deadline(
+                    f"{pattern!r} in the log of {'every task' if task == 'all' else awaited[0]}",
+                    deadline,
+                )
                 time.sleep(POLL_SECONDS)
         except BaseException:  # KeyboardInterrupt included: never leave workers behind
             self.stop()
@@ -599,7 +686,9 @@ class LocalCluster:
         _LIVE.discard(self)
 
     def __repr__(self) -> str:
-        state = {t: ("running" if c is None else f"exit {c}") for t, c in self.returncodes.items()} or "not started"
+        state = {
+            t: ("running" if c is None else f"exit {c}") for t, c in self.returncodes.items()
+        } or "not started"
         return f"LocalCluster({self.script.name}, {state})"
 
 

@@ -55,17 +55,35 @@ class DatasetSpec:
 
 DIGITS = tuple(str(d) for d in range(10))
 SPECS = {
-    "mnist": DatasetSpec("mnist", (28, 28, 1), 10, DIGITS, {"train": 60000, "test": 10000}, "storage.googleapis.com"),
+    "mnist": DatasetSpec(
+        "mnist", (28, 28, 1), 10, DIGITS, {"train": 60000, "test": 10000}, "storage.googleapis.com"
+    ),
     "fashion_mnist": DatasetSpec(
         "fashion_mnist",
         (28, 28, 1),
         10,
-        ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+        (
+            "T-shirt/top",
+            "Trouser",
+            "Pullover",
+            "Dress",
+            "Coat",
+            "Sandal",
+            "Shirt",
+            "Sneaker",
+            "Bag",
+            "Ankle boot",
+        ),
         {"train": 60000, "test": 10000},
         "fashion-mnist.s3-website.eu-central-1.amazonaws.com",
     ),
     "svhn_cropped": DatasetSpec(
-        "svhn_cropped", (32, 32, 3), 10, DIGITS, {"train": 73257, "test": 26032}, "ufldl.stanford.edu"
+        "svhn_cropped",
+        (32, 32, 3),
+        10,
+        DIGITS,
+        {"train": 73257, "test": 26032},
+        "ufldl.stanford.edu",
     ),
 }
 
@@ -101,7 +119,9 @@ def load(
     info = spec(name)
     base_split = split.split("[")[0]
     if base_split not in info.split_sizes:
-        raise ValueError(f"Unknown split {split!r} for {name}: use one of {', '.join(info.split_sizes)}.")
+        raise ValueError(
+            f"Unknown split {split!r} for {name}: use one of {', '.join(info.split_sizes)}."
+        )
     if limit is None and settings.quick:
         limit = QUICK_EXAMPLES.get(base_split)
 
@@ -135,7 +155,10 @@ def real_data_status(name: str) -> tuple[bool, str]:
         elif can_reach(info.download_host):
             _status[name] = True, f"{info.download_host} is reachable"
         else:
-            _status[name] = False, f"it is not on disk and {info.download_host} did not answer within {NETWORK_TIMEOUT_S:.0f} s"
+            _status[name] = (
+                False,
+                f"it is not on disk and {info.download_host} did not answer within {NETWORK_TIMEOUT_S:.0f} s",
+            )
     return _status[name]
 
 
@@ -172,9 +195,13 @@ def _svhn_train_test_class():
 
         def _split_generators(self, dl_manager):
             base = "http://ufldl.stanford.edu/housenumbers/"
-            files = dl_manager.download({split: f"{base}{split}_32x32.mat" for split in ("train", "test")})
+            files = dl_manager.download(
+                {split: f"{base}{split}_32x32.mat" for split in ("train", "test")}
+            )
             return [
-                tfds.core.SplitGenerator(name=split, gen_kwargs=dict(split_prefix=f"{split}_", filepath=files[split]))
+                tfds.core.SplitGenerator(
+                    name=split, gen_kwargs=dict(split_prefix=f"{split}_", filepath=files[split])
+                )
                 for split in ("train", "test")
             ]
 
@@ -205,7 +232,9 @@ _announced: set[str] = set()
 def _announce_stand_in(name: str, reason: str) -> None:
     if name not in _announced:
         _announced.add(name)
-        print(f"COURSE_DATA=auto: {name} is not available ({reason}); using a synthetic stand-in with the same shapes and classes.")
+        print(
+            f"COURSE_DATA=auto: {name} is not available ({reason}); using a synthetic stand-in with the same shapes and classes."
+        )
 
 
 def _scale(image, label):
@@ -223,7 +252,9 @@ def _load_tfds(name: str, split: str, limit: int | None):
     return dataset.map(_scale)
 
 
-def synthetic_arrays(name: str, split: str, num_examples: int, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_arrays(
+    name: str, split: str, num_examples: int, seed: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """uint8 images and int64 labels shaped like `name`, with a learnable class structure.
 
     Each class has a fixed smooth random pattern (shared by both splits, so a model trained on
@@ -234,7 +265,9 @@ def synthetic_arrays(name: str, split: str, num_examples: int, seed: int | None 
     height, width, channels = info.image_shape
     class_rng = np.random.default_rng(zlib.crc32(name.encode()))
     coarse = class_rng.random((info.num_classes, height // 4, width // 4, channels))
-    patterns = np.kron(coarse, np.ones((1, 4, 4, 1))).astype(np.float32)  # upsample to full size: smooth blocks
+    patterns = np.kron(coarse, np.ones((1, 4, 4, 1))).astype(
+        np.float32
+    )  # upsample to full size: smooth blocks
 
     rng = np.random.default_rng(zlib.crc32(f"{name}/{split}".encode()) if seed is None else seed)
     labels = rng.integers(0, info.num_classes, size=num_examples)
@@ -244,7 +277,11 @@ def synthetic_arrays(name: str, split: str, num_examples: int, seed: int | None 
         end = min(start + 4096, num_examples)
         weight = rng.uniform(0.5, 0.7, size=(end - start, 1, 1, 1)).astype(np.float32)
         noise = rng.normal(0.0, 0.3, size=(end - start, height, width, channels)).astype(np.float32)
-        blend = weight * patterns[labels[start:end]] + (1 - weight) * patterns[others[start:end]] + noise
+        blend = (
+            weight * patterns[labels[start:end]]
+            + (1 - weight) * patterns[others[start:end]]
+            + noise
+        )
         images[start:end] = (np.clip(blend, 0, 1) * 255).astype(np.uint8)
     return images, labels.astype(np.int64)
 

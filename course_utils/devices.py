@@ -61,7 +61,9 @@ def _configure_cpus(count: int) -> list[str]:
         return _names("CPU")
     if count > 1 or current is not None:
         try:
-            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration()] * count
+            )
         except RuntimeError:
             raise _too_late(count, "CPU", len(tf.config.list_logical_devices("CPU"))) from None
     names = _names("CPU")
@@ -76,7 +78,9 @@ def _configure_gpus(gpus: list, count: int | None) -> list[str]:
         if count <= len(gpus):
             tf.config.set_visible_devices(gpus[:count], "GPU")
         elif len(gpus) == 1:
-            config = [tf.config.LogicalDeviceConfiguration(memory_limit=LOGICAL_GPU_MEMORY_MB)] * count
+            config = [
+                tf.config.LogicalDeviceConfiguration(memory_limit=LOGICAL_GPU_MEMORY_MB)
+            ] * count
             tf.config.set_logical_device_configuration(gpus[0], config)
         else:
             raise ValueError(
@@ -104,7 +108,11 @@ def device_table(names: list[str] | None = None) -> str:
     for i, name in enumerate(names):
         kind = "GPU" if ":GPU:" in name else "CPU"
         shared = len(names) > len([d for d in tf.config.list_physical_devices(kind)])
-        where = physical.get(kind, "?").replace("/physical_device:", "") + (" (shared)" if shared else "")
+        where = physical.get(kind, "?").replace("/physical_device:", "") + (
+            " (shared)" if shared else ""
+        )
         rows.append((str(i), name, where))
     widths = [max(len(r[c]) for r in rows) for c in range(3)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
+    )

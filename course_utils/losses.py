@@ -49,7 +49,9 @@ def scaled_loss(per_example_loss, global_batch_size, regularization_losses: Sequ
     """
     per_example_loss = tf.convert_to_tensor(per_example_loss)
     if per_example_loss.shape.rank > 1:
-        per_example_loss = tf.reduce_mean(per_example_loss, axis=list(range(1, per_example_loss.shape.rank)))
+        per_example_loss = tf.reduce_mean(
+            per_example_loss, axis=list(range(1, per_example_loss.shape.rank))
+        )
     loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
     if regularization_losses:
         loss += tf.nn.scale_regularization_loss(tf.add_n(list(regularization_losses)))

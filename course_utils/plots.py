@@ -29,7 +29,9 @@ def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: 
         epochs = range(1, len(records[metric]) + 1)
         ax.plot(epochs, records[metric], marker="o", label="train")
         if f"val_{metric}" in records:
-            ax.plot(epochs, records[f"val_{metric}"], marker="o", linestyle="--", label="validation")
+            ax.plot(
+                epochs, records[f"val_{metric}"], marker="o", linestyle="--", label="validation"
+            )
         ax.set_xlabel("epoch")
         ax.set_ylabel(metric)
         ax.xaxis.get_major_locator().set_params(integer=True)

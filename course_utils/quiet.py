@@ -69,6 +69,10 @@ def import_tensorflow() -> ModuleType:
 
     absl.logging.set_verbosity(absl.logging.ERROR)
     tf.get_logger().setLevel("ERROR")
-    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options", category=UserWarning)
-    warnings.filterwarnings("ignore", message="`shuffle=True` was passed, but will be ignored", category=UserWarning)
+    warnings.filterwarnings(
+        "ignore", message="To make it possible to preserve tf.data options", category=UserWarning
+    )
+    warnings.filterwarnings(
+        "ignore", message="`shuffle=True` was passed, but will be ignored", category=UserWarning
+    )
     return tf

@@ -73,7 +73,9 @@ def read_settings(environ: Mapping[str, str] | None = None, **overrides: object)
         try:
             devices = int(devices)
         except (TypeError, ValueError):
-            raise SettingsError(f"COURSE_DEVICES={devices!r} is not a whole number (try 1, 2 or 4).") from None
+            raise SettingsError(
+                f"COURSE_DEVICES={devices!r} is not a whole number (try 1, 2 or 4)."
+            ) from None
         if devices < 1:
             raise SettingsError(f"COURSE_DEVICES={devices} must be at least 1.")
     return Settings(profile=profile, devices=devices, data=data)

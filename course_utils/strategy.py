@@ -66,6 +66,8 @@ def build_model_and_optimizer(
         model = make_model()
         optimizer = make_optimizer()
         if not model.built:
-            raise ValueError("make_model must return a built model: give it a keras.Input(shape=...) first.")
+            raise ValueError(
+                "make_model must return a built model: give it a keras.Input(shape=...) first."
+            )
         optimizer.build(model.trainable_variables)
     return model, optimizer

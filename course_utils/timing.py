@@ -27,7 +27,7 @@ class Timer:
         self.start = 0.0
         self.seconds = 0.0
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:
         self.start = time.perf_counter()
         return self
 
@@ -94,7 +94,7 @@ class RunResult:
         return self.examples / self.seconds if self.seconds else 0.0
 
     @classmethod
-    def from_callback(cls, name: str, callback: ThroughputCallback) -> "RunResult":
+    def from_callback(cls, name: str, callback: ThroughputCallback) -> RunResult:
         """Summarise a ThroughputCallback (warm-up epochs excluded)."""
         seconds, steps = callback._measured()
         return cls(name, sum(seconds), sum(steps) * callback.batch_size, len(seconds))
@@ -108,14 +108,29 @@ def results_table(results: list[RunResult], baseline: str | None = None) -> str:
     rows = [("run", "epochs", "seconds", "examples/s", f"vs {base.name}")]
     for r in results:
         ratio = r.examples_per_sec / base.examples_per_sec if base.examples_per_sec else 0.0
-        rows.append((r.name, str(r.epochs), f"{r.seconds:.2f}", f"{r.examples_per_sec:,.0f}", f"{ratio:.2f}x"))
+        rows.append(
+            (
+                r.name,
+                str(r.epochs),
+                f"{r.seconds:.2f}",
+                f"{r.examples_per_sec:,.0f}",
+                f"{ratio:.2f}x",
+            )
+        )
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
-    lines = ["  ".join(cell.rjust(w) if c else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths))) for row in rows]
+    lines = [
+        "  ".join(
+            cell.rjust(w) if c else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths))
+        )
+        for row in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
 
 
-def plot_comparison(results: list[RunResult], metric: str = "examples_per_sec", ax=None, title: str | None = None):
+def plot_comparison(
+    results: list[RunResult], metric: str = "examples_per_sec", ax=None, title: str | None = None
+):
     """Horizontal bar chart of one metric ("examples_per_sec" or "seconds") per run; returns the axes."""
     import matplotlib.pyplot as plt
 
@@ -123,9 +138,18 @@ def plot_comparison(results: list[RunResult], metric: str = "examples_per_sec", 
         _, ax = plt.subplots(figsize=(7, 0.5 + 0.5 * len(results)))
     values = [getattr(r, metric) for r in results]
     bars = ax.barh([r.name for r in results], values, color="tab:blue")
-    ax.bar_label(bars, labels=[f"{v:,.0f}" if metric == "examples_per_sec" else f"{v:.2f}" for v in values], padding=3)
+    ax.bar_label(
+        bars,
+        labels=[f"{v:,.0f}" if metric == "examples_per_sec" else f"{v:.2f}" for v in values],
+        padding=3,
+    )
     ax.invert_yaxis()
-    ax.set_xlabel({"examples_per_sec": "training examples per second (higher is faster)", "seconds": "seconds (lower is faster)"}.get(metric, metric))
+    ax.set_xlabel(
+        {
+            "examples_per_sec": "training examples per second (higher is faster)",
+            "seconds": "seconds (lower is faster)",
+        }.get(metric, metric)
+    )
     ax.set_title(title or "Training speed")
     ax.margins(x=0.15)
     return ax

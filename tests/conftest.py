@@ -17,12 +17,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def run_python(
+    code: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path = ROOT
+) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter with the course environment; return the completed process."""
     full_env = {**os.environ, "COURSE_PROFILE": "quick", **(env or {})}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        env=full_env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env=full_env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -30,10 +36,14 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 30
 def python_subprocess():
     """`python_subprocess(code, env)` -> CompletedProcess; fails the test with stderr when it fails."""
 
-    def run(code: str, env: dict[str, str] | None = None, timeout: float = 300, expect_ok: bool = True):
+    def run(
+        code: str, env: dict[str, str] | None = None, timeout: float = 300, expect_ok: bool = True
+    ):
         proc = run_python(code, env, timeout)
         if expect_ok:
-            assert proc.returncode == 0, f"subprocess failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            assert proc.returncode == 0, (
+                f"subprocess failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
         return proc
 
     return run

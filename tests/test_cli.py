@@ -7,25 +7,39 @@ import subprocess
 import sys
 
 import nbformat
+from conftest import ROOT
 from nbformat.v4 import new_code_cell, new_notebook
 
-from conftest import ROOT
-
-COURSE = [sys.executable, "-m", "course_utils.cli"]
+COURSE = [sys.executable, "-m", "course_utils.tools.cli"]
 
 
 def test_doctor_reports_four_devices_and_exits_0():
     env = {**os.environ, "COURSE_DEVICES": "4", "COURSE_DATA": "auto"}
-    proc = subprocess.run([*COURSE, "doctor"], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [*COURSE, "doctor"], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^logical devices +4 ", proc.stdout, flags=re.M)
-    for label in ("tensorflow", "keras", "tf_keras", "tensorflow-datasets", "keras flavour", "network", "data mnist", "cluster workers"):
+    for label in (
+        "tensorflow",
+        "keras",
+        "tf_keras",
+        "tensorflow-datasets",
+        "keras flavour",
+        "network",
+        "data mnist",
+        "cluster workers",
+    ):
         assert re.search(rf"^{label} +\S", proc.stdout, flags=re.M), label
 
 
 def _notebook(path, *sources):
     nb = new_notebook(cells=[new_code_cell(s) for s in sources])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, path)
 
 
@@ -33,10 +47,14 @@ def test_run_executes_in_order_stops_at_first_failure_and_writes_a_summary(tmp_p
     (tmp_path / "course_utils").mkdir()
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
-    _notebook(notebooks / "01_ok.ipynb", "import os\nprint('profile', os.environ['COURSE_PROFILE'])")
+    _notebook(
+        notebooks / "01_ok.ipynb", "import os\nprint('profile', os.environ['COURSE_PROFILE'])"
+    )
     _notebook(notebooks / "02_fails.ipynb", "x = 1", "raise ValueError('broken on purpose')")
     _notebook(notebooks / "03_never.ipynb", "print('should not run')")
-    proc = subprocess.run([*COURSE, "run"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [*COURSE, "run"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 1
     assert "broken on purpose" in proc.stderr
     summary = json.loads((tmp_path / "build" / "summary.json").read_text())
@@ -60,7 +78,9 @@ def _processes_in(folder):
 
 
 def test_commands_that_need_no_tensorflow_do_not_import_it():
-    code = "import sys; from course_utils.cli import main; main(['exercise', '--check']); print('TF', 'tensorflow' in sys.modules)"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    code = "import sys; from course_utils.tools.cli import main; main(['exercise', '--check']); print('TF', 'tensorflow' in sys.modules)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "TF False" in proc.stdout

@@ -35,7 +35,9 @@ def assert_gone(pids, within: float = 10.0) -> None:
     while alive and time.monotonic() < deadline:
         alive = [p for p in alive if _running(p)]
         time.sleep(0.05)
-    assert not alive, f"processes still running: {[psutil.Process(p).cmdline() for p in alive if _running(p)]}"
+    assert not alive, (
+        f"processes still running: {[psutil.Process(p).cmdline() for p in alive if _running(p)]}"
+    )
 
 
 def _running(pid: int) -> bool:
@@ -63,7 +65,11 @@ def test_free_ports_are_distinct_and_free():
 
 def test_cluster_spec_and_tf_config():
     spec = cluster.cluster_spec(workers=2, chief=True, ps=1, ports=[2001, 2002, 2003, 2004])
-    assert spec == {"chief": ["localhost:2001"], "worker": ["localhost:2002", "localhost:2003"], "ps": ["localhost:2004"]}
+    assert spec == {
+        "chief": ["localhost:2001"],
+        "worker": ["localhost:2002", "localhost:2003"],
+        "ps": ["localhost:2004"],
+    }
     config = cluster.tf_config(spec, "worker", 1)
     assert config == {"cluster": spec, "task": {"type": "worker", "index": 1}}
     ports = [int(a.rsplit(":", 1)[1]) for a in cluster.cluster_spec(workers=3)["worker"]]
@@ -79,11 +85,15 @@ def test_is_chief_rules(monkeypatch):
     assert cluster.is_chief({"cluster": workers, "task": {"type": "worker", "index": 0}})
     assert not cluster.is_chief({"cluster": workers, "task": {"type": "worker", "index": 1}})
     with_chief = {**workers, "chief": ["localhost:3"]}
-    assert cluster.is_chief(json.dumps({"cluster": with_chief, "task": {"type": "chief", "index": 0}}))
+    assert cluster.is_chief(
+        json.dumps({"cluster": with_chief, "task": {"type": "chief", "index": 0}})
+    )
     assert not cluster.is_chief({"cluster": with_chief, "task": {"type": "worker", "index": 0}})
     monkeypatch.delenv("TF_CONFIG", raising=False)
     assert cluster.is_chief()  # a single process is its own chief
-    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": workers, "task": {"type": "worker", "index": 1}}))
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": workers, "task": {"type": "worker", "index": 1}})
+    )
     assert not cluster.is_chief()
     assert cluster.current_task() == cluster.Task("worker", 1)
 
@@ -107,8 +117,17 @@ def test_checkpoint_write_dirs(tmp_path):
 
 
 def test_run_success_streams_logs_and_leaves_nothing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("COURSE_DEVICES", "4")  # the notebook's simulation must not reach the workers
-    done = cluster.run(TINY, workers=3, args=["--child", "--sleep", "0.2"], log_dir=tmp_path, stream=True, timeout=60)
+    monkeypatch.setenv(
+        "COURSE_DEVICES", "4"
+    )  # the notebook's simulation must not reach the workers
+    done = cluster.run(
+        TINY,
+        workers=3,
+        args=["--child", "--sleep", "0.2"],
+        log_dir=tmp_path,
+        stream=True,
+        timeout=60,
+    )
     assert list(done.returncodes.values()) == [0, 0, 0]
     for task in done.tasks:
         log = done.log(task)
@@ -122,7 +141,13 @@ def test_run_success_streams_logs_and_leaves_nothing(tmp_path, monkeypatch, caps
 
 def test_failing_worker_stops_the_others_and_shows_its_log(tmp_path):
     # The others hang: without failure detection this would end in ClusterTimeout instead.
-    c = cluster.LocalCluster(TINY, workers=3, args=["--fail", "worker 1", "--hang", "--child"], log_dir=tmp_path, timeout=60)
+    c = cluster.LocalCluster(
+        TINY,
+        workers=3,
+        args=["--fail", "worker 1", "--hang", "--child"],
+        log_dir=tmp_path,
+        timeout=60,
+    )
     with pytest.raises(cluster.WorkerFailed) as info:
         with c:
             c.wait()
@@ -135,15 +160,32 @@ def test_failing_worker_stops_the_others_and_shows_its_log(tmp_path):
 
 
 def test_worker_that_cannot_listen_gets_a_hint(tmp_path):
-    with pytest.raises(cluster.WorkerFailed, match=r"(?s)Hint: the task could not listen on its port.*Could not start gRPC"):
-        cluster.run(TINY, workers=2, args=["--fail", "worker 0", "--hang", "--message",
-                                           "tensorflow...UnknownError: Could not start gRPC server"],
-                    log_dir=tmp_path, timeout=60)
+    with pytest.raises(
+        cluster.WorkerFailed,
+        match=r"(?s)Hint: the task could not listen on its port.*Could not start gRPC",
+    ):
+        cluster.run(
+            TINY,
+            workers=2,
+            args=[
+                "--fail",
+                "worker 0",
+                "--hang",
+                "--message",
+                "tensorflow...UnknownError: Could not start gRPC server",
+            ],
+            log_dir=tmp_path,
+            timeout=60,
+        )
 
 
 def test_hung_worker_hits_the_timeout(tmp_path):
-    c = cluster.LocalCluster(TINY, workers=2, args=["--hang", "--ignore-term", "--child"], log_dir=tmp_path, timeout=1.5)
-    with pytest.raises(cluster.ClusterTimeout, match=r"(?s)Timed out.*worker 0 \(still running\).*ready"):
+    c = cluster.LocalCluster(
+        TINY, workers=2, args=["--hang", "--ignore-term", "--child"], log_dir=tmp_path, timeout=1.5
+    )
+    with pytest.raises(
+        cluster.ClusterTimeout, match=r"(?s)Timed out.*worker 0 \(still running\).*ready"
+    ):
         with c:
             c.wait()
     assert all(code == -signal.SIGKILL for code in c.returncodes.values())  # SIGTERM was ignored
@@ -151,10 +193,15 @@ def test_hung_worker_hits_the_timeout(tmp_path):
 
 
 def test_wait_for_reads_the_logs_and_fails_clearly(tmp_path):
-    with cluster.LocalCluster(TINY, workers=2, args=["--sleep", "0.3"], log_dir=tmp_path, ready="^ready$", timeout=60) as c:
+    with cluster.LocalCluster(
+        TINY, workers=2, args=["--sleep", "0.3"], log_dir=tmp_path, ready="^ready$", timeout=60
+    ) as c:
         match = c.wait_for(r"pid (\d+)", task=1)
         assert int(match.group(1)) == c.pids[cluster.Task("worker", 1)]
-        with pytest.raises(cluster.ClusterError, match=r"worker 0 exited \(code 0\) without printing 'never printed'"):
+        with pytest.raises(
+            cluster.ClusterError,
+            match=r"worker 0 exited \(code 0\) without printing 'never printed'",
+        ):
             c.wait_for("never printed", task=0)
     assert_gone(c.pids.values())
 
@@ -164,11 +211,15 @@ def test_keyboard_interrupt_while_waiting_leaves_no_child(tmp_path):
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGALRM, interrupt)
-    c = cluster.LocalCluster(TINY, workers=2, args=["--hang", "--child"], log_dir=tmp_path, timeout=60)
+    c = cluster.LocalCluster(
+        TINY, workers=2, args=["--hang", "--child"], log_dir=tmp_path, timeout=60
+    )
     try:
         c.start()
         c.wait_for("child pid", task="all")
-        signal.setitimer(signal.ITIMER_REAL, 0.3)  # Ctrl-C (the notebook's "interrupt") during wait()
+        signal.setitimer(
+            signal.ITIMER_REAL, 0.3
+        )  # Ctrl-C (the notebook's "interrupt") during wait()
         with pytest.raises(KeyboardInterrupt):
             c.wait()
     finally:
@@ -179,13 +230,17 @@ def test_keyboard_interrupt_while_waiting_leaves_no_child(tmp_path):
 
 def test_leaving_the_with_block_by_an_exception_stops_the_cluster(tmp_path):
     with pytest.raises(KeyboardInterrupt):
-        with cluster.LocalCluster(TINY, workers=2, args=["--hang"], log_dir=tmp_path, ready="ready", timeout=60) as c:
+        with cluster.LocalCluster(
+            TINY, workers=2, args=["--hang"], log_dir=tmp_path, ready="ready", timeout=60
+        ) as c:
             raise KeyboardInterrupt
     assert_gone(c.pids.values())
 
 
 def test_kill_one_worker_and_watch_the_rest(tmp_path):
-    with cluster.LocalCluster(TINY, workers=2, args=["--sleep", "0.5"], log_dir=tmp_path, ready="ready", timeout=60) as c:
+    with cluster.LocalCluster(
+        TINY, workers=2, args=["--sleep", "0.5"], log_dir=tmp_path, ready="ready", timeout=60
+    ) as c:
         c.kill(1)
         codes = c.wait(check=False)
     assert codes == {cluster.Task("worker", 0): 0, cluster.Task("worker", 1): -signal.SIGKILL}
@@ -195,12 +250,22 @@ def test_kill_one_worker_and_watch_the_rest(tmp_path):
 
 def test_two_clusters_back_to_back_and_side_by_side(tmp_path):
     first = cluster.run(TINY, workers=2, log_dir=tmp_path, timeout=60)
-    second = cluster.run(TINY, workers=2, log_dir=tmp_path, timeout=60)  # same script, same log folder
+    second = cluster.run(
+        TINY, workers=2, log_dir=tmp_path, timeout=60
+    )  # same script, same log folder
     for task in second.tasks:  # each run keeps its own log, though they share the files
-        assert str(first.pids[task]) not in second.log(task) and str(second.pids[task]) in second.log(task)
-        assert str(second.pids[task]) not in first.log(task) and str(first.pids[task]) in first.log(task)
-    a = cluster.LocalCluster(TINY, workers=2, args=["--sleep", "0.5"], log_dir=tmp_path / "a", timeout=60)
-    b = cluster.LocalCluster(TINY, workers=2, args=["--sleep", "0.5"], log_dir=tmp_path / "b", timeout=60)
+        assert str(first.pids[task]) not in second.log(task) and str(
+            second.pids[task]
+        ) in second.log(task)
+        assert str(second.pids[task]) not in first.log(task) and str(first.pids[task]) in first.log(
+            task
+        )
+    a = cluster.LocalCluster(
+        TINY, workers=2, args=["--sleep", "0.5"], log_dir=tmp_path / "a", timeout=60
+    )
+    b = cluster.LocalCluster(
+        TINY, workers=2, args=["--sleep", "0.5"], log_dir=tmp_path / "b", timeout=60
+    )
     with a, b:
         assert set(a.spec["worker"]).isdisjoint(b.spec["worker"])
         assert all(code == 0 for code in list(a.wait().values()) + list(b.wait().values()))
@@ -212,8 +277,13 @@ def test_busy_port_is_reported_with_its_owner(tmp_path):
         busy.bind(("localhost", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        c = cluster.LocalCluster(TINY, workers=2, ports=[port, cluster.free_ports(1)[0]], log_dir=tmp_path)
-        with pytest.raises(cluster.PortBusy, match=rf"Port {port} \(for worker 0\) is already in use by pid {os.getpid()}"):
+        c = cluster.LocalCluster(
+            TINY, workers=2, ports=[port, cluster.free_ports(1)[0]], log_dir=tmp_path
+        )
+        with pytest.raises(
+            cluster.PortBusy,
+            match=rf"Port {port} \(for worker 0\) is already in use by pid {os.getpid()}",
+        ):
             c.start()
     assert c.pids == {}  # nothing was started
 
@@ -240,16 +310,34 @@ print(json.dumps(list(c.pids.values()) + [int(p) for t in c.tasks for p in re.fi
 """
 
 
-@pytest.mark.parametrize("pdeathsig, watchdog, child, ending", [
-    (True, True, True, "time.sleep(120)"),     # the parent is killed (default guards)
-    (False, True, True, "time.sleep(120)"),    # ... the watchdog alone (systems without prctl)
-    (True, False, False, "time.sleep(120)"),   # ... Linux's parent-death signal alone (workers only)
-    (False, False, True, "sys.exit(0)"),       # a clean exit that forgot stop(): atexit
-], ids=["killed-default", "killed-watchdog-only", "killed-pdeathsig-only", "exit-atexit"])
+@pytest.mark.parametrize(
+    "pdeathsig, watchdog, child, ending",
+    [
+        (True, True, True, "time.sleep(120)"),  # the parent is killed (default guards)
+        (False, True, True, "time.sleep(120)"),  # ... the watchdog alone (systems without prctl)
+        (
+            True,
+            False,
+            False,
+            "time.sleep(120)",
+        ),  # ... Linux's parent-death signal alone (workers only)
+        (False, False, True, "sys.exit(0)"),  # a clean exit that forgot stop(): atexit
+    ],
+    ids=["killed-default", "killed-watchdog-only", "killed-pdeathsig-only", "exit-atexit"],
+)
 def test_no_worker_survives_its_parent(tmp_path, pdeathsig, watchdog, child, ending):
     args = ["--hang", "--child"] if child else ["--hang"]
-    code = PARENT.format(pdeathsig=pdeathsig, watchdog=watchdog, args=args, script=str(TINY), log_dir=str(tmp_path), ending=ending)
-    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    code = PARENT.format(
+        pdeathsig=pdeathsig,
+        watchdog=watchdog,
+        args=args,
+        script=str(TINY),
+        log_dir=str(tmp_path),
+        ending=ending,
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
     try:
         pids = json.loads(parent.stdout.readline())
         assert len(pids) == (4 if child else 2)  # the tasks printed "ready", their children started
@@ -264,11 +352,25 @@ def test_no_worker_survives_its_parent(tmp_path, pdeathsig, watchdog, child, end
 
 
 def test_leftover_workers_finds_orphans_only(tmp_path):
-    with cluster.LocalCluster(TINY, workers=2, args=["--hang"], log_dir=tmp_path / "live", ready="ready", timeout=60) as live:
+    with cluster.LocalCluster(
+        TINY, workers=2, args=["--hang"], log_dir=tmp_path / "live", ready="ready", timeout=60
+    ) as live:
         # An orphan: its parent dies with both guards switched off (as if on an old version).
-        code = PARENT.format(pdeathsig=False, watchdog=False, args=["--hang"], script=str(TINY),
-                             log_dir=str(tmp_path / "orphan"), ending="import os; os._exit(0)")
-        out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        code = PARENT.format(
+            pdeathsig=False,
+            watchdog=False,
+            args=["--hang"],
+            script=str(TINY),
+            log_dir=str(tmp_path / "orphan"),
+            ending="import os; os._exit(0)",
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
         orphans = json.loads(out.stdout.splitlines()[0])
         try:
             found = {p.pid for p in cluster.leftover_workers()}
@@ -286,18 +388,25 @@ def test_jupyter_kernel_restart_kills_the_workers(tmp_path):
 
     km, kc = start_new_kernel(kernel_name="python3", cwd=str(ROOT))
     try:
+
         def run(code: str) -> str:
             out = []
-            reply = kc.execute_interactive(code, timeout=60, output_hook=lambda m: out.append(m["content"].get("text", "")))
+            reply = kc.execute_interactive(
+                code, timeout=60, output_hook=lambda m: out.append(m["content"].get("text", ""))
+            )
             assert reply["content"]["status"] == "ok", reply["content"]
             return "".join(out)
 
-        run(f"from course_utils import cluster\n"
+        run(
+            f"from course_utils import cluster\n"
             f"c = cluster.LocalCluster({str(TINY)!r}, workers=2, args=['--hang'], log_dir={str(tmp_path)!r}, ready='ready')\n"
-            f"c.start()")
+            f"c.start()"
+        )
         pids = json.loads(run("import json; print(json.dumps(list(c.pids.values())))"))
         assert all(_running(p) for p in pids)  # still alive after the cell that started them ended
-        km.restart_kernel(now=True)  # what "Restart kernel" does when the kernel does not answer: SIGKILL
+        km.restart_kernel(
+            now=True
+        )  # what "Restart kernel" does when the kernel does not answer: SIGKILL
         assert_gone(pids)
     finally:
         kc.stop_channels()
@@ -311,24 +420,43 @@ def test_jupyter_kernel_restart_kills_the_workers(tmp_path):
 def test_real_multi_worker_strategy_back_to_back(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_DEVICES", "4")
     for _ in range(2):  # a second cluster right after the first: no port or log clash
-        with cluster.LocalCluster(WORKERS / "tf_worker.py", workers=2, log_dir=tmp_path, timeout=240,
-                                  env={"CUDA_VISIBLE_DEVICES": "-1"}, ready=r"replicas in sync: \d+") as c:
+        with cluster.LocalCluster(
+            WORKERS / "tf_worker.py",
+            workers=2,
+            log_dir=tmp_path,
+            timeout=240,
+            env={"CUDA_VISIBLE_DEVICES": "-1"},
+            ready=r"replicas in sync: \d+",
+        ) as c:
             c.wait()
         for task in c.tasks:
             log = c.log(task)
             assert "replicas in sync: 2" in log
-            assert "COURSE_DEVICES=None" in log  # the notebook's simulation did not leak into the worker
-            assert f"worker devices: ['/job:worker/replica:0/task:{task.index}/device:CPU:0']" in log
+            assert (
+                "COURSE_DEVICES=None" in log
+            )  # the notebook's simulation did not leak into the worker
+            assert (
+                f"worker devices: ['/job:worker/replica:0/task:{task.index}/device:CPU:0']" in log
+            )
             assert "all-reduce sum: 3.0" in log  # 1 + 2, across the two processes
         assert_gone(c.pids.values())
 
 
 @pytest.mark.slow
 def test_real_parameter_server_cluster_with_chief_and_ps(tmp_path):
-    with cluster.LocalCluster(WORKERS / "ps_worker.py", workers=2, chief=True, ps=1, log_dir=tmp_path, timeout=240,
-                              env={"CUDA_VISIBLE_DEVICES": "-1"}) as c:
+    with cluster.LocalCluster(
+        WORKERS / "ps_worker.py",
+        workers=2,
+        chief=True,
+        ps=1,
+        log_dir=tmp_path,
+        timeout=240,
+        env={"CUDA_VISIBLE_DEVICES": "-1"},
+    ) as c:
         done = c.wait_for(r"chief done: first loss ([\d.]+), last loss ([\d.]+)", task="chief")
         assert c.wait_for("serving", task="ps 0") and c.wait_for("serving", task=1)
     assert float(done.group(2)) < float(done.group(1)) / 10  # the model learned y = sum(x)
     assert "variables on: ['/job:ps/replica:0/task:0']" in c.log("chief")
-    assert_gone(c.pids.values())  # the servers never exit by themselves: leaving the block stopped them
+    assert_gone(
+        c.pids.values()
+    )  # the servers never exit by themselves: leaving the block stopped them

@@ -56,7 +56,10 @@ def test_auto_offline_falls_back_in_one_line(offline, capsys):
     ds2 = data.load("mnist", "test", settings=QUICK_AUTO)
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "synthetic stand-in" in out[0] and "mnist" in out[0]
-    assert int(ds.cardinality()) == data.QUICK_EXAMPLES["train"] and int(ds2.cardinality()) == data.QUICK_EXAMPLES["test"]
+    assert (
+        int(ds.cardinality()) == data.QUICK_EXAMPLES["train"]
+        and int(ds2.cardinality()) == data.QUICK_EXAMPLES["test"]
+    )
 
 
 def test_auto_offline_checks_the_network_once_per_process(offline, monkeypatch):
@@ -116,14 +119,18 @@ def test_synthetic_data_is_learnable(name):
     spec = data.spec(name)
     train = data.load(name, "train", limit=1024, source="synthetic").batch(64)
     test = data.load(name, "test", limit=256, source="synthetic").batch(64)
-    model = keras.Sequential([
-        keras.Input(spec.image_shape),
-        keras.layers.Conv2D(16, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Flatten(),
-        keras.layers.Dense(spec.num_classes),
-    ])
-    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    model = keras.Sequential(
+        [
+            keras.Input(spec.image_shape),
+            keras.layers.Conv2D(16, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(spec.num_classes),
+        ]
+    )
+    model.compile(
+        "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
+    )
     model.fit(train, epochs=2, verbose=0)
     _, accuracy = model.evaluate(test, verbose=0)
     assert accuracy > 0.6, f"synthetic {name} test accuracy {accuracy:.2f} (chance is 0.10)"
@@ -142,6 +149,13 @@ def test_svhn_downloads_only_train_and_test(monkeypatch, tmp_path):
 
     splits = builder._split_generators(RecordingDownloads())
     assert [s.name for s in splits] == ["train", "test"]
-    assert sorted(asked) == ["test", "train"] and all(url.endswith(f"/{k}_32x32.mat") for k, url in asked.items())
-    assert set(asked.values()) <= set(builder.url_infos), "tfds's checksums cover the files asked for"
-    assert builder.info.features["image"].shape == (32, 32, 3) and builder.info.features["label"].num_classes == 10
+    assert sorted(asked) == ["test", "train"] and all(
+        url.endswith(f"/{k}_32x32.mat") for k, url in asked.items()
+    )
+    assert set(asked.values()) <= set(builder.url_infos), (
+        "tfds's checksums cover the files asked for"
+    )
+    assert (
+        builder.info.features["image"].shape == (32, 32, 3)
+        and builder.info.features["label"].num_classes == 10
+    )

@@ -24,7 +24,10 @@ def _pins(requirements):
 
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = _pins(project["dependencies"] + [r for r in project["optional-dependencies"]["test"] if "python_version" not in r])
+    wanted = _pins(
+        project["dependencies"]
+        + [r for r in project["optional-dependencies"]["test"] if "python_version" not in r]
+    )
     yml = (ROOT / "environment.yml").read_text()
     pip_lines = re.findall(r"^\s+- ([A-Za-z0-9_.\-]+==\S+)\s*$", yml, flags=re.M)
     assert _pins(pip_lines) == wanted

@@ -46,16 +46,33 @@ def work(tmp_path_factory) -> Path:
     write_notebook_scripts(folder)
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 10, EXAMPLES)
-    images = (rng.random((EXAMPLES, 28, 28, 1)) * 0.5 + labels[:, None, None, None] / 20).astype(np.float32)
+    images = (rng.random((EXAMPLES, 28, 28, 1)) * 0.5 + labels[:, None, None, None] / 20).astype(
+        np.float32
+    )
     np.savez(folder / "mnist_data.npz", images=images, labels=labels)
     return folder
 
 
 def loop(work: Path, checkpoint_dir: str, **kwargs) -> cluster.LocalCluster:
-    args = ["--epochs", EPOCHS, "--per-worker-batch", PER_WORKER_BATCH, "--save-every", SAVE_EVERY,
-            "--checkpoint-dir", checkpoint_dir]
-    return cluster.LocalCluster(work / "loop_worker.py", workers=2, env=ENV, timeout=300, args=args,
-                                log_dir=work / "logs" / checkpoint_dir, **kwargs)
+    args = [
+        "--epochs",
+        EPOCHS,
+        "--per-worker-batch",
+        PER_WORKER_BATCH,
+        "--save-every",
+        SAVE_EVERY,
+        "--checkpoint-dir",
+        checkpoint_dir,
+    ]
+    return cluster.LocalCluster(
+        work / "loop_worker.py",
+        workers=2,
+        env=ENV,
+        timeout=300,
+        args=args,
+        log_dir=work / "logs" / checkpoint_dir,
+        **kwargs,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,14 +99,22 @@ def test_killed_run_resumes_and_ends_at_the_same_step(runs):
     assert codes[cluster.Task("worker", 1)] == -signal.SIGKILL
     assert codes[cluster.Task("worker", 0)] not in (0, None)  # the survivor stops with an error...
     assert re.search(r"UnavailableError|aborted|unhealthy", first.log(0))  # ... about its lost peer
-    assert saved == SAVE_EVERY and saved + 5 <= step_at_kill < TOTAL_STEPS, "the kill must land mid-training"
+    assert saved == SAVE_EVERY and saved + 5 <= step_at_kill < TOTAL_STEPS, (
+        "the kill must land mid-training"
+    )
     assert "finished" not in first.log(0)
 
     log = runs["second"].log(0)
-    resumed_from = int(re.search(r"restored ckpt-\d+: epoch \d+, step_in_epoch \d+, global step (\d+)", log).group(1))
+    resumed_from = int(
+        re.search(r"restored ckpt-\d+: epoch \d+, step_in_epoch \d+, global step (\d+)", log).group(
+            1
+        )
+    )
     resumed = losses_by_step(log)
-    print(f"step at kill {step_at_kill}, resumed from {resumed_from}, final step {max(resumed)} "
-          f"(uninterrupted: {max(baseline)})")
+    print(
+        f"step at kill {step_at_kill}, resumed from {resumed_from}, final step {max(resumed)} "
+        f"(uninterrupted: {max(baseline)})"
+    )
     assert resumed_from == saved
     assert min(resumed) == resumed_from + 1
     assert max(resumed) == max(baseline) == TOTAL_STEPS
@@ -102,6 +127,8 @@ def test_only_the_chief_keeps_checkpoints(runs, work):
     for name in ["uninterrupted", "killed"]:
         folder = work / name
         assert not list(folder.glob("workertemp_*")), f"non-chief checkpoints left in {folder}"
-        assert (folder / "checkpoint").is_file() and (folder / f"ckpt-{TOTAL_STEPS}.index").is_file()
+        assert (folder / "checkpoint").is_file() and (
+            folder / f"ckpt-{TOTAL_STEPS}.index"
+        ).is_file()
     assert_no_task_left = [p for r in ("full", "first", "second") for p in runs[r].pids.values()]
     assert not [p for p in cluster.leftover_workers() if p.pid in assert_no_task_left]

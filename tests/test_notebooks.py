@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 FOLDERS = ("notebooks", "solutions", "exercises")
@@ -71,10 +70,20 @@ def test_notebook_runs_under_nbval(notebook: Path, devices: int):
     env = {**os.environ, "COURSE_PROFILE": "quick", "COURSE_DEVICES": str(devices)}
     env.setdefault("COURSE_DATA", "auto")
     command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
-        f"--nbval-cell-timeout={CELL_TIMEOUT_S}", str(notebook),
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--nbval-lax",
+        "--nbval-current-env",
+        f"--nbval-cell-timeout={CELL_TIMEOUT_S}",
+        str(notebook),
     ]
     proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, f"nbval failed for {notebook.name} with {devices} devices:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    assert proc.returncode == 0, (
+        f"nbval failed for {notebook.name} with {devices} devices:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    )
     missing = [p for p in EXPECTED_ARTIFACTS.get(notebook.stem, []) if not list(artifacts.glob(p))]
     assert not missing, f"{notebook.name} did not write {missing} under {artifacts}"

@@ -41,7 +41,9 @@ def max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 
 def replicas_vs_one_device(weights, run: str, replicas: int) -> float:
     """Max weight difference between `run` on `replicas` replicas and on one device (shown with -s)."""
-    difference = max_difference(final_weights(weights[1], run), final_weights(weights[replicas], run))
+    difference = max_difference(
+        final_weights(weights[1], run), final_weights(weights[replicas], run)
+    )
     print(f"\n{run:>15} on {replicas} replicas vs 1 device: max |dw| = {difference:.2e}")
     return difference
 
@@ -58,26 +60,38 @@ def weights(tmp_path_factory) -> dict[int, np.lib.npyio.NpzFile]:
             out,
             subprocess.Popen(
                 [sys.executable, str(HERE / "parity_train.py"), str(out)],
-                env=env, cwd=HERE.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env=env,
+                cwd=HERE.parent,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             ),
         )
     results = {}
     for devices, (out, proc) in procs.items():
         stdout, stderr = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"parity_train.py with {devices} devices failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+        assert proc.returncode == 0, (
+            f"parity_train.py with {devices} devices failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+        )
         results[devices] = np.load(out)
-        assert int(results[devices]["replicas"]) == devices, "the strategy did not use the simulated devices"
+        assert int(results[devices]["replicas"]) == devices, (
+            "the strategy did not use the simulated devices"
+        )
     return results
 
 
 def test_one_device_reference_is_plain_keras(weights):
     """On one device, fit with Keras's own loss, fit with the global-batch loss and the custom loop agree."""
-    reference = final_weights(weights[1], "builtin_uneven")  # what plain model.fit does on one device
+    reference = final_weights(
+        weights[1], "builtin_uneven"
+    )  # what plain model.fit does on one device
     other_data = max_difference(reference, final_weights(weights[1], "builtin_even"))
     assert other_data > 100 * TOLERANCE, "sanity: training on other data must give other weights"
     for run in ("fit", "loop", "wrong_mean"):  # on one replica, reduce_mean IS the global mean
         difference = max_difference(reference, final_weights(weights[1], run))
-        assert difference < TOLERANCE, f"one device: {run} differs from plain fit by {difference:.2e}"
+        assert difference < TOLERANCE, (
+            f"one device: {run} differs from plain fit by {difference:.2e}"
+        )
 
 
 @pytest.mark.parametrize("replicas", REPLICAS)
@@ -85,14 +99,18 @@ def test_one_device_reference_is_plain_keras(weights):
 def test_replicas_match_one_device(weights, run, replicas):
     """fit and the custom loop, with loss / GLOBAL batch and scaled L2: same weights as one device."""
     difference = replicas_vs_one_device(weights, run, replicas)
-    assert difference < TOLERANCE, f"{run} on {replicas} replicas differs from one device by {difference:.2e}"
+    assert difference < TOLERANCE, (
+        f"{run} on {replicas} replicas differs from one device by {difference:.2e}"
+    )
 
 
 @pytest.mark.parametrize("replicas", REPLICAS)
 def test_reduce_mean_per_replica_breaks_parity(weights, replicas):
     """The classic mistake (reduce_mean on each replica, L2 unscaled) moves the weights far away."""
     difference = replicas_vs_one_device(weights, "wrong_mean", replicas)
-    assert difference > 1000 * TOLERANCE, f"wrong reduction differs by only {difference:.2e}: the test cannot tell"
+    assert difference > 1000 * TOLERANCE, (
+        f"wrong reduction differs by only {difference:.2e}: the test cannot tell"
+    )
 
 
 @pytest.mark.parametrize("replicas", REPLICAS)

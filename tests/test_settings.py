@@ -8,7 +8,9 @@ def test_defaults_are_the_full_course():
 
 
 def test_environment_is_read_and_normalised():
-    s = read_settings({"COURSE_PROFILE": " Quick ", "COURSE_DEVICES": "4", "COURSE_DATA": "SYNTHETIC"})
+    s = read_settings(
+        {"COURSE_PROFILE": " Quick ", "COURSE_DEVICES": "4", "COURSE_DATA": "SYNTHETIC"}
+    )
     assert (s.profile, s.devices, s.data, s.quick) == ("quick", 4, "synthetic", True)
     assert s.pick(full=12, quick=2) == 2
     assert Settings().pick(full=12, quick=2) == 12

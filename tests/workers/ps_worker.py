@@ -13,8 +13,13 @@ task = json.loads(os.environ["TF_CONFIG"])["task"]
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
 if task["type"] in ("worker", "ps"):
     print(f"{task['type']} {task['index']} serving", flush=True)
-    server = tf.distribute.Server(resolver.cluster_spec(), job_name=task["type"], task_index=task["index"],
-                                  protocol="grpc", start=True)
+    server = tf.distribute.Server(
+        resolver.cluster_spec(),
+        job_name=task["type"],
+        task_index=task["index"],
+        protocol="grpc",
+        start=True,
+    )
     server.join()
 
 import keras  # noqa: E402
@@ -25,12 +30,19 @@ with strategy.scope():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     optimizer = keras.optimizers.SGD(0.1)
     optimizer.build(model.trainable_variables)
-print(f"variables on: {sorted({v.value.device.split('/device')[0] for v in model.trainable_variables})}", flush=True)
+print(
+    f"variables on: {sorted({v.value.device.split('/device')[0] for v in model.trainable_variables})}",
+    flush=True,
+)
 
 
 def dataset_fn():
     x = tf.random.stateless_normal((256, 4), seed=(1, 2))
-    return tf.data.Dataset.from_tensor_slices((x, tf.reduce_sum(x, axis=1, keepdims=True))).repeat().batch(32)
+    return (
+        tf.data.Dataset.from_tensor_slices((x, tf.reduce_sum(x, axis=1, keepdims=True)))
+        .repeat()
+        .batch(32)
+    )
 
 
 iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
@@ -42,7 +54,9 @@ def train_step(iterator):
         x, y = batch
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean((model(x) - y) ** 2)
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        optimizer.apply_gradients(
+            zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        )
         return loss
 
     return strategy.run(step_fn, args=(next(iterator),))
@@ -52,4 +66,7 @@ first = coordinator.schedule(train_step, args=(iterator,))
 for _ in range(60):
     last = coordinator.schedule(train_step, args=(iterator,))
 coordinator.join()
-print(f"chief done: first loss {float(first.fetch()):.4f}, last loss {float(last.fetch()):.6f}", flush=True)
+print(
+    f"chief done: first loss {float(first.fetch()):.4f}, last loss {float(last.fetch()):.6f}",
+    flush=True,
+)

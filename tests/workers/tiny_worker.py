@@ -16,7 +16,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--sleep", type=float, default=0.0, help="seconds to work before exiting 0")
 parser.add_argument("--fail", default="", help="task that exits with code 3, e.g. 'worker 1'")
 parser.add_argument("--fail-after", type=float, default=0.0, help="seconds before that task fails")
-parser.add_argument("--message", default="ValueError: this worker fails on purpose", help="last line before failing")
+parser.add_argument(
+    "--message", default="ValueError: this worker fails on purpose", help="last line before failing"
+)
 parser.add_argument("--hang", action="store_true", help="never exit")
 parser.add_argument("--child", action="store_true", help="start a long-sleeping child process")
 parser.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM")

@@ -1,10 +1,10 @@
 """The `course` command: check the set-up, run the notebooks headless, benchmark, grade.
 
-    course doctor                 versions, devices, settings, data and network
-    course run [--profile full]   execute every notebook in order into build/, with progress
-    course bench [--quick]        single device vs distributed throughput (course_utils.bench)
-    course exercise [--check]     generate exercises/ from solutions/ (course_utils.exercise)
-    course grade SUBMISSION...    grade exercise submissions (course_utils.grading)
+course doctor                 versions, devices, settings, data and network
+course run [--profile full]   execute every notebook in order into build/, with progress
+course bench [--quick]        single device vs distributed throughput (course_utils.tools.bench)
+course exercise [--check]     generate exercises/ from solutions/ (course_utils.tools.exercise)
+course grade SUBMISSION...    grade exercise submissions (course_utils.tools.grading)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from course_utils.settings import SettingsError, read_settings
+from course_utils.settings import SettingsError
 
 #: Folders `course run` executes, in this order. exercises/ is left out: its stubs raise by design.
 RUN_FOLDERS = ("notebooks", "solutions")
@@ -31,7 +31,7 @@ def course_root(start: Path | None = None) -> Path:
     for folder in [here, *here.parents]:
         if (folder / "notebooks").is_dir() and (folder / "course_utils").is_dir():
             return folder
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 def _version(package: str) -> str:
@@ -54,7 +54,14 @@ def doctor(args: argparse.Namespace) -> int:
     import tensorflow as tf
 
     row("python", f"{platform.python_version()} ({sys.executable})")
-    for package in ("tensorflow", "keras", "tf_keras", "tensorflow-datasets", "tensorboard", "nbval"):
+    for package in (
+        "tensorflow",
+        "keras",
+        "tf_keras",
+        "tensorflow-datasets",
+        "tensorboard",
+        "nbval",
+    ):
         row(package, _version(package))
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True")
     row("keras flavour", "tf_keras (TF_USE_LEGACY_KERAS=1)" if legacy else "Keras 3 (import keras)")
@@ -62,9 +69,14 @@ def doctor(args: argparse.Namespace) -> int:
     row("physical GPUs", f"{len(gpus)}" + (f" ({', '.join(g.name for g in gpus)})" if gpus else ""))
     logical = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
     row("logical devices", f"{len(logical)} ({', '.join(d.name for d in logical)})")
-    row("settings", f"COURSE_PROFILE={settings.profile} COURSE_DEVICES={settings.devices} COURSE_DATA={settings.data}")
+    row(
+        "settings",
+        f"COURSE_PROFILE={settings.profile} COURSE_DEVICES={settings.devices} COURSE_DATA={settings.data}",
+    )
     hosts = [spec.download_host for spec in data.SPECS.values()]
-    with ThreadPoolExecutor(len(hosts)) as pool:  # each check may wait NETWORK_TIMEOUT_S: in parallel
+    with ThreadPoolExecutor(
+        len(hosts)
+    ) as pool:  # each check may wait NETWORK_TIMEOUT_S: in parallel
         reachable = dict(zip(data.SPECS, pool.map(data.can_reach, hosts)))
     missing = []
     for name in data.SPECS:
@@ -75,14 +87,22 @@ def doctor(args: argparse.Namespace) -> int:
             use = "real data"
         else:
             missing.append(name)
-            use = "synthetic stand-in" if settings.data == "auto" else "MISSING: COURSE_DATA=tfds will fail"
+            use = (
+                "synthetic stand-in"
+                if settings.data == "auto"
+                else "MISSING: COURSE_DATA=tfds will fail"
+            )
         where = f"{'prepared on disk' if prepared else 'not on disk'}, server {'reachable' if reachable[name] else 'unreachable'}"
         row(f"data {name}", f"{use} ({where})")
     row("network", "online" if any(reachable.values()) else "offline: no download server answered")
     from course_utils.cluster import leftover_workers
 
     leftovers = leftover_workers()
-    row("cluster workers", f"{len(leftovers)} left running" + (f": pids {[p.pid for p in leftovers]}" if leftovers else ""))
+    row(
+        "cluster workers",
+        f"{len(leftovers)} left running"
+        + (f": pids {[p.pid for p in leftovers]}" if leftovers else ""),
+    )
     return 1 if settings.data == "tfds" and missing else 0
 
 
@@ -96,7 +116,7 @@ def notebooks_to_run(root: Path, only: list[str] | None = None) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     """Execute the notebooks in order into build/, stop at the first failing cell, write a summary."""
-    from course_utils.notebooks import execute
+    from course_utils.tools.runner import execute
 
     root = course_root()
     build = Path(args.build_dir or root / "build").resolve()
@@ -111,11 +131,16 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for index, path in enumerate(paths, 1):
         label = f"[{index}/{len(paths)}] {path.parent.name}/{path.name}"
-        result = execute(path, build / path.name, env=env, cell_timeout=args.cell_timeout, progress=label)
+        result = execute(
+            path, build / path.name, env=env, cell_timeout=args.cell_timeout, progress=label
+        )
         results.append(result)
         print(f"{label}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.1f} s")
         if not result.ok:
-            print(f"\nFirst failing cell of {path.name} (executed copy: {result.output_path}):\n{result.error}", file=sys.stderr)
+            print(
+                f"\nFirst failing cell of {path.name} (executed copy: {result.output_path}):\n{result.error}",
+                file=sys.stderr,
+            )
             break
     _write_summary(build, results, paths, env)
     return 0 if all(r.ok for r in results) and len(results) == len(paths) else 1
@@ -123,20 +148,42 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_summary(build: Path, results: list, paths: list[Path], env: dict[str, str]) -> None:
     rows = [
-        {"notebook": f"{r.path.parent.name}/{r.path.name}", "ok": r.ok, "seconds": round(r.seconds, 1),
-         "executed_copy": r.output_path.name, "error": r.error.strip().splitlines()[-1] if r.error.strip() else ""}
+        {
+            "notebook": f"{r.path.parent.name}/{r.path.name}",
+            "ok": r.ok,
+            "seconds": round(r.seconds, 1),
+            "executed_copy": r.output_path.name,
+            "error": r.error.strip().splitlines()[-1] if r.error.strip() else "",
+        }
         for r in results
     ]
     ran = {r.path for r in results}
-    rows += [{"notebook": f"{p.parent.name}/{p.name}", "ok": None, "seconds": None, "executed_copy": "", "error": "not run"}
-             for p in paths if p not in ran]
+    rows += [
+        {
+            "notebook": f"{p.parent.name}/{p.name}",
+            "ok": None,
+            "seconds": None,
+            "executed_copy": "",
+            "error": "not run",
+        }
+        for p in paths
+        if p not in ran
+    ]
     build.mkdir(parents=True, exist_ok=True)
     (build / "summary.json").write_text(json.dumps({"settings": env, "notebooks": rows}, indent=2))
-    lines = ["# Course run", "", f"Settings: {', '.join(f'{k}={v}' for k, v in env.items())}", "",
-             "| notebook | result | seconds | executed copy |", "|---|---|---|---|"]
+    lines = [
+        "# Course run",
+        "",
+        f"Settings: {', '.join(f'{k}={v}' for k, v in env.items())}",
+        "",
+        "| notebook | result | seconds | executed copy |",
+        "|---|---|---|---|",
+    ]
     for row in rows:
         status = {True: "ok", False: f"FAILED: {row['error']}", None: "not run"}[row["ok"]]
-        lines.append(f"| {row['notebook']} | {status} | {row['seconds'] if row['seconds'] is not None else ''} | {row['executed_copy']} |")
+        lines.append(
+            f"| {row['notebook']} | {status} | {row['seconds'] if row['seconds'] is not None else ''} | {row['executed_copy']} |"
+        )
     total = sum(r["seconds"] or 0 for r in rows)
     lines += ["", f"Total: {total:.1f} s"]
     (build / "summary.md").write_text("\n".join(lines) + "\n")
@@ -146,25 +193,46 @@ def _write_summary(build: Path, results: list, paths: list[Path], env: dict[str,
 #: Subcommands that live in their own modules: name -> (module, help). Each module has
 #: `add_arguments(parser)` and `run(args) -> int`.
 PLUGGED_COMMANDS = {
-    "bench": ("course_utils.bench", "time single device vs distributed training and print the ratios"),
-    "exercise": ("course_utils.exercise", "generate exercises/ from solutions/ (or --check they match)"),
-    "grade": ("course_utils.grading", "grade exercise submissions: reports and a CSV gradebook"),
+    "bench": (
+        "course_utils.tools.bench",
+        "time single device vs distributed training and print the ratios",
+    ),
+    "exercise": (
+        "course_utils.tools.exercise",
+        "generate exercises/ from solutions/ (or --check they match)",
+    ),
+    "grade": (
+        "course_utils.tools.grading",
+        "grade exercise submissions: reports and a CSV gradebook",
+    ),
 }
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser. Plugged subcommands get their module's arguments only when `command`
-    names them: importing course_utils.bench imports TensorFlow, which `course exercise` or
+    names them: importing course_utils.tools.bench imports TensorFlow, which `course exercise` or
     `course run` (whose kernels are separate processes) should not pay for."""
-    parser = argparse.ArgumentParser(prog="course", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="course", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("doctor", help="versions, devices, settings, data and network").set_defaults(func=doctor)
+    commands.add_parser(
+        "doctor", help="versions, devices, settings, data and network"
+    ).set_defaults(func=doctor)
     run_parser = commands.add_parser("run", help="execute the notebooks in order into build/")
-    run_parser.add_argument("--profile", choices=("quick", "full"), default="quick", help="default: quick")
+    run_parser.add_argument(
+        "--profile", choices=("quick", "full"), default="quick", help="default: quick"
+    )
     run_parser.add_argument("--devices", type=int, help="simulated devices (COURSE_DEVICES)")
-    run_parser.add_argument("--build-dir", help="where executed copies and the summary go (default: build/)")
-    run_parser.add_argument("--cell-timeout", type=int, default=900, help="seconds per cell (default: 900)")
-    run_parser.add_argument("--only", nargs="*", help="run only notebooks whose name contains one of these")
+    run_parser.add_argument(
+        "--build-dir", help="where executed copies and the summary go (default: build/)"
+    )
+    run_parser.add_argument(
+        "--cell-timeout", type=int, default=900, help="seconds per cell (default: 900)"
+    )
+    run_parser.add_argument(
+        "--only", nargs="*", help="run only notebooks whose name contains one of these"
+    )
     run_parser.set_defaults(func=run)
     for name, (module_name, help_text) in PLUGGED_COMMANDS.items():
         sub = commands.add_parser(name, help=help_text)

@@ -22,11 +22,11 @@ that process; printed "PASSED" lines, redefined functions and hand-written numbe
 A tampered solution file is restored and noted in the report. What this is not: a sandbox. Student
 code runs with your user's rights; grade untrusted submissions inside a container or a throw-away VM.
 
-The hidden tests call the helpers of `course_utils.checks` (`load_results`, `own_model`, `evaluate`, ...),
+The hidden tests call the helpers of `course_utils.tools.checks` (`load_results`, `own_model`, `evaluate`, ...),
 which raise `CheckError` with a message written for the student.
 
 Example:
-    >>> from course_utils import grading
+    >>> from course_utils.tools import grading
     >>> grades = grading.grade(["submissions/"], out="grades", limits=grading.Limits(cell_timeout=300))
     >>> [(g.student, g.score, g.max_score) for g in grades]
     [('alice', 12.0, 12.0), ('bob', 9.0, 12.0)]
@@ -55,8 +55,8 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils import exercise
-from course_utils.checks import ARTIFACTS_NAME, DATASET, clear_cache
+from course_utils.tools import exercise
+from course_utils.tools.checks import ARTIFACTS_NAME, DATASET, clear_cache
 
 #: The SVHN exercise's solution notebook, where the hidden tests come from.
 DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
@@ -97,7 +97,7 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    def __enter__(self) -> "Watchdog":
+    def __enter__(self) -> Watchdog:
         self._thread.start()
         return self
 
@@ -122,9 +122,13 @@ class Watchdog:
                 return  # the kernel is gone
             self.peak_mb = max(self.peak_mb, rss / 2**20)
             if rss > self.memory_mb * 2**20:
-                self.reason = f"memory limit: the kernel used more than {self.memory_mb} MB and was stopped"
+                self.reason = (
+                    f"memory limit: the kernel used more than {self.memory_mb} MB and was stopped"
+                )
             elif time.monotonic() > self.deadline:
-                self.reason = f"time limit: the notebook ran longer than {self.seconds:.0f} s and was stopped"
+                self.reason = (
+                    f"time limit: the notebook ran longer than {self.seconds:.0f} s and was stopped"
+                )
             if self.reason:
                 kill_tree(self.pid)
                 return
@@ -156,7 +160,9 @@ class RunOutcome:
     status: str  # "ran", "killed", "kernel died", "could not start", "run failed"
     reason: str = ""
     seconds: float = 0.0
-    cell_errors: list[str] = field(default_factory=list)  # "cell 12: NameError: name 'x' is not defined"
+    cell_errors: list[str] = field(
+        default_factory=list
+    )  # "cell 12: NameError: name 'x' is not defined"
     timed_out_cells: list[int] = field(default_factory=list)
     facts: dict = field(default_factory=dict)
     probe_error: str = ""
@@ -165,7 +171,12 @@ class RunOutcome:
 
 
 def run_submission(
-    notebook, workdir: Path, env: dict[str, str], limits: Limits, probe_source: str = "", log_path: Path | None = None
+    notebook,
+    workdir: Path,
+    env: dict[str, str],
+    limits: Limits,
+    probe_source: str = "",
+    log_path: Path | None = None,
 ) -> RunOutcome:
     """Execute `notebook` in a fresh kernel in `workdir` (errors allowed), then run the probe there.
 
@@ -176,11 +187,21 @@ def run_submission(
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
-    timeout_error = {"ename": "CellTimeoutError", "evalue": f"the cell ran longer than {limits.cell_timeout} s and was interrupted", "traceback": []}
+    timeout_error = {
+        "ename": "CellTimeoutError",
+        "evalue": f"the cell ran longer than {limits.cell_timeout} s and was interrupted",
+        "traceback": [],
+    }
     client = NotebookClient(
-        notebook, timeout=limits.cell_timeout, allow_errors=True, interrupt_on_timeout=True,
-        error_on_timeout=timeout_error, kernel_name="python3", shutdown_kernel="immediate",
-        resources={"metadata": {"path": str(workdir)}}, startup_timeout=120,
+        notebook,
+        timeout=limits.cell_timeout,
+        allow_errors=True,
+        interrupt_on_timeout=True,
+        error_on_timeout=timeout_error,
+        kernel_name="python3",
+        shutdown_kernel="immediate",
+        resources={"metadata": {"path": str(workdir)}},
+        startup_timeout=120,
     )
     outcome = RunOutcome(status="ran", notebook=notebook)
 
@@ -189,7 +210,9 @@ def run_submission(
         if content.get("ename") == timeout_error["ename"]:
             outcome.timed_out_cells.append(cell_index)
         elif not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-            outcome.cell_errors.append(f"cell {cell_index}: {content.get('ename')}: {str(content.get('evalue'))[:300]}")
+            outcome.cell_errors.append(
+                f"cell {cell_index}: {content.get('ename')}: {str(content.get('evalue'))[:300]}"
+            )
 
     client.on_cell_error = on_cell_error
     started = time.monotonic()
@@ -202,10 +225,16 @@ def run_submission(
             with Watchdog(pid, limits.memory_mb, limits.timeout) as dog:
                 try:
                     for index, cell in enumerate(notebook.cells):
-                        client.execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
+                        client.execute_cell(
+                            cell, index, execution_count=client.code_cells_executed + 1
+                        )
                     if probe_source:
-                        cell = nbformat.v4.new_code_cell(f"{probe_source}\nimport json as _json\nprint({marker!r} + _json.dumps(FACTS))")
-                        notebook.cells.append(cell)  # nbclient stores each cell back into the notebook
+                        cell = nbformat.v4.new_code_cell(
+                            f"{probe_source}\nimport json as _json\nprint({marker!r} + _json.dumps(FACTS))"
+                        )
+                        notebook.cells.append(
+                            cell
+                        )  # nbclient stores each cell back into the notebook
                         try:
                             client.execute_cell(cell, len(notebook.cells) - 1)
                         finally:
@@ -213,7 +242,10 @@ def run_submission(
                         outcome.facts, outcome.probe_error = _read_facts(cell, marker)
                 except DeadKernelError:
                     outcome.status = "killed" if dog.reason else "kernel died"
-                    outcome.reason = dog.reason or "the kernel died (it crashed or was killed) before the notebook finished"
+                    outcome.reason = (
+                        dog.reason
+                        or "the kernel died (it crashed or was killed) before the notebook finished"
+                    )
             outcome.peak_mb = dog.peak_mb
     except Exception as exc:  # the kernel did not start, or talking to it failed
         if outcome.status == "ran":
@@ -229,7 +261,9 @@ def run_submission(
             cell.outputs.append(nbformat.v4.new_output("error", **timeout_error))
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
-                outcome.cell_errors.append(f"cell {index}: {output.get('ename')}: {str(output.get('evalue'))[:300]}")
+                outcome.cell_errors.append(
+                    f"cell {index}: {output.get('ename')}: {str(output.get('evalue'))[:300]}"
+                )
     return outcome
 
 
@@ -240,7 +274,7 @@ def _read_facts(cell, marker: str) -> tuple[dict, str]:
         for line in output.get("text", "").splitlines():
             if line.startswith(marker):
                 try:
-                    return json.loads(line[len(marker):]), ""
+                    return json.loads(line[len(marker) :]), ""
                 except ValueError as exc:
                     return {}, f"unreadable facts: {exc}"
     return {}, "the probe printed no facts"
@@ -266,23 +300,35 @@ class CheckResult:
 def _check_worker() -> None:
     """Main loop of the check process: one JSON job per stdin line, one JSON result per stdout line."""
     results_out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # anything else printed here (TensorFlow, the tests) goes to stderr, not to the results
+    os.dup2(
+        2, 1
+    )  # anything else printed here (TensorFlow, the tests) goes to stderr, not to the results
     import course_utils
 
     settings = course_utils.setup(verbose=False)
     for line in sys.stdin:
         job = json.loads(line)
         clear_cache()
-        namespace = {"__name__": "__hidden_tests__", "settings": settings, "ARTIFACTS": Path(job["artifacts"]), "FACTS": job["facts"]}
+        namespace = {
+            "__name__": "__hidden_tests__",
+            "settings": settings,
+            "ARTIFACTS": Path(job["artifacts"]),
+            "FACTS": job["facts"],
+        }
         results = []
         for index, test in enumerate(job["tests"]):
             try:
-                exec(compile(test["source"], f"<hidden test {index}: {test['title']}>", "exec"), namespace)
+                exec(
+                    compile(test["source"], f"<hidden test {index}: {test['title']}>", "exec"),
+                    namespace,
+                )
                 results.append({"passed": True, "message": ""})
             except AssertionError as exc:
                 results.append({"passed": False, "message": str(exc) or "an assertion failed"})
             except Exception as exc:
-                results.append({"passed": False, "message": f"{type(exc).__name__}: {str(exc)[:500]}"})
+                results.append(
+                    {"passed": False, "message": f"{type(exc).__name__}: {str(exc)[:500]}"}
+                )
         import keras
 
         keras.backend.clear_session()
@@ -304,8 +350,17 @@ class CheckProcess:
     def _start(self) -> None:
         log = open(self.log_path, "a")
         self.process = subprocess.Popen(
-            [sys.executable, "-c", "from course_utils.grading import _check_worker; _check_worker()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=self.env, cwd=self.cwd,
+            [
+                sys.executable,
+                "-c",
+                "from course_utils.tools.grading import _check_worker; _check_worker()",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=self.env,
+            cwd=self.cwd,
             start_new_session=True,
         )
         log.close()
@@ -324,19 +379,27 @@ class CheckProcess:
             if self.process is None:
                 self._start()
 
-    def run(self, artifacts: Path, facts: dict, tests: list[exercise.HiddenTest], timeout: float) -> list[tuple[bool, str]]:
+    def run(
+        self, artifacts: Path, facts: dict, tests: list[exercise.HiddenTest], timeout: float
+    ) -> list[tuple[bool, str]]:
         """(passed, message) for each test; all failed with the reason when the process fails."""
         with self.lock:
             if self.process is None or self.process.poll() is not None:
                 self._start()
-            job = {"artifacts": str(artifacts), "facts": facts,
-                   "tests": [{"title": t.title, "source": t.source} for t in tests]}
+            job = {
+                "artifacts": str(artifacts),
+                "facts": facts,
+                "tests": [{"title": t.title, "source": t.source} for t in tests],
+            }
             try:
                 self.process.stdin.write(json.dumps(job) + "\n")
                 self.process.stdin.flush()
                 line = self.lines.get(timeout=timeout)
             except queue.Empty:
-                line, why = None, f"the grader's tests took longer than {timeout:.0f} s on these files"
+                line, why = (
+                    None,
+                    f"the grader's tests took longer than {timeout:.0f} s on these files",
+                )
             except (BrokenPipeError, OSError):
                 line, why = None, "the grader's check process stopped"
             else:
@@ -396,17 +459,23 @@ def collect_submissions(paths: list[str | os.PathLike]) -> list[tuple[str, Path]
     found: list[Path] = []
     for given in map(Path, paths):
         if given.is_dir():
-            found += sorted(p for p in given.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+            found += sorted(
+                p for p in given.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
+            )
         elif given.exists():
             found.append(given)
         else:
-            raise FileNotFoundError(f"{given} does not exist: give notebooks or folders of notebooks")
+            raise FileNotFoundError(
+                f"{given} does not exist: give notebooks or folders of notebooks"
+            )
     if not found:
         raise FileNotFoundError(f"no .ipynb file in {', '.join(map(str, paths))}: nothing to grade")
     names: dict[str, int] = {}
     out = []
     for path in found:
-        name = path.parent.name if path.stem.endswith("_exercise") and path.parent.name else path.stem
+        name = (
+            path.parent.name if path.stem.endswith("_exercise") and path.parent.name else path.stem
+        )
         name = re.sub(r"[^\w.-]+", "_", name) or "submission"
         names[name] = names.get(name, 0) + 1
         out.append((name if names[name] == 1 else f"{name}-{names[name]}", path))
@@ -467,7 +536,7 @@ def grade(
     """
     from tqdm.auto import tqdm
 
-    from course_utils.cli import course_root
+    from course_utils.tools.cli import course_root
 
     root = course_root()
     solution_path = Path(solution or root / DEFAULT_SOLUTION).resolve()
@@ -477,8 +546,8 @@ def grade(
     if not parts.tests:
         raise ValueError(f"{solution_path} has no HIDDEN TESTS cells: nothing to grade with")
     exercise_nb = exercise.make_exercise(solution_nb)
-    package = Path(__file__).resolve().parent
-    watched = sorted(package.glob("*.py"))
+    package = Path(__file__).resolve().parents[1]
+    watched = sorted(package.rglob("*.py"))
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     submissions = collect_submissions(paths)
@@ -488,8 +557,15 @@ def grade(
         from course_utils import data as course_data
 
         data = "tfds" if course_data.real_data_status(DATASET)[0] else "synthetic"
-    pythonpath = os.pathsep.join(filter(None, [str(package.parent), os.environ.get("PYTHONPATH", "")]))
-    course_env = {"COURSE_PROFILE": profile, "COURSE_DEVICES": str(devices), "COURSE_DATA": data, "PYTHONPATH": pythonpath}
+    pythonpath = os.pathsep.join(
+        filter(None, [str(package.parent), os.environ.get("PYTHONPATH", "")])
+    )
+    course_env = {
+        "COURSE_PROFILE": profile,
+        "COURSE_DEVICES": str(devices),
+        "COURSE_DATA": data,
+        "PYTHONPATH": pythonpath,
+    }
     checks = CheckProcess({**os.environ, **course_env}, out, out / "checks.log")
     checks.start()
 
@@ -500,9 +576,16 @@ def grade(
         folder.mkdir(parents=True)
         try:
             g = _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course_env)
-        except Exception as exc:  # a bug or an unexpected failure: this submission only, the batch goes on
-            g = Grade(student, Path(path), status="grader error", reason=f"{type(exc).__name__}: {exc}")
-            g.results = [CheckResult(t.question, t.title, t.points, 0.0, "not graded: grader error") for t in parts.tests]
+        except (
+            Exception
+        ) as exc:  # a bug or an unexpected failure: this submission only, the batch goes on
+            g = Grade(
+                student, Path(path), status="grader error", reason=f"{type(exc).__name__}: {exc}"
+            )
+            g.results = [
+                CheckResult(t.question, t.title, t.points, 0.0, "not graded: grader error")
+                for t in parts.tests
+            ]
         g.seconds = time.monotonic() - started
         g.max_score = parts.max_points
         return g
@@ -512,15 +595,26 @@ def grade(
     bar = tqdm(total=len(submissions), desc="grading", unit="notebook", disable=not progress)
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = {pool.submit(work, student, path): index for index, (student, path) in enumerate(submissions)}
+            futures = {
+                pool.submit(work, student, path): index
+                for index, (student, path) in enumerate(submissions)
+            }
             for future in as_completed(futures):
                 g = future.result()
-                suspects = "this submission" + (" or one running at the same time" if jobs > 1 else "")
+                suspects = "this submission" + (
+                    " or one running at the same time" if jobs > 1 else ""
+                )
                 if solution_path.read_bytes() != solution_bytes:
                     solution_path.write_bytes(solution_bytes)
-                    g.notes.append(f"{solution_path.name} changed while {suspects} ran; it was restored (tampering?)")
+                    g.notes.append(
+                        f"{solution_path.name} changed while {suspects} ran; it was restored (tampering?)"
+                    )
                 after = _hash_files(watched)
-                g.notes += [f"course_utils/{p.name} changed while {suspects} ran (tampering?)" for p in after if hashes.get(p) != after[p]]
+                g.notes += [
+                    f"course_utils/{p.name} changed while {suspects} ran (tampering?)"
+                    for p in after
+                    if hashes.get(p) != after[p]
+                ]
                 hashes = after
                 write_report(g, out / g.student / "report.md")
                 grades[futures[future]] = g
@@ -542,19 +636,30 @@ def _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course
         if not isinstance(notebook.get("cells"), list):
             raise ValueError("it has no list of cells")
     except Exception as exc:
-        g.status, g.reason = "invalid notebook", f"{Path(path).name} cannot be read as a notebook: {type(exc).__name__}: {str(exc)[:300]}"
+        g.status, g.reason = (
+            "invalid notebook",
+            f"{Path(path).name} cannot be read as a notebook: {type(exc).__name__}: {str(exc)[:300]}",
+        )
         g.results = [_failed(r, "not graded: the file is not a valid notebook") for r in zero]
         return g
     g.answers = {a.question: exercise.find_answer(notebook, a) for a in parts.answers}
     if _same_code(notebook, exercise_nb) and not any(g.answers.values()):
-        g.status, g.reason = "unchanged exercise", "the submission is the exercise as handed out: no code and no answer to grade"
+        g.status, g.reason = (
+            "unchanged exercise",
+            "the submission is the exercise as handed out: no code and no answer to grade",
+        )
         g.results = [_failed(r, "not graded: nothing was changed in the exercise") for r in zero]
         return g
 
     with tempfile.TemporaryDirectory(prefix=f"grade-{student}-") as workdir:
         workdir = Path(workdir)
         shutil.copyfile(path, workdir / "submission.ipynb")
-        env = {**os.environ, **course_env, "COURSE_ARTIFACTS": str(workdir / "artifacts"), "MPLBACKEND": "Agg"}
+        env = {
+            **os.environ,
+            **course_env,
+            "COURSE_ARTIFACTS": str(workdir / "artifacts"),
+            "MPLBACKEND": "Agg",
+        }
         outcome = run_submission(notebook, workdir, env, limits, parts.probe, folder / "kernel.log")
         g.notes += _copy_artifacts(workdir / "artifacts" / ARTIFACTS_NAME, folder / "artifacts")
     nbformat.write(outcome.notebook, folder / "executed.ipynb")
@@ -562,7 +667,9 @@ def _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course
     if outcome.status != "ran":
         g.status, g.reason = outcome.status, outcome.reason
     if outcome.timed_out_cells:
-        g.notes.append(f"cell(s) {', '.join(map(str, outcome.timed_out_cells))} ran longer than {limits.cell_timeout} s and were interrupted")
+        g.notes.append(
+            f"cell(s) {', '.join(map(str, outcome.timed_out_cells))} ran longer than {limits.cell_timeout} s and were interrupted"
+        )
     if outcome.probe_error and outcome.status == "ran":
         g.notes.append(f"the probe could not read the notebook's memory: {outcome.probe_error}")
 
@@ -571,16 +678,41 @@ def _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course
     verdicts = checks.run(folder / "artifacts", outcome.facts, parts.tests, CHECK_TIMEOUT_S)
     g.check_seconds = time.monotonic() - started
     for test, (passed, message) in zip(parts.tests, verdicts):
-        g.results.append(CheckResult(test.question, test.title, test.points, test.points if passed else 0.0, message))
+        g.results.append(
+            CheckResult(
+                test.question, test.title, test.points, test.points if passed else 0.0, message
+            )
+        )
     for answer in parts.answers:
         text = g.answers.get(answer.question)
         if text is None:
-            g.results.append(CheckResult(answer.question, answer.title, answer.points, 0.0, "the answer cell is missing", True))
+            g.results.append(
+                CheckResult(
+                    answer.question,
+                    answer.title,
+                    answer.points,
+                    0.0,
+                    "the answer cell is missing",
+                    True,
+                )
+            )
         elif len(text.split()) < 5:
-            g.results.append(CheckResult(answer.question, answer.title, answer.points, 0.0, "no answer written", True))
+            g.results.append(
+                CheckResult(
+                    answer.question, answer.title, answer.points, 0.0, "no answer written", True
+                )
+            )
         else:
-            g.results.append(CheckResult(answer.question, answer.title, answer.points, answer.points,
-                                         "answered: points given for now, the instructor reads it", True))
+            g.results.append(
+                CheckResult(
+                    answer.question,
+                    answer.title,
+                    answer.points,
+                    answer.points,
+                    "answered: points given for now, the instructor reads it",
+                    True,
+                )
+            )
     return g
 
 
@@ -591,11 +723,17 @@ def _failed(result: CheckResult, message: str) -> CheckResult:
 
 def write_report(g: Grade, path: Path) -> None:
     """The student's report: score, each check with why it failed, notebook errors, written answers."""
-    lines = [f"# {g.student}: {g.score:g} / {g.max_score:g}", "",
-             f"- submission: `{g.path.name}`", f"- status: {g.status}" + (f" ({g.reason})" if g.reason else "")]
+    lines = [
+        f"# {g.student}: {g.score:g} / {g.max_score:g}",
+        "",
+        f"- submission: `{g.path.name}`",
+        f"- status: {g.status}" + (f" ({g.reason})" if g.reason else ""),
+    ]
     if g.run_seconds:
-        lines.append(f"- graded in {g.seconds:.0f} s (notebook {g.run_seconds:.0f} s, checks {g.check_seconds:.0f} s), "
-                     f"peak memory {g.peak_mb:.0f} MB; the executed notebook is `executed.ipynb`, its files `artifacts/`")
+        lines.append(
+            f"- graded in {g.seconds:.0f} s (notebook {g.run_seconds:.0f} s, checks {g.check_seconds:.0f} s), "
+            f"peak memory {g.peak_mb:.0f} MB; the executed notebook is `executed.ipynb`, its files `artifacts/`"
+        )
     lines.append("")
     if g.notes:
         lines += ["## Notes", "", *[f"- {note}" for note in g.notes], ""]
@@ -603,10 +741,17 @@ def write_report(g: Grade, path: Path) -> None:
     for r in sorted(g.results, key=lambda r: _natural(r.question)):
         verdict = "FAILED" if r.earned < r.points else ("to read" if r.manual else "passed")
         detail = f": {r.message}" if r.message and verdict != "passed" else ""
-        lines.append(f"| {r.question} | {r.title} | {r.earned:g}/{r.points:g} | {verdict}{detail.replace('|', '/')} |")
+        lines.append(
+            f"| {r.question} | {r.title} | {r.earned:g}/{r.points:g} | {verdict}{detail.replace('|', '/')} |"
+        )
     if g.cell_errors:
-        lines += ["", "## Errors while running the notebook", "",
-                  "Later cells still ran; a failing cell usually makes the cells that use its results fail too.", ""]
+        lines += [
+            "",
+            "## Errors while running the notebook",
+            "",
+            "Later cells still ran; a failing cell usually makes the cells that use its results fail too.",
+            "",
+        ]
         lines += [f"- {error.replace(chr(10), ' ')}" for error in g.cell_errors[:30]]
     for question, text in g.answers.items():
         lines += ["", f"## Written answer ({question})", ""]
@@ -616,15 +761,29 @@ def write_report(g: Grade, path: Path) -> None:
 
 def write_gradebook(grades: list[Grade], path: Path, parts: exercise.SolutionParts) -> None:
     """One row per submission: score, points per question, status and notes."""
-    questions = sorted({t.question for t in parts.tests} | {a.question for a in parts.answers}, key=_natural)
+    questions = sorted(
+        {t.question for t in parts.tests} | {a.question for a in parts.answers}, key=_natural
+    )
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "score", "max_score", *questions, "status", "notes", "seconds", "report"])
+        writer.writerow(
+            ["student", "score", "max_score", *questions, "status", "notes", "seconds", "report"]
+        )
         for g in grades:
             scores = g.question_scores()
             notes = "; ".join(g.notes + ([g.reason] if g.reason else []))
-            writer.writerow([g.student, f"{g.score:g}", f"{g.max_score:g}", *[f"{scores.get(q, 0):g}" for q in questions],
-                             g.status, notes, f"{g.seconds:.0f}", f"{g.student}/report.md"])
+            writer.writerow(
+                [
+                    g.student,
+                    f"{g.score:g}",
+                    f"{g.max_score:g}",
+                    *[f"{scores.get(q, 0):g}" for q in questions],
+                    g.status,
+                    notes,
+                    f"{g.seconds:.0f}",
+                    f"{g.student}/report.md",
+                ]
+            )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -635,23 +794,65 @@ def write_gradebook(grades: list[Grade], path: Path, parts: exercise.SolutionPar
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `course grade`."""
     parser.add_argument("submissions", nargs="+", help="submitted notebooks, or folders of them")
-    parser.add_argument("--out", default="grades", help="folder for the reports and gradebook.csv (default: grades/)")
-    parser.add_argument("--solution", help=f"solution notebook with the hidden tests (default: {DEFAULT_SOLUTION})")
-    parser.add_argument("--profile", choices=("quick", "full"), default="quick", help="COURSE_PROFILE for the runs (default: quick)")
-    parser.add_argument("--devices", type=int, default=2, help="simulated devices, COURSE_DEVICES (default: 2)")
-    parser.add_argument("--data", choices=("auto", "tfds", "synthetic"), help="COURSE_DATA (default: the environment's, or auto)")
-    parser.add_argument("--cell-timeout", type=int, default=Limits.cell_timeout, help="seconds per cell (default: %(default)s)")
-    parser.add_argument("--timeout", type=int, default=Limits.timeout, help="seconds per notebook (default: %(default)s)")
-    parser.add_argument("--memory-mb", type=int, default=Limits.memory_mb, help="memory per notebook in MB (default: %(default)s)")
-    parser.add_argument("--jobs", type=int, default=1, help="submissions graded at the same time (default: 1)")
+    parser.add_argument(
+        "--out",
+        default="grades",
+        help="folder for the reports and gradebook.csv (default: grades/)",
+    )
+    parser.add_argument(
+        "--solution", help=f"solution notebook with the hidden tests (default: {DEFAULT_SOLUTION})"
+    )
+    parser.add_argument(
+        "--profile",
+        choices=("quick", "full"),
+        default="quick",
+        help="COURSE_PROFILE for the runs (default: quick)",
+    )
+    parser.add_argument(
+        "--devices", type=int, default=2, help="simulated devices, COURSE_DEVICES (default: 2)"
+    )
+    parser.add_argument(
+        "--data",
+        choices=("auto", "tfds", "synthetic"),
+        help="COURSE_DATA (default: the environment's, or auto)",
+    )
+    parser.add_argument(
+        "--cell-timeout",
+        type=int,
+        default=Limits.cell_timeout,
+        help="seconds per cell (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=int,
+        default=Limits.timeout,
+        help="seconds per notebook (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--memory-mb",
+        type=int,
+        default=Limits.memory_mb,
+        help="memory per notebook in MB (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="submissions graded at the same time (default: 1)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """`course grade SUBMISSION... [--out DIR]`: prints the gradebook; exit 0 when every file was graded."""
     limits = Limits(cell_timeout=args.cell_timeout, timeout=args.timeout, memory_mb=args.memory_mb)
     try:
-        grades = grade(args.submissions, args.out, solution=args.solution, limits=limits, profile=args.profile,
-                       devices=args.devices, data=args.data, jobs=args.jobs)
+        grades = grade(
+            args.submissions,
+            args.out,
+            solution=args.solution,
+            limits=limits,
+            profile=args.profile,
+            devices=args.devices,
+            data=args.data,
+            jobs=args.jobs,
+        )
     except (FileNotFoundError, ValueError, exercise.MarkerError) as exc:
         print(f"course grade: {exc}", file=sys.stderr)
         return 2

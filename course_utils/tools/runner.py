@@ -4,7 +4,7 @@ Each notebook runs in its own kernel process, in its own folder, with the enviro
 The executed copy (outputs included) is written even when a cell fails, so the failure can be read.
 
 Example:
-    >>> from course_utils.notebooks import execute
+    >>> from course_utils.tools.runner import execute
     >>> result = execute("notebooks/01_keras_fit_mnist.ipynb", "build/01_keras_fit_mnist.ipynb",
     ...                  env={"COURSE_PROFILE": "quick"})
     >>> result.ok, result.seconds
@@ -25,7 +25,6 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from tqdm.auto import tqdm
-
 
 ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -63,12 +62,16 @@ def execute(
     """
     path, output_path = Path(path), Path(output_path)
     notebook = nbformat.read(path, as_version=4)
-    for cell in notebook.cells:  # interactive-only cells (starting TensorBoard, ...) are marked for nbval
+    for (
+        cell
+    ) in notebook.cells:  # interactive-only cells (starting TensorBoard, ...) are marked for nbval
         if cell.cell_type == "code" and "NBVAL_SKIP" in cell.source:
             cell.metadata.setdefault("tags", []).append("skip-execution")
     sockets = tempfile.TemporaryDirectory(prefix="course-kernel-")
     # Unix sockets instead of TCP: ipykernel 7 warns at every start that TCP traffic is unencrypted.
-    kernel = KernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets.name, "kernel"))
+    kernel = KernelManager(
+        kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets.name, "kernel")
+    )
     client = NotebookClient(
         notebook,
         km=kernel,
@@ -78,7 +81,12 @@ def execute(
     )
     bar = None
     if progress:
-        bar = tqdm(total=sum(c.cell_type == "code" for c in notebook.cells), desc=progress, unit="cell", leave=False)
+        bar = tqdm(
+            total=sum(c.cell_type == "code" for c in notebook.cells),
+            desc=progress,
+            unit="cell",
+            leave=False,
+        )
         client.on_cell_executed = lambda **_: bar.update()
     kernel_env = {**os.environ, **(env or {})}
     started = time.perf_counter()

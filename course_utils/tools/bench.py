@@ -15,7 +15,7 @@ How the numbers are taken:
 Example:
     >>> import course_utils
     >>> settings = course_utils.setup(devices=2)
-    >>> from course_utils import bench
+    >>> from course_utils.tools import bench
     >>> batch = bench.global_batch(per_replica=64, replicas=2)
     >>> runs = [
     ...     bench.FitRun("no strategy + fit", bench.make_strategy(0), batch),
@@ -102,7 +102,7 @@ def make_strategy(replicas: int):
     return _mirrored(replicas)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mirrored(replicas: int):
     # Every MirroredStrategy numbers its collective-communication groups from the same start, so
     # a second strategy over a different number of devices in the same process reuses group 1 and
@@ -136,7 +136,9 @@ def on_gpus() -> bool:
     return bool(tf.config.list_logical_devices("GPU"))
 
 
-def make_model(input_shape: tuple[int, int, int] = (28, 28, 1), num_classes: int = 10) -> keras.Model:
+def make_model(
+    input_shape: tuple[int, int, int] = (28, 28, 1), num_classes: int = 10
+) -> keras.Model:
     """The seed course's Fashion-MNIST CNN (two conv blocks, one hidden dense layer): about 120k weights."""
     return keras.Sequential(
         [
@@ -174,13 +176,13 @@ def make_dataset(
     return dataset
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _examples(name: str, examples: int | None):
     """The unbatched training examples, looked up once (COURSE_DATA=auto checks the network each time)."""
     return data.load(name, "train", limit=examples)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached_examples(name: str, examples: int | None):
     """The same, with `.cache()`: one in-memory copy shared by every pipeline built from it."""
     return _examples(name, examples).cache()
@@ -217,7 +219,9 @@ class _StepClock(keras.callbacks.Callback):
             self.first_timed_step = batch
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.end = time.perf_counter()  # Keras has just read the epoch's metrics: all steps are done
+        self.end = (
+            time.perf_counter()
+        )  # Keras has just read the epoch's metrics: all steps are done
 
     def on_train_end(self, logs: dict | None = None) -> None:
         self.finished.set()
@@ -328,7 +332,9 @@ class CustomLoopRun:
         self.steps_per_call = steps_per_call
         self.jit_compile = jit_compile
         self.examples = examples
-        self.model, self.optimizer = build_model_and_optimizer(strategy, make_model, lambda: _optimizer(learning_rate))
+        self.model, self.optimizer = build_model_and_optimizer(
+            strategy, make_model, lambda: _optimizer(learning_rate)
+        )
         with strategy.scope():
             self.accuracy = keras.metrics.SparseCategoricalAccuracy()
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
@@ -345,7 +351,9 @@ class CustomLoopRun:
 
         def replica_step(images, labels):
             loss, logits, gradients = forward_backward(images, labels)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))  # sums gradients over replicas
+            optimizer.apply_gradients(
+                zip(gradients, model.trainable_variables)
+            )  # sums gradients over replicas
             accuracy.update_state(labels, logits)
             return loss
 
@@ -381,7 +389,9 @@ class CustomLoopRun:
         """
         key = (cache, prefetch, free_input)
         if key not in self._iterators:
-            dataset = make_dataset(self.batch_size, cache=cache, prefetch=prefetch, examples=self.examples)
+            dataset = make_dataset(
+                self.batch_size, cache=cache, prefetch=prefetch, examples=self.examples
+            )
             if free_input:
                 dataset = dataset.take(1).cache().repeat()
             self._iterators[key] = iter(self.strategy.experimental_distribute_dataset(dataset))
@@ -434,7 +444,9 @@ def _settings(run) -> dict:
     return {k: getattr(run, k) for k in keys if hasattr(run, k)}
 
 
-def measure(runs: list, steps: int, rounds: int, warmup_steps: int | None = None) -> list[Measurement]:
+def measure(
+    runs: list, steps: int, rounds: int, warmup_steps: int | None = None
+) -> list[Measurement]:
     """Warm every run up, then time `steps` steps of each run per round, for `rounds` rounds.
 
     Returns one Measurement per run (median examples/s over the rounds).
@@ -451,8 +463,16 @@ def measure(runs: list, steps: int, rounds: int, warmup_steps: int | None = None
             seconds, timed = run.time_steps(steps)
             per_round[i].append(timed * run.batch_size / seconds)
     return [
-        Measurement(run.name, run.kind, run.replicas, run.batch_size, statistics.median(values),
-                    rounds=values, warmup_seconds=warmup, settings=_settings(run))
+        Measurement(
+            run.name,
+            run.kind,
+            run.replicas,
+            run.batch_size,
+            statistics.median(values),
+            rounds=values,
+            warmup_seconds=warmup,
+            settings=_settings(run),
+        )
         for run, values, warmup in zip(runs, per_round, warmups)
     ]
 
@@ -474,12 +494,25 @@ def ratio_per_round(results: list[Measurement], numerator: str, denominator: str
 def results_table(results: list[Measurement], baseline: str | None = None) -> str:
     """A text table: examples/s, ms per step and speed relative to `baseline` (default: the first row)."""
     base = next((m for m in results if m.name == baseline), results[0])
-    rows = [("configuration", "replicas", "global batch", "examples/s", "ms/step", f"vs {base.name}")]
+    rows = [
+        ("configuration", "replicas", "global batch", "examples/s", "ms/step", f"vs {base.name}")
+    ]
     for m in results:
-        rows.append((m.name, str(m.replicas), str(m.batch_size), f"{m.examples_per_sec:,.0f}",
-                     f"{m.step_ms:.1f}", f"{m.examples_per_sec / base.examples_per_sec:.2f}x"))
+        rows.append(
+            (
+                m.name,
+                str(m.replicas),
+                str(m.batch_size),
+                f"{m.examples_per_sec:,.0f}",
+                f"{m.step_ms:.1f}",
+                f"{m.examples_per_sec / base.examples_per_sec:.2f}x",
+            )
+        )
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines = [
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        for r in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
 
@@ -488,7 +521,10 @@ def as_run_results(results: list[Measurement], steps: int = 1000):
     """The measurements as `course_utils.timing.RunResult`s (for `timing.plot_comparison`)."""
     from course_utils.timing import RunResult
 
-    return [RunResult(m.name, steps * m.batch_size / m.examples_per_sec, steps * m.batch_size) for m in results]
+    return [
+        RunResult(m.name, steps * m.batch_size / m.examples_per_sec, steps * m.batch_size)
+        for m in results
+    ]
 
 
 def allreduce_ms(strategy, model: keras.Model, calls: int = 20) -> float:
@@ -499,7 +535,9 @@ def allreduce_ms(strategy, model: keras.Model, calls: int = 20) -> float:
     shapes = [v.shape for v in model.trainable_variables]
 
     def replica_fn():
-        return tf.distribute.get_replica_context().all_reduce("SUM", [tf.ones(shape) for shape in shapes])
+        return tf.distribute.get_replica_context().all_reduce(
+            "SUM", [tf.ones(shape) for shape in shapes]
+        )
 
     @tf.function
     def exchange():
@@ -527,7 +565,9 @@ def _ms_per_call(function, calls: int) -> float:
     start = time.perf_counter()
     for _ in range(calls):
         result = function()
-    for tensor in tf.nest.flatten(result, expand_composites=True):  # wait for the last call to finish
+    for tensor in tf.nest.flatten(
+        result, expand_composites=True
+    ):  # wait for the last call to finish
         tensor.numpy()
     return 1000 * (time.perf_counter() - start) / calls
 
@@ -549,8 +589,15 @@ class InputWait:
     rounds: list[float] = field(default_factory=list)  # percent in each round
 
 
-def input_wait(run: CustomLoopRun, steps: int, rounds: int, *, cache: bool = True, prefetch: bool = True,
-               warmup_steps: int = 4) -> InputWait:
+def input_wait(
+    run: CustomLoopRun,
+    steps: int,
+    rounds: int,
+    *,
+    cache: bool = True,
+    prefetch: bool = True,
+    warmup_steps: int = 4,
+) -> InputWait:
     """Time `run`'s model on a (cache, prefetch) pipeline and on free input, alternately, for `rounds` rounds."""
     name = f"cache {'on' if cache else 'off'}, prefetch {'on' if prefetch else 'off'}"
     real = run.iterator_for(cache=cache, prefetch=prefetch)
@@ -564,15 +611,27 @@ def input_wait(run: CustomLoopRun, steps: int, rounds: int, *, cache: bool = Tru
         seconds, timed = run.time_steps(steps, free)
         free_ms.append(1000 * seconds / timed)
         percents.append(100 * (real_ms[-1] - free_ms[-1]) / real_ms[-1])
-    return InputWait(name, statistics.median(real_ms), statistics.median(free_ms), statistics.median(percents), percents)
+    return InputWait(
+        name,
+        statistics.median(real_ms),
+        statistics.median(free_ms),
+        statistics.median(percents),
+        percents,
+    )
 
 
 def input_table(waits: list[InputWait]) -> str:
     """A text table of input-wait measurements."""
     rows = [("input pipeline", "ms/step", "ms/step, free input", "input share")]
-    rows += [(w.name, f"{w.step_ms:.1f}", f"{w.free_input_step_ms:.1f}", f"{w.percent:.1f}%") for w in waits]
+    rows += [
+        (w.name, f"{w.step_ms:.1f}", f"{w.free_input_step_ms:.1f}", f"{w.percent:.1f}%")
+        for w in waits
+    ]
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines = [
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        for r in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
 
@@ -602,8 +661,12 @@ FULL = Sizes(steps=60, rounds=5, examples=16384)
 QUICK = Sizes(steps=10, rounds=2, examples=2048)
 
 
-def core_runs(replicas: int, per_replica: int = PER_REPLICA_BATCH, examples: int | None = None,
-              steps_per_call: int = STEPS_PER_CALL) -> list:
+def core_runs(
+    replicas: int,
+    per_replica: int = PER_REPLICA_BATCH,
+    examples: int | None = None,
+    steps_per_call: int = STEPS_PER_CALL,
+) -> list:
     """The comparison at the heart of notebook 3, all with the same global batch (per_replica x replicas).
 
     1. no strategy + fit                      the single-device baseline
@@ -619,15 +682,29 @@ def core_runs(replicas: int, per_replica: int = PER_REPLICA_BATCH, examples: int
     n = f"MirroredStrategy({replicas})"
     runs = [
         FitRun("no strategy + fit", make_strategy(0), batch, jit_compile=xla, examples=examples),
-        FitRun("MirroredStrategy(1) + fit", make_strategy(1), batch, jit_compile=xla, examples=examples),
+        FitRun(
+            "MirroredStrategy(1) + fit", make_strategy(1), batch, jit_compile=xla, examples=examples
+        ),
     ]
     if replicas > 1:
         runs.append(FitRun(f"{n} + fit", mirrored, batch, jit_compile=False, examples=examples))
     runs += [
-        CustomLoopRun(f"{n} + custom loop, 1 step/call", mirrored, batch, steps_per_call=1,
-                      jit_compile=xla, examples=examples),
-        CustomLoopRun(f"{n} + custom loop, {steps_per_call} steps/call", mirrored, batch,
-                      steps_per_call=steps_per_call, jit_compile=xla, examples=examples),
+        CustomLoopRun(
+            f"{n} + custom loop, 1 step/call",
+            mirrored,
+            batch,
+            steps_per_call=1,
+            jit_compile=xla,
+            examples=examples,
+        ),
+        CustomLoopRun(
+            f"{n} + custom loop, {steps_per_call} steps/call",
+            mirrored,
+            batch,
+            steps_per_call=steps_per_call,
+            jit_compile=xla,
+            examples=examples,
+        ),
     ]
     return runs
 
@@ -636,12 +713,16 @@ def core_ratios(results: list[Measurement], wait: InputWait | None = None) -> di
     """The benchmark's ratios from `measure(core_runs(...))` (and the input wait, when given)."""
     replicas = max(m.replicas for m in results)
     fit_n = f"MirroredStrategy({replicas}) + fit"
-    loops = sorted((m for m in results if m.kind == "custom loop"), key=lambda m: m.settings["steps_per_call"])
+    loops = sorted(
+        (m for m in results if m.kind == "custom loop"), key=lambda m: m.settings["steps_per_call"]
+    )
     classic, recommended = loops[0].name, loops[-1].name  # 1 step per call, many steps per call
     ratios = {
         "custom_loop_vs_fit": ratio(results, recommended, fit_n),
         "classic_loop_vs_fit": ratio(results, classic, fit_n),
-        "mirrored1_vs_no_strategy": ratio(results, "MirroredStrategy(1) + fit", "no strategy + fit"),
+        "mirrored1_vs_no_strategy": ratio(
+            results, "MirroredStrategy(1) + fit", "no strategy + fit"
+        ),
         f"mirrored{replicas}_vs_no_strategy": ratio(results, fit_n, "no strategy + fit"),
     }
     if wait is not None:
@@ -656,7 +737,14 @@ def target_rows(ratios: dict[str, float]) -> list[dict]:
         if key in ratios:
             value = ratios[key]
             met = value >= goal if op == ">=" else value <= goal
-            rows.append({"measure": key, "value": round(value, 3), "target": f"{op} {goal:g}", "met": bool(met)})
+            rows.append(
+                {
+                    "measure": key,
+                    "value": round(value, 3),
+                    "target": f"{op} {goal:g}",
+                    "met": bool(met),
+                }
+            )
     return rows
 
 
@@ -667,7 +755,10 @@ def targets_text(ratios: dict[str, float]) -> str:
     for key, value in ratios.items():
         shown = f"{value:.1f}%" if key.endswith("percent") else f"{value:.2f}x"
         row = targets.get(key)
-        lines.append(f"{key:<32} {shown:>7}  " + (f"{row['target']:<8} {'yes' if row['met'] else 'NO'}" if row else ""))
+        lines.append(
+            f"{key:<32} {shown:>7}  "
+            + (f"{row['target']:<8} {'yes' if row['met'] else 'NO'}" if row else "")
+        )
     return "\n".join(lines)
 
 
@@ -676,8 +767,11 @@ def run_benchmark(sizes: Sizes = FULL, replicas: int | None = None, verbose: boo
     replicas = replicas or len(replica_devices())
     runs = core_runs(replicas, examples=sizes.examples)
     if verbose:
-        print(f"Timing {len(runs)} configurations: warm-up, then {sizes.rounds} rounds of {sizes.steps} steps each; "
-              f"global batch {runs[0].batch_size}, {replicas} replica(s) on {'GPU' if on_gpus() else 'CPU'}...", flush=True)
+        print(
+            f"Timing {len(runs)} configurations: warm-up, then {sizes.rounds} rounds of {sizes.steps} steps each; "
+            f"global batch {runs[0].batch_size}, {replicas} replica(s) on {'GPU' if on_gpus() else 'CPU'}...",
+            flush=True,
+        )
     results = measure(runs, steps=sizes.steps, rounds=sizes.rounds)
     wait = input_wait(runs[-1], steps=sizes.steps, rounds=sizes.rounds)
     ratios = core_ratios(results, wait)
@@ -696,22 +790,49 @@ def run_benchmark(sizes: Sizes = FULL, replicas: int | None = None, verbose: boo
 
 def report_text(report: dict) -> str:
     """The benchmark report as the text `course bench` prints."""
-    results = [Measurement(**{k: v for k, v in c.items() if k != "step_ms"}) for c in report["configurations"]]
+    results = [
+        Measurement(**{k: v for k, v in c.items() if k != "step_ms"})
+        for c in report["configurations"]
+    ]
     wait = InputWait(**report["input_wait"])
-    lines = [results_table(results), "", "Input wait, recommended custom loop:", input_table([wait]), "",
-             targets_text(report["ratios"])]
+    lines = [
+        results_table(results),
+        "",
+        "Input wait, recommended custom loop:",
+        input_table([wait]),
+        "",
+        targets_text(report["ratios"]),
+    ]
     if report["device"] == "CPU" and report["replicas"] > 1:
-        lines.append("\nSimulated CPU devices share the same cores: this measures overhead, not speed-up.")
-    lines.append("Timings vary with other load on the machine: compare ratios, and re-run to see the spread.")
+        lines.append(
+            "\nSimulated CPU devices share the same cores: this measures overhead, not speed-up."
+        )
+    lines.append(
+        "Timings vary with other load on the machine: compare ratios, and re-run to see the spread."
+    )
     return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `course bench`."""
-    parser.add_argument("--quick", action="store_true", help="few steps and rounds: a smoke test (under a minute)")
-    parser.add_argument("--repeats", type=int, help=f"timed rounds, median reported (default {FULL.rounds}, quick {QUICK.rounds})")
-    parser.add_argument("--steps", type=int, help=f"timed steps per configuration and round (default {FULL.steps}, quick {QUICK.steps})")
-    parser.add_argument("--devices", type=int, help="replicas for the distributed runs (default: COURSE_DEVICES, else 2 simulated CPUs or all GPUs)")
+    parser.add_argument(
+        "--quick", action="store_true", help="few steps and rounds: a smoke test (under a minute)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        help=f"timed rounds, median reported (default {FULL.rounds}, quick {QUICK.rounds})",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help=f"timed steps per configuration and round (default {FULL.steps}, quick {QUICK.steps})",
+    )
+    parser.add_argument(
+        "--devices",
+        type=int,
+        help="replicas for the distributed runs (default: COURSE_DEVICES, else 2 simulated CPUs or all GPUs)",
+    )
     parser.add_argument("--output", help="also write the report as JSON to this file")
 
 
@@ -725,7 +846,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"course bench: --{name} must be at least 1 (got {value}).", file=sys.stderr)
             return 2
     base = QUICK if args.quick else FULL
-    sizes = Sizes(steps=args.steps or base.steps, rounds=args.repeats or base.rounds, examples=base.examples)
+    sizes = Sizes(
+        steps=args.steps or base.steps, rounds=args.repeats or base.rounds, examples=base.examples
+    )
     course_utils.setup(devices=args.devices, profile="quick" if args.quick else None, verbose=True)
     report = run_benchmark(sizes)
     print(report_text(report))
@@ -755,8 +878,10 @@ def _exit_without_teardown(code: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m course_utils.bench [--quick] ...`: the same as `course bench`."""
-    parser = argparse.ArgumentParser(prog="course bench", description="Time single-device vs distributed training.")
+    """`python -m course_utils.tools.bench [--quick] ...`: the same as `course bench`."""
+    parser = argparse.ArgumentParser(
+        prog="course bench", description="Time single-device vs distributed training."
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -7,7 +7,7 @@ notebook's own kernel. A `CheckError` message is what the student reads in the r
 what is wrong and what to do.
 
 Example (a hidden test):
-    >>> from course_utils import checks
+    >>> from course_utils.tools import checks
     >>> results = checks.load_results(ARTIFACTS)
     >>> saved = checks.own_model(ARTIFACTS, "fit_model", FACTS)  # the file holds the model the run trained
     >>> scores = checks.evaluate(saved)                          # measured by the grader, not the notebook
@@ -61,13 +61,19 @@ def load_results(artifacts: Path) -> dict:
     """results.json of a run, or CheckError saying why it cannot be read."""
     path = Path(artifacts) / "results.json"
     if not path.exists():
-        raise CheckError(f"{ARTIFACTS_NAME}/results.json is missing: run the notebook from the top (the `record` cells write it)")
+        raise CheckError(
+            f"{ARTIFACTS_NAME}/results.json is missing: run the notebook from the top (the `record` cells write it)"
+        )
     try:
         results = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckError(f"{ARTIFACTS_NAME}/results.json is not valid JSON ({exc}): let `record` write it") from None
+        raise CheckError(
+            f"{ARTIFACTS_NAME}/results.json is not valid JSON ({exc}): let `record` write it"
+        ) from None
     if not isinstance(results, dict):
-        raise CheckError(f"{ARTIFACTS_NAME}/results.json should hold a JSON object, not {type(results).__name__}")
+        raise CheckError(
+            f"{ARTIFACTS_NAME}/results.json should hold a JSON object, not {type(results).__name__}"
+        )
     return results
 
 
@@ -77,7 +83,9 @@ def get(results: dict, *keys: str) -> Any:
     for depth, key in enumerate(keys):
         if not isinstance(value, dict) or key not in value:
             path = " > ".join(keys[: depth + 1])
-            raise CheckError(f"results.json has no {path!r}: the cell that records it did not run (see the errors above)")
+            raise CheckError(
+                f"results.json has no {path!r}: the cell that records it did not run (see the errors above)"
+            )
         value = value[key]
     return value
 
@@ -113,7 +121,9 @@ def load_model(path: Path) -> keras.Model:
             try:
                 model = keras.models.load_model(path, compile=False, safe_mode=True)
             except Exception as exc:
-                raise CheckError(f"{path.name} cannot be loaded: {type(exc).__name__}: {exc}") from None
+                raise CheckError(
+                    f"{path.name} cannot be loaded: {type(exc).__name__}: {exc}"
+                ) from None
         _cache[key] = model
     return _cache[key]
 
@@ -125,15 +135,20 @@ def own_model(artifacts: Path, name: str, facts: dict) -> keras.Model:
     """
     path = Path(artifacts) / f"{name}.keras"
     if not path.exists():
-        raise CheckError(f"{ARTIFACTS_NAME}/{name}.keras is missing: save the trained model with {name}.save(ARTIFACTS / \"{name}.keras\")")
+        raise CheckError(
+            f'{ARTIFACTS_NAME}/{name}.keras is missing: save the trained model with {name}.save(ARTIFACTS / "{name}.keras")'
+        )
     model = load_model(path)
     fact = (facts or {}).get("models", {}).get(name)
     if not fact:
-        raise CheckError(f"there is no model called `{name}` in the notebook's memory at the end of the run: keep that name")
+        raise CheckError(
+            f"there is no model called `{name}` in the notebook's memory at the end of the run: keep that name"
+        )
     if fact.get("fingerprint") != fingerprint(model):
         raise CheckError(
             f"{name}.keras does not hold the weights of `{name}` at the end of the run: save the model after "
-            "training it, and do not train it again or replace it afterwards")
+            "training it, and do not train it again or replace it afterwards"
+        )
     return model
 
 
@@ -141,19 +156,26 @@ def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
     """The model's variables were mirrored over `replicas` devices (it was built under the strategy)."""
     fact = (facts or {}).get("models", {}).get(name)
     if not fact:
-        raise CheckError(f"there is no model called `{name}` in the notebook's memory at the end of the run")
+        raise CheckError(
+            f"there is no model called `{name}` in the notebook's memory at the end of the run"
+        )
     if fact["distributed_variables"] < fact["variables"] or fact["variables"] == 0:
         raise CheckError(
             f"{fact['distributed_variables']} of {name}'s {fact['variables']} variables are mirrored: create (and "
-            f"compile) {name} inside `with strategy.scope():`, or the strategy does not train it")
+            f"compile) {name} inside `with strategy.scope():`, or the strategy does not train it"
+        )
     if fact["replicas"] != replicas:
-        raise CheckError(f"{name}'s variables are mirrored over {fact['replicas']} device(s), expected {replicas}")
+        raise CheckError(
+            f"{name}'s variables are mirrored over {fact['replicas']} device(s), expected {replicas}"
+        )
 
 
 def assert_trained(scores: dict, name: str) -> None:
     """Test accuracy clearly above chance."""
     if not scores["accuracy"] >= MIN_ACCURACY:
-        raise CheckError(f"{name} has a test accuracy of {scores['accuracy']:.3f} (chance: 0.1): it is not trained")
+        raise CheckError(
+            f"{name} has a test accuracy of {scores['accuracy']:.3f} (chance: 0.1): it is not trained"
+        )
 
 
 def assert_close(recorded: Any, actual: float, tolerance: float, what: str) -> None:
@@ -161,7 +183,9 @@ def assert_close(recorded: Any, actual: float, tolerance: float, what: str) -> N
     if not _is_number(recorded):
         raise CheckError(f"the {what} is {recorded!r}, not a number")
     if abs(recorded - actual) > tolerance:
-        raise CheckError(f"the {what} is {recorded:.4f}, but the grader measures {actual:.4f} for the saved model")
+        raise CheckError(
+            f"the {what} is {recorded:.4f}, but the grader measures {actual:.4f} for the saved model"
+        )
 
 
 def steps_per_epoch(global_batch: int) -> int:
@@ -183,7 +207,9 @@ def evaluate(model: keras.Model) -> dict[str, float]:
         from course_utils import data
 
         test = data.load(DATASET, "test").batch(256)
-        outputs = np.asarray(model.predict(test.map(lambda image, label: image), verbose=0), dtype=np.float64)
+        outputs = np.asarray(
+            model.predict(test.map(lambda image, label: image), verbose=0), dtype=np.float64
+        )
         labels = np.concatenate([label.numpy() for _, label in test])
         rows_sum_to_one = np.all(outputs >= 0) and np.allclose(outputs.sum(axis=1), 1.0, atol=1e-3)
         if rows_sum_to_one:  # the model ends with a softmax: outputs are probabilities
@@ -221,7 +247,9 @@ def latest_tf_checkpoint(folder: Path) -> Path:
     """The prefix of the newest ckpt-N in `folder` (CheckError when there is none)."""
     found = tf_checkpoints(folder)
     if not found:
-        raise CheckError(f"no checkpoint ckpt-N in {ARTIFACTS_NAME}/{Path(folder).name}: call manager.save() after each epoch")
+        raise CheckError(
+            f"no checkpoint ckpt-N in {ARTIFACTS_NAME}/{Path(folder).name}: call manager.save() after each epoch"
+        )
     return found[max(found)]
 
 
@@ -229,9 +257,15 @@ def optimizer_steps(model_or_checkpoint: keras.Model | str | os.PathLike) -> int
     """Optimizer steps taken: from a compiled model, or from a tf.train checkpoint prefix."""
     if isinstance(model_or_checkpoint, (str, os.PathLike)):
         reader = _tf().train.load_checkpoint(str(model_or_checkpoint))
-        keys = [k for k in reader.get_variable_to_shape_map() if k.startswith("optimizer/") and "iterations/" in k]
+        keys = [
+            k
+            for k in reader.get_variable_to_shape_map()
+            if k.startswith("optimizer/") and "iterations/" in k
+        ]
         if not keys:
-            raise CheckError(f"{Path(model_or_checkpoint).name} has no optimizer: create it as tf.train.Checkpoint(model=..., optimizer=...)")
+            raise CheckError(
+                f"{Path(model_or_checkpoint).name} has no optimizer: create it as tf.train.Checkpoint(model=..., optimizer=...)"
+            )
         return int(reader.get_tensor(keys[0]))
     optimizer = getattr(model_or_checkpoint, "optimizer", None)
     if optimizer is None:
@@ -255,14 +289,17 @@ def restore(model: keras.Model, checkpoint: Path) -> keras.Model:
     except Exception as exc:
         raise CheckError(
             f"{checkpoint.name} does not hold this model's weights ({type(exc).__name__}: {str(exc)[:200]}); "
-            "custom-loop checkpoints must be tf.train.Checkpoint(model=custom_model, optimizer=optimizer)") from None
+            "custom-loop checkpoints must be tf.train.Checkpoint(model=custom_model, optimizer=optimizer)"
+        ) from None
     return clone
 
 
 def assert_checkpoint_holds(checkpoint: Path, model: keras.Model) -> None:
     """The checkpoint holds exactly the model's final weights."""
     if fingerprint(restore(model, checkpoint)) != fingerprint(model):
-        raise CheckError(f"{Path(checkpoint).name} does not hold the final weights of the saved model")
+        raise CheckError(
+            f"{Path(checkpoint).name} does not hold the final weights of the saved model"
+        )
 
 
 def probe(namespace: dict, models: list[str]) -> dict:

@@ -15,14 +15,14 @@ A solution notebook (solutions/*_solution.ipynb) marks what students must not se
     ### BEGIN HIDDEN PROBE ... ### END HIDDEN PROBE        a whole code cell: the grader's probe
     <!-- HIDDEN -->                                        first line of a markdown cell: instructors only
 
-Hidden cells are left out of the exercise; `course_utils.grading` reads them from the solution. Visible
+Hidden cells are left out of the exercise; `course_utils.tools.grading` reads them from the solution. Visible
 checks (ordinary cells) stay, so students can test themselves. In the exercise, the stub cells and the
 cells that use a name a stub would have defined are tagged `raises-exception`, so that nbval and
 nbclient run past them instead of stopping.
 
 Example:
     >>> import nbformat
-    >>> from course_utils import exercise
+    >>> from course_utils.tools import exercise
     >>> solution = nbformat.read("solutions/05_svhn_solution.ipynb", as_version=4)
     >>> notebook = exercise.make_exercise(solution)      # a new notebook; the solution is unchanged
     >>> [t.question for t in exercise.parse_solution(solution).tests][:2]
@@ -110,7 +110,9 @@ def _whole_cell(cell, index: int, begin: str, end: str) -> bool:
     if not lines or not lines[0].startswith(begin):
         return False
     if lines[-1].strip() != end:
-        raise MarkerError(f"{_where(index, cell)}: a cell starting with {begin!r} must end with {end!r}")
+        raise MarkerError(
+            f"{_where(index, cell)}: a cell starting with {begin!r} must end with {end!r}"
+        )
     return True
 
 
@@ -120,28 +122,46 @@ def is_hidden(cell, index: int = 0) -> bool:
         return cell.source.lstrip().startswith(_HIDDEN_MARKDOWN)
     if cell.cell_type != "code":
         return False
-    return _whole_cell(cell, index, "### BEGIN HIDDEN TESTS", _END_TESTS) or _whole_cell(cell, index, _BEGIN_PROBE, _END_PROBE)
+    return _whole_cell(cell, index, "### BEGIN HIDDEN TESTS", _END_TESTS) or _whole_cell(
+        cell, index, _BEGIN_PROBE, _END_PROBE
+    )
 
 
 def parse_solution(notebook) -> SolutionParts:
     """The hidden tests, the probe and the written answers of a solution notebook."""
     parts = SolutionParts()
     for index, cell in enumerate(notebook.cells):
-        if cell.cell_type == "code" and _whole_cell(cell, index, "### BEGIN HIDDEN TESTS", _END_TESTS):
+        if cell.cell_type == "code" and _whole_cell(
+            cell, index, "### BEGIN HIDDEN TESTS", _END_TESTS
+        ):
             match = _BEGIN_TESTS.match(cell.source.strip().splitlines()[0])
             if not match:
                 raise MarkerError(
                     f"{_where(index, cell)}: write the header as "
                     "'### BEGIN HIDDEN TESTS [q1] what it checks (1 point)'"
                 )
-            parts.tests.append(HiddenTest(match["question"], match["title"], float(match["points"]), cell.source, index))
+            parts.tests.append(
+                HiddenTest(
+                    match["question"], match["title"], float(match["points"]), cell.source, index
+                )
+            )
         elif cell.cell_type == "code" and _whole_cell(cell, index, _BEGIN_PROBE, _END_PROBE):
             if parts.probe:
-                raise MarkerError(f"{_where(index, cell)}: a solution has at most one HIDDEN PROBE cell")
+                raise MarkerError(
+                    f"{_where(index, cell)}: a solution has at most one HIDDEN PROBE cell"
+                )
             parts.probe = cell.source
         elif cell.cell_type == "markdown" and (match := _BEGIN_ANSWER.search(cell.source)):
             prefix = cell.source[: match.start()].strip()
-            parts.answers.append(Answer(match["question"], match["title"], float(match["points"]), cell.get("id", ""), prefix))
+            parts.answers.append(
+                Answer(
+                    match["question"],
+                    match["title"],
+                    float(match["points"]),
+                    cell.get("id", ""),
+                    prefix,
+                )
+            )
     return parts
 
 
@@ -175,12 +195,14 @@ def _stub_answer(source: str, where: str) -> str:
     if not begin:
         return source
     replacement = f"<!-- ANSWER [{begin['question']}] -->\n{ANSWER_PLACEHOLDER}"
-    return source[: begin.start()] + replacement + source[end.end():]
+    return source[: begin.start()] + replacement + source[end.end() :]
 
 
 def _names(source: str) -> tuple[set[str], set[str]] | None:
     """(names a cell assigns, names it reads), or None when it does not parse (IPython magics aside)."""
-    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    code = "\n".join(
+        line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
+    )
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -206,8 +228,13 @@ def make_exercise(solution, source_name: str = "") -> nbformat.NotebookNode:
     exercise = nbformat.v4.new_notebook(metadata=copy.deepcopy(solution.metadata))
     exercise.nbformat, exercise.nbformat_minor = solution.nbformat, solution.nbformat_minor
     if source_name:
-        exercise.metadata["course"] = {"generated_from": source_name, "note": "generated by `course exercise`: do not edit"}
-    tainted: set[str] = set()  # names that a stub would have defined, directly or through other cells
+        exercise.metadata["course"] = {
+            "generated_from": source_name,
+            "note": "generated by `course exercise`: do not edit",
+        }
+    tainted: set[str] = (
+        set()
+    )  # names that a stub would have defined, directly or through other cells
     for index, cell in enumerate(solution.cells):
         if is_hidden(cell, index):
             continue
@@ -240,38 +267,58 @@ def exercise_path(solution_path: Path, exercises_dir: Path) -> Path:
 def render(solution_path: Path, root: Path | None = None) -> str:
     """The exact text of the exercise generated from `solution_path` (what goes on disk)."""
     solution = nbformat.read(solution_path, as_version=4)
-    name = solution_path.relative_to(root).as_posix() if root and solution_path.is_relative_to(root) else solution_path.name
+    name = (
+        solution_path.relative_to(root).as_posix()
+        if root and solution_path.is_relative_to(root)
+        else solution_path.name
+    )
     text = nbformat.writes(make_exercise(solution, name))
     return text if text.endswith("\n") else text + "\n"
 
 
 def find_answer(notebook, answer: Answer) -> str | None:
     """A submission's text for `answer` (placeholder and marker removed), or None if the cell is gone."""
-    candidates = [c for c in notebook.cells if c.cell_type == "markdown" and c.get("id") == answer.cell_id and answer.cell_id]
-    candidates += [c for c in notebook.cells if c.cell_type == "markdown"
-                   and any(m["question"] == answer.question for m in _ANSWER_MARK.finditer(c.source))]
+    candidates = [
+        c
+        for c in notebook.cells
+        if c.cell_type == "markdown" and c.get("id") == answer.cell_id and answer.cell_id
+    ]
+    candidates += [
+        c
+        for c in notebook.cells
+        if c.cell_type == "markdown"
+        and any(m["question"] == answer.question for m in _ANSWER_MARK.finditer(c.source))
+    ]
     if not candidates:
         return None
     text = candidates[0].source.strip()
     mark = _ANSWER_MARK.search(text)
     if mark:
-        text = text[mark.end():]
+        text = text[mark.end() :]
     elif answer.prefix and text.startswith(answer.prefix):
-        text = text[len(answer.prefix):]
+        text = text[len(answer.prefix) :]
     text = re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL)  # markers are not part of the answer
     return text.replace(ANSWER_PLACEHOLDER, "").strip()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `course exercise`."""
-    parser.add_argument("--check", action="store_true", help="do not write: exit 1 if exercises/ is out of date")
-    parser.add_argument("--solutions", type=Path, help="folder of *_solution.ipynb (default: solutions/ of the course)")
-    parser.add_argument("--exercises", type=Path, help="folder to write *_exercise.ipynb into (default: exercises/)")
+    parser.add_argument(
+        "--check", action="store_true", help="do not write: exit 1 if exercises/ is out of date"
+    )
+    parser.add_argument(
+        "--solutions",
+        type=Path,
+        help="folder of *_solution.ipynb (default: solutions/ of the course)",
+    )
+    parser.add_argument(
+        "--exercises", type=Path, help="folder to write *_exercise.ipynb into (default: exercises/)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """`course exercise [--check]`: regenerate the exercises, or check they match their solutions."""
-    from course_utils.cli import course_root
+    from course_utils.tools.cli import course_root
 
     root = course_root()
     solutions = (args.solutions or root / "solutions").resolve()
@@ -290,16 +337,23 @@ def run(args: argparse.Namespace) -> int:
             return 1
         current = target.read_text(encoding="utf-8") if target.exists() else None
         if current == text:
-            print(f"{target.relative_to(root) if target.is_relative_to(root) else target}: up to date")
+            print(
+                f"{target.relative_to(root) if target.is_relative_to(root) else target}: up to date"
+            )
         elif args.check:
             stale.append(target)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-            print(f"{target.relative_to(root) if target.is_relative_to(root) else target}: written from {path.name}")
+            print(
+                f"{target.relative_to(root) if target.is_relative_to(root) else target}: written from {path.name}"
+            )
     if stale:
         names = ", ".join(str(p.relative_to(root) if p.is_relative_to(root) else p) for p in stale)
-        print(f"course exercise --check: {names} differ from what the generator produces from solutions/. "
-              "Edit the solution, never the exercise, then run `course exercise` and commit both.", file=sys.stderr)
+        print(
+            f"course exercise --check: {names} differ from what the generator produces from solutions/. "
+            "Edit the solution, never the exercise, then run `course exercise` and commit both.",
+            file=sys.stderr,
+        )
         return 1
     return 0
