@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+
 from conftest import ROOT
 
 COURSE = [sys.executable, "-m", "course_utils.tools.cli"]

@@ -1,7 +1,11 @@
-"""pyproject.toml and environment.yml pin the same packages at the same versions."""
+"""The declared ranges, the verified pins (constraints.txt) and environment.yml agree."""
 
 import re
 import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 from conftest import ROOT
 
@@ -10,32 +14,79 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
+CONDA_PYTHON = {"python_version": "3.11", "python_full_version": "3.11.0"}
 
-def _pins(requirements):
+
+def _name(text: str) -> str:
+    return re.sub(r"[-_.]+", "-", text).lower()
+
+
+def constraints(environment: dict | None = None) -> dict[str, str]:
+    """{name: version} of constraints.txt for a Python (default: this one), markers applied."""
     pins = {}
-    for req in requirements:
-        req = req.split(";")[0].strip()
-        if req.startswith("-e") or not req:
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if not line:
             continue
-        name, version = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s]+)", req).groups()
-        pins[name.lower().replace("_", "-")] = version
+        requirement = Requirement(line)
+        if requirement.marker and not requirement.marker.evaluate(environment):
+            continue
+        (spec,) = requirement.specifier
+        assert spec.operator == "==", f"constraints.txt pins exact versions: {line}"
+        pins[_name(requirement.name)] = spec.version
     return pins
 
 
-def test_environment_yml_matches_pyproject():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = _pins(
-        project["dependencies"]
-        + [r for r in project["optional-dependencies"]["test"] if "python_version" not in r]
-    )
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_environment_yml_pins_what_constraints_txt_pins():
     yml = (ROOT / "environment.yml").read_text()
-    pip_lines = re.findall(r"^\s+- ([A-Za-z0-9_.\-]+==\S+)\s*$", yml, flags=re.M)
-    assert _pins(pip_lines) == wanted
+    assert re.search(r"^\s+- python=3\.11\s*$", yml, flags=re.M), "environment.yml uses Python 3.11"
+    listed = re.findall(r"^\s+- ([A-Za-z0-9_.\-]+)==(\S+)\s*$", yml, flags=re.M)
+    assert {_name(n): v for n, v in listed} == constraints(CONDA_PYTHON)
+
+
+def test_every_pin_lies_inside_the_declared_ranges():
+    declared = project()["dependencies"] + [
+        r for extra in project()["optional-dependencies"].values() for r in extra
+    ]
+    ranges = {_name(Requirement(r).name): Requirement(r) for r in declared}
+    for python in ("3.10", "3.11", "3.12", "3.13"):
+        environment = {"python_version": python, "python_full_version": f"{python}.0"}
+        for name, pinned in constraints(environment).items():
+            assert name in ranges, (
+                f"constraints.txt pins {name}, which pyproject.toml does not declare"
+            )
+            assert ranges[name].specifier.contains(pinned), f"{name}=={pinned} (Python {python})"
+
+
+def test_colabs_versions_lie_inside_the_declared_ranges():
+    """Installing the course into Colab must not replace its TensorFlow, Keras or Jupyter."""
+    colab = {
+        "tensorflow": "2.20.0",
+        "keras": "3.13.2",
+        "tf-keras": "2.20.1",
+        "tensorflow-datasets": "4.9.10",
+        "tensorboard": "2.20.0",
+        "scipy": "1.16.3",
+        "matplotlib": "3.10.0",
+        "portpicker": "1.5.2",
+        "psutil": "5.9.5",
+    }
+    ranges = {_name(Requirement(r).name): Requirement(r) for r in project()["dependencies"]}
+    supported = SpecifierSet(project()["requires-python"])
+    assert all(supported.contains(v) for v in ("3.10.0", "3.13.15")), (
+        "Python 3.10-3.13 (Colab: 3.13)"
+    )
+    for name, colab_version in colab.items():
+        assert ranges[name].specifier.contains(colab_version), f"Colab's {name}=={colab_version}"
+    jupyter_side = {"jupyterlab", "ipykernel", "nbval", "nbclient", "nbformat", "notebook"}
+    assert not jupyter_side & set(ranges), "Jupyter packages belong in the extras, not the base"
 
 
 def test_only_one_tensorflow_distribution_is_installed():
-    from importlib.metadata import PackageNotFoundError, version
-
     installed = []
     for dist in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly"):
         try:

@@ -25,8 +25,8 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from course_utils.tools import exercise, grading
 
 SOLUTION = ROOT / "solutions" / "05_svhn_solution.ipynb"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from conftest import run_python
 
 #: Trials per order. batch().cache() lost batches in roughly a third of the trials on 2 cores,

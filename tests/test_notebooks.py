@@ -1,8 +1,10 @@
 """The notebook harness: every course notebook re-executed by nbval on simulated devices.
 
-Each case runs `pytest --nbval-lax` on one notebook in a subprocess with COURSE_PROFILE=quick and
-COURSE_DEVICES=N (devices are fixed per kernel, and the kernel inherits the environment), then
-checks the files the notebook promises to write under artifacts/<notebook>/.
+Each case copies one notebook into its own temporary folder (so that two cases can run side by side
+under pytest-xdist without sharing artifacts), runs `pytest --nbval-lax` on the copy in a
+subprocess with COURSE_PROFILE=quick and COURSE_DEVICES=N (devices are fixed per kernel, and the
+kernel inherits the environment), then checks the files the notebook promises to write under
+artifacts/. The course package comes from the installed (editable) checkout.
 
 Run one notebook:  pytest tests/test_notebooks.py -k 01_keras
 """
@@ -16,16 +18,33 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT
 
 FOLDERS = ("notebooks", "solutions", "exercises")
-DEVICE_COUNTS = (2, 4)
-#: Notebooks whose behaviour does not depend on COURSE_DEVICES run once (multi-worker: 1 device per worker).
-#: The exercise's stubs raise before any device-dependent code, so one count is enough there too.
-RUN_ONCE = {"04_multi_worker": 2, "05_svhn_exercise": 2}
+
+#: Which device counts each notebook runs with, and why. Every extra count costs a full run, so a
+#: count is here only when it takes the notebook down a path the others do not.
+DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
+    # 1: MirroredStrategy over one device (a student with one GPU): global batch = per-replica batch,
+    #    and every printed comparison must still read right. 2: the default on a laptop without GPU.
+    #    4: more replicas than cores, so the batch split and the checkpoint steps are not a 2-only case.
+    "01_keras_fit_mnist": (1, 2, 4),
+    # The loss scaling lesson: the reduce_mean mistake is N times too large, invisible with 1 replica.
+    "02_custom_loop_fashion_mnist": (1, 2, 4),
+    # The measurements: 1 replica (no communication at all) and 4 (the most overhead) bracket 2.
+    "03_single_vs_distributed": (1, 4),
+    # Each worker process has one device whatever COURSE_DEVICES says: one run.
+    "04_multi_worker": (2,),
+    # The grader's checks depend on the replica count through GLOBAL_BATCH only; tests/test_grading.py
+    # grades the solution again with another count.
+    "05_svhn_solution": (2,),
+    # Its stubs raise before any device-dependent code.
+    "05_svhn_exercise": (2,),
+}
 CELL_TIMEOUT_S = 300
 
-#: Where a notebook writes, under <folder>/artifacts/ (default: its own stem).
+#: Where a notebook writes, under artifacts/ next to it (default: its own stem).
 ARTIFACT_DIRS = {"05_svhn_solution": "05_svhn", "05_svhn_exercise": "05_svhn"}
 #: Files each notebook must leave in its artifacts folder (glob patterns).
 EXPECTED_ARTIFACTS: dict[str, list[str]] = {
@@ -57,16 +76,21 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
 def _cases():
     for folder in FOLDERS:
         for path in sorted((ROOT / folder).glob("*.ipynb")):
-            counts = [RUN_ONCE[path.stem]] if path.stem in RUN_ONCE else DEVICE_COUNTS
-            for devices in counts:
+            for devices in DEVICE_COUNTS.get(path.stem, (2,)):
                 yield pytest.param(path, devices, id=f"{path.stem}-{devices}dev")
+
+
+def test_every_notebook_has_a_device_plan():
+    notebooks = {p.stem for folder in FOLDERS for p in (ROOT / folder).glob("*.ipynb")}
+    assert notebooks == set(DEVICE_COUNTS), "add new notebooks to DEVICE_COUNTS, with the reason"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook, devices", list(_cases()))
-def test_notebook_runs_under_nbval(notebook: Path, devices: int):
-    artifacts = notebook.parent / "artifacts" / ARTIFACT_DIRS.get(notebook.stem, notebook.stem)
-    shutil.rmtree(artifacts, ignore_errors=True)
+def test_notebook_runs_under_nbval(notebook: Path, devices: int, tmp_path: Path):
+    copy = tmp_path / notebook.parent.name / notebook.name
+    copy.parent.mkdir()
+    shutil.copy(notebook, copy)
     env = {**os.environ, "COURSE_PROFILE": "quick", "COURSE_DEVICES": str(devices)}
     env.setdefault("COURSE_DATA", "auto")
     command = [
@@ -76,14 +100,21 @@ def test_notebook_runs_under_nbval(notebook: Path, devices: int):
         "-q",
         "-p",
         "no:cacheprovider",
+        "-p",
+        "no:xdist",
         "--nbval-lax",
         "--nbval-current-env",
         f"--nbval-cell-timeout={CELL_TIMEOUT_S}",
-        str(notebook),
+        str(copy),
     ]
-    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, (
-        f"nbval failed for {notebook.name} with {devices} devices:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    proc = subprocess.run(
+        command, env=env, cwd=copy.parent, capture_output=True, text=True, timeout=1800
     )
-    missing = [p for p in EXPECTED_ARTIFACTS.get(notebook.stem, []) if not list(artifacts.glob(p))]
+    assert proc.returncode == 0, (
+        f"nbval failed for {notebook.name} with {devices} devices:\n"
+        f"{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    )
+    artifacts = copy.parent / "artifacts" / ARTIFACT_DIRS.get(notebook.stem, notebook.stem)
+    expected = EXPECTED_ARTIFACTS.get(notebook.stem, [])
+    missing = [p for p in expected if not list(artifacts.glob(p))]
     assert not missing, f"{notebook.name} did not write {missing} under {artifacts}"

@@ -1,0 +1,22 @@
+"""Formatting and lint are habits: ruff (configured in pyproject.toml) over the whole repository,
+notebooks included. Fix with `ruff format . && ruff check --fix .`."""
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def ruff(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "ruff", *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_ruff_check_is_clean():
+    proc = ruff("check", "--output-format", "concise", ".")
+    assert proc.returncode == 0, f"ruff check found problems:\n{proc.stdout[-4000:]}"
+
+
+def test_ruff_format_is_clean():
+    proc = ruff("format", "--check", ".")
+    assert proc.returncode == 0, f"ruff format would change these files:\n{proc.stdout[-4000:]}"
