@@ -1,21 +1,28 @@
 # The course's two commands (see README.md):
 #   make course   set up .venv if needed, then execute every notebook headless into build/
 #   make test     set up .venv if needed, then run the whole test suite
-# Both create the virtual environment on first use and reuse it afterwards.
+# Both create the virtual environment on first use and reuse it afterwards. The versions come from
+# constraints.txt (verified together); pyproject.toml only declares the supported ranges.
 
-# The first Python the course supports (3.10-3.12) found on PATH; override with `make PYTHON=python3.12 ...`.
-PYTHON ?= $(shell for p in python3.11 python3.12 python3.10 python3; do command -v $$p >/dev/null 2>&1 && { echo $$p; break; }; done)
+# The first Python the course supports (3.10-3.13) found on PATH; override with `make PYTHON=python3.13 ...`.
+PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3.10 python3; do command -v $$p >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# pytest-xdist: two workers keep both cores busy while one test waits on a kernel or a process.
+TEST_WORKERS ?= 2
 
 .PHONY: setup course test doctor lab exercise clean
 
-$(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 12) else "The course needs Python 3.10, 3.11 or 3.12, found %d.%d: run make PYTHON=python3.11 ..." % v)'
+# The environment is rebuilt when the wanted Python differs from the one .venv was made with.
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 13) else "The course needs Python 3.10 to 3.13, found %d.%d: run make PYTHON=python3.12 ..." % v)'
+	@want=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	have=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true); \
+	if [ -n "$$have" ] && [ "$$have" != "$$want" ]; then echo "$(VENV) has Python $$have, $(PYTHON) is $$want: rebuilding it"; rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[jupyter,test]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)" >/dev/null
 	touch $(STAMP)
 
@@ -26,7 +33,7 @@ course: $(STAMP)
 
 # pytest exits 5 when it collects no test: that means the suite is missing, so it fails loudly.
 test: $(STAMP)
-	@$(BIN)/python -m pytest $(ARGS); rc=$$?; \
+	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5); the suite is missing." >&2; fi; \
 	exit $$rc
 

@@ -11,8 +11,9 @@ use (`course_utils.devices`) and prints what it did. It must run before any Tens
 
 The other modules, one idea each: `data` (datasets, online or off), `strategy` (pick a strategy,
 build models under it), `losses` (loss scaling in custom loops), `timing` (speed measurements),
-`plots` (learning curves), `cluster` (local multi-worker clusters), `notebooks` (headless
-execution), `exercise`, `checks` and `grading` (the SVHN exercise: generator, hidden-check helpers, grader), `bench` (the benchmark), `cli` (the `course` command).
+`plots` (learning curves), `cluster` (local multi-worker clusters). Instructor and CI tooling
+(the `course` command, headless runs, the benchmark report, the exercise generator, grading)
+lives apart, in `course_utils.tools`, which students never need to open.
 """
 
 from __future__ import annotations
@@ -23,8 +24,29 @@ set_log_environment()  # before anything imports TensorFlow
 
 from course_utils.settings import Settings, read_settings  # noqa: E402
 
-__all__ = ["Settings", "read_settings", "setup"]
+__all__ = ["TESTED", "Settings", "read_settings", "setup", "untested_versions"]
 __version__ = "0.1.0"
+
+#: The versions the course is tested with: constraints.txt locally, Colab's runtime in CI.
+TESTED = {"Python": ("3.10", "3.13"), "TensorFlow": ("2.20", "2.21"), "Keras": ("3.13", "3.15")}
+
+
+def untested_versions(versions: dict[str, str]) -> list[str]:
+    """The "name version" of each entry outside TESTED (compared on major.minor).
+
+    >>> untested_versions({"Python": "3.13.1", "TensorFlow": "2.22.0", "Keras": "3.15.1"})
+    ['TensorFlow 2.22.0']
+    """
+
+    def major_minor(version: str) -> tuple[int, int]:
+        major, minor = version.split(".")[:2]
+        return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+    return [
+        f"{name} {version}"
+        for name, version in versions.items()
+        if not major_minor(TESTED[name][0]) <= major_minor(version) <= major_minor(TESTED[name][1])
+    ]
 
 
 def setup(
@@ -64,13 +86,21 @@ def setup(
         import tensorflow as tf
 
         kind = "GPU" if any(":GPU:" in n for n in names) else "CPU"
-        shared = (
-            " (simulated: they share this machine's cores)"
-            if kind == "CPU" and len(names) > 1
-            else ""
-        )
+        shared = " (simulated: they share this machine's cores)"
+        shared = shared if kind == "CPU" and len(names) > 1 else ""
         print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}")
         print(
-            f"profile={settings.profile}  data={settings.data}  devices={len(names)} logical {kind}{shared}"
+            f"profile={settings.profile}  data={settings.data}  "
+            f"devices={len(names)} logical {kind}{shared}"
         )
+        python = "{}.{}.{}".format(*sys.version_info[:3])
+        untested = untested_versions(
+            {"Python": python, "TensorFlow": tf.__version__, "Keras": keras.__version__}
+        )
+        if untested:
+            tested = ", ".join(f"{name} {low}-{high}" for name, (low, high) in TESTED.items())
+            print(
+                f"Note: {', '.join(untested)} is outside what the course is tested with "
+                f"({tested}); it may work, and if something fails, those versions will."
+            )
     return settings

@@ -95,3 +95,16 @@ def test_only_one_tensorflow_distribution_is_installed():
         except PackageNotFoundError:
             pass
     assert installed == ["tensorflow"]
+
+
+def test_setup_names_versions_outside_the_tested_range():
+    from course_utils import TESTED, untested_versions
+
+    assert untested_versions({"Python": "3.13.15", "TensorFlow": "2.20.0", "Keras": "3.13.2"}) == []
+    assert untested_versions(
+        {"Python": "3.14.0", "TensorFlow": "2.22.0rc1", "Keras": "3.15.1"}
+    ) == [
+        "Python 3.14.0",
+        "TensorFlow 2.22.0rc1",
+    ]
+    assert set(TESTED) == {"Python", "TensorFlow", "Keras"}

@@ -4,6 +4,7 @@ course doctor                 versions, devices, settings, data and network
 course run [--profile full]   execute every notebook in order into build/, with progress
 course bench [--quick]        single device vs distributed throughput (course_utils.tools.bench)
 course exercise [--check]     generate exercises/ from solutions/ (course_utils.tools.exercise)
+course colab [--check]        Open in Colab badges and install cells (course_utils.tools.colab)
 course grade SUBMISSION...    grade exercise submissions (course_utils.tools.grading)
 """
 
@@ -200,6 +201,10 @@ PLUGGED_COMMANDS = {
     "exercise": (
         "course_utils.tools.exercise",
         "generate exercises/ from solutions/ (or --check they match)",
+    ),
+    "colab": (
+        "course_utils.tools.colab",
+        "write the Open in Colab badge and install cell into every notebook (or --check them)",
     ),
     "grade": (
         "course_utils.tools.grading",

@@ -272,7 +272,13 @@ def render(solution_path: Path, root: Path | None = None) -> str:
         if root and solution_path.is_relative_to(root)
         else solution_path.name
     )
-    text = nbformat.writes(make_exercise(solution, name))
+    exercise = make_exercise(solution, name)
+    if root is not None:  # the exercise's own Open in Colab badge and install cell
+        from course_utils.tools import colab
+
+        target = exercise_path(solution_path, root / "exercises")
+        colab.apply(exercise, target.relative_to(root).as_posix(), root)
+    text = nbformat.writes(exercise)
     return text if text.endswith("\n") else text + "\n"
 
 

@@ -1,0 +1,123 @@
+"""Open in Colab: every notebook gets a badge and a Colab-only install cell, from one address.
+
+The repository's address is written once, as `[project.urls] Repository` in pyproject.toml. An
+instructor who forks the course changes it there and runs `course colab`; the badge at the top of
+each notebook and the install cell below it are derived from it. `course colab --check` (and the
+test suite) fail when a notebook disagrees.
+
+The install cell does nothing outside Colab. Inside Colab it installs this package from the
+repository with pip: its dependency ranges admit Colab's TensorFlow, Keras and tf_keras, and the
+Jupyter packages are extras, so pip keeps Colab's own.
+
+Example:
+    >>> from course_utils.tools import colab
+    >>> colab.badge("notebooks/01_keras_fit_mnist.ipynb")
+    '[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://...)'
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = ("notebooks", "solutions", "exercises")
+BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
+BRANCH = "main"
+INSTALL_MARK = "# Colab only:"
+
+
+def repository_url(root: Path = ROOT) -> str:
+    """The repository's address, from pyproject.toml ([project.urls] Repository)."""
+    text = (root / "pyproject.toml").read_text()
+    match = re.search(r'^Repository\s*=\s*"(https://github\.com/[^"]+?)/?"\s*$', text, re.M)
+    if not match:
+        raise ValueError(
+            "pyproject.toml has no [project.urls] Repository = "
+            '"https://github.com/OWNER/NAME": the Colab badges and install cells need it'
+        )
+    return match[1].removesuffix(".git")
+
+
+def badge(relative_path: str, root: Path = ROOT) -> str:
+    """The markdown of the Open in Colab badge of the notebook at `relative_path`."""
+    github = repository_url(root).removeprefix("https://github.com/")
+    link = f"https://colab.research.google.com/github/{github}/blob/{BRANCH}/{relative_path}"
+    return f"[![Open In Colab]({BADGE_IMAGE})]({link})"
+
+
+def install_cell_source(root: Path = ROOT) -> str:
+    """The code of the install cell: pip in Colab, nothing anywhere else."""
+    return (
+        f"{INSTALL_MARK} install the course package (TensorFlow, Keras and Jupyter stay Colab's).\n"
+        "import sys\n"
+        "\n"
+        'if "google.colab" in sys.modules:\n'
+        f'    %pip install --quiet "course-utils @ git+{repository_url(root)}"'
+    )
+
+
+def apply(notebook: nbformat.NotebookNode, relative_path: str, root: Path = ROOT) -> None:
+    """Put the badge cell and the install cell at the top of `notebook` (replacing older ones)."""
+    cells = [
+        c
+        for c in notebook.cells
+        if not (c.cell_type == "markdown" and c.source.startswith("[![Open In Colab]"))
+        and not (c.cell_type == "code" and c.source.startswith(INSTALL_MARK))
+    ]
+    top = nbformat.v4.new_markdown_cell(badge(relative_path, root))
+    install = nbformat.v4.new_code_cell(install_cell_source(root))
+    for cell, name in ((top, "colab-badge"), (install, "colab-install")):
+        cell.id = name
+    # Keep the notebook's title first, then the badge; the install cell goes before the first code.
+    first_code = next((i for i, c in enumerate(cells) if c.cell_type == "code"), len(cells))
+    cells.insert(first_code, install)
+    cells.insert(1 if cells and cells[0].cell_type == "markdown" else 0, top)
+    notebook.cells = cells
+
+
+def problems(path: Path, root: Path = ROOT) -> list[str]:
+    """What is wrong with the badge and install cell of `path` (empty: they agree)."""
+    notebook = nbformat.read(path, as_version=4)
+    relative = path.resolve().relative_to(root).as_posix()
+    sources = [c.source for c in notebook.cells]
+    found = []
+    if badge(relative, root) not in sources:
+        found.append(f"{relative}: no badge for {repository_url(root)} (or it points elsewhere)")
+    if install_cell_source(root) not in sources:
+        found.append(f"{relative}: no Colab install cell for {repository_url(root)}")
+    return found
+
+
+def notebooks(root: Path = ROOT) -> list[Path]:
+    """Every course notebook, in order."""
+    return [p for folder in FOLDERS for p in sorted((root / folder).glob("*.ipynb"))]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `course colab`."""
+    parser.add_argument(
+        "--check", action="store_true", help="do not write: exit 1 if a notebook disagrees"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """`course colab [--check]`: write (or check) every notebook's badge and install cell."""
+    wrong = [problem for path in notebooks() for problem in problems(path)]
+    if args.check:
+        for problem in wrong:
+            print(problem, file=sys.stderr)
+        return 1 if wrong else 0
+    for path in notebooks():
+        if path.parent.name == "exercises":
+            continue  # generated from solutions/ by `course exercise`, which adds them
+        notebook = nbformat.read(path, as_version=4)
+        apply(notebook, path.relative_to(ROOT).as_posix())
+        nbformat.write(notebook, path)
+    from course_utils.tools import exercise
+
+    return exercise.run(argparse.Namespace(check=False, solutions=None, exercises=None))

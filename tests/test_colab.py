@@ -1,0 +1,54 @@
+"""Open in Colab: badges and install cells from the one repository address, silent elsewhere."""
+
+import sys
+import types
+
+import nbformat
+import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+
+from course_utils.tools import colab
+
+
+@pytest.mark.parametrize("path", colab.notebooks(), ids=lambda p: p.name)
+def test_badge_and_install_cell_follow_the_repository_address(path):
+    assert colab.problems(path) == []
+
+
+def test_the_address_is_written_once():
+    assert colab.repository_url().startswith("https://github.com/")
+    readme = (colab.ROOT / "README.md").read_text()
+    assert colab.badge("notebooks/01_keras_fit_mnist.ipynb") in readme
+
+
+def run_install_cell(monkeypatch, in_colab: bool) -> list[tuple[str, str]]:
+    """Execute the install cell as IPython would, recording the magics it runs."""
+    python = TransformerManager().transform_cell(colab.install_cell_source())
+    calls = []
+    shell = types.SimpleNamespace(run_line_magic=lambda name, line: calls.append((name, line)))
+    if in_colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    exec(python, {"get_ipython": lambda: shell})
+    return calls
+
+
+def test_install_cell_does_nothing_outside_colab(monkeypatch):
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    assert run_install_cell(monkeypatch, in_colab=False) == []
+
+
+def test_install_cell_pip_installs_only_the_course_in_colab(monkeypatch):
+    ((name, line),) = run_install_cell(monkeypatch, in_colab=True)
+    assert name == "pip"
+    assert line == f'install --quiet "course-utils @ git+{colab.repository_url()}"'
+
+
+def test_a_fork_changes_the_address_in_one_place(tmp_path):
+    text = (colab.ROOT / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(
+        text.replace(colab.repository_url(), "https://github.com/me/fork")
+    )
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title")])
+    colab.apply(notebook, "notebooks/x.ipynb", tmp_path)
+    assert "github/me/fork/blob/main/notebooks/x.ipynb" in notebook.cells[1].source
+    assert "git+https://github.com/me/fork" in notebook.cells[2].source
