@@ -67,7 +67,7 @@ _NOISE = re.compile(
 
 
 class Task(NamedTuple):
-    """One process of the cluster: its job (`"chief"`, `"worker"` or `"ps"`) and index in that job."""
+    """One process of the cluster: its job (`"chief"`, `"worker"` or `"ps"`) and index."""
 
     type: str
     index: int
@@ -103,7 +103,8 @@ def cluster_spec(
     sizes = {"chief": int(chief), "worker": workers, "ps": ps}
     if workers < 1 or ps < 0:
         raise ValueError(
-            f"A cluster needs at least 1 worker and 0 or more ps tasks (got workers={workers}, ps={ps})."
+            f"A cluster needs at least 1 worker and 0 or more ps tasks (got workers={workers}, "
+            f"ps={ps})."
         )
     total = sum(sizes.values())
     ports = list(ports) if ports is not None else free_ports(total)
@@ -141,7 +142,7 @@ def _read_tf_config(config: Mapping | str | None) -> dict:
 
 
 def current_task(config: Mapping | str | None = None) -> Task:
-    """This process's task from TF_CONFIG (default: the environment); `worker 0` when there is none."""
+    """This process's task from TF_CONFIG (default: the environment); else `worker 0`."""
     task = _read_tf_config(config).get("task") or {}
     return Task(task.get("type", "worker"), int(task.get("index", 0)))
 
@@ -160,7 +161,8 @@ def is_chief(config: Mapping | str | None = None) -> bool:
 
 
 def checkpoint_write_dir(base_dir: str | os.PathLike, config: Mapping | str | None = None) -> str:
-    """Where this task writes checkpoints: `base_dir` on the chief, a private temporary folder elsewhere.
+    """Where this task writes checkpoints: `base_dir` on the chief, a private temporary folder
+    elsewhere.
 
     In MultiWorkerMirroredStrategy *every* worker must call save (saving takes part in collective
     ops), but only the chief's files are kept: the others write to `base_dir/workertemp_<task>`
@@ -241,7 +243,8 @@ def _hint_for(log: str) -> str:
     if "Could not start gRPC server" in log or "Address already in use" in log:
         return (
             "the task could not listen on its port: another process took it. If you passed ports=, "
-            "free them or leave ports=None so that free ones are picked; otherwise simply run again."
+            "free them or leave ports=None so that free ones are picked; otherwise simply run "
+            "again."
         )
     return ""
 
@@ -254,7 +257,7 @@ _LIVE: set[LocalCluster] = set()
 
 @atexit.register
 def _stop_all() -> None:
-    """At interpreter exit (e.g. a kernel restart that shuts down cleanly), stop every live cluster."""
+    """At interpreter exit (e.g. a clean kernel restart), stop every live cluster."""
     for cluster in list(_LIVE):
         cluster.stop(grace=0.5)
 
@@ -342,7 +345,8 @@ class LocalCluster:
         workers, chief, ps: how many tasks of each job.
         args, env: command-line arguments and extra environment variables for every task.
         ready: a regular expression every task prints once it is ready; `start()` waits for it.
-        timeout: seconds from `start()` after which the cluster is stopped and ClusterTimeout raised.
+        timeout: seconds from `start()` after which the cluster is stopped and ClusterTimeout
+        raised.
         stream: print each new (non-noise) log line as `[worker 0] ...` while waiting.
         ports: fixed ports (chief, workers, ps order); default: free ones.
 
@@ -370,7 +374,8 @@ class LocalCluster:
         self.script = Path(script).resolve()
         if not self.script.is_file():
             raise FileNotFoundError(
-                f"Worker script {self.script} does not exist (write it first, e.g. with %%writefile)."
+                f"Worker script {self.script} does not exist (write it first, e.g. with "
+                f"%%writefile)."
             )
         if os.name != "posix":
             raise ClusterError(
@@ -410,9 +415,9 @@ class LocalCluster:
             port = int(self.spec[task.type][task.index].rsplit(":", 1)[1])
             if not portpicker.is_port_free(port):
                 raise PortBusy(
-                    f"Port {port} (for {task}) is already in use by {_port_owner(port)}. A worker from an "
-                    "earlier run may still be alive: stop it (cluster.leftover_workers() lists the course's), "
-                    "or leave ports=None so that free ports are picked."
+                    f"Port {port} (for {task}) is already in use by {_port_owner(port)}. A worker "
+                    f"from an earlier run may still be alive: stop it (cluster.leftover_workers() "
+                    f"lists the course's), or leave ports=None so that free ports are picked."
                 )
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._started = time.monotonic()
@@ -466,7 +471,8 @@ class LocalCluster:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group: killed as a whole, untouched by the notebook's Ctrl-C
+            # own process group: killed as a whole, untouched by the notebook's Ctrl-C
+            start_new_session=True,
             preexec_fn=_die_with_parent(os.getpid()) if USE_PDEATHSIG else None,
         )
 
@@ -582,8 +588,9 @@ class LocalCluster:
             waited = deadline - self._started
             self.stop()
             raise ClusterTimeout(
-                f"Timed out after {waited:.0f} s waiting for {what}; all tasks were stopped. A worker that "
-                f"waits for its peers forever, or a run longer than timeout={self.timeout:g} s, ends like this.\n{tails}"
+                f"Timed out after {waited:.0f} s waiting for {what}; all tasks were stopped. "
+                "A worker that waits for its peers forever, or a run longer than "
+                f"timeout={self.timeout:g} s, ends like this.\n{tails}"
             )
 
     def _deadline_for(self, timeout: float | None) -> float:
@@ -596,7 +603,8 @@ class LocalCluster:
     def wait_for(
         self, pattern: str, task: Task | int | str = 0, timeout: float | None = None
     ) -> re.Match:
-        """Read the logs until `pattern` (a regular expression) appears in `task`'s log; return the match.
+        """Read the logs until `pattern` (a regular expression) appears in `task`'s log; return the
+        match.
 
         `task="all"` waits until every task printed it (and returns the last match). Raises
         WorkerFailed if any task fails first (a task killed with `kill` does not count),
@@ -657,7 +665,8 @@ class LocalCluster:
         proc.wait()
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
-        """Stop every task: SIGTERM to each process group, SIGKILL after `grace` seconds. Idempotent."""
+        """Stop every task: SIGTERM to each process group, SIGKILL after `grace` seconds.
+        Idempotent."""
         if self._stopped or not self._started:
             return
         self._stopped = True
@@ -693,7 +702,8 @@ class LocalCluster:
 
 
 def run(script: str | os.PathLike, workers: int = 2, **kwargs) -> LocalCluster:
-    """Start a cluster, wait for every task to finish, stop it; return it (for `.log()`, `.show_logs()`).
+    """Start a cluster, wait for every task to finish, stop it; return it (for `.log()`,
+    `.show_logs()`).
 
     Takes the arguments of LocalCluster. Raises WorkerFailed / ClusterTimeout like `wait()`.
 

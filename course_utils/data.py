@@ -15,7 +15,8 @@ Example:
     >>> from course_utils import data
     >>> train = data.load("mnist", "train")          # honours COURSE_PROFILE (quick: a subset)
     >>> train.element_spec
-    (TensorSpec(shape=(28, 28, 1), dtype=tf.float32, name=None), TensorSpec(shape=(), dtype=tf.int64, name=None))
+    (TensorSpec(shape=(28, 28, 1), dtype=tf.float32, name=None), TensorSpec(shape=(),
+    dtype=tf.int64, name=None))
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from course_utils.quiet import import_tensorflow
+from course_utils.settings import Settings, read_settings
 
 tf = import_tensorflow()  # `import tensorflow as tf`, without its start-up log lines
-from course_utils.settings import Settings, read_settings
 
 #: How long `auto` and `tfds` wait for a download server before deciding we are offline.
 NETWORK_TIMEOUT_S = 3.0
@@ -131,9 +132,10 @@ def load(
     if not ok:
         if source == "tfds":
             raise DataUnavailableError(
-                f"COURSE_DATA=tfds needs the real {name} data, but {reason}. Connect this machine to the "
-                f"internet, or copy a prepared {name} folder into {data_dir()} (or point TFDS_DATA_DIR at "
-                "one), or set COURSE_DATA=auto to fall back to a synthetic stand-in."
+                f"COURSE_DATA=tfds needs the real {name} data, but {reason}. Connect this machine "
+                f"to the internet, or copy a prepared {name} folder into {data_dir()} (or point "
+                f"TFDS_DATA_DIR at one), or set COURSE_DATA=auto to fall back to a synthetic "
+                f"stand-in."
             )
         _announce_stand_in(name, reason)
         return synthetic_dataset(name, base_split, limit or info.split_sizes[base_split])
@@ -144,7 +146,8 @@ _status: dict[str, tuple[bool, str]] = {}  # per process: offline, every load wo
 
 
 def real_data_status(name: str) -> tuple[bool, str]:
-    """(True, where) when the real data is prepared on disk or its server answers; else (False, why).
+    """(True, where) when the real data is prepared on disk or its server answers; else (False,
+    why).
 
     The answer is remembered for the rest of the process (a kernel restart asks again).
     """
@@ -157,13 +160,14 @@ def real_data_status(name: str) -> tuple[bool, str]:
         else:
             _status[name] = (
                 False,
-                f"it is not on disk and {info.download_host} did not answer within {NETWORK_TIMEOUT_S:.0f} s",
+                f"it is not on disk and {info.download_host} did not answer within "
+                f"{NETWORK_TIMEOUT_S:.0f} s",
             )
     return _status[name]
 
 
 def is_prepared(name: str) -> bool:
-    """Whether tensorflow-datasets already has `name` prepared in its data folder (TFDS_DATA_DIR)."""
+    """Whether tensorflow-datasets has `name` prepared in its data folder (TFDS_DATA_DIR)."""
     return tfds_builder(name).is_prepared()
 
 
@@ -233,7 +237,8 @@ def _announce_stand_in(name: str, reason: str) -> None:
     if name not in _announced:
         _announced.add(name)
         print(
-            f"COURSE_DATA=auto: {name} is not available ({reason}); using a synthetic stand-in with the same shapes and classes."
+            f"COURSE_DATA=auto: {name} is not available ({reason}); using a synthetic stand-in "
+            f"with the same shapes and classes."
         )
 
 
@@ -259,7 +264,8 @@ def synthetic_arrays(
 
     Each class has a fixed smooth random pattern (shared by both splits, so a model trained on
     "train" is tested fairly on "test"). An example blends its class pattern with another class's
-    pattern and adds noise, so a small CNN learns most of it in a few epochs (about 90% accuracy), not instantly.
+    pattern and adds noise, so a small CNN learns most of it in a few epochs (about 90%
+    accuracy), not instantly.
     """
     info = spec(name)
     height, width, channels = info.image_shape

@@ -100,7 +100,7 @@ def _names(kind: str) -> list[str]:
 
 
 def device_table(names: list[str] | None = None) -> str:
-    """A small text table of the devices a strategy will use (default: all logical GPUs, else CPUs)."""
+    """A text table of the devices a strategy will use (default: logical GPUs, else CPUs)."""
     if names is None:
         names = _names("GPU") or _names("CPU")
     physical = {d.device_type: d.name for d in tf.config.list_physical_devices()}

@@ -11,9 +11,10 @@ weighs that step less than one device would; dividing by the step's real global 
 (`step_global_batch_size`) matches one device exactly.
 
 Example:
-    >>> loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)   # one loss per example
+    >>> loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)  # loss per example
     >>> def replica_loss(labels, logits):       # called inside strategy.run
-    ...     return scaled_loss(loss_fn(labels, logits), step_global_batch_size(labels), model.losses)
+    ...     per_example = loss_fn(labels, logits)
+    ...     return scaled_loss(per_example, step_global_batch_size(labels), model.losses)
 """
 
 from __future__ import annotations

@@ -47,12 +47,14 @@ class Settings:
         return self.profile == "quick"
 
     def pick(self, *, full: T, quick: T) -> T:
-        """Return `full` or `quick` depending on the profile: `EPOCHS = settings.pick(full=12, quick=2)`."""
+        """Return `full` or `quick` depending on the profile: `EPOCHS = settings.pick(full=12,
+        quick=2)`."""
         return quick if self.quick else full
 
 
 def read_settings(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-    """Read COURSE_PROFILE, COURSE_DEVICES and COURSE_DATA; keyword arguments win over the environment.
+    """Read COURSE_PROFILE, COURSE_DEVICES and COURSE_DATA; keyword arguments win over the
+    environment.
 
     Raises SettingsError with the accepted values when one is wrong.
     """

@@ -4,9 +4,12 @@ Example:
     >>> import course_utils
     >>> settings = course_utils.setup()
     >>> from course_utils.strategy import make_strategy, build_model_and_optimizer
-    >>> strategy = make_strategy()                        # prints "MirroredStrategy: 2 replicas ..."
+    >>> strategy = make_strategy()  # prints "MirroredStrategy: 2 replicas ..."
     >>> model, optimizer = build_model_and_optimizer(
-    ...     strategy, make_model=lambda: keras.Sequential([...]), make_optimizer=keras.optimizers.Adam)
+    ...     strategy,
+    ...     make_model=lambda: keras.Sequential([...]),
+    ...     make_optimizer=keras.optimizers.Adam,
+    ... )
 """
 
 from __future__ import annotations

@@ -76,7 +76,8 @@ class ThroughputCallback(keras.callbacks.Callback):
 
     @property
     def examples_per_sec(self) -> float:
-        """Training throughput, warm-up epochs excluded (the last batch may be smaller: a slight overestimate)."""
+        """Training throughput, warm-up epochs excluded (the last batch may be smaller: a slight
+        overestimate)."""
         return self.batch_size / self.step_seconds if self.step_seconds else 0.0
 
 
@@ -101,7 +102,8 @@ class RunResult:
 
 
 def results_table(results: list[RunResult], baseline: str | None = None) -> str:
-    """A text table of the runs; `baseline` (a run name, default the first) gives the 'speed' column."""
+    """A text table of the runs; `baseline` (a run name, default the first) gives the 'speed'
+    column."""
     if not results:
         return "(no runs)"
     base = next((r for r in results if r.name == baseline), results[0])
@@ -131,7 +133,8 @@ def results_table(results: list[RunResult], baseline: str | None = None) -> str:
 def plot_comparison(
     results: list[RunResult], metric: str = "examples_per_sec", ax=None, title: str | None = None
 ):
-    """Horizontal bar chart of one metric ("examples_per_sec" or "seconds") per run; returns the axes."""
+    """Horizontal bar chart of one metric ("examples_per_sec" or "seconds") per run; returns the
+    axes."""
     import matplotlib.pyplot as plt
 
     if ax is None:

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_python(
     code: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh interpreter with the course environment; return the completed process."""
+    """Run `code` in a fresh interpreter with the course environment; return the process."""
     full_env = {**os.environ, "COURSE_PROFILE": "quick", **(env or {})}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -34,7 +34,7 @@ def run_python(
 
 @pytest.fixture
 def python_subprocess():
-    """`python_subprocess(code, env)` -> CompletedProcess; fails the test with stderr when it fails."""
+    """`python_subprocess(code, env)` -> CompletedProcess; a failure fails the test, with stderr."""
 
     def run(
         code: str, env: dict[str, str] | None = None, timeout: float = 300, expect_ok: bool = True

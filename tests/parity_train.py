@@ -76,7 +76,7 @@ per_example_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, 
 
 
 def global_batch_mean(y_true, y_pred):
-    """A Model.fit loss: summed per-example loss / the step's global batch size (not per replica)."""
+    """A Model.fit loss: summed per-example loss / the step's global batch (not per replica)."""
     losses = per_example_loss(y_true, y_pred)
     return tf.nn.compute_average_loss(losses, global_batch_size=step_global_batch_size(y_true))
 

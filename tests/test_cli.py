@@ -79,7 +79,10 @@ def _processes_in(folder):
 
 
 def test_commands_that_need_no_tensorflow_do_not_import_it():
-    code = "import sys; from course_utils.tools.cli import main; main(['exercise', '--check']); print('TF', 'tensorflow' in sys.modules)"
+    code = (
+        "import sys; from course_utils.tools.cli import main; main(['exercise', '--check']); "
+        "print('TF', 'tensorflow' in sys.modules)"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )

@@ -305,7 +305,8 @@ cluster.USE_PDEATHSIG, cluster.USE_WATCHDOG = {pdeathsig}, {watchdog}
 c = cluster.LocalCluster({script!r}, workers=2, args={args!r}, log_dir={log_dir!r}, timeout=120)
 c.start()
 c.wait_for("ready", task="all")
-print(json.dumps(list(c.pids.values()) + [int(p) for t in c.tasks for p in re.findall(r"child pid (\\d+)", c.log(t))]), flush=True)
+children = [int(p) for t in c.tasks for p in re.findall(r"child pid (\\d+)", c.log(t))]
+print(json.dumps(list(c.pids.values()) + children), flush=True)
 {ending}
 """
 
@@ -398,9 +399,8 @@ def test_jupyter_kernel_restart_kills_the_workers(tmp_path):
             return "".join(out)
 
         run(
-            f"from course_utils import cluster\n"
-            f"c = cluster.LocalCluster({str(TINY)!r}, workers=2, args=['--hang'], log_dir={str(tmp_path)!r}, ready='ready')\n"
-            f"c.start()"
+            f"from course_utils import cluster\nc = cluster.LocalCluster({str(TINY)!r}, workers=2, "
+            f"args=['--hang'], log_dir={str(tmp_path)!r}, ready='ready')\nc.start()"
         )
         pids = json.loads(run("import json; print(json.dumps(list(c.pids.values())))"))
         assert all(_running(p) for p in pids)  # still alive after the cell that started them ended
@@ -413,7 +413,8 @@ def test_jupyter_kernel_restart_kills_the_workers(tmp_path):
         km.shutdown_kernel(now=True)
 
 
-# --- real TensorFlow workers -----------------------------------------------------------------------
+# --- real TensorFlow workers
+# -----------------------------------------------------------------------
 
 
 @pytest.mark.slow

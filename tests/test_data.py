@@ -1,4 +1,5 @@
-"""Datasets: shapes and scaling, the offline stand-in (fast, announced, learnable), tfds mode, tfds mocking."""
+"""Datasets: shapes and scaling, the offline stand-in (fast, announced, learnable), tfds mode, tfds
+mocking."""
 
 import time
 
@@ -137,7 +138,7 @@ def test_synthetic_data_is_learnable(name):
 
 
 def test_svhn_downloads_only_train_and_test(monkeypatch, tmp_path):
-    """tfds's svhn_cropped also fetches the 1.24 GiB `extra` split; the course's builder does not."""
+    """tfds's svhn_cropped also fetches the 1.24 GiB `extra` split; the course's does not."""
     monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
     builder = data.tfds_builder("svhn_cropped")
     asked = {}

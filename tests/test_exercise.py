@@ -111,7 +111,8 @@ def _tiny_solution() -> nbformat.NotebookNode:
             "**Why?**\n<!-- BEGIN SOLUTION [q2] why (2 points) -->\nBecause.\n<!-- END SOLUTION -->"
         ),
         nbformat.v4.new_code_cell(
-            "### BEGIN HIDDEN TESTS [q1] doubles (1 point)\nassert double(3) == 6\n### END HIDDEN TESTS"
+            "### BEGIN HIDDEN TESTS [q1] doubles (1 point)\nassert double(3) == 6\n### END HIDDEN "
+            "TESTS"
         ),
         nbformat.v4.new_markdown_cell("<!-- HIDDEN -->\nfor instructors"),
     ]

@@ -1,10 +1,13 @@
 """`course grade` on submissions made here from the solution by small edits, like real mistakes.
 
 Two batches, each graded once per test session (module fixtures):
-- `batch`: the completed solution, the untouched exercise, four mistakes (reduce_mean loss, no strategy
-  scope, global batch = per-replica batch, advanced part missing) and a file that is not JSON; two at a
+- `batch`: the completed solution, the untouched exercise, four mistakes (reduce_mean loss, no
+strategy
+  scope, global batch = per-replica batch, advanced part missing) and a file that is not JSON;
+  two at a
   time (jobs=2), 2 simulated devices, quick profile, synthetic data.
-- `limits_batch`: tight time limits: an infinite loop, a kernel that dies, and a tampering submission
+- `limits_batch`: tight time limits: an infinite loop, a kernel that dies, and a tampering
+submission
   that steals the solution's graded files, fakes results.json, patches the grader in its kernel,
   prints "PASSED" and rewrites the hidden tests in the solution file.
 Memory and notebook time limits are tested on tiny notebooks with `run_submission` directly.
@@ -88,7 +91,8 @@ def batch(tmp_path_factory):
         write(
             edit(
                 done,
-                "return tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)",
+                "return tf.nn.compute_average_loss(per_example_loss, "
+                "global_batch_size=GLOBAL_BATCH)",
                 "return tf.reduce_mean(per_example_loss)",
             ),
             folder / "reduce_mean.ipynb",
@@ -187,7 +191,8 @@ def test_the_untouched_exercise_scores_zero(batch):
             "reduce_mean",
             11,
             {
-                "the custom loop's loss is scaled by the global batch size": "compute_loss must divide"
+                "the custom loop's loss is scaled by the global batch size": "compute_loss must "
+                "divide"
             },
         ),
         (
@@ -207,8 +212,13 @@ def test_the_untouched_exercise_scores_zero(batch):
             "missing_advanced",
             10,
             {
-                "the restored fit checkpoint is the last one and its test accuracy is right": "no 'advanced_fit'",
-                "the restored custom-loop checkpoint is the newest and its test accuracy is right": "no 'advanced_custom'",
+                "the restored fit checkpoint is the last one and its test accuracy is right": (
+                    "no 'advanced_fit'"
+                ),
+                (
+                    "the restored custom-loop checkpoint is the newest "
+                    "and its test accuracy is right"
+                ): "no 'advanced_custom'",
             },
         ),
     ],
@@ -255,14 +265,16 @@ def _tamper_source(stolen: Path, solution_copy: Path) -> str:
     return f'''
 import json, os, pathlib, shutil, sys
 artifacts = pathlib.Path(os.environ["COURSE_ARTIFACTS"]) / "05_svhn"
-shutil.copytree(r"{stolen}", artifacts, dirs_exist_ok=True)  # another submission's models and checkpoints
+# another submission's models and checkpoints
+shutil.copytree(r"{stolen}", artifacts, dirs_exist_ok=True)
 results = json.loads((artifacts / "results.json").read_text())
 results["fit"]["test_accuracy"] = 1.0                            # and made-up numbers
 (artifacts / "results.json").write_text(json.dumps(results))
 solution = pathlib.Path(r"{solution_copy}")
 hidden = solution.read_text()                                    # read the hidden tests...
 solution.write_text(hidden.replace("assert ", "pass  # "))       # ...and try to defuse them
-import course_utils.tools.checks as checks                             # patch the grader's checks in this kernel
+# patch the grader's checks in this kernel
+import course_utils.tools.checks as checks
 checks.CheckError = Warning
 checks.own_model = lambda *args, **kwargs: None
 def assert_mirrored(*args, **kwargs):
@@ -361,7 +373,8 @@ def _gone(pid: int) -> bool:
 
 def test_memory_limit_kills_the_kernel_and_its_children(tmp_path):
     notebook = _notebook(
-        "import os, subprocess\nchild = subprocess.Popen(['sleep', '600'])\nprint(f'pid={os.getpid()} pid={child.pid}')",
+        "import os, subprocess\nchild = subprocess.Popen(['sleep', "
+        "'600'])\nprint(f'pid={os.getpid()} pid={child.pid}')",
         "hog = []\nwhile True:\n    hog.append(bytearray(20 * 2**20))",
         "print('never')",
     )
@@ -381,8 +394,8 @@ def test_memory_limit_kills_the_kernel_and_its_children(tmp_path):
 def test_notebook_time_limit_stops_a_kernel_that_ignores_interrupts(tmp_path):
     notebook = _notebook(
         "import os, time\nprint(f'pid={os.getpid()}')",
-        "while True:  # swallows the interrupt that the cell time limit sends\n    try:\n        time.sleep(0.1)\n"
-        "    except KeyboardInterrupt:\n        pass",
+        "while True:  # swallows the interrupt that the cell time limit sends\n    try:\n        "
+        "time.sleep(0.1)\n    except KeyboardInterrupt:\n        pass",
         *["print('queued behind the loop')"]
         * 10,  # each waits for the cell limit: 2 + 10 x 2 s > 8 s
     )

@@ -1,4 +1,5 @@
-"""Parity: N simulated replicas train to the same weights as one device, when the loss is scaled right.
+"""Parity: N simulated replicas train to the same weights as one device, when the loss is scaled
+right.
 
 tests/parity_train.py trains a tiny model (L2 on both kernels, 6 SGD steps with momentum, a last
 batch of 7 that splits 4+3 on 2 replicas and 2+2+2+1 on 4) in several ways and saves the
@@ -40,7 +41,7 @@ def max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 
 
 def replicas_vs_one_device(weights, run: str, replicas: int) -> float:
-    """Max weight difference between `run` on `replicas` replicas and on one device (shown with -s)."""
+    """Max weight difference of `run` on `replicas` replicas vs one device (shown with -s)."""
     difference = max_difference(
         final_weights(weights[1], run), final_weights(weights[replicas], run)
     )
@@ -81,7 +82,8 @@ def weights(tmp_path_factory) -> dict[int, np.lib.npyio.NpzFile]:
 
 
 def test_one_device_reference_is_plain_keras(weights):
-    """On one device, fit with Keras's own loss, fit with the global-batch loss and the custom loop agree."""
+    """On one device, fit with Keras's own loss, fit with the global-batch loss and the custom loop
+    agree."""
     reference = final_weights(
         weights[1], "builtin_uneven"
     )  # what plain model.fit does on one device
@@ -97,7 +99,7 @@ def test_one_device_reference_is_plain_keras(weights):
 @pytest.mark.parametrize("replicas", REPLICAS)
 @pytest.mark.parametrize("run", ["fit", "loop", "loop_adam"])
 def test_replicas_match_one_device(weights, run, replicas):
-    """fit and the custom loop, with loss / GLOBAL batch and scaled L2: same weights as one device."""
+    """fit and the custom loop, loss / GLOBAL batch, scaled L2: same weights as one device."""
     difference = replicas_vs_one_device(weights, run, replicas)
     assert difference < TOLERANCE, (
         f"{run} on {replicas} replicas differs from one device by {difference:.2e}"

@@ -1,4 +1,5 @@
-"""make_strategy picks the right strategy; build_model_and_optimizer avoids the Adam trap; loss scaling."""
+"""make_strategy picks the right strategy; build_model_and_optimizer avoids the Adam trap; loss
+scaling."""
 
 import numpy as np
 import pytest
@@ -10,8 +11,11 @@ def test_make_strategy_uses_all_simulated_devices(python_subprocess):
         import course_utils
         course_utils.setup(devices=4, verbose=False)
         from course_utils.strategy import make_strategy
-        auto, one, default = make_strategy(), make_strategy("mirrored", devices=["/cpu:0"]), make_strategy("default")
-        print("R", auto.num_replicas_in_sync, type(auto).__name__, one.num_replicas_in_sync, type(one).__name__,
+        auto = make_strategy()
+        one = make_strategy("mirrored", devices=["/cpu:0"])
+        default = make_strategy("default")
+        print("R", auto.num_replicas_in_sync, type(auto).__name__,
+              one.num_replicas_in_sync, type(one).__name__,
               default.num_replicas_in_sync)
         """
     )
@@ -41,16 +45,24 @@ def test_built_adam_trains_a_distributed_step(python_subprocess):
         from course_utils.strategy import make_strategy, build_model_and_optimizer
         strategy = make_strategy(verbose=False)
         model, opt = build_model_and_optimizer(
-            strategy, lambda: keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]), keras.optimizers.Adam)
+            strategy,
+            lambda: keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]),
+            keras.optimizers.Adam,
+        )
         ds = strategy.experimental_distribute_dataset(
-            tf.data.Dataset.from_tensor_slices((tf.ones((8, 3)), tf.zeros((8,), tf.int64))).batch(8))
+            tf.data.Dataset.from_tensor_slices((tf.ones((8, 3)), tf.zeros((8,), tf.int64))).batch(8)
+        )
 
         @tf.function
         def step(batch):
             def replica_step(x, y):
                 with tf.GradientTape() as tape:
-                    loss = tf.reduce_sum(keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True)) / 8
-                opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+                    per_example = keras.losses.sparse_categorical_crossentropy(
+                        y, model(x), from_logits=True
+                    )
+                    loss = tf.reduce_sum(per_example) / 8
+                variables = model.trainable_variables
+                opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
                 return loss
             return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)
 
@@ -68,7 +80,11 @@ def test_unbuilt_model_is_refused_with_advice(python_subprocess):
         import keras
         from course_utils.strategy import make_strategy, build_model_and_optimizer
         try:
-            build_model_and_optimizer(make_strategy(verbose=False), lambda: keras.Sequential([keras.layers.Dense(2)]), keras.optimizers.Adam)
+            build_model_and_optimizer(
+                make_strategy(verbose=False),
+                lambda: keras.Sequential([keras.layers.Dense(2)]),
+                keras.optimizers.Adam,
+            )
         except ValueError as exc:
             print("ERROR:", exc)
         """
@@ -104,5 +120,6 @@ def test_regularization_is_divided_by_the_replicas(python_subprocess):
         print("V", [float(v) for v in strategy.experimental_local_results(strategy.run(fn))])
         """
     )
-    # each replica: 2/4 + (0.5 + 0.5)/2 = 1.0; summed over 2 replicas -> 2.0 = 4/4 + 1.0 as on one device
+    # each replica: 2/4 + (0.5 + 0.5)/2 = 1.0; summed over 2 replicas -> 2.0 = 4/4 + 1.0 as on one
+    # device
     assert "V [1.0, 1.0]" in proc.stdout

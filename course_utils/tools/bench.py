@@ -19,7 +19,10 @@ Example:
     >>> batch = bench.global_batch(per_replica=64, replicas=2)
     >>> runs = [
     ...     bench.FitRun("no strategy + fit", bench.make_strategy(0), batch),
-    ...     bench.CustomLoopRun("MirroredStrategy(2) + custom loop", bench.make_strategy(2), batch, steps_per_call=20),
+    ...     bench.CustomLoopRun(
+    ...         "MirroredStrategy(2) + custom loop", bench.make_strategy(2), batch,
+    ...         steps_per_call=20,
+    ...     ),
     ... ]
     >>> results = bench.measure(runs, steps=40, rounds=5)
     >>> print(bench.results_table(results))
@@ -73,7 +76,8 @@ TARGETS = {
 
 
 def replica_devices(count: int | None = None) -> list[str]:
-    """The first `count` logical devices a strategy can mirror over: GPUs when there are any, else CPUs.
+    """The first `count` logical devices a strategy can mirror over: GPUs when there are any, else
+    CPUs.
 
     `None` means all of them. Asking for more than exist raises a ValueError that says what to do.
     """
@@ -85,7 +89,8 @@ def replica_devices(count: int | None = None) -> list[str]:
     if count > len(names):
         raise ValueError(
             f"{count} replicas asked for, but this kernel has {len(names)} logical device(s). "
-            f"Set COURSE_DEVICES={count} (or call course_utils.setup(devices={count})) in a fresh kernel."
+            f"Set COURSE_DEVICES={count} (or call course_utils.setup(devices={count})) in a fresh "
+            f"kernel."
         )
     return names[:count]
 
@@ -139,7 +144,8 @@ def on_gpus() -> bool:
 def make_model(
     input_shape: tuple[int, int, int] = (28, 28, 1), num_classes: int = 10
 ) -> keras.Model:
-    """The seed course's Fashion-MNIST CNN (two conv blocks, one hidden dense layer): about 120k weights."""
+    """The seed course's Fashion-MNIST CNN (two conv blocks, one hidden dense layer): about 120k
+    weights."""
     return keras.Sequential(
         [
             keras.Input(shape=input_shape),
@@ -162,12 +168,14 @@ def make_dataset(
     examples: int | None = None,
     name: str = DATASET,
 ):
-    """An endless, shuffled, batched training pipeline: load -> [cache] -> shuffle -> batch -> repeat -> [prefetch].
+    """An endless, shuffled, batched training pipeline: load -> [cache] -> shuffle -> batch ->
+    repeat -> [prefetch].
 
     cache: keep the decoded examples in memory after the first pass (otherwise every epoch reads
         and decodes them again). prefetch: prepare the next batches while the model trains on this
         one. `examples` limits the training set (None: the profile's default, see `data.load`).
-    Batches always have exactly `batch_size` examples (drop_remainder), so each step does equal work.
+    Batches always have exactly `batch_size` examples (drop_remainder), so each step does equal
+    work.
     """
     dataset = _cached_examples(name, examples) if cache else _examples(name, examples)
     dataset = dataset.shuffle(SHUFFLE_BUFFER).batch(batch_size, drop_remainder=True).repeat()
@@ -178,7 +186,8 @@ def make_dataset(
 
 @functools.cache
 def _examples(name: str, examples: int | None):
-    """The unbatched training examples, looked up once (COURSE_DATA=auto checks the network each time)."""
+    """The unbatched training examples, looked up once (COURSE_DATA=auto checks the network each
+    time)."""
     return data.load(name, "train", limit=examples)
 
 
@@ -265,7 +274,8 @@ class FitRun:
         self.jit_compile = self.model.jit_compile  # what Keras resolved "auto" to
 
     def time_steps(self, steps: int) -> tuple[float, int]:
-        """Run one fit call of about `steps` steps; return (seconds, steps timed), the first execution excluded.
+        """Run one fit call of about `steps` steps; return (seconds, steps timed), the first
+        execution excluded.
 
         fit runs in a helper thread, and this returns as soon as training has ended: when fit
         returns, Keras drops its distributed input iterator, and in TensorFlow 2.21 destroying
@@ -303,7 +313,8 @@ _KEEP_ALIVE: list = []
 
 
 class CustomLoopRun:
-    """A custom training loop under a strategy (the course's notebook-2 loop), timed a few steps at a time.
+    """A custom training loop under a strategy (the course's notebook-2 loop), timed a few steps at
+    a time.
 
     steps_per_call == 1: the classic loop, one `tf.function` call per step from a Python `for`.
     steps_per_call > 1: the loop over steps runs INSIDE one tf.function (`tf.range`), so Python
@@ -359,7 +370,7 @@ class CustomLoopRun:
 
         @tf.function
         def train_step(batch):
-            """One step: each replica trains on its part of `batch`; returns the global mean loss."""
+            """One step: each replica trains on its part of `batch`; returns the mean loss."""
             per_replica_loss = strategy.run(replica_step, args=batch)
             return strategy.reduce("SUM", per_replica_loss, axis=None)
 
@@ -399,7 +410,8 @@ class CustomLoopRun:
         return self._iterators[key]
 
     def time_steps(self, steps: int, iterator=None) -> tuple[float, int]:
-        """Train about `steps` steps (from `iterator`, default this run's own); return (seconds, steps)."""
+        """Train about `steps` steps (from `iterator`, default this run's own); return (seconds,
+        steps)."""
         iterator = iterator or self.iterator
         start = time.perf_counter()
         if self.steps_per_call == 1:
@@ -486,13 +498,14 @@ def ratio(results: list[Measurement], numerator: str, denominator: str) -> float
 
 
 def ratio_per_round(results: list[Measurement], numerator: str, denominator: str) -> list[float]:
-    """throughput(numerator) / throughput(denominator) in each round: their spread shows the noise."""
+    """throughput(numerator) / throughput(denominator) per round: the spread shows the noise."""
     by_name = {m.name: m for m in results}
     return [a / b for a, b in zip(by_name[numerator].rounds, by_name[denominator].rounds)]
 
 
 def results_table(results: list[Measurement], baseline: str | None = None) -> str:
-    """A text table: examples/s, ms per step and speed relative to `baseline` (default: the first row)."""
+    """A text table: examples/s, ms per step and speed relative to `baseline` (default: the first
+    row)."""
     base = next((m for m in results if m.name == baseline), results[0])
     rows = [
         ("configuration", "replicas", "global batch", "examples/s", "ms/step", f"vs {base.name}")
@@ -598,7 +611,8 @@ def input_wait(
     prefetch: bool = True,
     warmup_steps: int = 4,
 ) -> InputWait:
-    """Time `run`'s model on a (cache, prefetch) pipeline and on free input, alternately, for `rounds` rounds."""
+    """Time `run`'s model on a (cache, prefetch) pipeline and on free input, alternately, for
+    `rounds` rounds."""
     name = f"cache {'on' if cache else 'off'}, prefetch {'on' if prefetch else 'off'}"
     real = run.iterator_for(cache=cache, prefetch=prefetch)
     free = run.iterator_for(free_input=True)
@@ -637,7 +651,8 @@ def input_table(waits: list[InputWait]) -> str:
 
 
 def error_summary(error: BaseException) -> str:
-    """The line of a TensorFlow error that says what went wrong (the first is often just 'Graph execution error:')."""
+    """The line of a TensorFlow error that says what went wrong (the first is often just 'Graph
+    execution error:')."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     telling = [line for line in lines if "must feed a value" in line or "Trying to access" in line]
     return f"{type(error).__name__}: {(telling or lines or [''])[0]}"
@@ -667,14 +682,16 @@ def core_runs(
     examples: int | None = None,
     steps_per_call: int = STEPS_PER_CALL,
 ) -> list:
-    """The comparison at the heart of notebook 3, all with the same global batch (per_replica x replicas).
+    """The comparison at the heart of notebook 3, all with the same global batch (per_replica x
+    replicas).
 
     1. no strategy + fit                      the single-device baseline
     2. MirroredStrategy(1) + fit              the strategy's own overhead, with nothing to exchange
     3. MirroredStrategy(N) + fit              N replicas
     4. MirroredStrategy(N) + custom loop, 1 step/call            the classic tutorial loop
     5. MirroredStrategy(N) + custom loop, steps_per_call/call    the course's recommended loop
-    On GPUs, XLA (jit_compile) is on wherever it works (Keras cannot use it in fit with 2+ replicas).
+    On GPUs, XLA (jit_compile) is on wherever it works (Keras cannot use it in fit with 2+
+    replicas).
     """
     batch = global_batch(per_replica, replicas)
     xla = on_gpus()
@@ -768,8 +785,9 @@ def run_benchmark(sizes: Sizes = FULL, replicas: int | None = None, verbose: boo
     runs = core_runs(replicas, examples=sizes.examples)
     if verbose:
         print(
-            f"Timing {len(runs)} configurations: warm-up, then {sizes.rounds} rounds of {sizes.steps} steps each; "
-            f"global batch {runs[0].batch_size}, {replicas} replica(s) on {'GPU' if on_gpus() else 'CPU'}...",
+            f"Timing {len(runs)} configurations: warm-up, then {sizes.rounds} rounds of "
+            f"{sizes.steps} steps each; global batch {runs[0].batch_size}, {replicas} replica(s) "
+            f"on {'GPU' if on_gpus() else 'CPU'}...",
             flush=True,
         )
     results = measure(runs, steps=sizes.steps, rounds=sizes.rounds)
@@ -831,7 +849,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--devices",
         type=int,
-        help="replicas for the distributed runs (default: COURSE_DEVICES, else 2 simulated CPUs or all GPUs)",
+        help="replicas for the distributed runs (default: COURSE_DEVICES, else 2 simulated CPUs or "
+        "all GPUs)",
     )
     parser.add_argument("--output", help="also write the report as JSON to this file")
 

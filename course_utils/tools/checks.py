@@ -1,17 +1,22 @@
-"""Helpers for the hidden tests of the SVHN exercise: each one checks a file or a fact, or raises `CheckError`.
+"""Helpers for the hidden tests of the SVHN exercise: each one checks a file or a fact, or raises
+`CheckError`.
 
-The hidden tests (in `solutions/05_svhn_solution.ipynb`) run in the grader's check process, which never
-runs student code, with three names defined: `settings`, `ARTIFACTS` (the submission's artifacts folder)
+The hidden tests (in `solutions/05_svhn_solution.ipynb`) run in the grader's check process, which
+never
+runs student code, with three names defined: `settings`, `ARTIFACTS` (the submission's artifacts
+folder)
 and `FACTS` (what `probe` found in the student's kernel). In the solution itself they run in the
-notebook's own kernel. A `CheckError` message is what the student reads in the report, so each one says
+notebook's own kernel. A `CheckError` message is what the student reads in the report, so each
+one says
 what is wrong and what to do.
 
 Example (a hidden test):
     >>> from course_utils.tools import checks
     >>> results = checks.load_results(ARTIFACTS)
-    >>> saved = checks.own_model(ARTIFACTS, "fit_model", FACTS)  # the file holds the model the run trained
-    >>> scores = checks.evaluate(saved)                          # measured by the grader, not the notebook
-    >>> checks.assert_accuracy_matches(checks.get(results, "fit", "test_accuracy"), scores, "fit test accuracy")
+    >>> saved = checks.own_model(ARTIFACTS, "fit_model", FACTS)  # the model this run trained
+    >>> scores = checks.evaluate(saved)  # measured by the grader, not the notebook
+    >>> recorded = checks.get(results, "fit", "test_accuracy")
+    >>> checks.assert_accuracy_matches(recorded, scores, "fit test accuracy")
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ _cache: dict = {}
 
 
 def clear_cache() -> None:
-    """Forget the models and scores of the previous submission (the check process calls it between them)."""
+    """Forget the models and scores of the previous submission (the check process calls it between
+    them)."""
     _cache.clear()
 
 
@@ -62,7 +68,8 @@ def load_results(artifacts: Path) -> dict:
     path = Path(artifacts) / "results.json"
     if not path.exists():
         raise CheckError(
-            f"{ARTIFACTS_NAME}/results.json is missing: run the notebook from the top (the `record` cells write it)"
+            f"{ARTIFACTS_NAME}/results.json is missing: run the notebook from the top (the "
+            f"`record` cells write it)"
         )
     try:
         results = json.loads(path.read_text())
@@ -78,13 +85,14 @@ def load_results(artifacts: Path) -> dict:
 
 
 def get(results: dict, *keys: str) -> Any:
-    """results[k1][k2]...; CheckError naming the missing key (the cell that records it did not run)."""
+    """results[k1][k2]...; CheckError naming the missing key (its recording cell did not run)."""
     value = results
     for depth, key in enumerate(keys):
         if not isinstance(value, dict) or key not in value:
             path = " > ".join(keys[: depth + 1])
             raise CheckError(
-                f"results.json has no {path!r}: the cell that records it did not run (see the errors above)"
+                f"results.json has no {path!r}: the cell that records it did not run (see the "
+                f"errors above)"
             )
         value = value[key]
     return value
@@ -129,31 +137,35 @@ def load_model(path: Path) -> keras.Model:
 
 
 def own_model(artifacts: Path, name: str, facts: dict) -> keras.Model:
-    """The saved model `<name>.keras`, checked to be the `<name>` this run trained and kept in memory.
+    """The saved model `<name>.keras`, checked to be the `<name>` this run trained and kept in
+    memory.
 
     This ties the files to the run: files copied from elsewhere do not match the kernel's own model.
     """
     path = Path(artifacts) / f"{name}.keras"
     if not path.exists():
         raise CheckError(
-            f'{ARTIFACTS_NAME}/{name}.keras is missing: save the trained model with {name}.save(ARTIFACTS / "{name}.keras")'
+            f"{ARTIFACTS_NAME}/{name}.keras is missing: save the trained model with "
+            f'{name}.save(ARTIFACTS / "{name}.keras")'
         )
     model = load_model(path)
     fact = (facts or {}).get("models", {}).get(name)
     if not fact:
         raise CheckError(
-            f"there is no model called `{name}` in the notebook's memory at the end of the run: keep that name"
+            f"there is no model called `{name}` in the notebook's memory at the end of the run: "
+            f"keep that name"
         )
     if fact.get("fingerprint") != fingerprint(model):
         raise CheckError(
-            f"{name}.keras does not hold the weights of `{name}` at the end of the run: save the model after "
-            "training it, and do not train it again or replace it afterwards"
+            f"{name}.keras does not hold the weights of `{name}` at the end of the run: save the "
+            f"model after training it, and do not train it again or replace it afterwards"
         )
     return model
 
 
 def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
-    """The model's variables were mirrored over `replicas` devices (it was built under the strategy)."""
+    """The model's variables were mirrored over `replicas` devices (it was built under the
+    strategy)."""
     fact = (facts or {}).get("models", {}).get(name)
     if not fact:
         raise CheckError(
@@ -161,12 +173,14 @@ def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
         )
     if fact["distributed_variables"] < fact["variables"] or fact["variables"] == 0:
         raise CheckError(
-            f"{fact['distributed_variables']} of {name}'s {fact['variables']} variables are mirrored: create (and "
+            f"{fact['distributed_variables']} of {name}'s {fact['variables']} variables are "
+            f"mirrored: create (and "
             f"compile) {name} inside `with strategy.scope():`, or the strategy does not train it"
         )
     if fact["replicas"] != replicas:
         raise CheckError(
-            f"{name}'s variables are mirrored over {fact['replicas']} device(s), expected {replicas}"
+            f"{name}'s variables are mirrored over {fact['replicas']} device(s), "
+            f"expected {replicas}"
         )
 
 
@@ -174,7 +188,8 @@ def assert_trained(scores: dict, name: str) -> None:
     """Test accuracy clearly above chance."""
     if not scores["accuracy"] >= MIN_ACCURACY:
         raise CheckError(
-            f"{name} has a test accuracy of {scores['accuracy']:.3f} (chance: 0.1): it is not trained"
+            f"{name} has a test accuracy of {scores['accuracy']:.3f} (chance: 0.1): "
+            "it is not trained"
         )
 
 
@@ -182,7 +197,8 @@ def assert_accuracy_matches(recorded: Any, scores: dict, what: str) -> None:
     """An accuracy the notebook recorded is the one the grader measures on the whole test set.
 
     At most one example may differ (an exact tie between two logits can break either way with a
-    different batch size). A larger gap means the notebook evaluated on other data: most often a test
+    different batch size). A larger gap means the notebook evaluated on other data: most often a
+    test
     pipeline that caches *after* batching, whose in-memory cache the throw-away iterator of Keras's
     first look under a strategy can finish with only some of the batches.
     """
@@ -191,8 +207,9 @@ def assert_accuracy_matches(recorded: Any, scores: dict, what: str) -> None:
     examples = scores["examples"]
     if abs(recorded - scores["accuracy"]) * examples > 1 + 1e-6:
         raise CheckError(
-            f"the {what} is {recorded:.4f}, but the grader measures {scores['accuracy']:.4f} for the "
-            f"saved model on all {examples} test examples: evaluate on the whole test set, and build "
+            f"the {what} is {recorded:.4f}, but the grader measures "
+            f"{scores['accuracy']:.4f} for the saved model on all {examples} test examples: "
+            "evaluate on the whole test set, and build "
             "test_ds as test_examples.cache().batch(...) (cache before batching: a cache after "
             "batching can be left holding only the batches of Keras's first look under a strategy)"
         )
@@ -258,7 +275,8 @@ def latest_tf_checkpoint(folder: Path) -> Path:
     found = tf_checkpoints(folder)
     if not found:
         raise CheckError(
-            f"no checkpoint ckpt-N in {ARTIFACTS_NAME}/{Path(folder).name}: call manager.save() after each epoch"
+            f"no checkpoint ckpt-N in {ARTIFACTS_NAME}/{Path(folder).name}: "
+            "call manager.save() after each epoch"
         )
     return found[max(found)]
 
@@ -274,7 +292,8 @@ def optimizer_steps(model_or_checkpoint: keras.Model | str | os.PathLike) -> int
         ]
         if not keys:
             raise CheckError(
-                f"{Path(model_or_checkpoint).name} has no optimizer: create it as tf.train.Checkpoint(model=..., optimizer=...)"
+                f"{Path(model_or_checkpoint).name} has no optimizer: create it as "
+                "tf.train.Checkpoint(model=..., optimizer=...)"
             )
         return int(reader.get_tensor(keys[0]))
     optimizer = getattr(model_or_checkpoint, "optimizer", None)
@@ -284,7 +303,8 @@ def optimizer_steps(model_or_checkpoint: keras.Model | str | os.PathLike) -> int
 
 
 def restore(model: keras.Model, checkpoint: Path) -> keras.Model:
-    """A copy of `model`'s architecture with the weights of a .weights.h5 file or a tf.train checkpoint."""
+    """A copy of `model`'s architecture with the weights of a .weights.h5 file or a tf.train
+    checkpoint."""
     import keras
 
     clone = keras.models.clone_model(model)
@@ -298,8 +318,9 @@ def restore(model: keras.Model, checkpoint: Path) -> keras.Model:
             status.assert_existing_objects_matched()
     except Exception as exc:
         raise CheckError(
-            f"{checkpoint.name} does not hold this model's weights ({type(exc).__name__}: {str(exc)[:200]}); "
-            "custom-loop checkpoints must be tf.train.Checkpoint(model=custom_model, optimizer=optimizer)"
+            f"{checkpoint.name} does not hold this model's weights "
+            f"({type(exc).__name__}: {str(exc)[:200]}); custom-loop checkpoints must be "
+            "tf.train.Checkpoint(model=custom_model, optimizer=optimizer)"
         ) from None
     return clone
 
@@ -313,7 +334,8 @@ def assert_checkpoint_holds(checkpoint: Path, model: keras.Model) -> None:
 
 
 def probe(namespace: dict, models: list[str]) -> dict:
-    """Facts about the models in a kernel's memory (run by the HIDDEN PROBE cell, in the student's kernel)."""
+    """Facts about the models in a kernel's memory (run by the HIDDEN PROBE cell, in the student's
+    kernel)."""
     tf = _tf()
     facts: dict = {"models": {}}
     for name in models:

@@ -27,7 +27,8 @@ RUN_FOLDERS = ("notebooks", "solutions")
 
 
 def course_root(start: Path | None = None) -> Path:
-    """The course checkout: the current folder (or a parent) holding notebooks/, else the package's parent."""
+    """The course checkout: the current folder (or a parent) holding notebooks/, else the package's
+    parent."""
     here = (start or Path.cwd()).resolve()
     for folder in [here, *here.parents]:
         if (folder / "notebooks").is_dir() and (folder / "course_utils").is_dir():
@@ -72,7 +73,8 @@ def doctor(args: argparse.Namespace) -> int:
     row("logical devices", f"{len(logical)} ({', '.join(d.name for d in logical)})")
     row(
         "settings",
-        f"COURSE_PROFILE={settings.profile} COURSE_DEVICES={settings.devices} COURSE_DATA={settings.data}",
+        f"COURSE_PROFILE={settings.profile} COURSE_DEVICES={settings.devices} "
+        f"COURSE_DATA={settings.data}",
     )
     hosts = [spec.download_host for spec in data.SPECS.values()]
     with ThreadPoolExecutor(
@@ -93,7 +95,9 @@ def doctor(args: argparse.Namespace) -> int:
                 if settings.data == "auto"
                 else "MISSING: COURSE_DATA=tfds will fail"
             )
-        where = f"{'prepared on disk' if prepared else 'not on disk'}, server {'reachable' if reachable[name] else 'unreachable'}"
+        disk = "prepared on disk" if prepared else "not on disk"
+        server = "reachable" if reachable[name] else "unreachable"
+        where = f"{disk}, server {server}"
         row(f"data {name}", f"{use} ({where})")
     row("network", "online" if any(reachable.values()) else "offline: no download server answered")
     from course_utils.cluster import leftover_workers
@@ -108,7 +112,8 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def notebooks_to_run(root: Path, only: list[str] | None = None) -> list[Path]:
-    """The course notebooks in order; `only` keeps those whose file name contains one of the strings."""
+    """The course notebooks in order; `only` keeps those whose file name contains one of the
+    strings."""
     paths = [p for folder in RUN_FOLDERS for p in sorted((root / folder).glob("*.ipynb"))]
     if only:
         paths = [p for p in paths if any(key in p.name for key in only)]
@@ -116,7 +121,7 @@ def notebooks_to_run(root: Path, only: list[str] | None = None) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Execute the notebooks in order into build/, stop at the first failing cell, write a summary."""
+    """Execute the notebooks in order into build/, stop at the first failure, write a summary."""
     from course_utils.tools.runner import execute
 
     root = course_root()
@@ -139,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{label}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.1f} s")
         if not result.ok:
             print(
-                f"\nFirst failing cell of {path.name} (executed copy: {result.output_path}):\n{result.error}",
+                f"\nFirst failing cell of {path.name} (executed copy: "
+                f"{result.output_path}):\n{result.error}",
                 file=sys.stderr,
             )
             break
@@ -183,7 +189,8 @@ def _write_summary(build: Path, results: list, paths: list[Path], env: dict[str,
     for row in rows:
         status = {True: "ok", False: f"FAILED: {row['error']}", None: "not run"}[row["ok"]]
         lines.append(
-            f"| {row['notebook']} | {status} | {row['seconds'] if row['seconds'] is not None else ''} | {row['executed_copy']} |"
+            f"| {row['notebook']} | {status} | "
+            f"{row['seconds'] if row['seconds'] is not None else ''} | {row['executed_copy']} |"
         )
     total = sum(r["seconds"] or 0 for r in rows)
     lines += ["", f"Total: {total:.1f} s"]

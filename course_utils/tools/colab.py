@@ -53,9 +53,8 @@ def badge(relative_path: str, root: Path = ROOT) -> str:
 def install_cell_source(root: Path = ROOT) -> str:
     """The code of the install cell: pip in Colab, nothing anywhere else."""
     return (
-        f"{INSTALL_MARK} install the course package (TensorFlow, Keras and Jupyter stay Colab's).\n"
-        "import sys\n"
-        "\n"
+        f"{INSTALL_MARK} install the course package (TensorFlow, Keras and Jupyter stay "
+        f"Colab's).\nimport sys\n\n"
         'if "google.colab" in sys.modules:\n'
         f'    %pip install --quiet "course-utils @ git+{repository_url(root)}"'
     )

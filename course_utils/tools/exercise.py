@@ -8,15 +8,19 @@ A solution notebook (solutions/*_solution.ipynb) marks what students must not se
 
     <!-- BEGIN SOLUTION [q5] your answer (1 point) -->     in a markdown cell: the text up to
     ...                                                    `<!-- END SOLUTION -->` becomes
-    <!-- END SOLUTION -->                                  `<!-- ANSWER [q5] -->` + `YOUR ANSWER HERE`
+    <!-- END SOLUTION -->                                  `<!-- ANSWER [q5] -->` + `YOUR ANSWER
+    HERE`
 
     ### BEGIN HIDDEN TESTS [q1] what it checks (1 point)   a whole code cell, up to
     ...                                                    `### END HIDDEN TESTS`: a grader check
     ### BEGIN HIDDEN PROBE ... ### END HIDDEN PROBE        a whole code cell: the grader's probe
-    <!-- HIDDEN -->                                        first line of a markdown cell: instructors only
+    <!-- HIDDEN -->                                        first line of a markdown cell:
+    instructors only
 
-Hidden cells are left out of the exercise; `course_utils.tools.grading` reads them from the solution. Visible
-checks (ordinary cells) stay, so students can test themselves. In the exercise, the stub cells and the
+Hidden cells are left out of the exercise; `course_utils.tools.grading` reads them from the
+solution. Visible
+checks (ordinary cells) stay, so students can test themselves. In the exercise, the stub cells
+and the
 cells that use a name a stub would have defined are tagged `raises-exception`, so that nbval and
 nbclient run past them instead of stopping.
 
@@ -166,7 +170,8 @@ def parse_solution(notebook) -> SolutionParts:
 
 
 def _stub_code(source: str, where: str) -> str:
-    """Replace every BEGIN/END SOLUTION region of a code cell by the stub, at the region's indentation."""
+    """Replace every BEGIN/END SOLUTION region of a code cell by the stub, at the region's
+    indentation."""
     out: list[str] = []
     inside = False
     for line in source.splitlines():
@@ -199,7 +204,8 @@ def _stub_answer(source: str, where: str) -> str:
 
 
 def _names(source: str) -> tuple[set[str], set[str]] | None:
-    """(names a cell assigns, names it reads), or None when it does not parse (IPython magics aside)."""
+    """(names a cell assigns, names it reads), or None when it does not parse (IPython magics
+    aside)."""
     code = "\n".join(
         line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
     )
@@ -283,7 +289,8 @@ def render(solution_path: Path, root: Path | None = None) -> str:
 
 
 def find_answer(notebook, answer: Answer) -> str | None:
-    """A submission's text for `answer` (placeholder and marker removed), or None if the cell is gone."""
+    """A submission's text for `answer` (placeholder and marker removed), or None if the cell is
+    gone."""
     candidates = [
         c
         for c in notebook.cells
@@ -323,7 +330,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """`course exercise [--check]`: regenerate the exercises, or check they match their solutions."""
+    """`course exercise [--check]`: regenerate the exercises, or check that they are current."""
     from course_utils.tools.cli import course_root
 
     root = course_root()
@@ -352,12 +359,14 @@ def run(args: argparse.Namespace) -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
             print(
-                f"{target.relative_to(root) if target.is_relative_to(root) else target}: written from {path.name}"
+                f"{target.relative_to(root) if target.is_relative_to(root) else target}: written "
+                f"from {path.name}"
             )
     if stale:
         names = ", ".join(str(p.relative_to(root) if p.is_relative_to(root) else p) for p in stale)
         print(
-            f"course exercise --check: {names} differ from what the generator produces from solutions/. "
+            f"course exercise --check: {names} differ from what the generator produces from "
+            f"solutions/. "
             "Edit the solution, never the exercise, then run `course exercise` and commit both.",
             file=sys.stderr,
         )

@@ -1,4 +1,5 @@
-"""Grade exercise submissions: run each one headless under limits, then score it from the files it wrote.
+"""Grade exercise submissions: run each one headless under limits, then score it from the files it
+wrote.
 
     course grade submissions/ --out grades/          # or: course grade alice.ipynb bob.ipynb ...
 
@@ -18,16 +19,20 @@ For each submission (a notebook; in a folder, every *.ipynb):
 
 What a submission cannot change: the hidden tests (read from the solution before the batch starts,
 never given to the kernel), how the tests run (another process), its score (computed from files by
-that process; printed "PASSED" lines, redefined functions and hand-written numbers count for nothing).
+that process; printed "PASSED" lines, redefined functions and hand-written numbers count for
+nothing).
 A tampered solution file is restored and noted in the report. What this is not: a sandbox. Student
-code runs with your user's rights; grade untrusted submissions inside a container or a throw-away VM.
+code runs with your user's rights; grade untrusted submissions inside a container or a throw-away
+VM.
 
-The hidden tests call the helpers of `course_utils.tools.checks` (`load_results`, `own_model`, `evaluate`, ...),
+The hidden tests call the helpers of `course_utils.tools.checks` (`load_results`, `own_model`,
+`evaluate`, ...),
 which raise `CheckError` with a message written for the student.
 
 Example:
     >>> from course_utils.tools import grading
-    >>> grades = grading.grade(["submissions/"], out="grades", limits=grading.Limits(cell_timeout=300))
+    >>> limits = grading.Limits(cell_timeout=300)
+    >>> grades = grading.grade(["submissions/"], out="grades", limits=limits)
     >>> [(g.student, g.score, g.max_score) for g in grades]
     [('alice', 12.0, 12.0), ('bob', 9.0, 12.0)]
 """
@@ -79,10 +84,12 @@ class Limits:
 
 
 class Watchdog:
-    """Kills a kernel (its whole process group) when it uses too much memory or runs past a deadline.
+    """Kills a kernel (its whole process group) when it uses too much memory or runs past a
+    deadline.
 
     A thread polls psutil: the resident memory (RSS) of the kernel and its children, and the clock.
-    Why not `resource.setrlimit(RLIMIT_AS)`: TensorFlow reserves far more virtual memory than it uses
+    Why not `resource.setrlimit(RLIMIT_AS)`: TensorFlow reserves far more virtual memory than it
+    uses
     (about 2.5 GB of address space for 0.7 GB resident on this course's models, more with more CPU
     threads), and at 2 GB it aborts at start-up in C++ rather than raising MemoryError. RSS is what
     exhausts a machine, so it is what this limits.
@@ -230,7 +237,8 @@ def run_submission(
                         )
                     if probe_source:
                         cell = nbformat.v4.new_code_cell(
-                            f"{probe_source}\nimport json as _json\nprint({marker!r} + _json.dumps(FACTS))"
+                            f"{probe_source}\nimport json as _json\nprint({marker!r} + "
+                            f"_json.dumps(FACTS))"
                         )
                         notebook.cells.append(
                             cell
@@ -298,7 +306,7 @@ class CheckResult:
 
 
 def _check_worker() -> None:
-    """Main loop of the check process: one JSON job per stdin line, one JSON result per stdout line."""
+    """The check process: one JSON job per stdin line, one JSON result per stdout line."""
     results_out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(
         2, 1
@@ -427,7 +435,9 @@ class Grade:
 
     student: str
     path: Path
-    status: str  # "graded", "invalid notebook", "unchanged exercise", "grader error", or how the run failed (RunOutcome.status)
+    # "graded", "invalid notebook", "unchanged exercise", "grader error", or how the run failed
+    # (RunOutcome.status)
+    status: str
     reason: str = ""
     results: list[CheckResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -498,7 +508,8 @@ def _hash_files(paths: list[Path]) -> dict[Path, str]:
 
 
 def _copy_artifacts(source: Path, target: Path, limit_mb: int = 2048) -> list[str]:
-    """Copy regular files only (no symbolic links), up to limit_mb; return notes on what was skipped."""
+    """Copy regular files only (no symbolic links), up to limit_mb; return notes on what was
+    skipped."""
     notes, total = [], 0
     if not source.is_dir():
         return notes
@@ -528,11 +539,13 @@ def grade(
     jobs: int = 1,
     progress: bool = True,
 ) -> list[Grade]:
-    """Grade every submission in `paths` (notebooks or folders); write reports and gradebook.csv into `out`.
+    """Grade every submission in `paths` (notebooks or folders); write reports and gradebook.csv
+    into `out`.
 
     profile/devices/data: the COURSE_* settings each submission runs with (and the checks use).
     data None: COURSE_DATA, or "auto" decided once for the whole batch (real data or synthetic).
-    jobs: submissions run at the same time, each in its own kernel (the hidden tests run one at a time).
+    jobs: submissions run at the same time, each in its own kernel (the hidden tests run one at a
+    time).
     """
     from tqdm.auto import tqdm
 
@@ -607,7 +620,8 @@ def grade(
                 if solution_path.read_bytes() != solution_bytes:
                     solution_path.write_bytes(solution_bytes)
                     g.notes.append(
-                        f"{solution_path.name} changed while {suspects} ran; it was restored (tampering?)"
+                        f"{solution_path.name} changed while {suspects} ran; it was restored "
+                        f"(tampering?)"
                     )
                 after = _hash_files(watched)
                 g.notes += [
@@ -638,7 +652,8 @@ def _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course
     except Exception as exc:
         g.status, g.reason = (
             "invalid notebook",
-            f"{Path(path).name} cannot be read as a notebook: {type(exc).__name__}: {str(exc)[:300]}",
+            f"{Path(path).name} cannot be read as a notebook: {type(exc).__name__}: "
+            f"{str(exc)[:300]}",
         )
         g.results = [_failed(r, "not graded: the file is not a valid notebook") for r in zero]
         return g
@@ -668,7 +683,8 @@ def _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course
         g.status, g.reason = outcome.status, outcome.reason
     if outcome.timed_out_cells:
         g.notes.append(
-            f"cell(s) {', '.join(map(str, outcome.timed_out_cells))} ran longer than {limits.cell_timeout} s and were interrupted"
+            f"cell(s) {', '.join(map(str, outcome.timed_out_cells))} ran longer than "
+            f"{limits.cell_timeout} s and were interrupted"
         )
     if outcome.probe_error and outcome.status == "ran":
         g.notes.append(f"the probe could not read the notebook's memory: {outcome.probe_error}")
@@ -722,7 +738,7 @@ def _failed(result: CheckResult, message: str) -> CheckResult:
 
 
 def write_report(g: Grade, path: Path) -> None:
-    """The student's report: score, each check with why it failed, notebook errors, written answers."""
+    """The student's report: score, each check and why it failed, errors, written answers."""
     lines = [
         f"# {g.student}: {g.score:g} / {g.max_score:g}",
         "",
@@ -731,8 +747,9 @@ def write_report(g: Grade, path: Path) -> None:
     ]
     if g.run_seconds:
         lines.append(
-            f"- graded in {g.seconds:.0f} s (notebook {g.run_seconds:.0f} s, checks {g.check_seconds:.0f} s), "
-            f"peak memory {g.peak_mb:.0f} MB; the executed notebook is `executed.ipynb`, its files `artifacts/`"
+            f"- graded in {g.seconds:.0f} s (notebook {g.run_seconds:.0f} s, checks "
+            f"{g.check_seconds:.0f} s), peak memory {g.peak_mb:.0f} MB; the executed notebook is "
+            f"`executed.ipynb`, its files `artifacts/`"
         )
     lines.append("")
     if g.notes:
@@ -742,14 +759,16 @@ def write_report(g: Grade, path: Path) -> None:
         verdict = "FAILED" if r.earned < r.points else ("to read" if r.manual else "passed")
         detail = f": {r.message}" if r.message and verdict != "passed" else ""
         lines.append(
-            f"| {r.question} | {r.title} | {r.earned:g}/{r.points:g} | {verdict}{detail.replace('|', '/')} |"
+            f"| {r.question} | {r.title} | {r.earned:g}/{r.points:g} "
+            f"| {verdict}{detail.replace('|', '/')} |"
         )
     if g.cell_errors:
         lines += [
             "",
             "## Errors while running the notebook",
             "",
-            "Later cells still ran; a failing cell usually makes the cells that use its results fail too.",
+            "Later cells still ran; a failing cell usually makes the cells that use its "
+            "results fail too.",
             "",
         ]
         lines += [f"- {error.replace(chr(10), ' ')}" for error in g.cell_errors[:30]]
@@ -840,7 +859,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """`course grade SUBMISSION... [--out DIR]`: prints the gradebook; exit 0 when every file was graded."""
+    """`course grade SUBMISSION... [--out DIR]`: prints the gradebook; exit 0 when every file was
+    graded."""
     limits = Limits(cell_timeout=args.cell_timeout, timeout=args.timeout, memory_mb=args.memory_mb)
     try:
         grades = grade(

@@ -31,7 +31,8 @@ with strategy.scope():
     optimizer = keras.optimizers.SGD(0.1)
     optimizer.build(model.trainable_variables)
 print(
-    f"variables on: {sorted({v.value.device.split('/device')[0] for v in model.trainable_variables})}",
+    f"variables on: "
+    f"{sorted({v.value.device.split('/device')[0] for v in model.trainable_variables})}",
     flush=True,
 )
 
