@@ -36,7 +36,7 @@ def test_one_device_gives_the_default_strategy(python_subprocess):
 
 
 def test_built_adam_trains_a_distributed_step(python_subprocess):
-    """COURSE.md fact 4: Adam under 2 replicas fails unless the optimizer is built first."""
+    """Adam under 2 replicas fails unless the optimizer is built first (TF 2.20-2.21)."""
     proc = python_subprocess(
         """
         import course_utils

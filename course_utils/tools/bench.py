@@ -53,16 +53,16 @@ from course_utils.losses import scaled_loss  # noqa: E402
 from course_utils.strategy import build_model_and_optimizer  # noqa: E402
 from course_utils.strategy import make_strategy as _course_strategy  # noqa: E402
 
-#: The course's dataset for this comparison (the seed course used Fashion-MNIST).
+#: The dataset of this comparison: Fashion-MNIST, as in notebook 2.
 DATASET = "fashion_mnist"
-#: Per-replica batch of the seed course (global batch = this x replicas).
+#: Per-replica batch of the course's notebooks (global batch = this x replicas).
 PER_REPLICA_BATCH = 64
 #: Steps per tf.function call in the course's recommended custom loop.
 STEPS_PER_CALL = 20
 #: Examples shuffled together; small enough to fill quickly, large enough to mix the classes.
 SHUFFLE_BUFFER = 4096
 
-#: The targets of the course's issue #4, for the recommended settings.
+#: What the course's recommended settings should reach on any machine (see `course bench`).
 TARGETS = {
     "custom_loop_vs_fit": (">=", 0.95),
     "mirrored1_vs_no_strategy": (">=", 0.90),
@@ -144,7 +144,7 @@ def on_gpus() -> bool:
 def make_model(
     input_shape: tuple[int, int, int] = (28, 28, 1), num_classes: int = 10
 ) -> keras.Model:
-    """The seed course's Fashion-MNIST CNN (two conv blocks, one hidden dense layer): about 120k
+    """The course's Fashion-MNIST CNN (two conv blocks, one hidden dense layer): about 120k
     weights."""
     return keras.Sequential(
         [
