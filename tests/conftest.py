@@ -49,6 +49,7 @@ def python_subprocess():
     return run
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup scheduling reads the groups
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (`make test` uses two workers), keep each test file on one worker, so
     that a module's expensive fixture (a graded batch, a benchmark run) is built once, not once
