@@ -48,12 +48,3 @@ def python_subprocess():
 
     return run
 
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup scheduling reads the groups
-def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (`make test` uses two workers), keep each test file on one worker, so
-    that a module's expensive fixture (a graded batch, a benchmark run) is built once, not once
-    per worker. The notebook cases are independent and spread over the workers."""
-    for item in items:
-        if item.path.name != "test_notebooks.py":
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
