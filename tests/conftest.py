@@ -47,4 +47,3 @@ def python_subprocess():
         return proc
 
     return run
-
