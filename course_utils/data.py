@@ -146,14 +146,26 @@ _status: dict[str, tuple[bool, str]] = {}  # per process: offline, every load wo
 
 
 def real_data_status(name: str) -> tuple[bool, str]:
-    """(True, where) when the real data is prepared on disk or its server answers; else (False,
-    why).
+    """(True, where) when the real data is on disk or its server answers; else (False, why).
 
     The answer is remembered for the rest of the process (a kernel restart asks again).
     """
     if name not in _status:
         info = spec(name)
-        if is_prepared(name):
+        try:
+            prepared = is_prepared(name)
+        except Exception as exc:  # noqa: BLE001 - any failure means tfds cannot serve the data
+            # Seen on Colab's Python 3.13 image: tensorflow-metadata's protos need a newer
+            # protobuf than the runtime's, and `import tensorflow_datasets` comes back empty.
+            _status[name] = (
+                False,
+                (
+                    f"tensorflow-datasets does not work in this environment "
+                    f"({type(exc).__name__}: {str(exc)[:160]})"
+                ),
+            )
+            return _status[name]
+        if prepared:
             _status[name] = True, "prepared on disk"
         elif can_reach(info.download_host):
             _status[name] = True, f"{info.download_host} is reachable"

@@ -160,3 +160,19 @@ def test_svhn_downloads_only_train_and_test(monkeypatch, tmp_path):
         builder.info.features["image"].shape == (32, 32, 3)
         and builder.info.features["label"].num_classes == 10
     )
+
+
+def test_a_broken_tensorflow_datasets_falls_back_with_the_reason(monkeypatch, capsys):
+    """An environment whose tfds import is broken (seen with mismatched protobuf) still runs."""
+
+    def broken(name):
+        raise AttributeError("module 'tensorflow_datasets' has no attribute 'builder'")
+
+    monkeypatch.setattr(data, "is_prepared", broken)
+    data._status.clear()
+    data._announced.clear()
+    ds = data.load("mnist", "test", settings=QUICK_AUTO)
+    assert int(ds.cardinality()) == data.QUICK_EXAMPLES["test"]
+    assert "tensorflow-datasets does not work in this environment" in capsys.readouterr().out
+    with pytest.raises(data.DataUnavailableError, match="has no attribute 'builder'"):
+        data.load("mnist", "test", source="tfds")
