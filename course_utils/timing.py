@@ -1,21 +1,34 @@
-"""Measure training speed the same way in every notebook, and compare runs in a table or chart.
+"""Measure training speed the same way in every notebook, compare runs, and say what the numbers
+support.
+
+The protocol, used wherever a notebook compares speeds:
+- warm-up first (tracing, graph building, filling the input pipeline), never timed;
+- interleaved rounds: each round times every run back to back, so outside load hits them alike;
+- the median over rounds, and the spread (lowest to highest round) shown beside it;
+- ONE noise rule (`compare`): two runs differ only when their rounds do not overlap, i.e. every
+  round of one beat every round of the other. Otherwise the difference is "within noise".
 
 Example:
     >>> from course_utils import timing
+    >>> results = timing.measure({"fit": fit_steps, "custom loop": loop_steps},
+    ...                          steps=40, rounds=3, batch_size=GLOBAL_BATCH)
+    >>> print(timing.results_table(results))
+    >>> verdict = timing.compare(results[1], results[0])
+    >>> print(verdict.sentence)  # "custom loop is 4% faster than fit: ..." or "... within noise"
+    >>> timing.record(verdict, ARTIFACTS / "conclusions.json")
     >>> speed = timing.ThroughputCallback(batch_size=GLOBAL_BATCH)
     >>> model.fit(train, epochs=3, callbacks=[speed])
-    >>> results = [timing.RunResult.from_callback("MirroredStrategy fit", speed)]
-    >>> with timing.Timer() as t:
-    ...     run_custom_loop()
-    >>> results.append(timing.RunResult("custom loop", t.seconds, examples=3 * 60000, epochs=3))
-    >>> print(timing.results_table(results))
-    >>> timing.plot_comparison(results)
+    >>> timing.RunResult.from_callback("MirroredStrategy fit", speed)
 """
 
 from __future__ import annotations
 
+import json
+import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import keras
 
@@ -41,7 +54,9 @@ class ThroughputCallback(keras.callbacks.Callback):
     The first epoch includes tracing and graph building, so `examples_per_sec` leaves it out
     whenever there is more than one epoch (`warmup_epochs`). Steps are counted from the
     optimizer's step counter at each epoch's start and end: a per-batch hook would make Keras
-    copy every step's logs back to Python and slow down the very thing being measured.
+    copy every step's logs back to Python and slow down the very thing being measured. Put it
+    FIRST in the callbacks list, and keep callbacks that write files identical across the runs
+    you compare: whatever runs between two epochs' hooks is inside the timed epoch.
     """
 
     def __init__(self, batch_size: int, warmup_epochs: int = 1) -> None:
@@ -64,14 +79,16 @@ class ThroughputCallback(keras.callbacks.Callback):
         self.epoch_seconds.append(time.perf_counter() - self._epoch_start)
         self.epoch_steps.append(self._optimizer_steps() - self._first_step)
 
-    def _measured(self) -> tuple[list[float], list[int]]:
+    def measured(self) -> tuple[list[float], list[int]]:
+        """(seconds, steps) of each epoch after the warm-up epochs (all epochs if there are no
+        more)."""
         skip = self.warmup_epochs if len(self.epoch_seconds) > self.warmup_epochs else 0
         return self.epoch_seconds[skip:], self.epoch_steps[skip:]
 
     @property
     def step_seconds(self) -> float:
         """Mean wall time of one training step, warm-up epochs excluded."""
-        seconds, steps = self._measured()
+        seconds, steps = self.measured()
         return sum(seconds) / max(sum(steps), 1)
 
     @property
@@ -83,58 +100,254 @@ class ThroughputCallback(keras.callbacks.Callback):
 
 @dataclass
 class RunResult:
-    """One timed run: `examples` processed in `seconds` over `epochs` epochs."""
+    """One timed run: `examples` trained in `seconds` (over `epochs` epochs, when that applies).
+
+    rounds: examples/s of each interleaved round (from `measure`); when present, the run's speed
+    is their median and `compare` can judge the noise. batch_size: the global batch, for ms/step.
+    """
 
     name: str
     seconds: float
     examples: int
     epochs: int = 1
+    rounds: list[float] = field(default_factory=list)
+    batch_size: int = 0
+    warmup_seconds: float = 0.0
 
     @property
     def examples_per_sec(self) -> float:
+        if self.rounds:
+            return statistics.median(self.rounds)
         return self.examples / self.seconds if self.seconds else 0.0
+
+    @property
+    def step_ms(self) -> float:
+        """Milliseconds per training step at the median speed (0 when the batch is unknown)."""
+        speed = self.examples_per_sec
+        return 1000 * self.batch_size / speed if self.batch_size and speed else 0.0
 
     @classmethod
     def from_callback(cls, name: str, callback: ThroughputCallback) -> RunResult:
-        """Summarise a ThroughputCallback (warm-up epochs excluded)."""
-        seconds, steps = callback._measured()
-        return cls(name, sum(seconds), sum(steps) * callback.batch_size, len(seconds))
+        """Summarise a ThroughputCallback (warm-up epochs excluded); each epoch is one round."""
+        seconds, steps = callback.measured()
+        rounds = [n * callback.batch_size / s for s, n in zip(seconds, steps) if s > 0]
+        return cls(
+            name,
+            sum(seconds),
+            sum(steps) * callback.batch_size,
+            len(seconds),
+            rounds=rounds,
+            batch_size=callback.batch_size,
+        )
 
 
-def results_table(results: list[RunResult], baseline: str | None = None) -> str:
-    """A text table of the runs; `baseline` (a run name, default the first) gives the 'speed'
-    column."""
-    if not results:
-        return "(no runs)"
-    base = next((r for r in results if r.name == baseline), results[0])
-    rows = [("run", "epochs", "seconds", "examples/s", f"vs {base.name}")]
-    for r in results:
-        ratio = r.examples_per_sec / base.examples_per_sec if base.examples_per_sec else 0.0
-        rows.append(
-            (
-                r.name,
-                str(r.epochs),
-                f"{r.seconds:.2f}",
-                f"{r.examples_per_sec:,.0f}",
-                f"{ratio:.2f}x",
+def measure(
+    runs: Mapping[str, Callable[[int], object]],
+    *,
+    steps: int,
+    rounds: int,
+    batch_size: int | Mapping[str, int],
+    warmup_steps: int | None = None,
+) -> list[RunResult]:
+    """Time several ways of training with the protocol above; one RunResult per run.
+
+    runs: name -> a function that trains exactly the number of steps it is given and returns
+        when they have finished (read the loss with `float(...)`: devices run ahead of Python).
+    batch_size: the global batch of every run, or of each run by name.
+    warmup_steps: trained once per run before the rounds, untimed (default: `steps`).
+    """
+    if steps < 1 or rounds < 1:
+        raise ValueError(f"steps and rounds must be at least 1 (got {steps} and {rounds}).")
+    batches = {
+        name: batch_size if isinstance(batch_size, int) else batch_size[name] for name in runs
+    }
+    warmups = {}
+    for name, train in runs.items():
+        with Timer() as timer:
+            train(warmup_steps or steps)
+        warmups[name] = timer.seconds
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    seconds: dict[str, float] = dict.fromkeys(runs, 0.0)
+    for _ in range(rounds):
+        for name, train in runs.items():
+            with Timer() as timer:
+                train(steps)
+            samples[name].append(steps * batches[name] / timer.seconds)
+            seconds[name] += timer.seconds
+    return [
+        RunResult(
+            name,
+            seconds[name],
+            steps * rounds * batches[name],
+            epochs=0,
+            rounds=samples[name],
+            batch_size=batches[name],
+            warmup_seconds=warmups[name],
+        )
+        for name in runs
+    ]
+
+
+# ----------------------------------------------------------------------------------------------
+# The noise rule: what a comparison of two runs supports
+# ----------------------------------------------------------------------------------------------
+
+NOISE_RULE = (
+    "Two runs differ only when their rounds do not overlap (every round of one beat every round "
+    "of the other); otherwise the difference is within noise."
+)
+
+
+@dataclass
+class Verdict:
+    """What two sets of samples support, under the one noise rule (see `compare`)."""
+
+    a: str
+    b: str
+    a_samples: list[float]
+    b_samples: list[float]
+    higher_is_better: bool
+    unit: str
+    speed_ratio: float  # speed of a / speed of b, from the medians (> 1: a is faster)
+    word: str  # "faster", "slower" or "within noise" (a compared with b)
+    sentence: str
+
+
+def _number(value: float) -> str:
+    return (
+        f"{value:,.0f}"
+        if abs(value) >= 100
+        else f"{value:.2f}"
+        if abs(value) >= 1
+        else f"{value:.3g}"
+    )
+
+
+def _samples(run: RunResult | tuple[str, Sequence[float]]) -> tuple[str, list[float]]:
+    if isinstance(run, RunResult):
+        return run.name, list(run.rounds)
+    name, values = run
+    return name, [float(v) for v in values]
+
+
+def compare(
+    a: RunResult | tuple[str, Sequence[float]],
+    b: RunResult | tuple[str, Sequence[float]],
+    *,
+    higher_is_better: bool = True,
+    unit: str = "examples/s",
+) -> Verdict:
+    """Compare run `a` with run `b` from their rounds, and say it in one sentence.
+
+    a, b: RunResults from `measure` (their examples/s per round), or (name, samples) pairs, e.g.
+        ("iterator", [12.1, 11.8, 12.4]) seconds per epoch with `higher_is_better=False`.
+    The rule (NOISE_RULE): a is "faster" only when every sample of a beats every sample of b,
+    "slower" when every sample of b beats every sample of a, else "within noise". The percentage
+    comes from the medians. Needs at least 2 samples per run: one round shows no spread.
+
+    Example:
+        >>> v = compare(("fit", [1200, 1250, 1230]), ("loop", [1000, 1010, 990]))
+        >>> v.word, round(v.speed_ratio, 2)
+        ('faster', 1.23)
+        >>> print(v.sentence)
+        fit is 23% faster than loop: median 1,230 vs 1,000 examples/s (1.23x); every round agrees
+        (1,200-1,250 vs 990-1,010).
+    """
+    (a_name, a_values), (b_name, b_values) = _samples(a), _samples(b)
+    for name, values in ((a_name, a_values), (b_name, b_values)):
+        if len(values) < 2 or min(values) <= 0:
+            raise ValueError(
+                f"{name!r} has samples {values}: compare needs at least 2 positive samples per "
+                f"run (measure with rounds >= 2)."
             )
+    a_median, b_median = statistics.median(a_values), statistics.median(b_values)
+    ratio = a_median / b_median if higher_is_better else b_median / a_median
+    a_better = min(a_values) > max(b_values) if higher_is_better else max(a_values) < min(b_values)
+    b_better = min(b_values) > max(a_values) if higher_is_better else max(b_values) < min(a_values)
+    word = "faster" if a_better else "slower" if b_better else "within noise"
+    medians = f"median {_number(a_median)} vs {_number(b_median)} {unit}".rstrip()
+    ranges = (
+        f"{_number(min(a_values))}-{_number(max(a_values))} vs "
+        f"{_number(min(b_values))}-{_number(max(b_values))}"
+    )
+    if word == "within noise":
+        sentence = (
+            f"{a_name} and {b_name} are within noise of each other: {medians} "
+            f"({ratio:.2f}x), but their rounds overlap ({ranges})."
         )
-    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    else:
+        percent = 100 * abs(ratio - 1)
+        sentence = (
+            f"{a_name} is {percent:.0f}% {word} than {b_name}: {medians} ({ratio:.2f}x); every "
+            f"round agrees ({ranges})."
+        )
+    return Verdict(
+        a_name, b_name, a_values, b_values, higher_is_better, unit, ratio, word, sentence
+    )
+
+
+def record(verdict: Verdict, path: str | Path) -> Verdict:
+    """Append the verdict, with its samples, to a JSON list at `path` (created if missing).
+
+    Tests re-derive every recorded word from the samples, so a printed conclusion can always be
+    checked against the measurements behind it. Returns the verdict.
+    """
+    path = Path(path)
+    saved = json.loads(path.read_text()) if path.exists() else []
+    saved.append(asdict(verdict))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(saved, indent=2))
+    return verdict
+
+
+# ----------------------------------------------------------------------------------------------
+# Tables and charts
+# ----------------------------------------------------------------------------------------------
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table: first column left-aligned, the others right-aligned.
+
+    Example:
+        >>> print(format_table(["run", "examples/s"], [["fit", "1,230"], ["loop", "1,000"]]))
+    """
+    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[c]) for row in cells) for c in range(len(header))]
     lines = [
-        "  ".join(
-            cell.rjust(w) if c else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths))
-        )
-        for row in rows
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        for row in cells
     ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
 
 
+def results_table(results: list[RunResult], baseline: str | None = None) -> str:
+    """A text table of the runs; `baseline` (a run name, default the first) gives the 'vs'
+    column. Runs measured in rounds also show the spread (lowest-highest round) and ms/step."""
+    if not results:
+        return "(no runs)"
+    base = next((r for r in results if r.name == baseline), results[0])
+    spread = any(r.rounds for r in results)
+    per_step = any(r.batch_size for r in results)
+    header = ["run", "seconds", "examples/s"]
+    header += ["rounds (low-high)"] * spread + ["ms/step"] * per_step + [f"vs {base.name}"]
+    rows = []
+    for r in results:
+        ratio = r.examples_per_sec / base.examples_per_sec if base.examples_per_sec else 0.0
+        row = [r.name, f"{r.seconds:.2f}", f"{r.examples_per_sec:,.0f}"]
+        if spread:
+            row.append(f"{min(r.rounds):,.0f}-{max(r.rounds):,.0f}" if r.rounds else "")
+        if per_step:
+            row.append(f"{r.step_ms:.1f}" if r.batch_size else "")
+        rows.append([*row, f"{ratio:.2f}x"])
+    return format_table(header, rows)
+
+
 def plot_comparison(
     results: list[RunResult], metric: str = "examples_per_sec", ax=None, title: str | None = None
 ):
-    """Horizontal bar chart of one metric ("examples_per_sec" or "seconds") per run; returns the
-    axes."""
+    """Horizontal bar chart of one metric ("examples_per_sec" or "seconds") per run, with each
+    run's rounds as dots when it has them; returns the axes."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -146,6 +359,9 @@ def plot_comparison(
         labels=[f"{v:,.0f}" if metric == "examples_per_sec" else f"{v:.2f}" for v in values],
         padding=3,
     )
+    if metric == "examples_per_sec":
+        for i, r in enumerate(results):
+            ax.plot(r.rounds, [i] * len(r.rounds), "k|", markersize=14)
     ax.invert_yaxis()
     ax.set_xlabel(
         {

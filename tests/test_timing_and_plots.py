@@ -1,3 +1,4 @@
+import json
 import time
 
 import matplotlib
@@ -26,14 +27,18 @@ def test_throughput_callback_records_epochs_and_steps():
     assert len(speed.epoch_seconds) == 3 and speed.epoch_steps == [4, 4, 4]
     result = timing.RunResult.from_callback("fit", speed)
     assert result.epochs == 2 and result.examples == 200  # warm-up epoch left out
-    assert result.examples_per_sec == pytest.approx(speed.examples_per_sec, rel=1e-6)
+    per_epoch = [100 / s for s in speed.epoch_seconds[1:]]  # each epoch is one round
+    assert result.rounds == pytest.approx(per_epoch) and result.batch_size == 25
+    assert result.examples_per_sec == pytest.approx(np.median(per_epoch))
+    assert speed.examples_per_sec == pytest.approx(200 / sum(speed.epoch_seconds[1:]))
 
 
 def test_run_result_table_and_chart():
     results = [timing.RunResult("one device", 10.0, 1000), timing.RunResult("mirrored", 20.0, 1000)]
     assert results[1].examples_per_sec == 50.0
     table = timing.results_table(results)
-    assert "one device" in table and "1.00x" in table and "0.50x" in table and "100" in table
+    assert table.splitlines()[0].split() == ["run", "seconds", "examples/s", "vs", "one", "device"]
+    assert table.splitlines()[3].split() == ["mirrored", "20.00", "50", "0.50x"]
     ax = timing.plot_comparison(results)
     assert [bar.get_width() for bar in ax.patches] == [100.0, 50.0]
 
@@ -42,5 +47,63 @@ def test_plot_history_draws_train_and_validation():
     fig = plots.plot_history({"loss": [1.0, 0.5], "val_loss": [1.1, 0.7], "accuracy": [0.5, 0.8]})
     assert len(fig.axes) == 2
     assert [len(ax.lines) for ax in fig.axes] == [2, 1]
-    with pytest.raises(ValueError, match="has"):
+    with pytest.raises(
+        ValueError, match=r"None of \['loss', 'accuracy'\] is in the history; it has \['auc'\]"
+    ):
         plots.plot_history({"auc": [0.5]})
+
+
+def test_measure_times_interleaved_rounds_after_an_untimed_warm_up():
+    calls = []
+
+    def train(name, seconds_per_step):
+        def run(steps):
+            calls.append((name, steps))
+            time.sleep(seconds_per_step * steps)
+
+        return run
+
+    results = timing.measure(
+        {"slow": train("slow", 0.004), "fast": train("fast", 0.001)},
+        steps=10,
+        rounds=3,
+        batch_size={"slow": 8, "fast": 16},
+        warmup_steps=2,
+    )
+    assert calls == [("slow", 2), ("fast", 2)] + [("slow", 10), ("fast", 10)] * 3
+    slow, fast = results
+    assert len(slow.rounds) == 3 and slow.batch_size == 8 and slow.examples == 240
+    assert slow.examples_per_sec == pytest.approx(np.median(slow.rounds))
+    assert 1.0 < slow.step_ms < 40.0 and fast.examples_per_sec > slow.examples_per_sec
+    assert slow.warmup_seconds >= 0.008
+    table = timing.results_table(results)
+    assert "rounds (low-high)" in table and "ms/step" in table
+    assert timing.compare(fast, slow).word == "faster"
+
+
+def test_compare_applies_one_noise_rule_both_ways():
+    faster = timing.compare(("a", [10, 11, 12]), ("b", [5, 6, 7]))
+    assert (faster.word, round(faster.speed_ratio, 3)) == ("faster", 1.833)
+    assert faster.sentence.startswith("a is 83% faster than b: median 11.00 vs 6.00 examples/s")
+    slower = timing.compare(("b", [5, 6, 7]), ("a", [10, 11, 12]))
+    assert slower.word == "slower" and "b is 45% slower than a" in slower.sentence
+    overlap = timing.compare(("a", [10, 11, 12]), ("b", [11.5, 13, 14]))
+    assert overlap.word == "within noise" and "%" not in overlap.sentence
+    seconds = timing.compare(("a", [2.0, 2.1]), ("b", [3.0, 3.3]), higher_is_better=False, unit="s")
+    assert seconds.word == "faster" and seconds.speed_ratio == pytest.approx(3.15 / 2.05)
+
+
+def test_compare_refuses_a_single_round():
+    with pytest.raises(ValueError, match="'a' has samples \\[1.0\\]: compare needs at least 2"):
+        timing.compare(("a", [1.0]), ("b", [1.0, 2.0]))
+
+
+def test_record_appends_verdicts_with_their_samples(tmp_path):
+    path = tmp_path / "out" / "conclusions.json"
+    timing.record(timing.compare(("a", [10, 11]), ("b", [5, 6])), path)
+    timing.record(timing.compare(("c", [1, 2]), ("d", [1.5, 3])), path)
+    saved = json.loads(path.read_text())
+    assert [(r["a"], r["word"], r["b_samples"]) for r in saved] == [
+        ("a", "faster", [5.0, 6.0]),
+        ("c", "within noise", [1.5, 3.0]),
+    ]
