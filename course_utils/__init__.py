@@ -31,6 +31,19 @@ __version__ = "0.1.0"
 TESTED = {"Python": ("3.10", "3.13"), "TensorFlow": ("2.20", "2.21"), "Keras": ("3.13", "3.15")}
 
 
+#: One line under the settings, saying what the profile's sizes are for.
+PROFILE_NOTES = {
+    "full": "Sizes: the original course's (made for a GPU).",
+    "cpu": "Sizes: fewer epochs than the original course, so each notebook takes minutes on a CPU.",
+    "quick": "Sizes: small subsets and few epochs (a test run: accuracies stay low).",
+}
+#: Why an unset COURSE_PROFILE became full or cpu (key: a GPU was found), and how to force one.
+CHOICE_NOTES = {
+    True: "Chosen because TensorFlow sees a GPU; COURSE_PROFILE=cpu forces the shorter run.",
+    False: "Chosen because there is no GPU; COURSE_PROFILE=full forces the original sizes.",
+}
+
+
 def untested_versions(versions: dict[str, str]) -> list[str]:
     """The "name version" of each entry outside TESTED (compared on major.minor).
 
@@ -74,7 +87,10 @@ def setup(
 
     settings = read_settings(devices=devices, profile=profile, data=data)
     names = simulate_devices(settings.devices)
+    has_gpu = any(":GPU:" in name for name in names)
+    chosen = settings.profile == "auto"
     settings = Settings(profile=settings.profile, devices=len(names), data=settings.data)
+    settings = settings.for_hardware(has_gpu)
     # Write the settings back, so every module (e.g. data.load) and child process sees the same.
     os.environ.update(
         COURSE_PROFILE=settings.profile,
@@ -93,6 +109,7 @@ def setup(
             f"profile={settings.profile}  data={settings.data}  "
             f"devices={len(names)} logical {kind}{shared}"
         )
+        print(PROFILE_NOTES[settings.profile] + (" " + CHOICE_NOTES[has_gpu] if chosen else ""))
         python = "{}.{}.{}".format(*sys.version_info[:3])
         untested = untested_versions(
             {"Python": python, "TensorFlow": tf.__version__, "Keras": keras.__version__}

@@ -21,6 +21,10 @@ that don't, and each needs its own switch:
 - Python-side absl warnings from tensorflow_datasets ("Variant folder ... has no
   dataset_info.json" when a dataset folder exists but was never prepared): absl verbosity ERROR.
 
+To see all of it (when something fails and TensorFlow's own messages would help), set
+`TF_CPP_MIN_LOG_LEVEL=0` before the set-up cell runs, e.g. `os.environ["TF_CPP_MIN_LOG_LEVEL"] =
+"0"` at the top of it, or in the shell that starts Jupyter: then nothing above is silenced.
+
 Example:
     >>> from course_utils.quiet import import_tensorflow
     >>> tf = import_tensorflow()   # same module as `import tensorflow as tf`, minus the noise
@@ -39,6 +43,11 @@ from types import ModuleType
 def set_log_environment() -> None:
     """Set the environment variables that must exist before TensorFlow is imported."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def wants_all_logs() -> bool:
+    """Whether the user asked for every log line (TF_CPP_MIN_LOG_LEVEL=0): then hide nothing."""
+    return os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() == "0"
 
 
 @contextlib.contextmanager
@@ -60,6 +69,10 @@ def import_tensorflow() -> ModuleType:
     """Import TensorFlow (and query devices once) without the start-up noise described above."""
     first_time = "tensorflow" not in sys.modules
     set_log_environment()
+    if wants_all_logs():
+        import tensorflow as tf
+
+        return tf
     with stderr_to_devnull():
         import tensorflow as tf
 

@@ -2,27 +2,37 @@
 
 | variable         | values                     | default                                   |
 |------------------|----------------------------|-------------------------------------------|
-| `COURSE_PROFILE` | `full`, `quick`            | `full` (tests and `course run` use quick) |
+| `COURSE_PROFILE` | `full`, `cpu`, `quick`     | `full` with a GPU, `cpu` without one      |
 | `COURSE_DEVICES` | a whole number >= 1        | the machine's GPUs, or 2 simulated CPUs   |
 | `COURSE_DATA`    | `auto`, `tfds`, `synthetic`| `auto`                                    |
+
+The profile sets the sizes (examples, epochs) of every run:
+  full   the original course's sizes, made for a GPU (e.g. 12 epochs of MNIST);
+  cpu    the same lessons with fewer epochs, so that each notebook takes minutes on a laptop CPU;
+  quick  small subsets and 2-3 epochs, for tests and `course run`.
+Unset (or `auto`), the set-up cell picks `full` when TensorFlow sees a GPU and `cpu` otherwise,
+and says so; set COURSE_PROFILE to force one.
 
 Example:
     >>> from course_utils.settings import read_settings
     >>> s = read_settings({"COURSE_PROFILE": "quick"})
     >>> s.profile, s.pick(full=12, quick=2)
     ('quick', 2)
+    >>> read_settings({"COURSE_PROFILE": "cpu"}).pick(full=12, cpu=6, quick=2)
+    6
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 T = TypeVar("T")
 
-PROFILES = ("full", "quick")
+PROFILES = ("full", "cpu", "quick")
+AUTO = "auto"  # COURSE_PROFILE unset: `full` with a GPU, `cpu` without (see `for_hardware`)
 DATA_SOURCES = ("auto", "tfds", "synthetic")
 
 
@@ -35,10 +45,11 @@ class Settings:
     """What the notebooks and tests should do on this run.
 
     `devices` is None when COURSE_DEVICES is unset: `course_utils.setup()` then picks
-    the machine's GPUs, or simulates 2 CPU devices when there is no GPU.
+    the machine's GPUs, or simulates 2 CPU devices when there is no GPU. `profile` is "auto"
+    until `for_hardware` (called by `course_utils.setup()`) chooses between full and cpu.
     """
 
-    profile: str = "full"
+    profile: str = AUTO
     devices: int | None = None
     data: str = "auto"
 
@@ -46,10 +57,22 @@ class Settings:
     def quick(self) -> bool:
         return self.profile == "quick"
 
-    def pick(self, *, full: T, quick: T) -> T:
-        """Return `full` or `quick` depending on the profile: `EPOCHS = settings.pick(full=12,
-        quick=2)`."""
-        return quick if self.quick else full
+    def pick(self, *, full: T, quick: T, cpu: T | None = None) -> T:
+        """The value for this profile: `EPOCHS = settings.pick(full=12, cpu=6, quick=3)`.
+
+        Without `cpu`, the cpu profile gets the `full` value; "auto" (not yet resolved) is full.
+        """
+        if self.quick:
+            return quick
+        if self.profile == "cpu" and cpu is not None:
+            return cpu
+        return full
+
+    def for_hardware(self, has_gpu: bool) -> Settings:
+        """These settings with an "auto" profile resolved: full with a GPU, cpu without."""
+        if self.profile != AUTO:
+            return self
+        return replace(self, profile="full" if has_gpu else "cpu")
 
 
 def read_settings(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -59,15 +82,18 @@ def read_settings(environ: Mapping[str, str] | None = None, **overrides: object)
     Raises SettingsError with the accepted values when one is wrong.
     """
     env = os.environ if environ is None else environ
-    profile = overrides.get("profile") or env.get("COURSE_PROFILE", "") or "full"
+    profile = overrides.get("profile") or env.get("COURSE_PROFILE", "") or AUTO
     data = overrides.get("data") or env.get("COURSE_DATA", "") or "auto"
     devices = overrides.get("devices")
     if devices is None and env.get("COURSE_DEVICES", "").strip():
         devices = env["COURSE_DEVICES"].strip()
 
     profile = str(profile).strip().lower()
-    if profile not in PROFILES:
-        raise SettingsError(f"COURSE_PROFILE={profile!r} is not one of {', '.join(PROFILES)}.")
+    if profile not in (*PROFILES, AUTO):
+        raise SettingsError(
+            f"COURSE_PROFILE={profile!r} is not one of {', '.join(PROFILES)} (or {AUTO}: "
+            "full with a GPU, cpu without)."
+        )
     data = str(data).strip().lower()
     if data not in DATA_SOURCES:
         raise SettingsError(f"COURSE_DATA={data!r} is not one of {', '.join(DATA_SOURCES)}.")

@@ -18,11 +18,31 @@ def test_setup_simulates_the_requested_cpu_devices(python_subprocess):
     assert "devices=4 logical CPU" in proc.stdout
 
 
-def test_default_is_two_simulated_cpus_without_a_gpu(python_subprocess):
+def test_default_is_two_simulated_cpus_and_the_cpu_profile_without_a_gpu(python_subprocess):
     proc = python_subprocess(
-        "import course_utils; print('N', course_utils.setup().devices)", env={"COURSE_DEVICES": ""}
+        """
+        import os, course_utils
+        s = course_utils.setup()
+        print("N", s.devices, s.profile, os.environ["COURSE_PROFILE"])
+        """,
+        env={"COURSE_DEVICES": "", "COURSE_PROFILE": ""},
     )
-    assert "N 2" in proc.stdout
+    assert "N 2 cpu cpu" in proc.stdout
+    assert "profile=cpu" in proc.stdout and "COURSE_PROFILE=full forces" in proc.stdout
+
+
+def test_tf_cpp_min_log_level_0_shows_tensorflows_logs(python_subprocess):
+    proc = python_subprocess(
+        """
+        import course_utils
+        course_utils.setup(devices=1, verbose=False)
+        import tensorflow as tf
+        print("LEVEL", tf.get_logger().getEffectiveLevel())
+        """,
+        env={"TF_CPP_MIN_LOG_LEVEL": "0"},
+    )
+    assert "LEVEL 40" not in proc.stdout  # 40 = ERROR, the level the quiet start-up sets
+    assert "LEVEL" in proc.stdout
 
 
 def test_too_late_error_says_restart_the_kernel(python_subprocess):

@@ -3,8 +3,26 @@ import pytest
 from course_utils.settings import Settings, SettingsError, read_settings
 
 
-def test_defaults_are_the_full_course():
-    assert read_settings({}) == Settings(profile="full", devices=None, data="auto")
+def test_defaults_choose_the_profile_from_the_hardware():
+    settings = read_settings({})
+    assert settings == Settings(profile="auto", devices=None, data="auto")
+    assert settings.for_hardware(has_gpu=True).profile == "full"
+    assert settings.for_hardware(has_gpu=False).profile == "cpu"
+    forced = read_settings({"COURSE_PROFILE": "full"})
+    assert forced.for_hardware(has_gpu=False).profile == "full"
+
+
+def test_pick_gives_each_profile_its_value():
+    def pick(profile, **values):
+        return read_settings({"COURSE_PROFILE": profile}).pick(**values)
+
+    assert [pick(p, full=12, cpu=6, quick=3) for p in ("full", "cpu", "quick", "auto")] == [
+        12,
+        6,
+        3,
+        12,
+    ]
+    assert pick("cpu", full=12, quick=3) == 12  # no cpu value: the full one
 
 
 def test_environment_is_read_and_normalised():
@@ -24,7 +42,7 @@ def test_arguments_override_the_environment():
 @pytest.mark.parametrize(
     "env, message",
     [
-        ({"COURSE_PROFILE": "fast"}, "full, quick"),
+        ({"COURSE_PROFILE": "fast"}, "full, cpu, quick"),
         ({"COURSE_DATA": "kaggle"}, "auto, tfds, synthetic"),
         ({"COURSE_DEVICES": "two"}, "whole number"),
         ({"COURSE_DEVICES": "0"}, "at least 1"),
