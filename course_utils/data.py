@@ -11,8 +11,16 @@ Where the data comes from follows COURSE_DATA:
   tfds       the real data, or a clear error (never tfds's silent 10-retry wait offline).
   synthetic  always the stand-in: same shapes, dtypes and classes, learnable by a small CNN.
 
+Notebooks 1 and 2 write the tensorflow-datasets lines themselves and ask this module only
+whether to use them (`use_real_data`) and for the stand-in (`stand_in`, shaped like tfds's
+output, so the same `.map(scale)` follows).
+
 Example:
     >>> from course_utils import data
+    >>> if data.use_real_data("mnist"):
+    ...     train_raw = tfds.load("mnist", split="train", as_supervised=True)
+    ... else:
+    ...     train_raw = data.stand_in("mnist", "train")  # uint8 images, like tfds
     >>> train = data.load("mnist", "train")          # honours COURSE_PROFILE (quick: a subset)
     >>> train.element_spec
     (TensorSpec(shape=(28, 28, 1), dtype=tf.float32, name=None), TensorSpec(shape=(),
@@ -126,8 +134,22 @@ def load(
     if limit is None and settings.quick:
         limit = QUICK_EXAMPLES.get(base_split)
 
-    if source == "synthetic":
+    if not use_real_data(name, source):
         return synthetic_dataset(name, base_split, limit or info.split_sizes[base_split])
+    return _load_tfds(name, split, limit)
+
+
+def use_real_data(name: str, source: str | None = None) -> bool:
+    """Whether to load `name` through tensorflow-datasets (True) or use the stand-in (False).
+
+    source: "auto", "tfds" or "synthetic"; default: COURSE_DATA. With "auto" and no real data,
+    prints one line saying why the stand-in is used; with "tfds" and no real data, raises
+    DataUnavailableError saying what to do.
+    """
+    source = source or read_settings().data
+    spec(name)
+    if source == "synthetic":
+        return False
     ok, reason = real_data_status(name)
     if not ok:
         if source == "tfds":
@@ -138,8 +160,27 @@ def load(
                 f"stand-in."
             )
         _announce_stand_in(name, reason)
-        return synthetic_dataset(name, base_split, limit or info.split_sizes[base_split])
-    return _load_tfds(name, split, limit)
+    return ok
+
+
+def stand_in(name: str, split: str):
+    """The synthetic stand-in as `tfds.load(name, split=split, as_supervised=True)` returns the
+    real data: (uint8 image, int64 label) pairs, unscaled. `split` is "train", "test", or the
+    first examples of one, "train[:2048]".
+
+    >>> stand_in("mnist", "test[:512]").cardinality().numpy()
+    512
+    """
+    info = spec(name)
+    base, _, rest = split.partition("[")
+    if base not in info.split_sizes or (rest and not rest.startswith(":")):
+        raise ValueError(
+            f"stand_in({name!r}, {split!r}): use one of {', '.join(info.split_sizes)}, "
+            "optionally with its first N examples, e.g. 'train[:2048]'."
+        )
+    count = int(rest[1:-1]) if rest else info.split_sizes[base]
+    images, labels = synthetic_arrays(name, base, min(count, info.split_sizes[base]))
+    return tf.data.Dataset.from_tensor_slices((images, labels))
 
 
 _status: dict[str, tuple[bool, str]] = {}  # per process: offline, every load would wait again
