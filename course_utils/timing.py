@@ -54,28 +54,48 @@ class ThroughputCallback(keras.callbacks.Callback):
     The first epoch includes tracing and graph building, so `examples_per_sec` leaves it out
     whenever there is more than one epoch (`warmup_epochs`). Steps are counted from the
     optimizer's step counter at each epoch's start and end: a per-batch hook would make Keras
-    copy every step's logs back to Python and slow down the very thing being measured. Put it
-    FIRST in the callbacks list, and keep callbacks that write files identical across the runs
-    you compare: whatever runs between two epochs' hooks is inside the timed epoch.
+    copy every step's logs back to Python and slow down the very thing being measured.
+
+    from_step=1 starts each epoch's clock at its second step: the first one also builds the
+    epoch's input iterator (under a strategy, a distributed one), a start-up cost rather than a
+    cost per step. Put the callback FIRST in the callbacks list, and keep callbacks that write
+    files identical across the runs you compare: whatever runs between two epochs' hooks is
+    inside the timed epoch.
     """
 
-    def __init__(self, batch_size: int, warmup_epochs: int = 1) -> None:
+    def __init__(self, batch_size: int, warmup_epochs: int = 1, from_step: int = 0) -> None:
         super().__init__()
         self.batch_size = batch_size
         self.warmup_epochs = warmup_epochs
+        self.from_step = from_step
         self.epoch_seconds: list[float] = []
         self.epoch_steps: list[int] = []
         self._epoch_start = 0.0
         self._first_step = 0
+        self._started = False
 
     def _optimizer_steps(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
 
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+    def _start(self) -> None:
         self._first_step = self._optimizer_steps()
         self._epoch_start = time.perf_counter()
+        self._started = True
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._started = False
+        if self.from_step == 0:
+            self._start()
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if not self._started and batch >= self.from_step:
+            self._start()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if not self._started:
+            raise ValueError(
+                f"The epoch had fewer steps than from_step={self.from_step}: nothing was timed."
+            )
         self.epoch_seconds.append(time.perf_counter() - self._epoch_start)
         self.epoch_steps.append(self._optimizer_steps() - self._first_step)
 
@@ -153,6 +173,8 @@ def measure(
 
     runs: name -> a function that trains exactly the number of steps it is given and returns
         when they have finished (read the loss with `float(...)`: devices run ahead of Python).
+        It returns None (measure times the whole call) or the seconds those steps took by its
+        own clock, e.g. `ThroughputCallback(from_step=1)`'s, to leave out `fit`'s start-up.
     batch_size: the global batch of every run, or of each run by name.
     warmup_steps: trained once per run before the rounds, untimed (default: `steps`).
     """
@@ -171,9 +193,10 @@ def measure(
     for _ in range(rounds):
         for name, train in runs.items():
             with Timer() as timer:
-                train(steps)
-            samples[name].append(steps * batches[name] / timer.seconds)
-            seconds[name] += timer.seconds
+                own_seconds = train(steps)
+            taken = timer.seconds if own_seconds is None else float(own_seconds)
+            samples[name].append(steps * batches[name] / taken)
+            seconds[name] += taken
     return [
         RunResult(
             name,
