@@ -1,0 +1,215 @@
+"""A real single-node Slurm for the tests: munge, slurmctld and slurmd from a temporary config.
+
+Everything lives in one temporary folder (config, keys, sockets, state, logs); nothing under /etc,
+/run or /var is touched, so it runs beside a system Slurm. The daemons run in the foreground as
+children of the test process and are stopped when the block ends, after every job was cancelled.
+Jobs submitted with `SlurmCluster.env` carry a marker variable, so that `leftover_processes` can
+check afterwards that no daemon, job step or worker survived.
+
+Needs root (munged and slurmd run as root here) and Debian's `slurm-wlm` and `munge`.
+
+Example:
+    >>> with single_node_slurm(tmp_path) as slurm:
+    ...     subprocess.run(["srun", "-n2", "hostname"], env=slurm.env, check=True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import portpicker
+import psutil
+
+PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "sinfo")
+#: Set in the daemons' and the jobs' environment (value: the cluster's folder).
+MARKER = "COURSE_SLURM_TEST"
+START_TIMEOUT_S = 30.0
+
+SLURM_CONF = """\
+ClusterName=course
+SlurmctldHost=localhost(127.0.0.1)
+SlurmUser=root
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+AuthType=auth/munge
+AuthInfo=socket={folder}/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation={folder}/state
+SlurmdSpoolDir={folder}/spool
+SlurmctldPidFile={folder}/slurmctld.pid
+SlurmdPidFile={folder}/slurmd.pid
+SlurmctldLogFile={folder}/log/slurmctld.log
+SlurmdLogFile={folder}/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+MpiDefault=none
+MpiParams=ports={first_port}-{last_port}
+ReturnToService=2
+JobRequeue=1
+KillWait=2
+MinJobAge=300
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+"""
+
+
+def missing_programs() -> str | None:
+    """Why this machine cannot run the cluster (one line), or None when it can."""
+    missing = [p for p in PROGRAMS if shutil.which(p) is None]
+    if missing:
+        return f"Slurm is not installed (no {', '.join(missing)}): apt-get install slurm-wlm munge"
+    if os.geteuid() != 0:
+        return "the test Slurm cluster runs munged and slurmd as root; run the tests as root"
+    return None
+
+
+@dataclass
+class SlurmCluster:
+    folder: Path
+    env: dict[str, str]
+    daemons: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def run(self, *command: str, check: bool = True) -> str:
+        """Run a Slurm client command (`squeue`, `sbatch`, ...) against this cluster; its stdout."""
+        proc = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def node_state(self) -> str:
+        return self.run("sinfo", "-h", "-o", "%t", check=False).strip()
+
+    def jobs(self) -> list[str]:
+        """Ids of the jobs still pending or running."""
+        return self.run("squeue", "-h", "-o", "%i", check=False).split()
+
+    def log(self, daemon: str) -> str:
+        path = self.folder / "log" / f"{daemon}.log"
+        return path.read_text(errors="replace") if path.exists() else "(no log)"
+
+
+def wait_until(condition, timeout: float, what: str, poll: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(poll)
+
+
+def leftover_processes(folder: Path) -> list[psutil.Process]:
+    """Processes of the cluster in `folder` (daemons, job steps, tasks) other than this one."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(MARKER) == str(folder):
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _start(cluster: SlurmCluster, name: str, command: list[str]) -> None:
+    log = open(cluster.folder / "log" / f"{name}.out", "wb")
+    cluster.daemons[name] = subprocess.Popen(
+        command, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    log.close()
+
+
+def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def single_node_slurm(folder: Path) -> Iterator[SlurmCluster]:
+    """Start munged, slurmctld and slurmd (2 CPUs) in `folder`; yield when the node is idle.
+
+    On the way out every job is cancelled and waited for, the daemons are stopped in reverse
+    order, and a RuntimeError is raised if any process of the cluster is still alive.
+    """
+    folder = Path(folder).resolve()
+    for sub in ("munge", "state", "spool", "log"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o711)
+    (folder / "munge").chmod(0o711)  # munged wants a socket folder others can enter
+    ctld_port, slurmd_port, first_port = (portpicker.pick_unused_port() for _ in range(3))
+    conf = folder / "slurm.conf"
+    conf.write_text(
+        SLURM_CONF.format(
+            folder=folder,
+            ctld_port=ctld_port,
+            slurmd_port=slurmd_port,
+            first_port=first_port,
+            last_port=first_port + 63,
+        )
+    )
+    env = {**os.environ, "SLURM_CONF": str(conf), MARKER: str(folder)}
+    cluster = SlurmCluster(folder, env)
+    key = folder / "munge" / "munge.key"
+    subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True, capture_output=True)
+    try:
+        _start(
+            cluster,
+            "munged",
+            [
+                "munged",
+                "--foreground",
+                "--force",  # as root, in a private folder
+                f"--socket={folder}/munge/munge.socket",
+                f"--key-file={key}",
+                f"--log-file={folder}/log/munged.log",
+                f"--pid-file={folder}/munge/munged.pid",
+                f"--seed-file={folder}/munge/munged.seed",
+            ],
+        )
+        wait_until(lambda: (folder / "munge" / "munge.socket").exists(), START_TIMEOUT_S, "munged")
+        _start(cluster, "slurmctld", ["slurmctld", "-D", "-i", "-f", str(conf)])
+        _start(cluster, "slurmd", ["slurmd", "-D", "-N", "localhost", "-f", str(conf)])
+
+        def idle() -> bool:
+            for name, proc in cluster.daemons.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited ({proc.returncode}):\n{cluster.log(name)}")
+            return cluster.node_state() == "idle"
+
+        wait_until(idle, START_TIMEOUT_S, "the Slurm node to be idle")
+        yield cluster
+    finally:
+        if "slurmctld" in cluster.daemons and cluster.daemons["slurmctld"].poll() is None:
+            jobs = cluster.jobs()
+            if jobs:
+                cluster.run("scancel", *jobs, check=False)
+                with contextlib.suppress(TimeoutError):
+                    wait_until(lambda: not cluster.jobs(), 30, "cancelled jobs to end")
+        for proc in reversed(cluster.daemons.values()):
+            _stop(proc)
+        left = []
+        with contextlib.suppress(TimeoutError):
+            wait_until(lambda: not leftover_processes(folder), 10, "the cluster's processes")
+        for proc in leftover_processes(folder):
+            with contextlib.suppress(psutil.Error):
+                left.append(f"{proc.pid} {' '.join(proc.cmdline())}")
+                proc.kill()
+        if left:
+            raise RuntimeError(f"processes of the test Slurm cluster outlived it: {left}")
