@@ -13,9 +13,6 @@ same thing without those traps:
   KeyboardInterrupt, and when the notebook kernel dies or restarts (a small watchdog process
   does it then, and on Linux the kernel also sends SIGKILL to each task when its parent dies).
 
-It also holds the two rules a worker script needs: who is the chief (`is_chief`), and where each
-task writes its checkpoints (`checkpoint_write_dir` / `remove_worker_dir`).
-
 Example:
     >>> from course_utils import cluster
     >>> done = cluster.run("worker.py", workers=2, timeout=300)      # start, wait, stop: one call
@@ -32,7 +29,6 @@ import atexit
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -63,7 +59,7 @@ _NOISE = re.compile(
 
 
 # --------------------------------------------------------------------------------------------
-# TF_CONFIG and the chief
+# TF_CONFIG
 
 
 class Task(NamedTuple):
@@ -131,58 +127,6 @@ def tf_config(spec: Mapping[str, Sequence[str]], task_type: str, task_index: int
         "cluster": {job: list(addresses) for job, addresses in spec.items()},
         "task": {"type": task_type, "index": task_index},
     }
-
-
-def _read_tf_config(config: Mapping | str | None) -> dict:
-    if config is None:
-        config = os.environ.get("TF_CONFIG", "")
-    if isinstance(config, str):
-        return json.loads(config) if config.strip() else {}
-    return dict(config)
-
-
-def current_task(config: Mapping | str | None = None) -> Task:
-    """This process's task from TF_CONFIG (default: the environment); else `worker 0`."""
-    task = _read_tf_config(config).get("task") or {}
-    return Task(task.get("type", "worker"), int(task.get("index", 0)))
-
-
-def is_chief(config: Mapping | str | None = None) -> bool:
-    """True for the task that writes checkpoints and summaries.
-
-    The chief is the `chief` task when the cluster has one, otherwise worker 0. Without TF_CONFIG
-    (a single process) this process is the chief.
-    """
-    cfg = _read_tf_config(config)
-    task = current_task(cfg)
-    if "chief" in cfg.get("cluster", {}):
-        return task.type == "chief"
-    return task.type == "worker" and task.index == 0
-
-
-def checkpoint_write_dir(base_dir: str | os.PathLike, config: Mapping | str | None = None) -> str:
-    """Where this task writes checkpoints: `base_dir` on the chief, a private temporary folder
-    elsewhere.
-
-    In MultiWorkerMirroredStrategy *every* worker must call save (saving takes part in collective
-    ops), but only the chief's files are kept: the others write to `base_dir/workertemp_<task>`
-    (created here) and delete it after each save with `remove_worker_dir`. Everybody *restores*
-    from `base_dir`, e.g. `tf.train.latest_checkpoint(base_dir)`.
-    """
-    base = os.fspath(base_dir)
-    if is_chief(config):
-        os.makedirs(base, exist_ok=True)
-        return base
-    task = current_task(config)
-    path = os.path.join(base, f"workertemp_{task.type}_{task.index}")
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def remove_worker_dir(write_dir: str | os.PathLike, config: Mapping | str | None = None) -> None:
-    """Delete a non-chief task's temporary checkpoint folder (does nothing on the chief)."""
-    if not is_chief(config):
-        shutil.rmtree(write_dir, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------

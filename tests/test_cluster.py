@@ -52,7 +52,7 @@ def child_pids(c: cluster.LocalCluster) -> list[int]:
     return [int(pid) for task in c.tasks for pid in re.findall(r"child pid (\d+)", c.log(task))]
 
 
-# --- TF_CONFIG, chief, write paths ------------------------------------------------------------
+# --- TF_CONFIG ------------------------------------------------------------------------------------
 
 
 def test_free_ports_are_distinct_and_free():
@@ -78,39 +78,6 @@ def test_cluster_spec_and_tf_config():
         cluster.cluster_spec(workers=2, ports=[2001, 2001])
     with pytest.raises(ValueError, match="No task worker 2"):
         cluster.tf_config(spec, "worker", 2)
-
-
-def test_is_chief_rules(monkeypatch):
-    workers = {"worker": ["localhost:1", "localhost:2"]}
-    assert cluster.is_chief({"cluster": workers, "task": {"type": "worker", "index": 0}})
-    assert not cluster.is_chief({"cluster": workers, "task": {"type": "worker", "index": 1}})
-    with_chief = {**workers, "chief": ["localhost:3"]}
-    assert cluster.is_chief(
-        json.dumps({"cluster": with_chief, "task": {"type": "chief", "index": 0}})
-    )
-    assert not cluster.is_chief({"cluster": with_chief, "task": {"type": "worker", "index": 0}})
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    assert cluster.is_chief()  # a single process is its own chief
-    monkeypatch.setenv(
-        "TF_CONFIG", json.dumps({"cluster": workers, "task": {"type": "worker", "index": 1}})
-    )
-    assert not cluster.is_chief()
-    assert cluster.current_task() == cluster.Task("worker", 1)
-
-
-def test_checkpoint_write_dirs(tmp_path):
-    workers = {"worker": ["localhost:1", "localhost:2"]}
-    chief = {"cluster": workers, "task": {"type": "worker", "index": 0}}
-    other = {"cluster": workers, "task": {"type": "worker", "index": 1}}
-    base = tmp_path / "ckpt"
-    assert cluster.checkpoint_write_dir(base, chief) == str(base)
-    temp = cluster.checkpoint_write_dir(base, other)
-    assert Path(temp).parent == base and Path(temp).is_dir() and temp != str(base)
-    (Path(temp) / "ckpt-1.index").write_text("x")
-    cluster.remove_worker_dir(temp, other)
-    assert not Path(temp).exists()
-    cluster.remove_worker_dir(base, chief)  # never deletes the chief's folder
-    assert base.is_dir()
 
 
 # --- running, failing, timing out -----------------------------------------------------------------
