@@ -14,37 +14,47 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
+import nbformat
 import pytest
 import slurm
 import test_notebooks
 import yaml
-from test_fault_tolerance import NOTEBOOK, losses_by_step, write_notebook_scripts
 
-EXAMPLES, PER_WORKER_BATCH, EPOCHS, SAVE_EVERY = 2048, 16, 3, 20
-TOTAL_STEPS = EPOCHS * (EXAMPLES // (2 * PER_WORKER_BATCH))
+from course_utils import cluster as cluster_module
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "04_multi_worker.ipynb"
 NO_SLURM = slurm.missing_programs()
 
 pytestmark = pytest.mark.timeout(900)
 
 
+def notebook_file(name: str) -> str:
+    """The body of notebook 4's `%%writefile .../name` cell."""
+    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
+        first, _, body = cell.source.partition("\n")
+        if (
+            cell.cell_type == "code"
+            and first.startswith("%%writefile")
+            and first.endswith("/" + name)
+        ):
+            return body
+    raise AssertionError(f"notebook 4 writes no {name}")
+
+
+def losses_by_step(log: str) -> dict[int, float]:
+    """{global step: loss} from the loop worker's lines `... step G loss L`."""
+    return {int(s): float(v) for s, v in re.findall(r" step (\d+) loss ([\d.]+)", log)}
+
+
 @pytest.fixture(scope="module")
 def scripts(tmp_path_factory) -> Path:
-    """A folder with the notebook's %%writefile files and a small training set."""
+    """A folder with notebook 4's cluster_tf_config.py."""
     folder = tmp_path_factory.mktemp("notebook4_scripts")
-    write_notebook_scripts(folder)
-    (folder / "logs").mkdir()
-    rng = np.random.default_rng(0)
-    labels = rng.integers(0, 10, EXAMPLES)
-    images = (rng.random((EXAMPLES, 28, 28, 1)) * 0.5 + labels[:, None, None, None] / 20).astype(
-        np.float32
-    )
-    np.savez(folder / "mnist_data.npz", images=images, labels=labels)
+    (folder / "cluster_tf_config.py").write_text(notebook_file("cluster_tf_config.py"))
     return folder
 
 
@@ -127,17 +137,6 @@ def test_tf_config_from_slurm_variables(tf_config_module):
         tf_config_module.tf_config({**env, "SLURM_STEP_RESV_PORTS": "27001"})
 
 
-def notebook_file(name: str) -> str:
-    """The body of the notebook's `%%writefile .../name` cell."""
-    import nbformat
-
-    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
-        first, _, body = cell.source.partition("\n")
-        if first.startswith("%%writefile") and first.endswith("/" + name):
-            return body
-    raise AssertionError(f"notebook 4 writes no {name}")
-
-
 def test_indexed_job_manifest_renders_tf_config_for_two_workers(tf_config_module):
     service, job = yaml.safe_load_all(notebook_file("k8s_indexed_job.yaml"))
     assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
@@ -197,136 +196,122 @@ def assert_resolves(config: dict, index: int) -> None:
         assert (resolver.task_type, resolver.task_id) == ("worker", index)
 
 
-# --- Real Slurm jobs ----------------------------------------------------------------------------
-
-
-def submit(cluster: slurm.SlurmCluster, scripts: Path, checkpoint_dir: str) -> str:
-    args = ["--epochs", EPOCHS, "--per-worker-batch", PER_WORKER_BATCH, "--save-every", SAVE_EVERY]
-    env = {
-        **cluster.env,
-        "PYTHON": sys.executable,
-        "CUDA_VISIBLE_DEVICES": "-1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-    }
-    command = ["sbatch", "--parsable", "slurm_job.sh", "loop_worker.py", *map(str, args)]
-    command += ["--checkpoint-dir", checkpoint_dir]
-    done = subprocess.run(command, cwd=scripts, env=env, capture_output=True, text=True, check=True)
-    return done.stdout.strip().split(";")[0]
-
-
-def task_log(scripts: Path, job: str, task: int) -> str:
-    path = scripts / "logs" / f"slurm-{job}-task{task}.log"
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
-def job_state(cluster: slurm.SlurmCluster, job: str) -> str:
-    return re.search(r"JobState=(\S+)", cluster.run("scontrol", "show", "job", "-o", job)).group(1)
-
-
-def wait_for_end(cluster: slurm.SlurmCluster, job: str, timeout: float = 300) -> str:
-    slurm.wait_until(lambda: job not in cluster.jobs(), timeout, f"job {job} to end")
-    return job_state(cluster, job)
-
-
-def wait_for_log(cluster, scripts: Path, job: str, task: int, pattern: str) -> re.Match:
-    found = []
-
-    def seen() -> bool:
-        found[:] = [re.search(pattern, task_log(scripts, job, task))]
-        if not found[0] and job not in cluster.jobs():
-            raise AssertionError(
-                f"job {job} ended before {pattern!r}:\n{task_log(scripts, job, 0)}"
-            )
-        return bool(found[0])
-
-    slurm.wait_until(seen, 300, f"{pattern!r} in task {task}'s log")
-    return found[0]
+# --- Notebook 4 under nbval: its one run, with Slurm up when the machine has it ------------------
 
 
 @pytest.fixture(scope="module")
-def slurm_runs(cluster, scripts) -> dict:
-    """An uninterrupted 2-task job; a job whose task 1 is killed; that job resubmitted."""
+def notebook4(cluster, tmp_path_factory) -> Path:
+    """Run notebook 4 under nbval (tests/test_notebooks.py leaves it to this module); its folder."""
     slurm_cluster = cluster[0]
-    if slurm_cluster is None:
-        pytest.skip(NO_SLURM)
-    runs = {"full": submit(slurm_cluster, scripts, "uninterrupted")}
-    runs["full_state"] = wait_for_end(slurm_cluster, runs["full"])
-    killed = submit(slurm_cluster, scripts, "killed")
-    saved = wait_for_log(
-        slurm_cluster, scripts, killed, 0, r"saved checkpoint ckpt-\d+ at step (\d+)"
-    )
-    runs["saved"] = int(saved.group(1))
-    wait_for_log(slurm_cluster, scripts, killed, 0, rf" step {runs['saved'] + 5} loss")
-    pids = slurm_cluster.run("scontrol", "listpids", killed).splitlines()[1:]
-    task_pid = {
-        int(f[4]): int(f[0]) for f in map(str.split, pids) if f[2] == "0" and f[4].isdigit()
-    }
-    os.kill(task_pid[1], signal.SIGKILL)
-    runs["killed"], runs["killed_state"] = killed, wait_for_end(slurm_cluster, killed)
-    runs["resumed"] = submit(slurm_cluster, scripts, "killed")
-    runs["resumed_state"] = wait_for_end(slurm_cluster, runs["resumed"])
-    return runs
+    folder = tmp_path_factory.mktemp("notebook4")
+    with pytest.MonkeyPatch.context() as patch:
+        if slurm_cluster is not None:  # the kernel, and the jobs it submits, use the test cluster
+            for name in ("SLURM_CONF", slurm.MARKER):
+                patch.setenv(name, slurm_cluster.env[name])
+        test_notebooks.test_notebook_runs_under_nbval(NOTEBOOK, 2, folder)
+    return folder / "notebooks" / "artifacts" / "04_multi_worker"
 
 
-def test_the_notebook_worker_trains_on_a_two_task_slurm_job(slurm_runs, scripts):
-    job = slurm_runs["full"]
-    assert slurm_runs["full_state"] == "COMPLETED", task_log(scripts, job, 0)[-3000:]
-    for task in range(2):
-        log = task_log(scripts, job, task)
-        assert "replicas in sync: 2" in log and f"finished at step {TOTAL_STEPS}" in log
-    # TF_CONFIG came from Slurm: two workers on this node, on ports Slurm reserved for the step.
-    workers = re.search(r"cluster_tf_config: worker 0 of (\[.*\])", task_log(scripts, job, 0))
-    addresses = json.loads(workers.group(1).replace("'", '"'))
-    assert len(addresses) == 2 and all(a.startswith("localhost:") for a in addresses)
-    assert len(losses_by_step(task_log(scripts, job, 0))) == TOTAL_STEPS
-    assert not list((scripts / "uninterrupted").glob("workertemp_*"))  # only the chief's files
-    assert (scripts / "uninterrupted" / f"ckpt-{TOTAL_STEPS}.index").is_file()
-
-
-def test_a_killed_task_and_a_resubmitted_job_end_at_the_same_step(slurm_runs, scripts):
-    killed, resumed = slurm_runs["killed"], slurm_runs["resumed"]
-    assert slurm_runs["killed_state"] == "FAILED"
-    assert "finished" not in task_log(scripts, killed, 0)
-    step_at_kill = max(losses_by_step(task_log(scripts, killed, 0)))
-    assert slurm_runs["saved"] == SAVE_EVERY and step_at_kill < TOTAL_STEPS
-    assert slurm_runs["resumed_state"] == "COMPLETED", task_log(scripts, resumed, 0)[-3000:]
-    log = task_log(scripts, resumed, 0)
-    resumed_from = int(re.search(r"restored ckpt-\d+: .* global step (\d+)", log).group(1))
-    steps = losses_by_step(log)
-    baseline = losses_by_step(task_log(scripts, slurm_runs["full"], 0))
-    print(
-        f"Slurm: killed after step {step_at_kill}, resumed from {resumed_from}, final {max(steps)}"
-    )
-    assert resumed_from == slurm_runs["saved"] and min(steps) == resumed_from + 1
-    assert max(steps) == max(baseline) == TOTAL_STEPS
-    assert steps[resumed_from + 1] == pytest.approx(baseline[resumed_from + 1], abs=1e-4)
-    assert not list((scripts / "killed").glob("workertemp_*"))
-
-
-# --- Notebook 4 under nbval: once, with Slurm up when the machine has it -----------------------
+def read(path: Path) -> str:
+    return path.read_text(errors="replace")
 
 
 @pytest.mark.slow
-def test_notebook_4_under_nbval(cluster, tmp_path, monkeypatch):
-    """Notebook 4's one nbval run (tests/test_notebooks.py leaves it to this module)."""
-    slurm_cluster = cluster[0]
-    if slurm_cluster is not None:
-        for name in ("SLURM_CONF", slurm.MARKER):
-            monkeypatch.setenv(name, slurm_cluster.env[name])
-    test_notebooks.test_notebook_runs_under_nbval(NOTEBOOK, 2, tmp_path)
-    logs = tmp_path / "notebooks" / "artifacts" / "04_multi_worker" / "logs"
-    slurm_logs = sorted(logs.glob("slurm-*-task0.log"))
-    if slurm_cluster is None:
-        assert not slurm_logs
-    else:  # two jobs: killed, then resubmitted to completion
-        assert len(slurm_logs) == 2 and "finished at step" in slurm_logs[-1].read_text()
+def test_notebook_4_runs_under_nbval(notebook4):
+    for name in ("fit_model/model.keras", "loop_checkpoints/checkpoint", "k8s_tfjob.yaml"):
+        assert (notebook4 / name).is_file(), name
+    slurm_logs = sorted((notebook4 / "logs").glob("slurm-*.out"))
+    assert len(slurm_logs) == (0 if NO_SLURM else 2)  # without Slurm its cells skip
+
+
+@pytest.mark.slow
+def test_killed_worker_resumes_to_the_same_step(notebook4):
+    """Section 6: worker 1 killed after the chief's checkpoint; the restart ends where the
+    uninterrupted run ended, repeating its losses."""
+    logs = notebook4 / "logs"
+    baseline = losses_by_step(read(logs / "uninterrupted" / "loop_worker-worker-0.log"))
+    killed = read(logs / "killed" / "loop_worker-worker-0.log")
+    saved = int(re.search(r"saved checkpoint ckpt-\d+ at step (\d+)", killed).group(1))
+    step_at_kill = max(losses_by_step(killed))
+    assert re.search(r"UnavailableError|aborted|unhealthy", killed)  # worker 0 lost its peer
+    assert "finished" not in killed and saved + 5 <= step_at_kill < max(baseline)
+    resumed_log = read(logs / "resumed" / "loop_worker-worker-0.log")
+    resumed_from = int(re.search(r"restored ckpt-\d+: .* global step (\d+)", resumed_log).group(1))
+    resumed = losses_by_step(resumed_log)
+    print(f"local: killed after {step_at_kill}, resumed from {resumed_from}, final {max(resumed)}")
+    assert resumed_from == saved and min(resumed) == resumed_from + 1
+    assert max(resumed) == max(baseline) == len(baseline)
+    assert resumed[resumed_from + 1] == pytest.approx(baseline[resumed_from + 1], abs=1e-4)
+    for name in ("loop_checkpoints", "ft_checkpoints"):
+        assert not list((notebook4 / name).glob("workertemp_*")), f"non-chief files in {name}"
+
+
+@pytest.mark.slow
+def test_fit_with_backup_and_restore_resumes_to_the_same_step(notebook4):
+    logs = notebook4 / "logs"
+    full = read(logs / "fit_worker-worker-0.log")
+    killed = read(logs / "fit_killed" / "fit_worker-worker-0.log")
+    resumed = read(logs / "fit_resumed" / "fit_worker-worker-0.log")
+    assert "epoch 1 backed up" in killed and "done at step" not in killed
+    assert "Epoch 1/" not in resumed and re.search(r"^Epoch 2/", resumed, re.MULTILINE)
+    final = [int(re.search(r"done at step (\d+)", log).group(1)) for log in (full, resumed)]
+    print(f"fit: final step uninterrupted {final[0]}, killed + resumed {final[1]}")
+    assert final[0] == final[1]
+
+
+@pytest.mark.slow
+def test_parameter_server_training_ran_every_step(notebook4):
+    chief = read(notebook4 / "logs" / "parameter_server" / "ps_worker-chief-0.log")
+    scheduled, done = map(int, re.search(r"(\d+) steps scheduled, (\d+) done", chief).groups())
+    assert scheduled == done > 0
+    assert "/job:ps/replica:0/task:0" in chief  # the variables live on the parameter server
+    for task in ("worker-0", "worker-1", "ps-0"):
+        assert "serving" in read(notebook4 / "logs" / "parameter_server" / f"ps_worker-{task}.log")
+
+
+@pytest.mark.slow
+def test_slurm_job_killed_then_resubmitted_ends_at_the_same_step(slurm_cluster, notebook4):
+    """Section 8: a 2-task job whose task 1 is killed, then the same job resubmitted."""
+    logs = notebook4 / "logs"
+    first, second = sorted(
+        int(p.name.split("-")[1].split(".")[0]) for p in logs.glob("slurm-*.out")
+    )
+
+    def state(job: int) -> str:
+        info = slurm_cluster.run("scontrol", "show", "job", "-o", str(job))
+        return re.search(r"JobState=(\S+)", info).group(1)
+
+    def task_log(job: int, task: int) -> str:
+        return read(logs / f"slurm-{job}-task{task}.log")
+
+    baseline = losses_by_step(read(logs / "uninterrupted" / "loop_worker-worker-0.log"))
+    assert state(first) == "FAILED" and "task 1: Killed" in read(logs / f"slurm-{first}.out")
+    assert "finished" not in task_log(first, 0)
+    saved = int(re.search(r"saved checkpoint ckpt-\d+ at step (\d+)", task_log(first, 0)).group(1))
+    assert state(second) == "COMPLETED"
+    resumed = task_log(second, 0)
+    assert int(re.search(r"restored ckpt-\d+: .* global step (\d+)", resumed).group(1)) == saved
+    for task in range(2):
+        log = task_log(second, task)
+        assert "replicas in sync: 2" in log and f"finished at step {max(baseline)}" in log
+    assert max(losses_by_step(resumed)) == max(baseline)
+    # TF_CONFIG came from Slurm: both workers on this node, on ports Slurm reserved for the step.
+    low, high = map(
+        int,
+        re.search(
+            r"MpiParams=ports=(\d+)-(\d+)", read(slurm_cluster.folder / "slurm.conf")
+        ).groups(),
+    )
+    workers = re.search(r"cluster_tf_config: worker 0 of \[(.*)\]", resumed).group(1)
+    addresses = [a.strip(" '") for a in workers.split(",")]
+    assert len(addresses) == 2 and all(a.startswith("localhost:") for a in addresses)
+    assert all(low <= int(a.rsplit(":", 1)[1]) <= high for a in addresses)
+    assert not list((notebook4 / "slurm_checkpoints").glob("workertemp_*"))
 
 
 @pytest.mark.skipif(NO_SLURM is not None, reason="without Slurm, the nbval run checks the skip")
 def test_slurm_cells_skip_in_one_line_without_slurm(tmp_path):
     """The Slurm section's cells, run in IPython with no Slurm on PATH, each print one line."""
-    import nbformat
-
     cells = [c for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.id.startswith("nb04-s")]
     code = [c.source for c in cells if c.cell_type == "code"]
     preamble = (
@@ -377,3 +362,8 @@ def test_no_slurm_daemon_job_or_worker_left(cluster):
     stack.close()  # cancels jobs, stops slurmd, slurmctld and munged; raises if anything is left
     assert all(proc.poll() is not None for proc in slurm_cluster.daemons.values())
     assert not slurm.leftover_processes(slurm_cluster.folder)
+
+
+@pytest.mark.slow
+def test_no_worker_left_by_the_notebook(notebook4):
+    assert not cluster_module.leftover_workers()
