@@ -9,8 +9,9 @@ PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3.10 python3; 
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# pytest-xdist: two workers keep both cores busy while one test waits on a kernel or a process;
-# --dist loadfile keeps each test file on one worker, so a module's fixture is built once.
+# pytest-xdist: two workers keep both cores busy while one test waits on a kernel or a process.
+# tests/conftest.py schedules them: each test file on one worker (a module's fixture is built
+# once), the notebook runs spread over both, the longest work first (kept in that order).
 TEST_WORKERS ?= 2
 
 .PHONY: setup course test doctor lab exercise clean
@@ -34,7 +35,7 @@ course: $(STAMP)
 
 # pytest exits 5 when it collects no test: that means the suite is missing, so it fails loudly.
 test: $(STAMP)
-	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS); rc=$$?; \
+	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --no-loadscope-reorder $(ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5); the suite is missing." >&2; fi; \
 	exit $$rc
 
