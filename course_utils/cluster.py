@@ -40,6 +40,8 @@ from typing import NamedTuple
 import portpicker
 import psutil
 
+from course_utils.processes import die_with_parent, kill_group, start_orphan_guard
+
 #: How often the waiting loops look at the logs and the processes (seconds).
 POLL_SECONDS = 0.05
 #: Time a task gets to exit after SIGTERM before it is killed with SIGKILL (seconds).
@@ -209,45 +211,9 @@ def _stop_all() -> None:
 #: Two guards against orphans when the kernel dies without stopping its clusters (tests switch
 #: them off one at a time): on Linux the kernel sends SIGKILL to each task when its parent dies
 #: (prctl PR_SET_PDEATHSIG); everywhere, a watchdog process kills the tasks' whole process groups
-#: (children of tasks included) once the parent is gone.
+#: (children of tasks included) once the parent is gone. Both come from `course_utils.processes`.
 USE_PDEATHSIG = sys.platform.startswith("linux")
 USE_WATCHDOG = True
-
-
-def _die_with_parent(parent_pid: int):
-    """A Popen `preexec_fn`: ask Linux to SIGKILL the child when its parent (this kernel) dies."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded in the parent, before the fork
-
-    def preexec() -> None:
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
-# The watchdog: polls its parent, and kills the tasks' process groups when the parent is gone.
-_WATCHDOG = """
-import os, signal, sys, time
-parent, groups = int(sys.argv[1]), [int(g) for g in sys.argv[2:]]
-while os.getppid() == parent:
-    time.sleep(0.2)
-for group in groups:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except OSError:
-        pass
-"""
-
-
-def _kill_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def leftover_workers() -> list[psutil.Process]:
@@ -371,15 +337,8 @@ class LocalCluster:
             for task in self.tasks:
                 self._launch(task)
             if USE_WATCHDOG:
-                self._watchdog = subprocess.Popen(
-                    [
-                        self.python,
-                        "-c",
-                        _WATCHDOG,
-                        str(os.getpid()),
-                        *(str(p.pid) for p in self._procs.values()),
-                    ],
-                    start_new_session=True,
+                self._watchdog = start_orphan_guard(
+                    [p.pid for p in self._procs.values()], python=self.python
                 )
             if self.ready:
                 self.wait_for(self.ready, task="all")
@@ -417,7 +376,7 @@ class LocalCluster:
             stderr=subprocess.STDOUT,
             # own process group: killed as a whole, untouched by the notebook's Ctrl-C
             start_new_session=True,
-            preexec_fn=_die_with_parent(os.getpid()) if USE_PDEATHSIG else None,
+            preexec_fn=die_with_parent(os.getpid()) if USE_PDEATHSIG else None,
         )
 
     def __enter__(self) -> LocalCluster:
@@ -605,7 +564,7 @@ class LocalCluster:
         task = self._task(task)
         proc = self._procs[task]
         self._killed.add(task)
-        _kill_group(proc.pid, signal.SIGKILL)
+        kill_group(proc.pid, signal.SIGKILL)
         proc.wait()
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
@@ -616,7 +575,7 @@ class LocalCluster:
         self._stopped = True
         running = [p for p in self._procs.values() if p.poll() is None]
         for proc in running:
-            _kill_group(proc.pid, signal.SIGTERM)
+            kill_group(proc.pid, signal.SIGTERM)
         end = time.monotonic() + grace
         for proc in running:
             try:
@@ -625,7 +584,7 @@ class LocalCluster:
                 pass
         for task, proc in self._procs.items():
             if task not in self._killed:
-                _kill_group(proc.pid, signal.SIGKILL)  # the whole group: children of a task die too
+                kill_group(proc.pid, signal.SIGKILL)  # the whole group: children of a task die too
             proc.wait()
         if self._watchdog is not None:
             self._watchdog.kill()

@@ -1,33 +1,36 @@
-"""Grade exercise submissions: run each one headless under limits, then score it from the files it
-wrote.
+"""Grade exercise submissions: run each one headless in a sandbox under limits, then score it from
+the files it wrote.
 
     course grade submissions/ --out grades/          # or: course grade alice.ipynb bob.ipynb ...
 
 For each submission (a notebook; in a folder, every *.ipynb):
 1. Read it. Not a notebook (invalid JSON, ...): score 0. Unchanged exercise: score 0, not run.
-2. Run a copy in a fresh kernel, in a temporary folder, with COURSE_ARTIFACTS pointing into it and
-   three limits: per cell (the cell is interrupted, later cells still run, so later questions can
-   still earn points), per notebook and memory (the kernel is killed; see `Watchdog`).
+2. Run a copy in a fresh kernel (`course_utils.tools.runner`) inside the sandbox
+   (`course_utils.tools.sandbox`: bubblewrap; the machine read-only, only the submission's work
+   folder writable, private /tmp, no network, its own PID namespace), with COURSE_ARTIFACTS in
+   that folder and limits: per cell (the cell is interrupted, later cells still run, so later
+   questions can still earn points; a cell that ignores the interrupt gets the kernel killed), per
+   notebook and memory (the kernel is killed), and on outputs kept.
 3. Run the solution's HIDDEN PROBE in that same kernel, after the last cell: it only collects facts
    about the objects in memory (mirrored variables, which weights each model holds).
-4. Copy the artifacts out, stop every process the kernel left, delete the temporary folder.
-5. Score it: the solution's HIDDEN TESTS run in a separate check process that never runs student
-   code. They load the saved models and checkpoints, evaluate them on the test set themselves and
-   compare with the numbers the notebook recorded and with the probe's facts.
+4. Copy the artifacts out (regular files only, size-capped), stop the kernel (its PID namespace
+   dies with it), delete the work folder.
+5. Score it: the solution's HIDDEN TESTS run in a separate check process, sandboxed as well, that
+   never runs student code. They load the saved models and checkpoints with limits
+   (`checks.safe_file`), evaluate them on the test set themselves and compare with the numbers the
+   notebook recorded and with the probe's facts.
 6. Write <out>/<student>/report.md (what passed, what failed and why), the executed notebook and the
    artifacts next to it, and <out>/gradebook.csv for the whole batch.
 
 What a submission cannot change: the hidden tests (read from the solution before the batch starts,
 never given to the kernel), how the tests run (another process), its score (computed from files by
 that process; printed "PASSED" lines, redefined functions and hand-written numbers count for
-nothing).
-A tampered solution file is restored and noted in the report. What this is not: a sandbox. Student
-code runs with your user's rights; grade untrusted submissions inside a container or a throw-away
-VM.
+nothing), the course, the solution, other submissions and the grades (read-only or hidden in the
+sandbox). Without the sandbox (`--no-sandbox-i-trust-these-notebooks`), student code runs with your
+rights: a changed solution file is then restored and changed course files are noted in the report.
 
 The hidden tests call the helpers of `course_utils.tools.checks` (`load_results`, `own_model`,
-`evaluate`, ...),
-which raise `CheckError` with a message written for the student.
+`evaluate`, ...), which raise `CheckError` with a message written for the student.
 
 Example:
     >>> from course_utils.tools import grading
@@ -48,7 +51,6 @@ import queue
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -60,8 +62,12 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.tools import exercise
+from course_utils.processes import Watchdog, kill_tree
+from course_utils.tools import exercise, sandbox
 from course_utils.tools.checks import ARTIFACTS_NAME, DATASET, clear_cache
+from course_utils.tools.runner import Limits, RunOutcome, run_notebook
+
+__all__ = ["Limits", "RunOutcome", "grade", "run_submission"]
 
 #: The SVHN exercise's solution notebook, where the hidden tests come from.
 DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
@@ -70,111 +76,20 @@ CHECK_TIMEOUT_S = 300
 
 
 # ----------------------------------------------------------------------------------------------
-# Running one submission under limits.
+# Running one submission: the course's notebook runner, in the sandbox.
 # ----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Time and memory a submission may use. Memory counts the kernel and its child processes."""
-
-    cell_timeout: int = 300
-    timeout: int = 1800
-    memory_mb: int = 4096
-
-
-class Watchdog:
-    """Kills a kernel (its whole process group) when it uses too much memory or runs past a
-    deadline.
-
-    A thread polls psutil: the resident memory (RSS) of the kernel and its children, and the clock.
-    Why not `resource.setrlimit(RLIMIT_AS)`: TensorFlow reserves far more virtual memory than it
-    uses
-    (about 2.5 GB of address space for 0.7 GB resident on this course's models, more with more CPU
-    threads), and at 2 GB it aborts at start-up in C++ rather than raising MemoryError. RSS is what
-    exhausts a machine, so it is what this limits.
-    """
-
-    def __init__(self, pid: int, memory_mb: int, seconds: float, interval: float = 0.2) -> None:
-        self.pid, self.memory_mb, self.interval = pid, memory_mb, interval
-        self.deadline = time.monotonic() + seconds
-        self.seconds = seconds
-        self.reason = ""  # why the kernel was killed, if it was
-        self.peak_mb = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self) -> Watchdog:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _watch(self) -> None:
-        import psutil
-
-        while not self._stop.wait(self.interval):
+def _read_facts(outcome: RunOutcome, marker: str) -> tuple[dict, str]:
+    if outcome.extra_error:
+        return {}, outcome.extra_error
+    for line in outcome.extra_output.splitlines():
+        if line.startswith(marker):
             try:
-                kernel = psutil.Process(self.pid)
-                processes = [kernel, *kernel.children(recursive=True)]
-                rss = 0
-                for process in processes:
-                    try:
-                        rss += process.memory_info().rss
-                    except psutil.Error:
-                        pass
-            except psutil.Error:
-                return  # the kernel is gone
-            self.peak_mb = max(self.peak_mb, rss / 2**20)
-            if rss > self.memory_mb * 2**20:
-                self.reason = (
-                    f"memory limit: the kernel used more than {self.memory_mb} MB and was stopped"
-                )
-            elif time.monotonic() > self.deadline:
-                self.reason = (
-                    f"time limit: the notebook ran longer than {self.seconds:.0f} s and was stopped"
-                )
-            if self.reason:
-                kill_tree(self.pid)
-                return
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process, its process group (kernels run in their own session) and its children."""
-    import psutil
-
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        children = []
-    try:
-        os.killpg(os.getpgid(pid), signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for process in children:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-
-
-@dataclass
-class RunOutcome:
-    """How the execution of one submission went."""
-
-    status: str  # "ran", "killed", "kernel died", "could not start", "run failed"
-    reason: str = ""
-    seconds: float = 0.0
-    cell_errors: list[str] = field(
-        default_factory=list
-    )  # "cell 12: NameError: name 'x' is not defined"
-    timed_out_cells: list[int] = field(default_factory=list)
-    facts: dict = field(default_factory=dict)
-    probe_error: str = ""
-    peak_mb: float = 0.0  # the kernel's highest resident memory seen
-    notebook: object = None  # the executed copy
+                return json.loads(line[len(marker) :]), ""
+            except ValueError as exc:
+                return {}, f"unreadable facts: {exc}"
+    return {}, "the probe printed no facts"
 
 
 def run_submission(
@@ -184,108 +99,45 @@ def run_submission(
     limits: Limits,
     probe_source: str = "",
     log_path: Path | None = None,
-) -> RunOutcome:
-    """Execute `notebook` in a fresh kernel in `workdir` (errors allowed), then run the probe there.
+    *,
+    sandboxed: bool = True,
+    hidden: tuple[Path, ...] = (),
+    hidden_files: tuple[Path, ...] = (),
+) -> tuple[RunOutcome, dict, str]:
+    """Execute `notebook` in a fresh kernel in `workdir` (errors allowed), then the probe there.
 
-    Every cell runs even after errors; a cell over `limits.cell_timeout` is interrupted and marked.
-    The watchdog stops the kernel past `limits.timeout` seconds or above `limits.memory_mb`.
-    The kernel's own stdout/stderr (not the cells' outputs) go to `log_path` (default: discarded).
+    Returns the run's outcome, the facts the probe found and why it found none ("" if it did).
+    sandboxed: the kernel runs in the sandbox, where only `workdir` is writable and `hidden`
+    folders and `hidden_files` look empty; its connection file and sockets go in `workdir/.kernel`.
     """
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
+    workdir = Path(workdir).resolve()
+    connection = workdir / ".kernel"
+    connection.mkdir(parents=True, exist_ok=True)
+    wrap = None
+    if sandboxed:
+        env = sandbox.kernel_env(env, home=workdir)
 
-    timeout_error = {
-        "ename": "CellTimeoutError",
-        "evalue": f"the cell ran longer than {limits.cell_timeout} s and was interrupted",
-        "traceback": [],
-    }
-    client = NotebookClient(
-        notebook,
-        timeout=limits.cell_timeout,
-        allow_errors=True,
-        interrupt_on_timeout=True,
-        error_on_timeout=timeout_error,
-        kernel_name="python3",
-        shutdown_kernel="immediate",
-        resources={"metadata": {"path": str(workdir)}},
-        startup_timeout=120,
-    )
-    outcome = RunOutcome(status="ran", notebook=notebook)
-
-    def on_cell_error(cell, cell_index, execute_reply):
-        content = execute_reply.get("content", {})
-        if content.get("ename") == timeout_error["ename"]:
-            outcome.timed_out_cells.append(cell_index)
-        elif not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-            outcome.cell_errors.append(
-                f"cell {cell_index}: {content.get('ename')}: {str(content.get('evalue'))[:300]}"
+        def wrap(argv: list[str]) -> list[str]:
+            return sandbox.wrap(
+                argv, writable=[workdir], hidden=hidden, hidden_files=hidden_files, cwd=workdir
             )
 
-    client.on_cell_error = on_cell_error
-    started = time.monotonic()
     marker = f"@@facts-{secrets.token_hex(8)}@@"
-    pid = None
-    log = open(log_path or os.devnull, "w")
-    try:
-        with client.setup_kernel(env=env, cwd=str(workdir), stdout=log, stderr=log):
-            pid = client.km.provisioner.pid
-            with Watchdog(pid, limits.memory_mb, limits.timeout) as dog:
-                try:
-                    for index, cell in enumerate(notebook.cells):
-                        client.execute_cell(
-                            cell, index, execution_count=client.code_cells_executed + 1
-                        )
-                    if probe_source:
-                        cell = nbformat.v4.new_code_cell(
-                            f"{probe_source}\nimport json as _json\nprint({marker!r} + "
-                            f"_json.dumps(FACTS))"
-                        )
-                        notebook.cells.append(
-                            cell
-                        )  # nbclient stores each cell back into the notebook
-                        try:
-                            client.execute_cell(cell, len(notebook.cells) - 1)
-                        finally:
-                            notebook.cells.pop()  # the executed copy shows the submission only
-                        outcome.facts, outcome.probe_error = _read_facts(cell, marker)
-                except DeadKernelError:
-                    outcome.status = "killed" if dog.reason else "kernel died"
-                    outcome.reason = (
-                        dog.reason
-                        or "the kernel died (it crashed or was killed) before the notebook finished"
-                    )
-            outcome.peak_mb = dog.peak_mb
-    except Exception as exc:  # the kernel did not start, or talking to it failed
-        if outcome.status == "ran":
-            outcome.status = "could not start" if pid is None else "run failed"
-            outcome.reason = f"{type(exc).__name__}: {exc}"
-    finally:
-        if pid is not None:
-            kill_tree(pid)
-        log.close()
-    outcome.seconds = time.monotonic() - started
-    for index, cell in enumerate(notebook.cells):
-        if index in outcome.timed_out_cells:
-            cell.outputs.append(nbformat.v4.new_output("error", **timeout_error))
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                outcome.cell_errors.append(
-                    f"cell {index}: {output.get('ename')}: {str(output.get('evalue'))[:300]}"
-                )
-    return outcome
-
-
-def _read_facts(cell, marker: str) -> tuple[dict, str]:
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            return {}, f"{output.get('ename')}: {output.get('evalue')}"
-        for line in output.get("text", "").splitlines():
-            if line.startswith(marker):
-                try:
-                    return json.loads(line[len(marker) :]), ""
-                except ValueError as exc:
-                    return {}, f"unreadable facts: {exc}"
-    return {}, "the probe printed no facts"
+    probe = ""
+    if probe_source:
+        probe = f"{probe_source}\nimport json as _json\nprint({marker!r} + _json.dumps(FACTS))"
+    outcome = run_notebook(
+        notebook,
+        workdir,
+        env,
+        limits=limits,
+        connection_dir=connection,
+        wrap=wrap,
+        extra_cell=probe,
+        log_path=log_path,
+    )
+    facts, probe_error = _read_facts(outcome, marker) if probe_source else ({}, "")
+    return outcome, facts, probe_error
 
 
 # ----------------------------------------------------------------------------------------------
@@ -346,23 +198,33 @@ def _check_worker() -> None:
 class CheckProcess:
     """A long-lived `python` process running hidden tests for one submission at a time.
 
-    Started once per batch (TensorFlow loads once); restarted when it crashes or takes too long.
+    Started once per batch (TensorFlow loads once), through `wrap` (the sandbox) when given;
+    killed and restarted when it crashes, takes too long or uses more than `memory_mb`.
     """
 
-    def __init__(self, env: dict[str, str], cwd: Path, log_path: Path) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        cwd: Path,
+        log_path: Path,
+        memory_mb: float = 4096,
+        wrap=None,
+    ) -> None:
         self.env, self.cwd, self.log_path = env, cwd, log_path
+        self.memory_mb, self.wrap = memory_mb, wrap
         self.process: subprocess.Popen | None = None
         self.lines: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
 
     def _start(self) -> None:
         log = open(self.log_path, "a")
+        argv = [
+            sys.executable,
+            "-c",
+            "from course_utils.tools.grading import _check_worker; _check_worker()",
+        ]
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "from course_utils.tools.grading import _check_worker; _check_worker()",
-            ],
+            self.wrap(argv) if self.wrap else argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -399,10 +261,12 @@ class CheckProcess:
                 "facts": facts,
                 "tests": [{"title": t.title, "source": t.source} for t in tests],
             }
+            dog = Watchdog(self.process.pid, self.memory_mb, timeout, what="the check process")
             try:
-                self.process.stdin.write(json.dumps(job) + "\n")
-                self.process.stdin.flush()
-                line = self.lines.get(timeout=timeout)
+                with dog:
+                    self.process.stdin.write(json.dumps(job) + "\n")
+                    self.process.stdin.flush()
+                    line = self.lines.get(timeout=timeout + 5)
             except queue.Empty:
                 line, why = (
                     None,
@@ -414,6 +278,8 @@ class CheckProcess:
                 why = "the grader's check process crashed while reading these files"
             if line is None:
                 self.stop()
+                if dog.reason:
+                    why = f"{dog.reason} while reading these files"
                 return [(False, f"{why} (details: {self.log_path.name})")] * len(tests)
             return [(r["passed"], r["message"]) for r in json.loads(line)]
 
@@ -532,12 +398,13 @@ def grade(
     out: str | os.PathLike = "grades",
     *,
     solution: str | os.PathLike | None = None,
-    limits: Limits = Limits(),
+    limits: Limits | None = None,
     profile: str = "quick",
     devices: int = 2,
     data: str | None = None,
     jobs: int = 1,
     progress: bool = True,
+    sandboxed: bool = True,
 ) -> list[Grade]:
     """Grade every submission in `paths` (notebooks or folders); write reports and gradebook.csv
     into `out`.
@@ -546,11 +413,16 @@ def grade(
     data None: COURSE_DATA, or "auto" decided once for the whole batch (real data or synthetic).
     jobs: submissions run at the same time, each in its own kernel (the hidden tests run one at a
     time).
+    sandboxed: run every kernel and the hidden tests in the sandbox (`sandbox.SandboxUnavailable`
+    when bubblewrap cannot run here). False runs student code with your rights.
     """
     from tqdm.auto import tqdm
 
     from course_utils.tools.cli import course_root
 
+    if sandboxed:
+        sandbox.require()
+    limits = limits or Limits()
     root = course_root()
     solution_path = Path(solution or root / DEFAULT_SOLUTION).resolve()
     solution_bytes = solution_path.read_bytes()
@@ -579,8 +451,19 @@ def grade(
         "COURSE_DATA": data,
         "PYTHONPATH": pythonpath,
     }
-    checks = CheckProcess({**os.environ, **course_env}, out, out / "checks.log")
+    base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()  # the work folders
+    hidden, hidden_files = (base, out), (solution_path,)
+    check_env = {**os.environ, **course_env}
+    check_wrap = None
+    if sandboxed:
+        check_env = sandbox.kernel_env(check_env, home=Path("/tmp"))
+
+        def check_wrap(argv: list[str]) -> list[str]:
+            return sandbox.wrap(argv, hidden=[base], hidden_files=hidden_files, cwd=out)
+
+    checks = CheckProcess(check_env, out, out / "checks.log", limits.memory_mb, check_wrap)
     checks.start()
+    isolation = dict(sandboxed=sandboxed, hidden=hidden, hidden_files=hidden_files, base=base)
 
     def work(student: str, path: Path) -> Grade:
         started = time.monotonic()
@@ -588,7 +471,9 @@ def grade(
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         try:
-            g = _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course_env)
+            g = _grade_one(
+                student, path, folder, parts, exercise_nb, checks, limits, course_env, isolation
+            )
         except (
             Exception
         ) as exc:  # a bug or an unexpected failure: this submission only, the batch goes on
@@ -638,10 +523,13 @@ def grade(
     finally:
         bar.close()
         checks.stop()
+        shutil.rmtree(base, ignore_errors=True)
     return [g for g in grades if g]
 
 
-def _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course_env) -> Grade:
+def _grade_one(
+    student, path, folder, parts, exercise_nb, checks, limits, course_env, isolation
+) -> Grade:
     g = Grade(student, Path(path), status="graded")
     zero = [CheckResult(t.question, t.title, t.points, 0.0) for t in parts.tests]
     zero += [CheckResult(a.question, a.title, a.points, 0.0, manual=True) for a in parts.answers]
@@ -666,17 +554,29 @@ def _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course
         g.results = [_failed(r, "not graded: nothing was changed in the exercise") for r in zero]
         return g
 
-    with tempfile.TemporaryDirectory(prefix=f"grade-{student}-") as workdir:
-        workdir = Path(workdir)
-        shutil.copyfile(path, workdir / "submission.ipynb")
+    workdir = isolation["base"] / student
+    workdir.mkdir()
+    try:
         env = {
             **os.environ,
             **course_env,
             "COURSE_ARTIFACTS": str(workdir / "artifacts"),
             "MPLBACKEND": "Agg",
         }
-        outcome = run_submission(notebook, workdir, env, limits, parts.probe, folder / "kernel.log")
+        outcome, facts, probe_error = run_submission(
+            notebook,
+            workdir,
+            env,
+            limits,
+            parts.probe,
+            folder / "kernel.log",
+            sandboxed=isolation["sandboxed"],
+            hidden=isolation["hidden"],
+            hidden_files=isolation["hidden_files"],
+        )
         g.notes += _copy_artifacts(workdir / "artifacts" / ARTIFACTS_NAME, folder / "artifacts")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     nbformat.write(outcome.notebook, folder / "executed.ipynb")
     g.cell_errors = outcome.cell_errors
     if outcome.status != "ran":
@@ -686,12 +586,13 @@ def _grade_one(student, path, folder, parts, exercise_nb, checks, limits, course
             f"cell(s) {', '.join(map(str, outcome.timed_out_cells))} ran longer than "
             f"{limits.cell_timeout} s and were interrupted"
         )
-    if outcome.probe_error and outcome.status == "ran":
-        g.notes.append(f"the probe could not read the notebook's memory: {outcome.probe_error}")
+    g.notes += [f"outputs cut in {note}" for note in outcome.output_notes]
+    if probe_error and outcome.status == "ran":
+        g.notes.append(f"the probe could not read the notebook's memory: {probe_error}")
 
     g.run_seconds, g.peak_mb = outcome.seconds, outcome.peak_mb
     started = time.monotonic()
-    verdicts = checks.run(folder / "artifacts", outcome.facts, parts.tests, CHECK_TIMEOUT_S)
+    verdicts = checks.run(folder / "artifacts", facts, parts.tests, CHECK_TIMEOUT_S)
     g.check_seconds = time.monotonic() - started
     for test, (passed, message) in zip(parts.tests, verdicts):
         g.results.append(
@@ -856,12 +757,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs", type=int, default=1, help="submissions graded at the same time (default: 1)"
     )
+    parser.add_argument(
+        sandbox.NO_SANDBOX_FLAG,
+        dest="no_sandbox",
+        action="store_true",
+        help="run the submissions WITHOUT the bubblewrap sandbox, with your rights: their code "
+        "can read and change your files, use the network and change other grades; only for "
+        "notebooks you trust, on machines without bubblewrap",
+    )
+    parser.add_argument(
+        "--benchmark",
+        action="store_true",
+        help="instead of grading once, grade the submissions with the sandbox on and off, one and "
+        "two at a time, and print seconds per submission and the projected time for 100",
+    )
+
+
+def benchmark(args: argparse.Namespace, limits: Limits) -> int:
+    """`course grade SUBMISSION... --benchmark`: grade the same batch with the sandbox on and off,
+    one and two at a time; print the wall time per submission and the projection for 100."""
+    count = len(collect_submissions(args.submissions))
+    configurations = [(True, 1), (True, 2), (False, 1), (False, 2)]
+    if not sandbox.status()[0]:
+        print(f"course grade: no sandbox here ({sandbox.status()[1]}): measuring without it only")
+        configurations = [(False, 1), (False, 2)]
+    print(f"{'sandbox':<8} {'jobs':>4} {'s/submission':>13} {'100 students':>13}  scores")
+    for sandboxed, jobs in configurations:
+        with tempfile.TemporaryDirectory(prefix="course-grade-bench-") as out:
+            started = time.monotonic()
+            grades = grade(
+                args.submissions,
+                out,
+                solution=args.solution,
+                limits=limits,
+                profile=args.profile,
+                devices=args.devices,
+                data=args.data,
+                jobs=jobs,
+                progress=False,
+                sandboxed=sandboxed,
+            )
+            per = (time.monotonic() - started) / count
+        scores = " ".join(f"{g.score:g}" for g in grades)
+        print(
+            f"{'on' if sandboxed else 'off':<8} {jobs:>4} {per:>13.1f} "
+            f"{100 * per / 60:>10.0f} min  {scores}",
+            flush=True,
+        )
+    print(f"(wall time of a whole batch of {count}, check process start-up included, / {count})")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     """`course grade SUBMISSION... [--out DIR]`: prints the gradebook; exit 0 when every file was
     graded."""
     limits = Limits(cell_timeout=args.cell_timeout, timeout=args.timeout, memory_mb=args.memory_mb)
+    if args.benchmark:
+        return benchmark(args, limits)
     try:
         grades = grade(
             args.submissions,
@@ -872,8 +824,9 @@ def run(args: argparse.Namespace) -> int:
             devices=args.devices,
             data=args.data,
             jobs=args.jobs,
+            sandboxed=not args.no_sandbox,
         )
-    except (FileNotFoundError, ValueError, exercise.MarkerError) as exc:
+    except (FileNotFoundError, ValueError, exercise.MarkerError, sandbox.SandboxUnavailable) as exc:
         print(f"course grade: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)

@@ -1,37 +1,357 @@
-"""Execute notebooks headless with nbclient, the way `course run` and `course grade` do.
+"""Execute notebooks headless with nbclient: the notebook runner of `course run` and `course grade`.
 
-Each notebook runs in its own kernel process, in its own folder, with the environment you give.
-The executed copy (outputs included) is written even when a cell fails, so the failure can be read.
+Each notebook runs in its own kernel process, in its own folder, with the environment you give,
+talking to this process over Unix sockets placed next to its connection file (no TCP port).
+`run_notebook` is the engine: it runs the cells one by one and can
+
+- stop at the first error (`course run`), or run every cell whatever fails (`course grade`);
+- interrupt a cell past its time limit, and kill the kernel when the interrupt is ignored (a cell
+  that catches KeyboardInterrupt or blocks SIGINT) instead of letting it hold up the next cells;
+- kill the kernel and everything it started past a memory or notebook time limit
+  (`course_utils.processes.Watchdog`);
+- cap what it keeps of the outputs (each cell, the whole notebook), with a note where it cut;
+- start the kernel through a wrapper, such as the grader's bubblewrap sandbox (`wrap`).
+
+`execute` runs a notebook file into an executed copy, as `course run` does.
 
 Example:
-    >>> from course_utils.tools.runner import execute
+    >>> from course_utils.tools.runner import Limits, execute, run_notebook
     >>> result = execute("notebooks/01_keras_fit_mnist.ipynb", "build/01_keras_fit_mnist.ipynb",
     ...                  env={"COURSE_PROFILE": "quick"})
     >>> result.ok, result.seconds
     (True, 31.2)
+    >>> outcome = run_notebook(notebook, Path("work"), env, limits=Limits(cell_timeout=60))
+    >>> outcome.status, outcome.timed_out_cells
+    ('ran', [])
 """
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import re
+import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from jupyter_client.manager import KernelManager
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from tqdm.auto import tqdm
 
+from course_utils.processes import Watchdog, kill_tree
+
 ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
+#: The error recorded in a cell interrupted at its time limit.
+CELL_TIMEOUT_ERROR = "CellTimeoutError"
+#: Name of the kernelspec written for a wrapped kernel (it lives in a private folder).
+WRAPPED_KERNEL = "course-wrapped-python3"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a notebook may use. Memory counts the kernel and every process it started.
+
+    cell_timeout: seconds per cell; the cell is interrupted and later cells still run.
+    timeout: seconds for the whole notebook; the kernel is killed.
+    memory_mb: resident memory of the kernel and its children; the kernel is killed.
+    interrupt_grace: seconds an interrupted cell has to stop before the kernel is killed.
+    cell_output_kb: outputs kept per cell (the rest is dropped, with a note).
+    notebook_output_mb: outputs kept for the whole notebook.
+    """
+
+    cell_timeout: int = 300
+    timeout: int = 1800
+    memory_mb: int = 4096
+    interrupt_grace: float = 5.0
+    cell_output_kb: int = 512
+    notebook_output_mb: int = 8
+
+
+@dataclass
+class RunOutcome:
+    """How the execution of one notebook went.
+
+    status: "ran" (every cell was sent; some may have failed), "failed" (stopped at the first
+    error, with `stop_on_error`), "killed" (memory, notebook time, or an interrupt-deaf cell),
+    "kernel died", "could not start", "run failed" (talking to the kernel failed).
+    """
+
+    status: str
+    reason: str = ""
+    seconds: float = 0.0
+    cell_errors: list[str] = field(default_factory=list)  # "cell 12: NameError: ..."
+    timed_out_cells: list[int] = field(default_factory=list)
+    deaf_cell: int | None = None  # the cell that ignored its interrupt, if one did
+    output_notes: list[str] = field(default_factory=list)  # where outputs were cut
+    peak_mb: float = 0.0  # the kernel's highest resident memory seen
+    error: str = ""  # with stop_on_error: the failing cell's source and error
+    failed_cell: int | None = None
+    extra_output: str = ""  # what the `extra_cell` printed (stdout)
+    extra_error: str = ""  # how the `extra_cell` failed, if it did
+    notebook: object = None  # the executed copy
+
+
+class _CappedClient(NotebookClient):
+    """An nbclient client that keeps at most `cell_limit` bytes of outputs per cell and
+    `notebook_limit` for the notebook, and remembers how much it dropped per cell."""
+
+    def __init__(self, *args, cell_limit: int, notebook_limit: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.cell_limit, self.notebook_limit = cell_limit, notebook_limit
+        self.kept = 0
+        self.kept_in_cell: dict[int, int] = {}
+        self.dropped: dict[int, int] = {}
+
+    def output(self, outs, msg, display_id, cell_index):
+        out = super().output(outs, msg, display_id, cell_index)
+        if out is None:
+            return None
+        size = len(json.dumps(out))
+        room = min(
+            self.cell_limit - self.kept_in_cell.get(cell_index, 0), self.notebook_limit - self.kept
+        )
+        if size > room:
+            outs.remove(out)
+            cut = 0
+            if out.get("output_type") == "stream" and room > 200:  # keep the start of a flood
+                cut = room - 100
+                out["text"] = out["text"][:cut]
+                outs.append(out)
+            self.dropped[cell_index] = self.dropped.get(cell_index, 0) + size - cut
+            size = cut
+        self.kept += size
+        self.kept_in_cell[cell_index] = self.kept_in_cell.get(cell_index, 0) + size
+        return out
+
+
+def _kernel_spec_dir(wrap: Callable[[list[str]], list[str]], folder: Path) -> Path:
+    """Write a kernelspec whose command is `wrap` around ipykernel; interrupts go as messages
+    (a signal to the wrapper would not reach the kernel inside it)."""
+    spec = folder / "kernels" / WRAPPED_KERNEL
+    spec.mkdir(parents=True, exist_ok=True)
+    argv = wrap([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": argv,
+                "display_name": "Python 3 (wrapped)",
+                "language": "python",
+                "interrupt_mode": "message",
+            }
+        )
+    )
+    return folder / "kernels"
+
+
+async def _answers(kc, seconds: float) -> bool:
+    """Whether the kernel answers a trivial request within `seconds` (it is idle again)."""
+    msg_id = kc.execute("", silent=True, store_history=False)
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            reply = await kc.get_shell_msg(timeout=left)
+        except queue.Empty:
+            return False
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return True
+    return False
+
+
+def _errors(cell) -> list[dict]:
+    return [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def run_notebook(
+    notebook,
+    cwd: Path,
+    env: dict[str, str],
+    *,
+    limits: Limits = Limits(),
+    stop_on_error: bool = False,
+    kernel_name: str = "python3",
+    connection_dir: Path | None = None,
+    wrap: Callable[[list[str]], list[str]] | None = None,
+    extra_cell: str = "",
+    progress: str | None = None,
+    log_path: Path | None = None,
+) -> RunOutcome:
+    """Execute `notebook` (a NotebookNode, modified in place) in a fresh kernel in `cwd`.
+
+    env: the kernel's whole environment.
+    stop_on_error: stop at the first failing cell (like "Run All"); else every cell runs.
+    connection_dir: where the connection file and the kernel's sockets go (default: a private
+    temporary folder); a sandboxed kernel needs them inside a folder it can see.
+    wrap: turns the kernel's command line into the one to start (e.g. `sandbox.wrap`).
+    extra_cell: code run after the last cell; its stdout goes to `extra_output`, not the notebook.
+    log_path: the kernel process's own stdout/stderr (not the cells' outputs); default discarded.
+    """
+    outcome = RunOutcome(status="ran", notebook=notebook)
+    timeout_error = {
+        "ename": CELL_TIMEOUT_ERROR,
+        "evalue": f"the cell ran longer than {limits.cell_timeout} s and was interrupted",
+        "traceback": [],
+    }
+    private = tempfile.TemporaryDirectory(prefix="course-kernel-")
+    sockets = Path(connection_dir or private.name)
+    spec_manager = KernelSpecManager()
+    if wrap is not None:
+        spec_manager = KernelSpecManager(
+            kernel_dirs=[str(_kernel_spec_dir(wrap, Path(private.name)))]
+        )
+        kernel_name = WRAPPED_KERNEL
+    km = AsyncKernelManager(  # async: nbclient's timeouts only work with an async client
+        kernel_name=kernel_name,
+        kernel_spec_manager=spec_manager,
+        transport="ipc",
+        connection_file=str(sockets / "kernel.json"),
+        ip=str(sockets / "kernel"),
+    )
+    client = _CappedClient(
+        notebook,
+        km=km,
+        timeout=limits.cell_timeout,
+        allow_errors=not stop_on_error,
+        interrupt_on_timeout=not stop_on_error,
+        error_on_timeout=None if stop_on_error else timeout_error,
+        kernel_name=kernel_name,
+        resources={"metadata": {"path": str(cwd)}},
+        startup_timeout=120,
+        cell_limit=limits.cell_output_kb * 1024,
+        notebook_limit=limits.notebook_output_mb * 2**20,
+    )
+
+    def on_cell_error(cell, cell_index, execute_reply):
+        if execute_reply.get("content", {}).get("ename") == CELL_TIMEOUT_ERROR:
+            outcome.timed_out_cells.append(cell_index)
+
+    client.on_cell_error = on_cell_error
+    bar = None
+    if progress:
+        bar = tqdm(
+            total=sum(c.cell_type == "code" for c in notebook.cells),
+            desc=progress,
+            unit="cell",
+            leave=False,
+        )
+        client.on_cell_executed = lambda **_: bar.update()
+    started = time.monotonic()
+    pid = None
+    log = open(log_path or os.devnull, "w")
+    try:
+        with client.setup_kernel(env=env, cwd=str(cwd), stdout=log, stderr=log):
+            pid = km.provisioner.pid
+            with Watchdog(pid, limits.memory_mb, limits.timeout, what="the notebook") as dog:
+                try:
+                    _run_cells(client, notebook, limits, outcome, dog, stop_on_error)
+                    if extra_cell and outcome.status == "ran":
+                        _run_extra(client, notebook, extra_cell, outcome)
+                except DeadKernelError:
+                    outcome.status = "killed" if dog.reason else "kernel died"
+                    outcome.reason = dog.reason or (
+                        "the kernel died (it crashed or was killed) before the notebook finished"
+                    )
+                if dog.reason and outcome.status in ("ran", "failed"):
+                    outcome.status, outcome.reason = "killed", dog.reason
+            outcome.peak_mb = dog.peak_mb
+    except Exception as exc:  # the kernel did not start, or talking to it failed
+        if outcome.status == "ran":
+            outcome.status = "could not start" if pid is None else "run failed"
+            outcome.reason = f"{type(exc).__name__}: {exc}"
+    finally:
+        if bar is not None:
+            bar.close()
+        if client.kc is not None:
+            client.kc.stop_channels()
+        if pid is not None:
+            kill_tree(pid)  # the kernel and every process it left behind
+        try:
+            if km.has_kernel:  # reaps the process, removes the connection file and sockets
+                run_sync(km.shutdown_kernel)(now=True)
+        except Exception:  # it is dead already (killed above), which is all that matters
+            run_sync(km.cleanup_resources)()
+        log.close()
+        private.cleanup()
+    outcome.seconds = time.monotonic() - started
+    _finish(notebook, limits, outcome, client.dropped, timeout_error)
+    return outcome
+
+
+def _run_cells(client, notebook, limits, outcome, dog, stop_on_error) -> None:
+    for index, cell in enumerate(notebook.cells):
+        try:
+            client.execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
+        except (CellExecutionError, CellTimeoutError) as exc:  # only with stop_on_error
+            outcome.status = "failed"
+            outcome.error = ANSI_ESCAPES.sub("", str(exc))  # tracebacks come coloured
+            outcome.failed_cell = index
+            return
+        if index in outcome.timed_out_cells and not run_sync(_answers)(
+            client.kc, limits.interrupt_grace
+        ):
+            outcome.deaf_cell = index
+            dog.kill(
+                f"cell {index} ignored the interrupt sent at its time limit "
+                f"({limits.cell_timeout} s): the kernel was stopped, the later cells did not run"
+            )
+            outcome.status, outcome.reason = "killed", dog.reason
+            return
+
+
+def _run_extra(client, notebook, source: str, outcome: RunOutcome) -> None:
+    cell = nbformat.v4.new_code_cell(source)
+    client.notebook_limit = client.kept + client.cell_limit  # a flood earlier does not hide it
+    notebook.cells.append(cell)  # nbclient stores each cell back into the notebook
+    try:
+        client.execute_cell(cell, len(notebook.cells) - 1)
+    finally:
+        notebook.cells.pop()  # the executed copy shows the notebook only
+    errors = _errors(cell)
+    if errors:
+        outcome.extra_error = f"{errors[0].get('ename')}: {errors[0].get('evalue')}"
+    outcome.extra_output = "".join(
+        o.get("text", "") for o in cell.outputs if o.get("name") == "stdout"
+    )
+
+
+def _finish(notebook, limits, outcome, dropped: dict[int, int], timeout_error) -> None:
+    """Notes where outputs were cut and where cells timed out; the list of cell errors."""
+    for index, cell in enumerate(notebook.cells):
+        if index in dropped:
+            note = (
+                f"[{dropped[index]:,} bytes of output dropped: the grader keeps "
+                f"{limits.cell_output_kb} KB per cell and {limits.notebook_output_mb} MB per "
+                "notebook]\n"
+            )
+            cell.outputs.append(nbformat.v4.new_output("stream", name="stderr", text=note))
+            outcome.output_notes.append(f"cell {index}: " + note.strip().strip("[]"))
+        if index in outcome.timed_out_cells:
+            cell.outputs.append(nbformat.v4.new_output("error", **timeout_error))
+        if index == outcome.deaf_cell:
+            cell.outputs.append(
+                nbformat.v4.new_output(
+                    "error",
+                    ename="KernelKilled",
+                    evalue="the cell ignored the interrupt; the kernel was stopped",
+                    traceback=[],
+                )
+            )
+        for output in _errors(cell):
+            outcome.cell_errors.append(
+                f"cell {index}: {output.get('ename')}: {str(output.get('evalue'))[:300]}"
+            )
 
 
 @dataclass
 class ExecutionResult:
-    """How one notebook execution went."""
+    """How one notebook file's execution went (`execute`)."""
 
     path: Path
     output_path: Path
@@ -62,54 +382,28 @@ def execute(
     """
     path, output_path = Path(path), Path(output_path)
     notebook = nbformat.read(path, as_version=4)
-    for (
-        cell
-    ) in notebook.cells:  # interactive-only cells (starting TensorBoard, ...) are marked for nbval
+    for cell in notebook.cells:  # interactive-only cells (starting TensorBoard, ...)
         if cell.cell_type == "code" and "NBVAL_SKIP" in cell.source:
             cell.metadata.setdefault("tags", []).append("skip-execution")
-    sockets = tempfile.TemporaryDirectory(prefix="course-kernel-")
-    # Unix sockets instead of TCP: ipykernel 7 warns at every start that TCP traffic is unencrypted.
-    kernel = KernelManager(
-        kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets.name, "kernel")
+    # No memory or notebook limit here, and outputs are kept whole (up to 1 GB).
+    limits = Limits(
+        cell_timeout=cell_timeout,
+        timeout=10**7,
+        memory_mb=10**7,
+        cell_output_kb=2**20,
+        notebook_output_mb=2**10,
     )
-    client = NotebookClient(
+    outcome = run_notebook(
         notebook,
-        km=kernel,
-        timeout=cell_timeout,
+        Path(cwd or path.parent),
+        {**os.environ, **(env or {})},
+        limits=limits,
+        stop_on_error=True,
         kernel_name=kernel_name,
-        resources={"metadata": {"path": str(cwd or path.parent)}},
+        progress=progress,
     )
-    bar = None
-    if progress:
-        bar = tqdm(
-            total=sum(c.cell_type == "code" for c in notebook.cells),
-            desc=progress,
-            unit="cell",
-            leave=False,
-        )
-        client.on_cell_executed = lambda **_: bar.update()
-    kernel_env = {**os.environ, **(env or {})}
-    started = time.perf_counter()
-    ok, error, failed = True, "", None
-    try:
-        client.execute(env=kernel_env)
-    except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
-        ok, error = False, ANSI_ESCAPES.sub("", str(exc))  # tracebacks come coloured
-        failed = _first_failed_cell(notebook)
-    finally:
-        if bar is not None:
-            bar.close()
-        if kernel.has_kernel:  # nbclient only shuts down kernels it created itself
-            kernel.shutdown_kernel(now=True)
-        sockets.cleanup()
-    seconds = time.perf_counter() - started
+    ok = outcome.status == "ran"
+    error = outcome.error or ("" if ok else f"{outcome.status}: {outcome.reason}")
     output_path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, output_path)
-    return ExecutionResult(path, output_path, ok, seconds, error, failed)
-
-
-def _first_failed_cell(notebook) -> int | None:
-    for index, cell in enumerate(notebook.cells):
-        if any(output.get("output_type") == "error" for output in cell.get("outputs", [])):
-            return index
-    return None
+    return ExecutionResult(path, output_path, ok, outcome.seconds, error, outcome.failed_cell)

@@ -1,0 +1,179 @@
+"""The grader's sandbox: bubblewrap (`bwrap`) around every process that touches a submission.
+
+A sandboxed process sees the machine read-only (the course package, the solution and the Python
+installation included), writes only to its own work folder and a private /tmp, has no network
+(`--unshare-net`: not even the loopback of the host), lives in its own PID namespace (everything it
+starts dies with it, and it cannot see or signal the grader or other submissions), keeps no
+capabilities (so root inside cannot remount anything writable), and is killed when the grader dies
+(`--die-with-parent`). Folders it must not read are covered with empty ones: the other submissions'
+work folders, the grades, and the home folder (the Python installation and the course are bound
+back read-only when they live there).
+
+Example:
+    >>> from course_utils.tools import sandbox
+    >>> sandbox.status()
+    (True, '/usr/bin/bwrap (bubblewrap 0.8.0)')
+    >>> argv = sandbox.wrap(["python", "-c", "print(1)"], writable=[Path("/tmp/grade-alice")],
+    ...                     hidden=[Path("/tmp/grades")])
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+#: The flag that grades without a sandbox, named after what it risks.
+NO_SANDBOX_FLAG = "--no-sandbox-i-trust-these-notebooks"
+#: Environment variables passed into a sandbox (exact names, or prefixes ending in "_"): the
+#: course's settings and what Python and TensorFlow need, never the grader's secrets.
+KEPT_ENV = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_",
+    "TZ",
+    "COURSE_",
+    "TF_",
+    "TFDS_DATA_DIR",
+    "PYTHONPATH",
+    "PYTHONHASHSEED",
+    "CUDA_",
+    "NVIDIA_",
+    "LD_LIBRARY_PATH",
+    "XLA_FLAGS",
+    "OMP_NUM_THREADS",
+    "MPLBACKEND",
+)
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or does not work here; the message says what to do."""
+
+
+@cache
+def status() -> tuple[bool, str]:
+    """(True, "path (version)") when bubblewrap works on this machine, else (False, why not)."""
+    path = shutil.which("bwrap")
+    if path is None:
+        return False, (
+            "bubblewrap (bwrap) is not installed: install it (Debian/Ubuntu: apt-get install "
+            "bubblewrap; Fedora: dnf install bubblewrap); it needs Linux"
+        )
+    try:
+        probe = subprocess.run(
+            [path, *_namespace_flags(), "--ro-bind", "/", "/", "--dev", "/dev", "true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        version = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"{path} cannot run: {exc}"
+    if probe.returncode != 0:
+        return False, (
+            f"{path} is installed but cannot create a sandbox here ({probe.stderr.strip()[:200]}): "
+            "unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone"
+            "=1, or run as root), or this is a container that forbids them"
+        )
+    return True, f"{path} ({version or 'bubblewrap'})"
+
+
+def require() -> str:
+    """The path of a working bwrap, or SandboxUnavailable with what to do."""
+    ok, detail = status()
+    if not ok:
+        raise SandboxUnavailable(
+            f"cannot grade safely: {detail}. Submissions are untrusted code; without the sandbox "
+            f"they run with your rights and can read your files, use the network and change other "
+            f"students' grades. To grade anyway (only notebooks you trust), pass {NO_SANDBOX_FLAG}."
+        )
+    return shutil.which("bwrap") or "bwrap"
+
+
+def _namespace_flags() -> list[str]:
+    return [
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        # the host's pid of the grader means nothing in the sandbox's PID namespace: ipykernel
+        # would take it for a dead parent (--die-with-parent does that job)
+        "--unsetenv",
+        "JPY_PARENT_PID",
+    ]
+
+
+def _read_only_keep() -> list[Path]:
+    """Folders a sandboxed Python must read even when they sit under a hidden folder."""
+    import course_utils
+
+    package_parent = Path(course_utils.__file__).resolve().parents[1]
+    keep = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parents[1]}
+    keep.add(package_parent)
+    data_dir = os.environ.get("TFDS_DATA_DIR") or str(Path.home() / "tensorflow_datasets")
+    if Path(data_dir).is_dir():
+        keep.add(Path(data_dir))
+    return sorted(p.resolve() for p in keep)
+
+
+def wrap(
+    argv: Sequence[str],
+    *,
+    writable: Sequence[Path] = (),
+    hidden: Sequence[Path] = (),
+    hidden_files: Sequence[Path] = (),
+    cwd: Path | None = None,
+) -> list[str]:
+    """`argv` prefixed with the bwrap command line of the sandbox described in this module.
+
+    writable: folders bound read-write (the submission's work folder), at the same path.
+    hidden: folders replaced by an empty tmpfs (other submissions, grades); the home folder is
+    always hidden, with the Python installation, the course and the datasets bound back read-only.
+    hidden_files: files that read as empty (the solution with its hidden tests).
+    """
+    bwrap = require()
+    args = [bwrap, *_namespace_flags(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    private = [Path.home().resolve(), Path("/tmp")]
+    for folder in private:  # covered first, then what Python and the course need is bound back
+        if folder != Path("/") and folder.is_dir():
+            args += ["--tmpfs", str(folder)]
+    for folder in _read_only_keep():
+        if any(folder.is_relative_to(p) for p in private):
+            args += ["--ro-bind", str(folder), str(folder)]
+    for folder in hidden:  # after the binds above: a grades folder inside the course stays hidden
+        if Path(folder).is_dir():
+            args += ["--tmpfs", str(Path(folder).resolve())]
+    for path in hidden_files:
+        if Path(path).is_file():
+            args += ["--ro-bind", "/dev/null", str(Path(path).resolve())]
+    for folder in writable:
+        folder = Path(folder).resolve()
+        args += ["--bind", str(folder), str(folder)]
+    if cwd is not None:
+        args += ["--chdir", str(Path(cwd).resolve())]
+    return [*args, *argv]
+
+
+def kernel_env(env: dict[str, str], home: Path) -> dict[str, str]:
+    """The environment of a sandboxed process: only `KEPT_ENV` from `env`, HOME set to `home`."""
+    kept = {
+        key: value
+        for key, value in env.items()
+        if any(key == name or (name.endswith("_") and key.startswith(name)) for name in KEPT_ENV)
+    }
+    data_dir = env.get("TFDS_DATA_DIR") or str(Path.home() / "tensorflow_datasets")
+    if Path(data_dir).is_dir():
+        kept["TFDS_DATA_DIR"] = data_dir  # HOME moves: keep reading the instructor's datasets
+    return {**kept, "HOME": str(home), "TMPDIR": "/tmp", "PYTHONNOUSERSITE": "1"}
