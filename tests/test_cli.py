@@ -30,6 +30,7 @@ def test_doctor_reports_four_devices_and_exits_0():
         "network",
         "data mnist",
         "cluster workers",
+        "grading sandbox",
     ):
         assert re.search(rf"^{label} +\S", proc.stdout, flags=re.M), label
 
@@ -88,3 +89,21 @@ def test_commands_that_need_no_tensorflow_do_not_import_it():
     )
     assert proc.returncode == 0, proc.stderr
     assert "TF False" in proc.stdout
+
+
+def test_grade_refuses_without_bubblewrap_unless_told_the_risk(tmp_path):
+    submission = tmp_path / "alice.ipynb"
+    _notebook(submission, "print('hello')")
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # no bwrap on this PATH
+    proc = subprocess.run(
+        [*COURSE, "grade", str(submission), "--out", str(tmp_path / "grades")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "bubblewrap (bwrap) is not installed" in proc.stderr
+    assert "--no-sandbox-i-trust-these-notebooks" in proc.stderr
+    assert not (tmp_path / "grades").exists(), "nothing was graded"

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import re
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,12 @@ ARTIFACTS_NAME = "05_svhn"
 DATASET = "svhn_cropped"
 #: A trained model must beat this test accuracy (10 classes: chance is 0.1).
 MIN_ACCURACY = 0.2
+#: What the checks agree to read from a submission (the course's files are a few MB): one file,
+#: the uncompressed content of a zip archive (a .keras model), and results.json.
+MAX_FILE_MB = 200
+MAX_UNZIPPED_MB = 256
+MAX_ZIP_MEMBERS = 1000
+MAX_RESULTS_KB = 1024
 
 
 class CheckError(AssertionError):
@@ -63,6 +70,41 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def safe_file(path: Path, max_mb: float = MAX_FILE_MB) -> Path:
+    """`path` if it is safe to open: a regular file reached without symbolic links, at most
+    `max_mb`, and, for a zip archive such as a .keras model, at most MAX_UNZIPPED_MB once unpacked
+    and MAX_ZIP_MEMBERS files. Otherwise CheckError saying what is wrong.
+
+    The sizes a zip archive declares are the ones Python's zipfile (and so Keras) will unpack: it
+    stops at the declared size of each member, so a decompression bomb is refused here, unopened.
+
+    >>> model = keras.models.load_model(safe_file(ARTIFACTS / "fit_model.keras"))
+    """
+    path = Path(path)
+    name = path.name
+    if os.path.realpath(path) != os.path.abspath(path):
+        raise CheckError(f"{name} is (or is inside) a symbolic link: save real files")
+    if not path.is_file():
+        raise CheckError(f"{name} is not a regular file")
+    size = path.stat().st_size
+    if size > max_mb * 2**20:
+        raise CheckError(f"{name} is {size / 2**20:.0f} MB, more than the {max_mb:g} MB allowed")
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                members = archive.infolist()
+        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            raise CheckError(f"{name} is a damaged zip archive: {exc}") from None
+        unpacked = sum(member.file_size for member in members)
+        if len(members) > MAX_ZIP_MEMBERS or unpacked > MAX_UNZIPPED_MB * 2**20:
+            raise CheckError(
+                f"{name} unpacks to {len(members)} files and {unpacked / 2**20:.0f} MB, more than "
+                f"the {MAX_ZIP_MEMBERS} files and {MAX_UNZIPPED_MB} MB allowed: it is not a model "
+                "saved by Keras; save it with model.save(...)"
+            )
+    return path
+
+
 def load_results(artifacts: Path) -> dict:
     """results.json of a run, or CheckError saying why it cannot be read."""
     path = Path(artifacts) / "results.json"
@@ -72,7 +114,7 @@ def load_results(artifacts: Path) -> dict:
             f"`record` cells write it)"
         )
     try:
-        results = json.loads(path.read_text())
+        results = json.loads(safe_file(path, MAX_RESULTS_KB / 1024).read_text())
     except (ValueError, UnicodeDecodeError) as exc:
         raise CheckError(
             f"{ARTIFACTS_NAME}/results.json is not valid JSON ({exc}): let `record` write it"
@@ -119,7 +161,7 @@ def load_model(path: Path) -> keras.Model:
     """Load a .keras file safely (no Lambda code); compiled when possible, to read its optimizer."""
     import keras
 
-    path = Path(path)
+    path = safe_file(Path(path))
     stat = path.stat()
     key = ("model", str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     if key not in _cache:
@@ -281,9 +323,17 @@ def latest_tf_checkpoint(folder: Path) -> Path:
     return found[max(found)]
 
 
+def _safe_checkpoint(prefix: Path) -> None:
+    """Every file of the tf.train checkpoint `prefix` (prefix.index, prefix.data-*) is safe."""
+    files = [prefix.with_name(prefix.name + ".index"), *prefix.parent.glob(prefix.name + ".data-*")]
+    for path in files:
+        safe_file(path)
+
+
 def optimizer_steps(model_or_checkpoint: keras.Model | str | os.PathLike) -> int:
     """Optimizer steps taken: from a compiled model, or from a tf.train checkpoint prefix."""
     if isinstance(model_or_checkpoint, (str, os.PathLike)):
+        _safe_checkpoint(Path(model_or_checkpoint))
         reader = _tf().train.load_checkpoint(str(model_or_checkpoint))
         keys = [
             k
@@ -309,6 +359,10 @@ def restore(model: keras.Model, checkpoint: Path) -> keras.Model:
 
     clone = keras.models.clone_model(model)
     checkpoint = Path(checkpoint)
+    if checkpoint.name.endswith(".weights.h5"):
+        safe_file(checkpoint)
+    else:
+        _safe_checkpoint(checkpoint)
     try:
         if checkpoint.name.endswith(".weights.h5"):
             clone.load_weights(checkpoint)

@@ -108,6 +108,10 @@ def doctor(args: argparse.Namespace) -> int:
         f"{len(leftovers)} left running"
         + (f": pids {[p.pid for p in leftovers]}" if leftovers else ""),
     )
+    from course_utils.tools import sandbox
+
+    available, detail = sandbox.status()
+    row("grading sandbox", detail if available else f"UNAVAILABLE: {detail}")
     return 1 if settings.data == "tfds" and missing else 0
 
 
