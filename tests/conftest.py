@@ -78,6 +78,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_rank)
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown when xdist is off
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """How `make test` shares the tests between its pytest-xdist workers: each test file stays on
     one worker, so that its module fixtures (a graded batch, a Slurm cluster, a benchmark run)
