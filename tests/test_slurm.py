@@ -309,6 +309,7 @@ def test_slurm_job_killed_then_resubmitted_ends_at_the_same_step(slurm_cluster, 
     assert not list((notebook4 / "slurm_checkpoints").glob("workertemp_*"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NO_SLURM is not None, reason="without Slurm, the nbval run checks the skip")
 def test_slurm_cells_skip_in_one_line_without_slurm(tmp_path):
     """The Slurm section's cells, run in IPython with no Slurm on PATH, each print one line."""
