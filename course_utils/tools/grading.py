@@ -459,7 +459,9 @@ def grade(
         check_env = sandbox.kernel_env(check_env, home=Path("/tmp"))
 
         def check_wrap(argv: list[str]) -> list[str]:
-            return sandbox.wrap(argv, hidden=[base], hidden_files=hidden_files, cwd=out)
+            return sandbox.wrap(
+                argv, read_only=[out], hidden=[base], hidden_files=hidden_files, cwd=out
+            )
 
     checks = CheckProcess(check_env, out, out / "checks.log", limits.memory_mb, check_wrap)
     checks.start()

@@ -132,6 +132,7 @@ def wrap(
     argv: Sequence[str],
     *,
     writable: Sequence[Path] = (),
+    read_only: Sequence[Path] = (),
     hidden: Sequence[Path] = (),
     hidden_files: Sequence[Path] = (),
     cwd: Path | None = None,
@@ -139,6 +140,7 @@ def wrap(
     """`argv` prefixed with the bwrap command line of the sandbox described in this module.
 
     writable: folders bound read-write (the submission's work folder), at the same path.
+    read_only: folders bound read-only (the grades, for the check process), even under /tmp.
     hidden: folders replaced by an empty tmpfs (other submissions, grades); the home folder is
     always hidden, with the Python installation, the course and the datasets bound back read-only.
     hidden_files: files that read as empty (the solution with its hidden tests).
@@ -155,6 +157,9 @@ def wrap(
     for folder in hidden:  # after the binds above: a grades folder inside the course stays hidden
         if Path(folder).is_dir():
             args += ["--tmpfs", str(Path(folder).resolve())]
+    for folder in read_only:
+        folder = Path(folder).resolve()
+        args += ["--ro-bind", str(folder), str(folder)]
     for path in hidden_files:
         if Path(path).is_file():
             args += ["--ro-bind", "/dev/null", str(Path(path).resolve())]
