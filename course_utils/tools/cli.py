@@ -1,7 +1,7 @@
 """The `course` command: check the set-up, run the notebooks headless, benchmark, grade.
 
 course doctor                 versions, devices, settings, data and network
-course run [--profile full]   execute every notebook in order into build/, with progress
+course run [--profile P]      execute every notebook in order into build/, with progress
 course bench [--quick]        single device vs distributed throughput (course_utils.tools.bench)
 course exercise [--check]     generate exercises/ from solutions/ (course_utils.tools.exercise)
 course colab [--check]        Open in Colab badges and install cells (course_utils.tools.colab)
@@ -237,7 +237,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ).set_defaults(func=doctor)
     run_parser = commands.add_parser("run", help="execute the notebooks in order into build/")
     run_parser.add_argument(
-        "--profile", choices=("quick", "full"), default="quick", help="default: quick"
+        "--profile",
+        choices=("quick", "cpu", "full"),
+        default="quick",
+        help="quick (default): small and fast; cpu: sized for a laptop without GPU; full: original",
     )
     run_parser.add_argument("--devices", type=int, help="simulated devices (COURSE_DEVICES)")
     run_parser.add_argument(

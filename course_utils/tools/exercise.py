@@ -229,8 +229,9 @@ def make_exercise(solution, source_name: str = "") -> nbformat.NotebookNode:
     """The exercise notebook for a solution notebook (which is left unchanged).
 
     Outputs and execution counts are dropped; cell ids are kept, so the grader can find the answer
-    cells in submissions.
+    cells in submissions. Malformed markers raise `MarkerError` before anything is written.
     """
+    parse_solution(solution)  # every marker checked, so no half-stubbed exercise goes out
     exercise = nbformat.v4.new_notebook(metadata=copy.deepcopy(solution.metadata))
     exercise.nbformat, exercise.nbformat_minor = solution.nbformat, solution.nbformat_minor
     if source_name:
