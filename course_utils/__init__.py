@@ -9,9 +9,10 @@ Every notebook starts with the same set-up cell:
 noise out of the outputs (`course_utils.quiet`), creates the logical devices the strategy will
 use (`course_utils.devices`) and prints what it did. It must run before any TensorFlow operation.
 
-The other modules, one idea each: `data` (datasets, online or off), `strategy` (pick a strategy,
-build models under it), `losses` (loss scaling in custom loops), `timing` (speed measurements),
-`plots` (learning curves), `cluster` (local multi-worker clusters). Instructor and CI tooling
+The other modules, one idea each: `data` (datasets, online or off), `timing` (speed
+measurements and the noise rule), `plots` (learning curves), `cluster` (local multi-worker
+clusters) and `processes` (the process supervisor behind it). The strategy, the input pipeline
+and the loss scaling are written in the notebooks themselves. Instructor and CI tooling
 (the `course` command, headless runs, the benchmark report, the exercise generator, grading)
 lives apart, in `course_utils.tools`, which students never need to open.
 """

@@ -15,7 +15,7 @@ UNEVEN_EXAMPLES = 16 + 16 + 7, so the last global batch of 7 goes 4+3 on 2 repli
   fit             Model.fit with a loss averaged over the GLOBAL batch of each step
                   (`global_batch_mean`): exact parity expected.
   loop            custom loop, per-example loss divided by the step's global batch size
-                  (course_utils.losses.scaled_loss): exact parity expected.
+                  (`compute_loss`, the lines notebook 2 teaches): exact parity expected.
   loop_adam       the same loop with Adam (needs the optimizer built under the scope).
   wrong_mean      custom loop with `reduce_mean` per replica: the classic mistake.
   builtin_uneven  Model.fit with Keras's built-in loss reduction on the uneven data set.
@@ -37,9 +37,6 @@ settings = course_utils.setup(verbose=False)  # COURSE_DEVICES=N simulated devic
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
-
-from course_utils.losses import scaled_loss, step_global_batch_size  # noqa: E402
-from course_utils.strategy import build_model_and_optimizer, make_strategy  # noqa: E402
 
 GLOBAL_BATCH = 16
 UNEVEN_EXAMPLES = 2 * GLOBAL_BATCH + 7
@@ -78,14 +75,30 @@ def adam():
 per_example_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
 
+def examples_this_step(labels):
+    """The step's examples on all replicas (an all-reduce), as notebook 2 counts them."""
+    local = tf.shape(labels)[0]
+    context = tf.distribute.get_replica_context()
+    return local if context is None else context.all_reduce("sum", local)
+
+
+def build(strategy, make_optimizer):
+    """Model and optimizer under the scope, the optimizer built there (Adam needs it)."""
+    with strategy.scope():
+        model = make_model()
+        optimizer = make_optimizer()
+        optimizer.build(model.trainable_variables)
+    return model, optimizer
+
+
 def global_batch_mean(y_true, y_pred):
     """A Model.fit loss: summed per-example loss / the step's global batch (not per replica)."""
     losses = per_example_loss(y_true, y_pred)
-    return tf.nn.compute_average_loss(losses, global_batch_size=step_global_batch_size(y_true))
+    return tf.nn.compute_average_loss(losses, global_batch_size=examples_this_step(y_true))
 
 
 def run_fit(strategy, loss, num_examples: int, make_optimizer=sgd):
-    model, optimizer = build_model_and_optimizer(strategy, make_model, make_optimizer)
+    model, optimizer = build(strategy, make_optimizer)
     with strategy.scope():
         model.compile(optimizer=optimizer, loss=loss)
     model.fit(make_dataset(num_examples), epochs=EPOCHS, shuffle=False, verbose=0)
@@ -109,8 +122,16 @@ def loss_scaled_sgd():
     return keras.optimizers.LossScaleOptimizer(sgd())
 
 
+def compute_loss(labels, per_example_loss, regularization_losses):
+    """One replica's loss, as notebook 2 writes it: the sum over replicas is the global mean."""
+    loss = tf.nn.compute_average_loss(
+        per_example_loss, global_batch_size=examples_this_step(labels)
+    )
+    return loss + tf.nn.scale_regularization_loss(tf.add_n(regularization_losses))
+
+
 def run_loop(strategy, make_optimizer=sgd, wrong_mean: bool = False):
-    model, optimizer = build_model_and_optimizer(strategy, make_model, make_optimizer)
+    model, optimizer = build(strategy, make_optimizer)
 
     def replica_step(x, y):
         with tf.GradientTape() as tape:
@@ -118,7 +139,7 @@ def run_loop(strategy, make_optimizer=sgd, wrong_mean: bool = False):
             if wrong_mean:  # the mistake: each replica averages over its own examples only
                 loss = tf.reduce_mean(losses) + tf.add_n(model.losses)
             else:
-                loss = scaled_loss(losses, step_global_batch_size(y), model.losses)
+                loss = compute_loss(y, losses, model.losses)
             if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
                 loss = optimizer.scale_loss(loss)  # apply_gradients divides the scale out again
         grads = tape.gradient(loss, model.trainable_variables)
@@ -138,7 +159,7 @@ def run_loop(strategy, make_optimizer=sgd, wrong_mean: bool = False):
 
 
 def main(out_path: str) -> None:
-    strategy = make_strategy(verbose=False)
+    strategy = tf.distribute.MirroredStrategy()  # every simulated device (1, 2 or 4)
     builtin = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     runs = {
         "fit": run_fit(strategy, global_batch_mean, UNEVEN_EXAMPLES),
