@@ -6,9 +6,14 @@
 
 # The first Python the course supports (3.10-3.13) found on PATH; override with `make PYTHON=python3.13 ...`.
 PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3.10 python3; do command -v $$p >/dev/null 2>&1 && { echo $$p; break; }; done)
+# pyenv's shims exist for every installed version but run only the selected one: when $(PYTHON)
+# is such a shim for another installed version, that version's interpreter is used directly.
+PYTHON_EXE := $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/null || \
+	ls $$(pyenv root 2>/dev/null)/versions/*/bin/$(PYTHON) 2>/dev/null | tail -n 1)
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# One stamp per Python version: asking for another Python rebuilds .venv for it.
+STAMP  := $(VENV)/.installed-py$(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 # pytest-xdist: two workers keep both cores busy while one test waits on a kernel or a process.
 # tests/conftest.py schedules them: each test file on one worker (a module's fixture is built
 # once), the notebook runs spread over both, the longest work first (kept in that order).
@@ -18,11 +23,12 @@ TEST_WORKERS ?= 2
 
 # The environment is rebuilt when the wanted Python differs from the one .venv was made with.
 $(STAMP): pyproject.toml constraints.txt
-	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 13) else "The course needs Python 3.10 to 3.13, found %d.%d: run make PYTHON=python3.12 ..." % v)'
-	@want=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	@test -n "$(PYTHON_EXE)" || { echo "$(PYTHON) not found: install Python 3.10-3.13, or run make PYTHON=python3.12 ..." >&2; exit 1; }
+	@$(PYTHON_EXE) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 13) else "The course needs Python 3.10 to 3.13, found %d.%d: run make PYTHON=python3.12 ..." % v)'
+	@want=$$($(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
 	have=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true); \
 	if [ -n "$$have" ] && [ "$$have" != "$$want" ]; then echo "$(VENV) has Python $$have, $(PYTHON) is $$want: rebuilding it"; rm -rf $(VENV); fi
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || $(PYTHON_EXE) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[jupyter,test]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)" >/dev/null
