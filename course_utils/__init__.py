@@ -35,7 +35,7 @@ TESTED = {"Python": ("3.10", "3.13"), "TensorFlow": ("2.20", "2.21"), "Keras": (
 #: One line under the settings, saying what the profile's sizes are for.
 PROFILE_NOTES = {
     "full": "Sizes: the original course's (made for a GPU).",
-    "cpu": "Sizes: fewer epochs than the original course, so each notebook takes minutes on a CPU.",
+    "cpu": "Sizes: fewer epochs and examples than the original: minutes per notebook on a CPU.",
     "quick": "Sizes: small subsets and few epochs (a test run: accuracies stay low).",
 }
 #: Why an unset COURSE_PROFILE became full or cpu (key: a GPU was found), and how to force one.

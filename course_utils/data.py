@@ -48,6 +48,8 @@ NETWORK_TIMEOUT_S = 3.0
 
 #: Examples per split in the quick profile (tests, `course run`): small enough for 2 CPU cores.
 QUICK_EXAMPLES = {"train": 2048, "test": 512}
+#: The cpu profile (no GPU): enough to learn from, few enough for minutes per notebook on a CPU.
+CPU_EXAMPLES = {"train": 20_000, "test": 5_000}
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def load(
     """Return `split` of dataset `name` as a tf.data.Dataset of (image, label).
 
     limit: at most this many examples; default: everything in the full profile,
-        QUICK_EXAMPLES in the quick one.
+        CPU_EXAMPLES in the cpu one, QUICK_EXAMPLES in the quick one.
     source: "auto", "tfds" or "synthetic"; default: COURSE_DATA.
     """
     settings = settings or read_settings()
@@ -133,6 +135,8 @@ def load(
         )
     if limit is None and settings.quick:
         limit = QUICK_EXAMPLES.get(base_split)
+    elif limit is None and settings.profile == "cpu":
+        limit = CPU_EXAMPLES.get(base_split)
 
     if not use_real_data(name, source):
         return synthetic_dataset(name, base_split, limit or info.split_sizes[base_split])
