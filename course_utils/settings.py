@@ -8,7 +8,8 @@
 
 The profile sets the sizes (examples, epochs) of every run:
   full   the original course's sizes, made for a GPU (e.g. 12 epochs of MNIST);
-  cpu    the same lessons with fewer epochs, so that each notebook takes minutes on a laptop CPU;
+  cpu    the same lessons with fewer epochs and examples (data.load's CPU_EXAMPLES), so that
+         each notebook takes minutes on a laptop CPU;
   quick  small subsets and 2-3 epochs, for tests and `course run`.
 Unset (or `auto`), the set-up cell picks `full` when TensorFlow sees a GPU and `cpu` otherwise,
 and says so; set COURSE_PROFILE to force one.
