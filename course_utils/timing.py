@@ -1,12 +1,10 @@
-"""Measure training speed the same way in every notebook, compare runs, and say what the numbers
-support.
+"""Measure training speed the same way in every notebook, and say what the numbers support.
 
 The protocol, used wherever a notebook compares speeds:
 - warm-up first (tracing, graph building, filling the input pipeline), never timed;
 - interleaved rounds: each round times every run back to back, so outside load hits them alike;
-- the median over rounds, and the spread (lowest to highest round) shown beside it;
-- ONE noise rule (`compare`): two runs differ only when their rounds do not overlap, i.e. every
-  round of one beat every round of the other. Otherwise the difference is "within noise".
+- the median over rounds, with the spread (lowest to highest round) beside it;
+- ONE noise rule (`compare`): two runs differ only when their rounds do not overlap.
 
 Example:
     >>> from course_utils import timing
@@ -36,9 +34,7 @@ import keras
 class Timer:
     """Wall-clock time of a `with` block, in seconds (`time.perf_counter`)."""
 
-    def __init__(self) -> None:
-        self.start = 0.0
-        self.seconds = 0.0
+    seconds = 0.0
 
     def __enter__(self) -> Timer:
         self.start = time.perf_counter()
@@ -49,59 +45,44 @@ class Timer:
 
 
 class ThroughputCallback(keras.callbacks.Callback):
-    """Records wall time per epoch, steps per epoch and time per step during `fit`.
+    """Records the wall time and the number of steps of every epoch of `fit`.
 
-    The first epoch includes tracing and graph building, so `examples_per_sec` leaves it out
-    whenever there is more than one epoch (`warmup_epochs`). Steps are counted from the
-    optimizer's step counter at each epoch's start and end: a per-batch hook would make Keras
-    copy every step's logs back to Python and slow down the very thing being measured.
-
-    from_step=1 starts each epoch's clock at its second step: the first one also builds the
-    epoch's input iterator (under a strategy, a distributed one), a start-up cost rather than a
-    cost per step. Put the callback FIRST in the callbacks list, and keep callbacks that write
-    files identical across the runs you compare: whatever runs between two epochs' hooks is
-    inside the timed epoch.
+    The first `warmup_epochs` epochs (tracing, graph building) are left out of the speed when there
+    are more. Steps are read from the optimizer's counter at each epoch's start and end: a per-batch
+    hook would make Keras copy every step's logs back to Python and slow down what it measures.
+    from_step=1 starts each epoch's clock at its second step, after the epoch's (distributed)
+    iterator was built. Put the callback FIRST in the list: whatever runs between two epochs'
+    hooks is inside the timed epoch.
     """
 
     def __init__(self, batch_size: int, warmup_epochs: int = 1, from_step: int = 0) -> None:
         super().__init__()
-        self.batch_size = batch_size
-        self.warmup_epochs = warmup_epochs
-        self.from_step = from_step
+        self.batch_size, self.warmup_epochs, self.from_step = batch_size, warmup_epochs, from_step
         self.epoch_seconds: list[float] = []
         self.epoch_steps: list[int] = []
-        self._epoch_start = 0.0
-        self._first_step = 0
-        self._started = False
+        self._start: tuple[float, int] | None = None  # (clock, optimizer step) when timing began
 
-    def _optimizer_steps(self) -> int:
-        return int(self.model.optimizer.iterations.numpy())
-
-    def _start(self) -> None:
-        self._first_step = self._optimizer_steps()
-        self._epoch_start = time.perf_counter()
-        self._started = True
+    def _start_clock(self) -> None:
+        self._start = time.perf_counter(), int(self.model.optimizer.iterations.numpy())
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._started = False
+        self._start = None
         if self.from_step == 0:
-            self._start()
+            self._start_clock()
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        if not self._started and batch >= self.from_step:
-            self._start()
+        if self._start is None and batch >= self.from_step:
+            self._start_clock()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        if not self._started:
-            raise ValueError(
-                f"The epoch had fewer steps than from_step={self.from_step}: nothing was timed."
-            )
-        self.epoch_seconds.append(time.perf_counter() - self._epoch_start)
-        self.epoch_steps.append(self._optimizer_steps() - self._first_step)
+        if self._start is None:
+            raise ValueError(f"The epoch had fewer steps than from_step={self.from_step}.")
+        started, first_step = self._start
+        self.epoch_seconds.append(time.perf_counter() - started)
+        self.epoch_steps.append(int(self.model.optimizer.iterations.numpy()) - first_step)
 
     def measured(self) -> tuple[list[float], list[int]]:
-        """(seconds, steps) of each epoch after the warm-up epochs (all epochs if there are no
-        more)."""
+        """(seconds, steps) of each epoch after the warm-up (all epochs if there are no more)."""
         skip = self.warmup_epochs if len(self.epoch_seconds) > self.warmup_epochs else 0
         return self.epoch_seconds[skip:], self.epoch_steps[skip:]
 
@@ -113,8 +94,7 @@ class ThroughputCallback(keras.callbacks.Callback):
 
     @property
     def examples_per_sec(self) -> float:
-        """Training throughput, warm-up epochs excluded (the last batch may be smaller: a slight
-        overestimate)."""
+        """Training throughput, warm-up epochs excluded (a smaller last batch overestimates it)."""
         return self.batch_size / self.step_seconds if self.step_seconds else 0.0
 
 
@@ -122,8 +102,8 @@ class ThroughputCallback(keras.callbacks.Callback):
 class RunResult:
     """One timed run: `examples` trained in `seconds` (over `epochs` epochs, when that applies).
 
-    rounds: examples/s of each interleaved round (from `measure`); when present, the run's speed
-    is their median and `compare` can judge the noise. batch_size: the global batch, for ms/step.
+    rounds: examples/s of each interleaved round; when present, the run's speed is their median
+    and `compare` can judge the noise. batch_size: the global batch, for ms/step.
     """
 
     name: str
@@ -150,15 +130,9 @@ class RunResult:
     def from_callback(cls, name: str, callback: ThroughputCallback) -> RunResult:
         """Summarise a ThroughputCallback (warm-up epochs excluded); each epoch is one round."""
         seconds, steps = callback.measured()
-        rounds = [n * callback.batch_size / s for s, n in zip(seconds, steps) if s > 0]
-        return cls(
-            name,
-            sum(seconds),
-            sum(steps) * callback.batch_size,
-            len(seconds),
-            rounds=rounds,
-            batch_size=callback.batch_size,
-        )
+        batch = callback.batch_size
+        rounds = [n * batch / s for s, n in zip(seconds, steps) if s > 0]
+        return cls(name, sum(seconds), sum(steps) * batch, len(seconds), rounds, batch)
 
 
 def measure(
@@ -173,8 +147,8 @@ def measure(
 
     runs: name -> a function that trains exactly the number of steps it is given and returns
         when they have finished (read the loss with `float(...)`: devices run ahead of Python).
-        It returns None (measure times the whole call) or the seconds those steps took by its
-        own clock, e.g. `ThroughputCallback(from_step=1)`'s, to leave out `fit`'s start-up.
+        It returns None (the whole call is timed) or the seconds those steps took by its own
+        clock, e.g. `ThroughputCallback(from_step=1)`'s, to leave out `fit`'s start-up.
     batch_size: the global batch of every run, or of each run by name.
     warmup_steps: trained once per run before the rounds, untimed (default: `steps`).
     """
@@ -183,37 +157,22 @@ def measure(
     batches = {
         name: batch_size if isinstance(batch_size, int) else batch_size[name] for name in runs
     }
-    warmups = {}
+    results = {}
     for name, train in runs.items():
-        with Timer() as timer:
+        with Timer() as warmup:
             train(warmup_steps or steps)
-        warmups[name] = timer.seconds
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    seconds: dict[str, float] = dict.fromkeys(runs, 0.0)
+        results[name] = RunResult(name, 0.0, 0, 0, [], batches[name], warmup.seconds)
     for _ in range(rounds):
         for name, train in runs.items():
             with Timer() as timer:
                 own_seconds = train(steps)
-            taken = timer.seconds if own_seconds is None else float(own_seconds)
-            samples[name].append(steps * batches[name] / taken)
-            seconds[name] += taken
-    return [
-        RunResult(
-            name,
-            seconds[name],
-            steps * rounds * batches[name],
-            epochs=0,
-            rounds=samples[name],
-            batch_size=batches[name],
-            warmup_seconds=warmups[name],
-        )
-        for name in runs
-    ]
+            seconds = timer.seconds if own_seconds is None else float(own_seconds)
+            result = results[name]
+            result.rounds.append(steps * result.batch_size / seconds)
+            result.seconds += seconds
+            result.examples += steps * result.batch_size
+    return list(results.values())
 
-
-# ----------------------------------------------------------------------------------------------
-# The noise rule: what a comparison of two runs supports
-# ----------------------------------------------------------------------------------------------
 
 NOISE_RULE = (
     "Two runs differ only when their rounds do not overlap (every round of one beat every round "
@@ -223,7 +182,7 @@ NOISE_RULE = (
 
 @dataclass
 class Verdict:
-    """What two sets of samples support, under the one noise rule (see `compare`)."""
+    """What two sets of samples support under the noise rule (see `compare`)."""
 
     a: str
     b: str
@@ -237,20 +196,7 @@ class Verdict:
 
 
 def _number(value: float) -> str:
-    return (
-        f"{value:,.0f}"
-        if abs(value) >= 100
-        else f"{value:.2f}"
-        if abs(value) >= 1
-        else f"{value:.3g}"
-    )
-
-
-def _samples(run: RunResult | tuple[str, Sequence[float]]) -> tuple[str, list[float]]:
-    if isinstance(run, RunResult):
-        return run.name, list(run.rounds)
-    name, values = run
-    return name, [float(v) for v in values]
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}" if value >= 1 else f"{value:.3g}"
 
 
 def compare(
@@ -264,30 +210,37 @@ def compare(
 
     a, b: RunResults from `measure` (their examples/s per round), or (name, samples) pairs, e.g.
         ("iterator", [12.1, 11.8, 12.4]) seconds per epoch with `higher_is_better=False`.
-    The rule (NOISE_RULE): a is "faster" only when every sample of a beats every sample of b,
-    "slower" when every sample of b beats every sample of a, else "within noise". The percentage
-    comes from the medians. Needs at least 2 samples per run: one round shows no spread.
+    a is "faster" only when every sample of a beats every sample of b, "slower" when every sample
+    of b beats every sample of a, else "within noise" (NOISE_RULE). The percentage comes from the
+    medians. Needs at least 2 samples per run: one round shows no spread.
 
-    Example:
-        >>> v = compare(("fit", [1200, 1250, 1230]), ("loop", [1000, 1010, 990]))
-        >>> v.word, round(v.speed_ratio, 2)
-        ('faster', 1.23)
-        >>> print(v.sentence)
-        fit is 23% faster than loop: median 1,230 vs 1,000 examples/s (1.23x); every round agrees
-        (1,200-1,250 vs 990-1,010).
+    >>> v = compare(("fit", [1200, 1250, 1230]), ("loop", [1000, 1010, 990]))
+    >>> v.word, round(v.speed_ratio, 2)
+    ('faster', 1.23)
+    >>> print(v.sentence)
+    fit is 23% faster than loop: median 1,230 vs 1,000 examples/s (1.23x); every round agrees
+    (1,200-1,250 vs 990-1,010).
     """
-    (a_name, a_values), (b_name, b_values) = _samples(a), _samples(b)
+    (a_name, a_values), (b_name, b_values) = [
+        (run.name, list(run.rounds)) if isinstance(run, RunResult) else (run[0], list(run[1]))
+        for run in (a, b)
+    ]
+    a_values, b_values = [float(v) for v in a_values], [float(v) for v in b_values]
     for name, values in ((a_name, a_values), (b_name, b_values)):
         if len(values) < 2 or min(values) <= 0:
             raise ValueError(
                 f"{name!r} has samples {values}: compare needs at least 2 positive samples per "
-                f"run (measure with rounds >= 2)."
+                "run (measure with rounds >= 2)."
             )
     a_median, b_median = statistics.median(a_values), statistics.median(b_values)
     ratio = a_median / b_median if higher_is_better else b_median / a_median
-    a_better = min(a_values) > max(b_values) if higher_is_better else max(a_values) < min(b_values)
-    b_better = min(b_values) > max(a_values) if higher_is_better else max(b_values) < min(a_values)
-    word = "faster" if a_better else "slower" if b_better else "within noise"
+    sign = 1 if higher_is_better else -1  # compare speeds, or times with the order reversed
+    if min(sign * v for v in a_values) > max(sign * v for v in b_values):
+        word = "faster"
+    elif min(sign * v for v in b_values) > max(sign * v for v in a_values):
+        word = "slower"
+    else:
+        word = "within noise"
     medians = f"median {_number(a_median)} vs {_number(b_median)} {unit}".rstrip()
     ranges = (
         f"{_number(min(a_values))}-{_number(max(a_values))} vs "
@@ -295,14 +248,13 @@ def compare(
     )
     if word == "within noise":
         sentence = (
-            f"{a_name} and {b_name} are within noise of each other: {medians} "
-            f"({ratio:.2f}x), but their rounds overlap ({ranges})."
+            f"{a_name} and {b_name} are within noise of each other: {medians} ({ratio:.2f}x), "
+            f"but their rounds overlap ({ranges})."
         )
     else:
-        percent = 100 * abs(ratio - 1)
         sentence = (
-            f"{a_name} is {percent:.0f}% {word} than {b_name}: {medians} ({ratio:.2f}x); every "
-            f"round agrees ({ranges})."
+            f"{a_name} is {100 * abs(ratio - 1):.0f}% {word} than {b_name}: {medians} "
+            f"({ratio:.2f}x); every round agrees ({ranges})."
         )
     return Verdict(
         a_name, b_name, a_values, b_values, higher_is_better, unit, ratio, word, sentence
@@ -317,31 +269,23 @@ def record(verdict: Verdict, path: str | Path) -> Verdict:
     """
     path = Path(path)
     saved = json.loads(path.read_text()) if path.exists() else []
-    saved.append(asdict(verdict))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(saved, indent=2))
+    path.write_text(json.dumps([*saved, asdict(verdict)], indent=2))
     return verdict
-
-
-# ----------------------------------------------------------------------------------------------
-# Tables and charts
-# ----------------------------------------------------------------------------------------------
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A plain-text table: first column left-aligned, the others right-aligned.
 
-    Example:
-        >>> print(format_table(["run", "examples/s"], [["fit", "1,230"], ["loop", "1,000"]]))
+    >>> print(format_table(["run", "examples/s"], [["fit", "1,230"], ["loop", "1,000"]]))
     """
-    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    cells = [[str(c) for c in row] for row in [header, *rows]]
     widths = [max(len(row[c]) for row in cells) for c in range(len(header))]
     lines = [
         "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
         for row in cells
     ]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
 
 
 def results_table(results: list[RunResult], baseline: str | None = None) -> str:
@@ -350,18 +294,17 @@ def results_table(results: list[RunResult], baseline: str | None = None) -> str:
     if not results:
         return "(no runs)"
     base = next((r for r in results if r.name == baseline), results[0])
-    spread = any(r.rounds for r in results)
-    per_step = any(r.batch_size for r in results)
+    spread, per_step = any(r.rounds for r in results), any(r.batch_size for r in results)
     header = ["run", "seconds", "examples/s"]
     header += ["rounds (low-high)"] * spread + ["ms/step"] * per_step + [f"vs {base.name}"]
     rows = []
     for r in results:
-        ratio = r.examples_per_sec / base.examples_per_sec if base.examples_per_sec else 0.0
         row = [r.name, f"{r.seconds:.2f}", f"{r.examples_per_sec:,.0f}"]
         if spread:
             row.append(f"{min(r.rounds):,.0f}-{max(r.rounds):,.0f}" if r.rounds else "")
         if per_step:
             row.append(f"{r.step_ms:.1f}" if r.batch_size else "")
+        ratio = r.examples_per_sec / base.examples_per_sec if base.examples_per_sec else 0.0
         rows.append([*row, f"{ratio:.2f}x"])
     return format_table(header, rows)
 
@@ -369,28 +312,21 @@ def results_table(results: list[RunResult], baseline: str | None = None) -> str:
 def plot_comparison(
     results: list[RunResult], metric: str = "examples_per_sec", ax=None, title: str | None = None
 ):
-    """Horizontal bar chart of one metric ("examples_per_sec" or "seconds") per run, with each
-    run's rounds as dots when it has them; returns the axes."""
+    """Horizontal bar chart of "examples_per_sec" or "seconds" per run, with each run's rounds as
+    dots when it has them; returns the axes."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 0.5 + 0.5 * len(results)))
+    speed = metric == "examples_per_sec"
     values = [getattr(r, metric) for r in results]
     bars = ax.barh([r.name for r in results], values, color="tab:blue")
-    ax.bar_label(
-        bars,
-        labels=[f"{v:,.0f}" if metric == "examples_per_sec" else f"{v:.2f}" for v in values],
-        padding=3,
-    )
-    if metric == "examples_per_sec":
-        for i, r in enumerate(results):
-            ax.plot(r.rounds, [i] * len(r.rounds), "k|", markersize=14)
+    ax.bar_label(bars, labels=[f"{v:,.0f}" if speed else f"{v:.2f}" for v in values], padding=3)
+    for i, r in enumerate(results if speed else []):
+        ax.plot(r.rounds, [i] * len(r.rounds), "k|", markersize=14)
     ax.invert_yaxis()
     ax.set_xlabel(
-        {
-            "examples_per_sec": "training examples per second (higher is faster)",
-            "seconds": "seconds (lower is faster)",
-        }.get(metric, metric)
+        "training examples per second (higher is faster)" if speed else "seconds (lower is faster)"
     )
     ax.set_title(title or "Training speed")
     ax.margins(x=0.15)
