@@ -100,35 +100,28 @@ def setup(
     names = simulate_devices(settings.devices)
     has_gpu = any(":GPU:" in name for name in names)
     chosen = settings.profile == "auto"
-    settings = Settings(profile=settings.profile, devices=len(names), data=settings.data)
-    settings = settings.for_hardware(has_gpu)
-    # Write the settings back, so every module (e.g. data.load) and child process sees the same.
+    settings = Settings(settings.profile, len(names), settings.data).for_hardware(has_gpu)
+    # Written back, so that every module (e.g. data.load) and child process sees the same.
     os.environ.update(
-        COURSE_PROFILE=settings.profile,
-        COURSE_DATA=settings.data,
-        COURSE_DEVICES=str(settings.devices),
+        COURSE_PROFILE=settings.profile, COURSE_DATA=settings.data, COURSE_DEVICES=str(len(names))
     )
-    if verbose:
-        import keras
-        import tensorflow as tf
+    if not verbose:
+        return settings
+    import keras
+    import tensorflow as tf
 
-        kind = "GPU" if any(":GPU:" in n for n in names) else "CPU"
-        shared = " (simulated: they share this machine's cores)"
-        shared = shared if kind == "CPU" and len(names) > 1 else ""
-        print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}")
+    where = f"{len(names)} logical {'GPU' if has_gpu else 'CPU'}"
+    if not has_gpu and len(names) > 1:
+        where += " (simulated: they share this machine's cores)"
+    print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}")
+    print(f"profile={settings.profile}  data={settings.data}  devices={where}")
+    print(PROFILE_NOTES[settings.profile] + (" " + CHOICE_NOTES[has_gpu] if chosen else ""))
+    python = "{}.{}.{}".format(*sys.version_info[:3])
+    versions = {"Python": python, "TensorFlow": tf.__version__, "Keras": keras.__version__}
+    if untested := untested_versions(versions):
+        tested = ", ".join(f"{name} {low}-{high}" for name, (low, high) in TESTED.items())
         print(
-            f"profile={settings.profile}  data={settings.data}  "
-            f"devices={len(names)} logical {kind}{shared}"
+            f"Note: {', '.join(untested)} is outside what the course is tested with ({tested}); "
+            "it may work, and if something fails, those versions will."
         )
-        print(PROFILE_NOTES[settings.profile] + (" " + CHOICE_NOTES[has_gpu] if chosen else ""))
-        python = "{}.{}.{}".format(*sys.version_info[:3])
-        untested = untested_versions(
-            {"Python": python, "TensorFlow": tf.__version__, "Keras": keras.__version__}
-        )
-        if untested:
-            tested = ", ".join(f"{name} {low}-{high}" for name, (low, high) in TESTED.items())
-            print(
-                f"Note: {', '.join(untested)} is outside what the course is tested with "
-                f"({tested}); it may work, and if something fails, those versions will."
-            )
     return settings

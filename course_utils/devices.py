@@ -78,10 +78,8 @@ def _configure_gpus(gpus: list, count: int | None) -> list[str]:
         if count <= len(gpus):
             tf.config.set_visible_devices(gpus[:count], "GPU")
         elif len(gpus) == 1:
-            config = [
-                tf.config.LogicalDeviceConfiguration(memory_limit=LOGICAL_GPU_MEMORY_MB)
-            ] * count
-            tf.config.set_logical_device_configuration(gpus[0], config)
+            logical_gpu = tf.config.LogicalDeviceConfiguration(memory_limit=LOGICAL_GPU_MEMORY_MB)
+            tf.config.set_logical_device_configuration(gpus[0], [logical_gpu] * count)
         else:
             raise ValueError(
                 f"COURSE_DEVICES={count} but this machine has {len(gpus)} GPUs; "
@@ -101,18 +99,14 @@ def _names(kind: str) -> list[str]:
 
 def device_table(names: list[str] | None = None) -> str:
     """A text table of the devices a strategy will use (default: logical GPUs, else CPUs)."""
-    if names is None:
-        names = _names("GPU") or _names("CPU")
+    from course_utils.timing import format_table
+
+    names = names or _names("GPU") or _names("CPU")
     physical = {d.device_type: d.name for d in tf.config.list_physical_devices()}
-    rows = [("replica", "logical device", "runs on")]
+    rows = []
     for i, name in enumerate(names):
         kind = "GPU" if ":GPU:" in name else "CPU"
-        shared = len(names) > len([d for d in tf.config.list_physical_devices(kind)])
-        where = physical.get(kind, "?").replace("/physical_device:", "") + (
-            " (shared)" if shared else ""
-        )
-        rows.append((str(i), name, where))
-    widths = [max(len(r[c]) for r in rows) for c in range(3)]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
-    )
+        shared = len(names) > len(tf.config.list_physical_devices(kind))
+        where = physical.get(kind, "?").replace("/physical_device:", "")
+        rows.append([i, name, where + (" (shared)" if shared else "")])
+    return format_table(["replica", "logical device", "runs on"], rows)

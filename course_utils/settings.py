@@ -77,34 +77,28 @@ class Settings:
 
 
 def read_settings(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-    """Read COURSE_PROFILE, COURSE_DEVICES and COURSE_DATA; keyword arguments win over the
-    environment.
+    """Read COURSE_PROFILE, COURSE_DEVICES and COURSE_DATA; keyword arguments win over them.
 
     Raises SettingsError with the accepted values when one is wrong.
     """
     env = os.environ if environ is None else environ
-    profile = overrides.get("profile") or env.get("COURSE_PROFILE", "") or AUTO
-    data = overrides.get("data") or env.get("COURSE_DATA", "") or "auto"
-    devices = overrides.get("devices")
-    if devices is None and env.get("COURSE_DEVICES", "").strip():
-        devices = env["COURSE_DEVICES"].strip()
 
-    profile = str(profile).strip().lower()
+    def value(name: str) -> str:
+        given = overrides.get(name)
+        return str(env.get(f"COURSE_{name.upper()}", "") if given is None else given).strip()
+
+    profile = value("profile").lower() or AUTO
+    data = value("data").lower() or "auto"
+    devices = value("devices")
     if profile not in (*PROFILES, AUTO):
         raise SettingsError(
             f"COURSE_PROFILE={profile!r} is not one of {', '.join(PROFILES)} (or {AUTO}: "
             "full with a GPU, cpu without)."
         )
-    data = str(data).strip().lower()
     if data not in DATA_SOURCES:
         raise SettingsError(f"COURSE_DATA={data!r} is not one of {', '.join(DATA_SOURCES)}.")
-    if devices is not None:
-        try:
-            devices = int(devices)
-        except (TypeError, ValueError):
-            raise SettingsError(
-                f"COURSE_DEVICES={devices!r} is not a whole number (try 1, 2 or 4)."
-            ) from None
-        if devices < 1:
-            raise SettingsError(f"COURSE_DEVICES={devices} must be at least 1.")
-    return Settings(profile=profile, devices=devices, data=data)
+    if devices and not (devices.isdigit() and int(devices) >= 1):
+        raise SettingsError(
+            f"COURSE_DEVICES={devices!r}: give a whole number, at least 1 (1, 2, 4)."
+        )
+    return Settings(profile=profile, devices=int(devices) if devices else None, data=data)
