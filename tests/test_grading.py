@@ -575,3 +575,26 @@ def test_checks_refuse_links_bombs_and_big_files(tmp_path):
     big.write_text(" " * (checks.MAX_RESULTS_KB + 1) * 1024)
     with pytest.raises(checks.CheckError, match="more than the"):
         checks.load_results(tmp_path)
+
+
+def test_without_the_sandbox_a_changed_solution_is_reported_and_both_versions_kept(tmp_path):
+    """Unsandboxed, the grader cannot tell a submission's write from the instructor's own edit
+    during the batch: it must overwrite neither, say so, and keep the version it graded with."""
+    solution = shutil.copy(SOLUTION, tmp_path / "solution.ipynb")
+    start = Path(solution).read_bytes()
+    writer = _notebook(f"open({str(solution)!r}, 'a').write('{TOKEN}')")
+    grades = grading.grade(
+        [write(writer, tmp_path / "writer.ipynb")],
+        tmp_path / "grades",
+        solution=solution,
+        limits=grading.Limits(cell_timeout=60, timeout=300),
+        progress=False,
+        sandboxed=False,
+        **_settings(),
+    )
+    assert Path(solution).read_bytes() == start + TOKEN.encode(), "the change was not undone"
+    kept = tmp_path / "grades" / "solution.at-batch-start.ipynb"
+    assert kept.read_bytes() == start
+    (note,) = [note for note in grades[0].notes if "changed while" in note]
+    assert "solution.ipynb changed while this submission ran" in note and str(kept) in note
+    assert grades[0].score == 0 and grades[0].max_score > 0

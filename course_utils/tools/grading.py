@@ -27,7 +27,8 @@ never given to the kernel), how the tests run (another process), its score (comp
 that process; printed "PASSED" lines, redefined functions and hand-written numbers count for
 nothing), the course, the solution, other submissions and the grades (read-only or hidden in the
 sandbox). Without the sandbox (`--no-sandbox-i-trust-these-notebooks`), student code runs with your
-rights: a changed solution file is then restored and changed course files are noted in the report.
+rights: a changed solution file or course file is then noted in the report (and the solution as it
+was at the start of the batch is kept beside the gradebook).
 
 The hidden tests call the helpers of `course_utils.tools.checks` (`load_results`, `own_model`,
 `evaluate`, ...), which raise `CheckError` with a message written for the student.
@@ -505,10 +506,16 @@ def grade(
                     " or one running at the same time" if jobs > 1 else ""
                 )
                 if solution_path.read_bytes() != solution_bytes:
-                    solution_path.write_bytes(solution_bytes)
+                    # Only possible without the sandbox. It may be the submission, or your own
+                    # edit during a long batch: keep both versions, overwrite neither.
+                    kept = out / f"{solution_path.stem}.at-batch-start.ipynb"
+                    kept.write_bytes(solution_bytes)
+                    solution_bytes = solution_path.read_bytes()  # report each change once
                     g.notes.append(
-                        f"{solution_path.name} changed while {suspects} ran; it was restored "
-                        f"(tampering?)"
+                        f"{solution_path.name} changed while {suspects} ran (tampering, or an "
+                        "edit of yours?). Grades are unaffected: the hidden tests were read "
+                        f"before the batch. The file was left as it is; {kept} is the version "
+                        "the batch started with."
                     )
                 after = _hash_files(watched)
                 g.notes += [
