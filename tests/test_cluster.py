@@ -8,7 +8,6 @@ MultiWorkerMirroredStrategy workers. "No process left behind" is checked in the 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
@@ -18,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import portpicker
 import psutil
 import pytest
 
@@ -28,10 +28,10 @@ TINY = WORKERS / "tiny_worker.py"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def assert_gone(pids, within: float = 10.0) -> None:
-    """Every pid has ended (a zombie waiting for its reaper counts as ended)."""
+def assert_gone(processes, within: float = 10.0) -> None:
+    """Every pid in `processes` has ended (a zombie waiting for its reaper counts as ended)."""
     deadline = time.monotonic() + within
-    alive = list(pids)
+    alive = list(processes)
     while alive and time.monotonic() < deadline:
         alive = [p for p in alive if _running(p)]
         time.sleep(0.05)
@@ -47,20 +47,17 @@ def _running(pid: int) -> bool:
         return False
 
 
+def pids(c: cluster.LocalCluster) -> list[int]:
+    """Pids of the cluster's tasks."""
+    return [process.pid for process in c.processes.values()]
+
+
 def child_pids(c: cluster.LocalCluster) -> list[int]:
     """Pids of the processes the tiny workers started (`child pid N` in their logs)."""
     return [int(pid) for task in c.tasks for pid in re.findall(r"child pid (\d+)", c.log(task))]
 
 
 # --- TF_CONFIG ------------------------------------------------------------------------------------
-
-
-def test_free_ports_are_distinct_and_free():
-    ports = cluster.free_ports(8)
-    assert len(set(ports)) == 8
-    for port in ports:
-        with socket.socket() as s:
-            s.bind(("localhost", port))  # raises if the port were taken
 
 
 def test_cluster_spec_and_tf_config():
@@ -72,8 +69,11 @@ def test_cluster_spec_and_tf_config():
     }
     config = cluster.tf_config(spec, "worker", 1)
     assert config == {"cluster": spec, "task": {"type": "worker", "index": 1}}
-    ports = [int(a.rsplit(":", 1)[1]) for a in cluster.cluster_spec(workers=3)["worker"]]
-    assert len(set(ports)) == 3
+    ports = [int(a.rsplit(":", 1)[1]) for a in cluster.cluster_spec(workers=8)["worker"]]
+    assert len(set(ports)) == 8
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("localhost", port))  # raises if the port were taken
     with pytest.raises(ValueError, match="distinct ports"):
         cluster.cluster_spec(workers=2, ports=[2001, 2001])
     with pytest.raises(ValueError, match="No task worker 2"):
@@ -84,9 +84,8 @@ def test_cluster_spec_and_tf_config():
 
 
 def test_run_success_streams_logs_and_leaves_nothing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(
-        "COURSE_DEVICES", "4"
-    )  # the notebook's simulation must not reach the workers
+    # The notebook's simulated devices must not reach the workers.
+    monkeypatch.setenv("COURSE_DEVICES", "4")
     done = cluster.run(
         TINY,
         workers=3,
@@ -103,7 +102,7 @@ def test_run_success_streams_logs_and_leaves_nothing(tmp_path, monkeypatch, caps
         assert done.log_paths[task].read_text().count("\n") >= 4
     streamed = capsys.readouterr().out
     assert "[worker 2] done" in streamed and "[worker 0] ready" in streamed
-    assert_gone(list(done.pids.values()) + child_pids(done))
+    assert_gone(pids(done) + child_pids(done))
 
 
 def test_failing_worker_stops_the_others_and_shows_its_log(tmp_path):
@@ -123,7 +122,7 @@ def test_failing_worker_stops_the_others_and_shows_its_log(tmp_path):
     assert "ValueError: this worker fails on purpose" in message  # the tail of its log
     assert str(c.log_paths[cluster.Task("worker", 1)]) in message
     assert info.value.task == cluster.Task("worker", 1) and info.value.returncode == 3
-    assert_gone(list(c.pids.values()) + child_pids(c))
+    assert_gone(pids(c) + child_pids(c))
 
 
 def test_worker_that_cannot_listen_gets_a_hint(tmp_path):
@@ -156,7 +155,7 @@ def test_hung_worker_hits_the_timeout(tmp_path):
         with c:
             c.wait()
     assert all(code == -signal.SIGKILL for code in c.returncodes.values())  # SIGTERM was ignored
-    assert_gone(list(c.pids.values()) + child_pids(c))
+    assert_gone(pids(c) + child_pids(c))
 
 
 def test_wait_for_reads_the_logs_and_fails_clearly(tmp_path):
@@ -164,13 +163,13 @@ def test_wait_for_reads_the_logs_and_fails_clearly(tmp_path):
         TINY, workers=2, args=["--sleep", "0.3"], log_dir=tmp_path, ready="^ready$", timeout=60
     ) as c:
         match = c.wait_for(r"pid (\d+)", task=1)
-        assert int(match.group(1)) == c.pids[cluster.Task("worker", 1)]
+        assert int(match.group(1)) == c.processes[cluster.Task("worker", 1)].pid
         with pytest.raises(
             cluster.ClusterError,
             match=r"worker 0 exited \(code 0\) without printing 'never printed'",
         ):
             c.wait_for("never printed", task=0)
-    assert_gone(c.pids.values())
+    assert_gone(pids(c))
 
 
 def test_keyboard_interrupt_while_waiting_leaves_no_child(tmp_path):
@@ -184,15 +183,14 @@ def test_keyboard_interrupt_while_waiting_leaves_no_child(tmp_path):
     try:
         c.start()
         c.wait_for("child pid", task="all")
-        signal.setitimer(
-            signal.ITIMER_REAL, 0.3
-        )  # Ctrl-C (the notebook's "interrupt") during wait()
+        # Ctrl-C (the notebook's "interrupt") during wait():
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
         with pytest.raises(KeyboardInterrupt):
             c.wait()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    assert_gone(list(c.pids.values()) + child_pids(c))
+    assert_gone(pids(c) + child_pids(c))
 
 
 def test_leaving_the_with_block_by_an_exception_stops_the_cluster(tmp_path):
@@ -201,7 +199,7 @@ def test_leaving_the_with_block_by_an_exception_stops_the_cluster(tmp_path):
             TINY, workers=2, args=["--hang"], log_dir=tmp_path, ready="ready", timeout=60
         ) as c:
             raise KeyboardInterrupt
-    assert_gone(c.pids.values())
+    assert_gone(pids(c))
 
 
 def test_kill_one_worker_and_watch_the_rest(tmp_path):
@@ -217,16 +215,11 @@ def test_kill_one_worker_and_watch_the_rest(tmp_path):
 
 def test_two_clusters_back_to_back_and_side_by_side(tmp_path):
     first = cluster.run(TINY, workers=2, log_dir=tmp_path, timeout=60)
-    second = cluster.run(
-        TINY, workers=2, log_dir=tmp_path, timeout=60
-    )  # same script, same log folder
+    second = cluster.run(TINY, workers=2, log_dir=tmp_path, timeout=60)  # same log files
     for task in second.tasks:  # each run keeps its own log, though they share the files
-        assert str(first.pids[task]) not in second.log(task) and str(
-            second.pids[task]
-        ) in second.log(task)
-        assert str(second.pids[task]) not in first.log(task) and str(first.pids[task]) in first.log(
-            task
-        )
+        first_pid, second_pid = (str(run.processes[task].pid) for run in (first, second))
+        assert first_pid in first.log(task) and second_pid not in first.log(task)
+        assert second_pid in second.log(task) and first_pid not in second.log(task)
     a = cluster.LocalCluster(
         TINY, workers=2, args=["--sleep", "0.5"], log_dir=tmp_path / "a", timeout=60
     )
@@ -236,23 +229,21 @@ def test_two_clusters_back_to_back_and_side_by_side(tmp_path):
     with a, b:
         assert set(a.spec["worker"]).isdisjoint(b.spec["worker"])
         assert all(code == 0 for code in list(a.wait().values()) + list(b.wait().values()))
-    assert_gone(list(a.pids.values()) + list(b.pids.values()))
+    assert_gone(pids(a) + pids(b))
 
 
-def test_busy_port_is_reported_with_its_owner(tmp_path):
+def test_busy_port_is_refused_clearly(tmp_path):
     with socket.socket() as busy:
         busy.bind(("localhost", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        c = cluster.LocalCluster(
-            TINY, workers=2, ports=[port, cluster.free_ports(1)[0]], log_dir=tmp_path
-        )
+        ports = [port, portpicker.pick_unused_port()]
+        c = cluster.LocalCluster(TINY, workers=2, ports=ports, log_dir=tmp_path)
         with pytest.raises(
-            cluster.PortBusy,
-            match=rf"Port {port} \(for worker 0\) is already in use by pid {os.getpid()}",
+            cluster.PortBusy, match=rf"Port {port} \(for worker 0\) is already in use: leave ports"
         ):
             c.start()
-    assert c.pids == {}  # nothing was started
+    assert c.processes == {}  # nothing was started
 
 
 def test_bad_input_is_refused_clearly(tmp_path):
@@ -273,7 +264,7 @@ c = cluster.LocalCluster({script!r}, workers=2, args={args!r}, log_dir={log_dir!
 c.start()
 c.wait_for("ready", task="all")
 children = [int(p) for t in c.tasks for p in re.findall(r"child pid (\\d+)", c.log(t))]
-print(json.dumps(list(c.pids.values()) + children), flush=True)
+print(json.dumps([p.pid for p in c.processes.values()] + children), flush=True)
 {ending}
 """
 
@@ -283,12 +274,7 @@ print(json.dumps(list(c.pids.values()) + children), flush=True)
     [
         (True, True, True, "time.sleep(120)"),  # the parent is killed (default guards)
         (False, True, True, "time.sleep(120)"),  # ... the watchdog alone (systems without prctl)
-        (
-            True,
-            False,
-            False,
-            "time.sleep(120)",
-        ),  # ... Linux's parent-death signal alone (workers only)
+        (True, False, False, "time.sleep(120)"),  # ... Linux's parent-death signal alone
         (False, False, True, "sys.exit(0)"),  # a clean exit that forgot stop(): atexit
     ],
     ids=["killed-default", "killed-watchdog-only", "killed-pdeathsig-only", "exit-atexit"],
@@ -307,13 +293,13 @@ def test_no_worker_survives_its_parent(tmp_path, pdeathsig, watchdog, child, end
         [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
     try:
-        pids = json.loads(parent.stdout.readline())
-        assert len(pids) == (4 if child else 2)  # the tasks printed "ready", their children started
+        started = json.loads(parent.stdout.readline())
+        assert len(started) == (4 if child else 2)  # the tasks printed "ready", their children too
         if "sleep" in ending:
-            assert all(_running(p) for p in pids)
+            assert all(_running(p) for p in started)
             parent.kill()
         parent.wait(timeout=30)
-        assert_gone(pids)
+        assert_gone(started)
     finally:
         parent.kill()
         parent.wait()
@@ -343,11 +329,11 @@ def test_leftover_workers_finds_orphans_only(tmp_path):
         try:
             found = {p.pid for p in cluster.leftover_workers()}
             assert set(orphans) <= found  # the orphans are listed ...
-            assert found.isdisjoint(live.pids.values())  # ... a live cluster's tasks are not
+            assert found.isdisjoint(pids(live))  # ... a live cluster's tasks are not
         finally:
             for pid in orphans:
                 psutil.Process(pid).kill()
-    assert_gone(orphans + list(live.pids.values()))
+    assert_gone(orphans + pids(live))
 
 
 @pytest.mark.slow
@@ -369,19 +355,18 @@ def test_jupyter_kernel_restart_kills_the_workers(tmp_path):
             f"from course_utils import cluster\nc = cluster.LocalCluster({str(TINY)!r}, workers=2, "
             f"args=['--hang'], log_dir={str(tmp_path)!r}, ready='ready')\nc.start()"
         )
-        pids = json.loads(run("import json; print(json.dumps(list(c.pids.values())))"))
-        assert all(_running(p) for p in pids)  # still alive after the cell that started them ended
-        km.restart_kernel(
-            now=True
-        )  # what "Restart kernel" does when the kernel does not answer: SIGKILL
-        assert_gone(pids)
+        code = "import json; print(json.dumps([p.pid for p in c.processes.values()]))"
+        tasks = json.loads(run(code))
+        assert all(_running(p) for p in tasks)  # alive after the cell that started them ended
+        # What "Restart kernel" does when the kernel does not answer: SIGKILL.
+        km.restart_kernel(now=True)
+        assert_gone(tasks)
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
 
 
-# --- real TensorFlow workers
-# -----------------------------------------------------------------------
+# --- real TensorFlow workers ---------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -400,14 +385,11 @@ def test_real_multi_worker_strategy_back_to_back(tmp_path, monkeypatch):
         for task in c.tasks:
             log = c.log(task)
             assert "replicas in sync: 2" in log
-            assert (
-                "COURSE_DEVICES=None" in log
-            )  # the notebook's simulation did not leak into the worker
-            assert (
-                f"worker devices: ['/job:worker/replica:0/task:{task.index}/device:CPU:0']" in log
-            )
+            assert "COURSE_DEVICES=None" in log  # the notebook's simulation did not leak
+            device = f"/job:worker/replica:0/task:{task.index}/device:CPU:0"
+            assert f"worker devices: ['{device}']" in log
             assert "all-reduce sum: 3.0" in log  # 1 + 2, across the two processes
-        assert_gone(c.pids.values())
+        assert_gone(pids(c))
 
 
 @pytest.mark.slow
@@ -422,9 +404,7 @@ def test_real_parameter_server_cluster_with_chief_and_ps(tmp_path):
         env={"CUDA_VISIBLE_DEVICES": "-1"},
     ) as c:
         done = c.wait_for(r"chief done: first loss ([\d.]+), last loss ([\d.]+)", task="chief")
-        assert c.wait_for("serving", task="ps 0") and c.wait_for("serving", task=1)
+        assert c.wait_for("serving", task=cluster.Task("ps", 0)) and c.wait_for("serving", task=1)
     assert float(done.group(2)) < float(done.group(1)) / 10  # the model learned y = sum(x)
     assert "variables on: ['/job:ps/replica:0/task:0']" in c.log("chief")
-    assert_gone(
-        c.pids.values()
-    )  # the servers never exit by themselves: leaving the block stopped them
+    assert_gone(pids(c))  # the servers never exit by themselves: leaving the block stopped them
