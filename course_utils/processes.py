@@ -1,147 +1,105 @@
-"""Keep child processes on a leash: process groups, a parent-death signal, an orphan guard, and a
-memory and time watchdog.
+"""Keep child processes on a leash: process groups, parent-death signal, orphan guard, watchdog.
 
-One module for every place the course starts processes it must be able to stop: the workers of a
-local cluster (`course_utils.cluster`) and the notebook kernels of the grader
-(`course_utils.tools.grading`). The rules:
-
-- start each child in its own session (`start_new_session=True`): it and everything it starts share
-  one process group, which `kill_group` stops in one call, and the notebook's Ctrl-C does not reach;
-- on Linux, `die_with_parent` asks the kernel to SIGKILL the child when its parent dies;
-- `start_orphan_guard` starts a small process that kills the children's groups once their parent is
-  gone (every POSIX system, and it also reaches grandchildren that stayed in the group);
-- `Watchdog` kills a process tree that uses too much memory or runs past a deadline;
-- `kill_tree` kills a process, its group and every descendant, whatever session they moved to.
+One supervisor for a local cluster's workers (`course_utils.cluster`) and the grader's kernels
+(`course_utils.tools`). Start each child in its own session (`start_new_session=True`): it and its
+children form one process group, which `kill_group` stops at once and Ctrl-C does not reach.
 
 Example:
-    >>> import os, subprocess, sys
+    >>> import os, subprocess
     >>> from course_utils import processes
-    >>> child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-    ...                          start_new_session=True,
+    >>> child = subprocess.Popen(["sleep", "60"], start_new_session=True,
     ...                          preexec_fn=processes.die_with_parent(os.getpid()))
     >>> with processes.Watchdog(child.pid, memory_mb=500, seconds=5, what="the child") as dog:
     ...     child.wait()
+    -9
     >>> dog.reason
     'time limit: the child ran longer than 5 s and was stopped'
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psutil
 
-#: The orphan guard's program: it polls its parent, and kills the groups once the parent is gone.
+# The orphan guard's program: it waits until its parent is gone, then kills the groups.
 _ORPHAN_GUARD = """
-import os, signal, sys, time
-parent, groups = int(sys.argv[1]), [int(g) for g in sys.argv[2:]]
-while os.getppid() == parent:
+import contextlib, os, signal, sys, time
+while os.getppid() == int(sys.argv[1]):
     time.sleep(0.2)
-for group in groups:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except OSError:
-        pass
+for group in sys.argv[2:]:
+    with contextlib.suppress(OSError):
+        os.killpg(int(group), signal.SIGKILL)
 """
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
     """Send `sig` to every process of the group `pgid` (nothing happens when it is gone)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants ([] when it is gone)."""
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    return []
 
 
 def kill_tree(pid: int) -> None:
-    """SIGKILL a process, its process group and all its descendants (even those that left the
-    group with setsid: they are still its descendants until their parent dies)."""
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        children = []
-    try:
+    """SIGKILL a process, its process group and every descendant (those that left the group with
+    setsid too: they stay its descendants until their parent dies)."""
+    tree = _tree(pid)
+    with contextlib.suppress(ProcessLookupError):
         kill_group(os.getpgid(pid))
-    except ProcessLookupError:
-        pass
-    for process in [*children, pid]:
-        try:
-            (process if isinstance(process, psutil.Process) else psutil.Process(process)).kill()
-        except psutil.Error:
-            pass
+    for process in tree:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
-def die_with_parent(parent_pid: int):
-    """A Popen `preexec_fn` that asks Linux to SIGKILL the child when its parent dies (prctl
-    PR_SET_PDEATHSIG); on other systems it does nothing (use `start_orphan_guard` there)."""
+def die_with_parent(parent_pid: int) -> Callable[[], None] | None:
+    """A Popen `preexec_fn` that has Linux SIGKILL the child when its parent dies (prctl
+    PR_SET_PDEATHSIG); None on other systems (`start_orphan_guard` works there)."""
     if not sys.platform.startswith("linux"):
         return None
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)  # loaded in the parent, before the fork
 
     def preexec() -> None:
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
         if os.getppid() != parent_pid:  # the parent died before prctl took effect
             os._exit(1)
 
     return preexec
 
 
-def start_orphan_guard(groups: Sequence[int], python: str = sys.executable) -> subprocess.Popen:
+def start_orphan_guard(groups: Sequence[int]) -> subprocess.Popen:
     """Start a process that SIGKILLs the process groups `groups` as soon as this process dies.
-
-    Kill the returned process (`guard.kill(); guard.wait()`) once the groups were stopped normally.
-    """
-    return subprocess.Popen(
-        [python, "-c", _ORPHAN_GUARD, str(os.getpid()), *map(str, groups)],
-        start_new_session=True,
-    )
-
-
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory (MB) of a process and all its descendants; 0 when it is gone."""
-    try:
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0
-    for process in tree:
-        try:
-            total += process.memory_info().rss
-        except psutil.Error:
-            pass
-    return total / 2**20
+    Kill it (`guard.kill(); guard.wait()`) once the groups were stopped normally."""
+    command = [sys.executable, "-c", _ORPHAN_GUARD, str(os.getpid()), *map(str, groups)]
+    return subprocess.Popen(command, start_new_session=True)
 
 
 class Watchdog:
-    """Kills a process tree (`kill_tree`) when it uses more than `memory_mb` of resident memory, or
-    is still running `seconds` after the watchdog started. Use it as a context manager.
-
-    A thread polls psutil every `interval` seconds. Why resident memory and not
-    `resource.setrlimit(RLIMIT_AS)`: TensorFlow reserves far more address space than it uses
-    (about 2.5 GB for 0.7 GB resident on the course's models) and aborts in C++ at start-up under a
-    tight RLIMIT_AS instead of raising MemoryError. Resident memory is what exhausts a machine.
-
-    `reason` says why the tree was killed ("" if it was not), `peak_mb` the highest memory seen.
-    """
+    """In a `with` block, kills a process tree (`kill_tree`) once it uses more than `memory_mb`
+    of resident memory, or `seconds` after the watchdog was made; a thread looks every `interval`
+    seconds. `reason` says why it killed ("" if it did not), `peak_mb` is the most memory seen.
+    (Not `setrlimit(RLIMIT_AS)`: TensorFlow reserves far more address space than it uses.)"""
 
     def __init__(
         self, pid: int, memory_mb: float, seconds: float, interval: float = 0.2, what: str = "it"
     ) -> None:
         self.pid, self.memory_mb, self.seconds, self.interval = pid, memory_mb, seconds, interval
-        self.what = what
+        self.what, self.reason, self.peak_mb = what, "", 0.0
         self.deadline = time.monotonic() + seconds
-        self.reason = ""
-        self.peak_mb = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -159,19 +117,17 @@ class Watchdog:
         kill_tree(self.pid)
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.interval):
-            if not psutil.pid_exists(self.pid):
-                return
-            rss = tree_rss_mb(self.pid)
+        while not self._stop.wait(self.interval) and psutil.pid_exists(self.pid):
+            rss = 0.0
+            for process in _tree(self.pid):
+                with contextlib.suppress(psutil.Error):  # it may end while we look
+                    rss += process.memory_info().rss / 2**20
             self.peak_mb = max(self.peak_mb, rss)
             if rss > self.memory_mb:
-                self.kill(
-                    f"memory limit: {self.what} used more than {self.memory_mb:g} MB and was "
-                    "stopped"
-                )
-                return
-            if time.monotonic() > self.deadline:
-                self.kill(
-                    f"time limit: {self.what} ran longer than {self.seconds:.0f} s and was stopped"
-                )
-                return
+                why = f"memory limit: {self.what} used more than {self.memory_mb:g} MB"
+            elif time.monotonic() > self.deadline:
+                why = f"time limit: {self.what} ran longer than {self.seconds:.0f} s"
+            else:
+                continue
+            self.kill(f"{why} and was stopped")
+            return
