@@ -70,9 +70,8 @@ class Task(NamedTuple):
 def cluster_spec(
     workers: int = 2, chief: bool = False, ps: int = 0, ports: Sequence[int] | None = None
 ) -> dict[str, list[str]]:
-    """The `cluster` part of TF_CONFIG: job name -> "host:port" of each task.
-
-    Ports are picked free unless given (one per task, in the order chief, workers, ps).
+    """The `cluster` part of TF_CONFIG: job name -> "host:port" of each task, on free ports unless
+    `ports` are given (one per task: chief, workers, ps).
 
     >>> cluster_spec(workers=2, ports=[2222, 2223])
     {'worker': ['localhost:2222', 'localhost:2223']}
@@ -139,9 +138,7 @@ def _stop_all() -> None:
 
 def leftover_workers() -> list[psutil.Process]:
     """Tasks started here that outlived their cluster (found by MARKER): [] means none did.
-
-    Clusters still running, and clusters of other live processes (another notebook), are left out.
-    """
+    Clusters still running, here or in another live process (another notebook), are left out."""
     live = {p.pid for cluster in _LIVE for p in cluster.processes.values()}
     found = []
     for proc in psutil.process_iter():
@@ -217,12 +214,10 @@ class LocalCluster:
                     "process that holds it (cluster.leftover_workers() lists old workers)."
                 )
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **self.env}
-        if "COURSE_DEVICES" not in self.env:
-            # Simulated devices are for a notebook's one process: each worker is one device.
-            env.pop("COURSE_DEVICES", None)
+        # Simulated devices (COURSE_DEVICES) are for the notebook: each worker is one device.
+        inherited = {name: value for name, value in os.environ.items() if name != "COURSE_DEVICES"}
+        env = {"TF_CPP_MIN_LOG_LEVEL": "2", **inherited, **self.env, "PYTHONUNBUFFERED": "1"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_PARENT, env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
         env[MARKER] = str(os.getpid())
         self._started = time.monotonic()
         self._deadline = self._started + self.timeout
@@ -329,8 +324,8 @@ class LocalCluster:
                     return result
                 if time.monotonic() > deadline:
                     waited = deadline - self._started
-                    message = f"Timed out after {waited:.0f} s waiting for {what} (a worker "
-                    message += "that waits for its peers forever ends so); all tasks were stopped."
+                    message = f"Timed out after {waited:.0f} s waiting for {what}; all tasks "
+                    message += "were stopped. (A worker that waits for a lost peer ends like this.)"
                     for t in [t for t, code in codes.items() if code is None]:
                         message += f"\n{t} (still running), last lines:\n{_tail(self.log(t), 8)}"
                     raise ClusterTimeout(message)
