@@ -324,8 +324,9 @@ class LocalCluster:
                     return result
                 if time.monotonic() > deadline:
                     waited = deadline - self._started
-                    message = f"Timed out after {waited:.0f} s waiting for {what}; all tasks "
-                    message += "were stopped. (A worker that waits for a lost peer ends like this.)"
+                    message = f"Timed out after {waited:.0f} s waiting for {what}; all tasks were "
+                    message += f"stopped. A run longer than timeout={self.timeout:g} s, or a "
+                    message += "worker that waits for a lost peer, ends like this."
                     for t in [t for t, code in codes.items() if code is None]:
                         message += f"\n{t} (still running), last lines:\n{_tail(self.log(t), 8)}"
                     raise ClusterTimeout(message)
