@@ -29,7 +29,7 @@ __all__ = ["TESTED", "Settings", "read_settings", "setup", "untested_versions"]
 __version__ = "0.1.0"
 
 #: The versions the course is tested with: constraints.txt locally, Colab's runtime in CI.
-TESTED = {"Python": ("3.10", "3.13"), "TensorFlow": ("2.20", "2.21"), "Keras": ("3.13", "3.15")}
+TESTED = {"Python": ("3.10", "3.13"), "TensorFlow": ("2.20", "2.21"), "Keras": ("3.12", "3.15")}
 
 
 #: One line under the settings, saying what the profile's sizes are for.

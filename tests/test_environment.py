@@ -107,3 +107,20 @@ def test_setup_names_versions_outside_the_tested_range():
         "TensorFlow 2.22.0rc1",
     ]
     assert set(TESTED) == {"Python", "TensorFlow", "Keras"}
+
+
+def test_what_the_tests_run_is_inside_the_tested_range():
+    """The set-up cell must not call a version untested when the pins (or Colab) are what run."""
+    from course_utils import untested_versions
+
+    for python in ("3.10", "3.11", "3.12", "3.13"):
+        pins = constraints({"python_version": python, "python_full_version": f"{python}.0"})
+        versions = {"Python": python, "TensorFlow": pins["tensorflow"], "Keras": pins["keras"]}
+        assert untested_versions(versions) == [], f"Python {python}: {versions}"
+    colab = dict(
+        line.split("#")[0].strip().split("==")
+        for line in (ROOT / ".ci" / "colab-constraints.txt").read_text().splitlines()
+        if line.split("#")[0].strip()
+    )
+    colab_versions = {"Python": "3.13", "TensorFlow": colab["tensorflow"], "Keras": colab["keras"]}
+    assert untested_versions(colab_versions) == [], colab_versions
