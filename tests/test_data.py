@@ -41,9 +41,14 @@ def test_synthetic_is_deterministic_and_splits_differ():
     assert np.array_equal(a, b) and not np.array_equal(a, c)
 
 
-def test_quick_profile_limits_the_size():
-    ds = data.load("fashion_mnist", "test", source="synthetic", settings=Settings(profile="quick"))
-    assert int(ds.cardinality()) == data.QUICK_EXAMPLES["test"]
+@pytest.mark.parametrize(
+    "profile, expected",
+    [("quick", data.QUICK_EXAMPLES), ("cpu", data.CPU_EXAMPLES), ("full", {"test": 10000})],
+)
+def test_each_profile_loads_its_size(profile, expected):
+    for split, size in expected.items():
+        ds = data.load("fashion_mnist", split, source="synthetic", settings=Settings(profile))
+        assert int(ds.cardinality()) == size, (profile, split)
 
 
 def test_unknown_names_are_clear():
