@@ -24,6 +24,7 @@ import functools
 import os
 import socket
 import threading
+import urllib.parse
 import zlib
 from dataclasses import dataclass
 
@@ -50,11 +51,17 @@ class DatasetSpec:
     image_shape: tuple[int, int, int]
     class_names: tuple[str, ...]
     split_sizes: dict[str, int]
-    download_host: str
+    download_url: str  # where tensorflow-datasets downloads it from
 
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
+
+    @property
+    def download_address(self) -> tuple[str, int]:
+        """(host, port) of the download server: some serve plain HTTP only."""
+        url = urllib.parse.urlsplit(self.download_url)
+        return url.hostname, url.port or (443 if url.scheme == "https" else 80)
 
 
 DIGITS = tuple("0123456789")
@@ -65,11 +72,11 @@ SPECS = {
     s.name: s
     for s in [
         DatasetSpec("mnist", (28, 28, 1), DIGITS, {"train": 60000, "test": 10000},
-                    "storage.googleapis.com"),
+                    "https://storage.googleapis.com/cvdf-datasets/mnist/"),
         DatasetSpec("fashion_mnist", (28, 28, 1), CLOTHES, {"train": 60000, "test": 10000},
-                    "fashion-mnist.s3-website.eu-central-1.amazonaws.com"),
+                    "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"),
         DatasetSpec("svhn_cropped", (32, 32, 3), DIGITS, {"train": 73257, "test": 26032},
-                    "ufldl.stanford.edu"),
+                    "http://ufldl.stanford.edu/housenumbers/"),
     ]
 }  # fmt: skip
 
@@ -152,7 +159,7 @@ def real_data_status(name: str) -> tuple[bool, str]:
     """
     if name in _status:
         return _status[name]
-    host = spec(name).download_host
+    host, port = spec(name).download_address
     try:
         prepared = is_prepared(name)
     except Exception as exc:  # noqa: BLE001 - any failure means tfds cannot serve the data
@@ -162,7 +169,7 @@ def real_data_status(name: str) -> tuple[bool, str]:
     else:
         if prepared:
             _status[name] = True, "prepared on disk"
-        elif can_reach(host):
+        elif can_reach(host, port):
             _status[name] = True, f"{host} is reachable"
         else:
             why = f"it is not on disk and {host} did not answer within {NETWORK_TIMEOUT_S:.0f} s"
@@ -202,7 +209,7 @@ def _svhn_train_test_class():
         url_infos = svhn_cropped.url_infos  # tfds's recorded sizes and checksums of the files
 
         def _split_generators(self, dl_manager):
-            url = "http://ufldl.stanford.edu/housenumbers/{}_32x32.mat"
+            url = SPECS["svhn_cropped"].download_url + "{}_32x32.mat"
             files = dl_manager.download({s: url.format(s) for s in ("train", "test")})
             return [
                 tfds.core.SplitGenerator(s, gen_kwargs={"split_prefix": f"{s}_", "filepath": f})
@@ -240,7 +247,7 @@ def stand_in(name: str, split: str):
     real data: (uint8 image, int64 label) pairs. `split`: "train", "test", or the first N examples
     of one, e.g. "train[:2048]".
 
-    >>> stand_in("mnist", "test[:512]").cardinality().numpy()
+    >>> int(stand_in("mnist", "test[:512]").cardinality())
     512
     """
     info = spec(name)

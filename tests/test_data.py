@@ -17,7 +17,7 @@ QUICK_AUTO = Settings(profile="quick", data="auto")
 def offline(monkeypatch):
     """No dataset on disk and no server answering, whatever the machine running the tests has."""
     monkeypatch.setattr(data, "is_prepared", lambda name: False)
-    monkeypatch.setattr(data, "can_reach", lambda host, **kw: False)
+    monkeypatch.setattr(data, "can_reach", lambda host, port, **kw: False)
     data._announced.clear()
     data._status.clear()
 
@@ -71,10 +71,23 @@ def test_auto_offline_falls_back_in_one_line(offline, capsys):
 
 def test_auto_offline_checks_the_network_once_per_process(offline, monkeypatch):
     calls = []
-    monkeypatch.setattr(data, "can_reach", lambda host, **kw: calls.append(host) or False)
+    monkeypatch.setattr(data, "can_reach", lambda *address, **kw: calls.append(address) or False)
     data.load("mnist", "train", settings=QUICK_AUTO)
     data.load("mnist", "test", settings=QUICK_AUTO)
-    assert calls == ["storage.googleapis.com"]
+    assert calls == [("storage.googleapis.com", 443)]
+
+
+def test_the_download_servers_are_asked_on_the_port_tensorflow_datasets_uses():
+    """fashion-mnist's S3 website endpoint serves plain HTTP only: port 443 never answers."""
+    addresses = {name: spec.download_address for name, spec in data.SPECS.items()}
+    assert addresses == {
+        "mnist": ("storage.googleapis.com", 443),
+        "fashion_mnist": ("fashion-mnist.s3-website.eu-central-1.amazonaws.com", 80),
+        "svhn_cropped": ("ufldl.stanford.edu", 80),
+    }
+    import tensorflow_datasets as tfds
+
+    assert tfds.builder_cls("fashion_mnist").URL == data.spec("fashion_mnist").download_url
 
 
 def test_tfds_mode_offline_is_a_clear_error(offline):

@@ -76,11 +76,10 @@ def doctor(args: argparse.Namespace) -> int:
         f"COURSE_PROFILE={settings.profile} COURSE_DEVICES={settings.devices} "
         f"COURSE_DATA={settings.data}",
     )
-    hosts = [spec.download_host for spec in data.SPECS.values()]
-    with ThreadPoolExecutor(
-        len(hosts)
-    ) as pool:  # each check may wait NETWORK_TIMEOUT_S: in parallel
-        reachable = dict(zip(data.SPECS, pool.map(data.can_reach, hosts)))
+    addresses = [spec.download_address for spec in data.SPECS.values()]
+    # Each check may wait NETWORK_TIMEOUT_S: in parallel.
+    with ThreadPoolExecutor(len(addresses)) as pool:
+        reachable = dict(zip(data.SPECS, pool.map(lambda a: data.can_reach(*a), addresses)))
     missing = []
     for name in data.SPECS:
         prepared = data.is_prepared(name)
