@@ -598,3 +598,29 @@ def test_without_the_sandbox_a_changed_solution_is_reported_and_both_versions_ke
     (note,) = [note for note in grades[0].notes if "changed while" in note]
     assert "solution.ipynb changed while this submission ran" in note and str(kept) in note
     assert grades[0].score == 0 and grades[0].max_score > 0
+
+
+def test_real_data_is_prepared_once_before_the_batch(monkeypatch):
+    """Online but not yet on disk: the sandboxed kernels have no network, so the grader itself
+    prepares the dataset first; offline, "auto" means the stand-in for the whole batch."""
+    from course_utils import data
+
+    prepared = []
+
+    class Builder:
+        data_dir = "/nowhere"
+
+        def download_and_prepare(self):
+            prepared.append(True)
+
+    monkeypatch.setattr(data, "real_data_status", lambda name: (True, "reachable"))
+    monkeypatch.setattr(data, "is_prepared", lambda name: bool(prepared))
+    monkeypatch.setattr(data, "tfds_builder", lambda name: Builder())
+    assert grading.batch_data("auto") == "tfds" and prepared == [True]
+    assert grading.batch_data("tfds") == "tfds" and prepared == [True]  # once
+    monkeypatch.setattr(data, "real_data_status", lambda name: (False, "offline"))
+    assert grading.batch_data("auto") == "synthetic"
+    assert grading.batch_data("synthetic") == "synthetic"
+    prepared.clear()
+    with pytest.raises(data.DataUnavailableError, match="COURSE_DATA=tfds needs the real"):
+        grading.batch_data("tfds")

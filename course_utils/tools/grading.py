@@ -394,6 +394,25 @@ def _copy_artifacts(source: Path, target: Path, limit_mb: int = 2048) -> list[st
     return notes
 
 
+def batch_data(data: str) -> str:
+    """The COURSE_DATA of every kernel and check of a batch ("tfds" or "synthetic"), decided once.
+
+    Real data is prepared here, before the batch starts: sandboxed kernels have no network, and
+    kernels running side by side must not each download it into the same folder. Raises
+    `DataUnavailableError` (saying what to do) when "tfds" is asked for and cannot be had.
+    """
+    from course_utils import data as course_data
+
+    if data == "auto":
+        data = "tfds" if course_data.real_data_status(DATASET)[0] else "synthetic"
+    if data == "tfds" and not course_data.is_prepared(DATASET):
+        course_data.use_real_data(DATASET, "tfds")  # the clear error when it cannot be had
+        builder = course_data.tfds_builder(DATASET)
+        print(f"Preparing {DATASET} once for the whole batch, into {builder.data_dir} ...")
+        builder.download_and_prepare()
+    return data
+
+
 def grade(
     paths: list[str | os.PathLike],
     out: str | os.PathLike = "grades",
@@ -438,11 +457,7 @@ def grade(
     out.mkdir(parents=True, exist_ok=True)
     submissions = collect_submissions(paths)
 
-    data = data or os.environ.get("COURSE_DATA") or "auto"
-    if data == "auto":  # decide once, so that every kernel and the checks use the same data
-        from course_utils import data as course_data
-
-        data = "tfds" if course_data.real_data_status(DATASET)[0] else "synthetic"
+    data = batch_data(data or os.environ.get("COURSE_DATA") or "auto")
     pythonpath = os.pathsep.join(
         filter(None, [str(package.parent), os.environ.get("PYTHONPATH", "")])
     )
