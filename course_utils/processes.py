@@ -60,7 +60,8 @@ def kill_tree(pid: int) -> None:
     setsid too: they stay its descendants until their parent dies)."""
     tree = _tree(pid)
     with contextlib.suppress(ProcessLookupError):
-        kill_group(os.getpgid(pid))
+        if os.getpgid(pid) == pid:  # its own group (start_new_session), never the caller's
+            kill_group(pid)
     for process in tree:
         with contextlib.suppress(psutil.Error):
             process.kill()

@@ -28,7 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import keras
+from course_utils.quiet import import_tensorflow
+
+import_tensorflow()  # before Keras, which imports TensorFlow: its start-up lines stay out
+import keras  # noqa: E402
 
 
 class Timer:
@@ -150,7 +153,7 @@ def measure(
         It returns None (the whole call is timed) or the seconds those steps took by its own
         clock, e.g. `ThroughputCallback(from_step=1)`'s, to leave out `fit`'s start-up.
     batch_size: the global batch of every run, or of each run by name.
-    warmup_steps: trained once per run before the rounds, untimed (default: `steps`).
+    warmup_steps: trained once per run before the rounds, untimed (default: `steps`; 0: none).
     """
     if steps < 1 or rounds < 1:
         raise ValueError(f"steps and rounds must be at least 1 (got {steps} and {rounds}).")
@@ -160,7 +163,8 @@ def measure(
     results = {}
     for name, train in runs.items():
         with Timer() as warmup:
-            train(warmup_steps or steps)
+            if warmup_steps != 0:
+                train(steps if warmup_steps is None else warmup_steps)
         results[name] = RunResult(name, 0.0, 0, 0, [], batches[name], warmup.seconds)
     for _ in range(rounds):
         for name, train in runs.items():

@@ -107,3 +107,10 @@ def test_record_appends_verdicts_with_their_samples(tmp_path):
         ("a", "faster", [5.0, 6.0]),
         ("c", "within noise", [1.5, 3.0]),
     ]
+
+
+def test_measure_without_warm_up():
+    calls = []
+    timing.measure({"a": lambda steps: calls.append(steps)}, steps=3, rounds=2, batch_size=1,
+                   warmup_steps=0)  # fmt: skip
+    assert calls == [3, 3]

@@ -31,10 +31,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 
-from course_utils.quiet import import_tensorflow
-
-import_tensorflow()  # before Keras: TensorFlow's start-up log lines stay out of the output
-from course_utils import timing  # noqa: E402
+from course_utils import timing
 
 #: Per-replica batch of the course's notebooks (global batch = this x replicas).
 PER_REPLICA_BATCH = 64

@@ -534,7 +534,7 @@ def grade(
                     )
                 after = _hash_files(watched)
                 g.notes += [
-                    f"course_utils/{p.name} changed while {suspects} ran (tampering?)"
+                    f"{p.relative_to(package.parent)} changed while {suspects} ran (tampering?)"
                     for p in after
                     if hashes.get(p) != after[p]
                 ]
