@@ -43,8 +43,8 @@ STOP_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL when the cluster is stop
 MARKER = "COURSE_CLUSTER_PARENT"  # in each task's environment: the pid that started it
 # The guards against orphans when the kernel dies (see course_utils.processes; tests switch them
 # off one at a time): Linux's parent-death signal, and an orphan guard process.
-USE_PDEATHSIG = sys.platform.startswith("linux")
-USE_WATCHDOG = True
+USE_PDEATHSIG = True  # Linux only: die_with_parent does nothing elsewhere
+USE_ORPHAN_GUARD = True
 
 # What TensorFlow prints while it loads, before it reads TF_CPP_MIN_LOG_LEVEL: kept in the log
 # files, left out of what the notebook shows.
@@ -238,7 +238,7 @@ class LocalCluster:
                         start_new_session=True,
                         preexec_fn=die_with_parent(os.getpid()) if USE_PDEATHSIG else None,
                     )
-            if USE_WATCHDOG:
+            if USE_ORPHAN_GUARD:
                 self._guard = start_orphan_guard([p.pid for p in self.processes.values()])
         except BaseException:
             self.stop()
@@ -323,10 +323,10 @@ class LocalCluster:
                 if result:
                     return result
                 if time.monotonic() > deadline:
-                    waited = deadline - self._started
-                    message = f"Timed out after {waited:.0f} s waiting for {what}; all tasks were "
-                    message += f"stopped. A run longer than timeout={self.timeout:g} s, or a "
-                    message += "worker that waits for a lost peer, ends like this."
+                    whose = "the cluster's" if deadline == self._deadline else "this call's"
+                    message = f"Timed out waiting for {what} ({whose} timeout); all tasks were "
+                    message += "stopped. A run longer than the timeout, or a worker that waits "
+                    message += "for a lost peer, ends like this."
                     for t in [t for t, code in codes.items() if code is None]:
                         message += f"\n{t} (still running), last lines:\n{_tail(self.log(t), 8)}"
                     raise ClusterTimeout(message)

@@ -259,7 +259,7 @@ def test_bad_input_is_refused_clearly(tmp_path):
 PARENT = """
 import json, re, sys, time
 from course_utils import cluster
-cluster.USE_PDEATHSIG, cluster.USE_WATCHDOG = {pdeathsig}, {watchdog}
+cluster.USE_PDEATHSIG, cluster.USE_ORPHAN_GUARD = {pdeathsig}, {orphan_guard}
 c = cluster.LocalCluster({script!r}, workers=2, args={args!r}, log_dir={log_dir!r}, timeout=120)
 c.start()
 c.wait_for("ready", task="all")
@@ -270,20 +270,25 @@ print(json.dumps([p.pid for p in c.processes.values()] + children), flush=True)
 
 
 @pytest.mark.parametrize(
-    "pdeathsig, watchdog, child, ending",
+    "pdeathsig, orphan_guard, child, ending",
     [
         (True, True, True, "time.sleep(120)"),  # the parent is killed (default guards)
-        (False, True, True, "time.sleep(120)"),  # ... the watchdog alone (systems without prctl)
+        (
+            False,
+            True,
+            True,
+            "time.sleep(120)",
+        ),  # ... the orphan guard alone (systems without prctl)
         (True, False, False, "time.sleep(120)"),  # ... Linux's parent-death signal alone
         (False, False, True, "sys.exit(0)"),  # a clean exit that forgot stop(): atexit
     ],
-    ids=["killed-default", "killed-watchdog-only", "killed-pdeathsig-only", "exit-atexit"],
+    ids=["killed-default", "killed-orphan-guard-only", "killed-pdeathsig-only", "exit-atexit"],
 )
-def test_no_worker_survives_its_parent(tmp_path, pdeathsig, watchdog, child, ending):
+def test_no_worker_survives_its_parent(tmp_path, pdeathsig, orphan_guard, child, ending):
     args = ["--hang", "--child"] if child else ["--hang"]
     code = PARENT.format(
         pdeathsig=pdeathsig,
-        watchdog=watchdog,
+        orphan_guard=orphan_guard,
         args=args,
         script=str(TINY),
         log_dir=str(tmp_path),
@@ -312,7 +317,7 @@ def test_leftover_workers_finds_orphans_only(tmp_path):
         # An orphan: its parent dies with both guards switched off (as if on an old version).
         code = PARENT.format(
             pdeathsig=False,
-            watchdog=False,
+            orphan_guard=False,
             args=["--hang"],
             script=str(TINY),
             log_dir=str(tmp_path / "orphan"),
