@@ -8,8 +8,8 @@
 
 The profile sets the sizes (examples, epochs) of every run:
   full   the original course's sizes, made for a GPU (e.g. 12 epochs of MNIST);
-  cpu    the same lessons with fewer epochs and examples (data.load's CPU_EXAMPLES), so that
-         each notebook takes minutes on a laptop CPU;
+  cpu    the same lessons with fewer epochs, and fewer examples where a notebook loads them with
+         data.load (CPU_EXAMPLES), so that each notebook takes minutes on a laptop CPU;
   quick  small subsets and 2-3 epochs, for tests and `course run`.
 Unset (or `auto`), the set-up cell picks `full` when TensorFlow sees a GPU and `cpu` otherwise,
 and says so; set COURSE_PROFILE to force one.
@@ -76,15 +76,23 @@ class Settings:
         return replace(self, profile="full" if has_gpu else "cpu")
 
 
-def read_settings(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+def read_settings(
+    environ: Mapping[str, str] | None = None,
+    *,
+    profile: str | None = None,
+    devices: int | str | None = None,
+    data: str | None = None,
+) -> Settings:
     """Read COURSE_PROFILE, COURSE_DEVICES and COURSE_DATA; keyword arguments win over them.
 
     Raises SettingsError with the accepted values when one is wrong.
     """
     env = os.environ if environ is None else environ
 
+    overrides = {"profile": profile, "devices": devices, "data": data}
+
     def value(name: str) -> str:
-        given = overrides.get(name)
+        given = overrides[name]
         return str(env.get(f"COURSE_{name.upper()}", "") if given is None else given).strip()
 
     profile = value("profile").lower() or AUTO

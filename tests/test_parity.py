@@ -69,12 +69,19 @@ def weights(tmp_path_factory) -> dict[int, np.lib.npyio.NpzFile]:
             ),
         )
     results = {}
-    for devices, (out, proc) in procs.items():
-        stdout, stderr = proc.communicate(timeout=300)
-        assert proc.returncode == 0, (
-            f"parity_train.py with {devices} devices failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
-        )
-        results[devices] = np.load(out)
+    try:
+        for devices, (out, proc) in procs.items():
+            stdout, stderr = proc.communicate(timeout=300)
+            assert proc.returncode == 0, (
+                f"parity_train.py with {devices} devices failed:\n{stdout[-3000:]}\n"
+                f"{stderr[-3000:]}"
+            )
+            results[devices] = np.load(out)
+    finally:  # a timeout or a failure must not leave the other runs behind
+        for _, proc in procs.values():
+            proc.kill()
+            proc.wait()
+    for devices in procs:
         assert int(results[devices]["replicas"]) == devices, (
             "the strategy did not use the simulated devices"
         )
