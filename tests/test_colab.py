@@ -52,3 +52,12 @@ def test_a_fork_changes_the_address_in_one_place(tmp_path):
     colab.apply(notebook, "notebooks/x.ipynb", tmp_path)
     assert "github/me/fork/blob/main/notebooks/x.ipynb" in notebook.cells[1].source
     assert "git+https://github.com/me/fork" in notebook.cells[2].source
+
+
+def test_links_into_the_repository_use_its_address():
+    """Links to files students open on GitHub (e.g. the parity test) follow the one address."""
+    import re
+
+    for path in [*colab.notebooks(), colab.ROOT / "README.md"]:
+        for repo in re.findall(r"(https://github\.com/[\w.-]+/[\w.-]+)/blob/", path.read_text()):
+            assert repo == colab.repository_url(), f"{path.name}: {repo}"
