@@ -371,14 +371,7 @@ def run(args: argparse.Namespace) -> int:
         with open(args.output, "w") as f:
             json.dump([asdict(r) for r in results], f)
         return 0
-    import tensorflow as tf
-
-    devices = (
-        len(tf.config.list_logical_devices("GPU"))
-        or settings.devices
-        or len(tf.config.list_logical_devices("CPU"))
-    )
-    report = run_benchmark(sizes, devices=devices)
+    report = run_benchmark(sizes, devices=settings.devices)  # setup() counted the devices
     print(report_text(report))
     if args.output:
         with open(args.output, "w") as f:
