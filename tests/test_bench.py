@@ -8,6 +8,7 @@ rounds, uses no private TensorFlow attribute, and refuses bad options with a cle
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import statistics
@@ -108,6 +109,36 @@ def test_quick_bench_prints_the_tables_and_the_verdicts(quick_report):
     assert "Noise rule: Two runs differ only when their rounds do not overlap" in proc.stdout
     assert "this measures overhead, not speed-up" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def _definitions(source: str) -> dict[str, str]:
+    """Top-level functions and classes of `source`: name -> ast.dump (comments and layout aside)."""
+    return {
+        node.name: ast.dump(node)
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef)
+    }
+
+
+def test_bench_runs_the_code_of_notebook_3():
+    # course bench must time what notebook 3 teaches: the model, the input pipeline and the
+    # trainers, as the notebook's cells define them.
+    from course_utils.tools import bench
+
+    notebook = json.loads((ROOT / "notebooks" / "03_single_vs_distributed.ipynb").read_text())
+    in_notebook = {}
+    for cell in notebook["cells"]:
+        source = "".join(cell["source"])
+        magic = any(line.lstrip().startswith("%") for line in source.splitlines())
+        if cell["cell_type"] == "code" and not magic:  # IPython magics are not Python
+            in_notebook |= _definitions(source)
+    in_bench = _definitions((ROOT / "course_utils" / "tools" / "bench.py").read_text())
+    for name in bench.NOTEBOOK_CODE:
+        assert name in in_notebook, f"notebook 3 no longer defines {name}: update course bench"
+        assert in_bench[name] == in_notebook[name], (
+            f"{name} in course_utils/tools/bench.py differs from notebook 3's cell: copy the "
+            "notebook's version into bench.py"
+        )
 
 
 def test_the_benchmark_uses_no_private_tensorflow_attribute():

@@ -5,7 +5,9 @@ samples, to artifacts/<notebook>/conclusions.json (`timing.record`).
 `assert_conclusions_consistent` re-derives every word and percentage from those samples with code
 of its own (all pairs of samples, numpy medians), so a sentence such as "slower" over rounds that
 overlap fails the test whoever wrote it.
-tests/test_notebooks.py calls it right after each nbval run; the tests below check the checker.
+`assert_regime_consistent` does the same for notebook 3's verdict on where a step's time goes
+(overhead-, memory-bandwidth- or compute-bound), from the batch sweep in its results.json.
+tests/test_notebooks.py calls both right after each nbval run; the tests below check the checkers.
 """
 
 from __future__ import annotations
@@ -50,6 +52,47 @@ def assert_conclusions_consistent(path: Path) -> list[dict]:
         else:
             assert claimed == [(f"{100 * abs(ratio - 1):.0f}", word)], where
     return records
+
+
+def expected_regime(results: dict) -> str:
+    """The verdict notebook 3's rule gives for a sweep: a line fitted through (batch, ms/step)."""
+    batches = [point["global_batch"] for point in results["sweep"]]
+    step_ms = [point["step_ms"] for point in results["sweep"]]
+    per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
+    fixed_share = min(max(fixed_ms / step_ms[batches.index(results["batch"])], 0.0), 1.0)
+    if fixed_share > 0.5 or per_example_ms <= 0:
+        return "overhead-bound"
+    marginal_flops = results["flops_per_example"] / (per_example_ms / 1000)
+    return (
+        "compute-bound"
+        if marginal_flops >= 0.5 * results["peak_flops"]
+        else ("memory-bandwidth-bound")
+    )
+
+
+def assert_regime_consistent(path: Path) -> None:
+    """The regime notebook 3 printed follows from the sweep it recorded at `path`."""
+    results = json.loads(Path(path).read_text())
+    assert results["regime"] == expected_regime(results), results
+
+
+@pytest.mark.parametrize(
+    "sweep, regime",
+    [
+        ([(64, 10.0), (128, 10.5)], "overhead-bound"),  # the step hardly grows with the batch
+        ([(64, 10.0), (128, 19.5)], "compute-bound"),  # ~0.15 ms/example: 100 GFLOP/s of 150
+        ([(64, 40.0), (128, 79.0)], "memory-bandwidth-bound"),  # 0.6 ms/example: 25 GFLOP/s
+    ],
+)
+def test_the_regime_follows_from_the_sweep(tmp_path, sweep, regime):
+    points = [{"global_batch": b, "step_ms": ms} for b, ms in sweep]
+    results = {"batch": 64, "sweep": points, "flops_per_example": 15e6, "peak_flops": 150e9}
+    assert expected_regime(results) == regime
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({**results, "regime": "compute-bound"}))
+    if regime != "compute-bound":
+        with pytest.raises(AssertionError):
+            assert_regime_consistent(path)
 
 
 def test_a_consistent_record_passes(tmp_path):

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_conclusions import assert_conclusions_consistent
+from test_conclusions import assert_conclusions_consistent, assert_regime_consistent
 
 from conftest import ROOT
 
@@ -36,8 +36,8 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     # Loss scaling: the reduce_mean mistake is N times too large, invisible with 1 replica, and
     # the optimizer-not-built failure needs 2+ replicas: 1 and 4 take both sides of each.
     "02_custom_loop_fashion_mnist": (1, 4),
-    # Timings: one run. Its code path does not change with the count (checked by hand with 1
-    # and 4); `course bench` covers several replica counts, each in a fresh process.
+    # Timings: one run. Its code path does not change with the count (checked by hand with 1, 2
+    # and 3); `course bench` covers several replica counts, each in a fresh process.
     "03_single_vs_distributed": (2,),
     # Each worker process has one device whatever COURSE_DEVICES says: one run, made by
     # tests/test_slurm.py with its test Slurm cluster up (when the machine has Slurm), so that the
@@ -69,12 +69,7 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
         "learning_curves.png",
         "conclusions.json",
     ],
-    "03_single_vs_distributed": [
-        "core_comparison.png",
-        "hardware_limit.png",
-        "results.json",
-        "conclusions.json",
-    ],
+    "03_single_vs_distributed": ["results.json", "conclusions.json"],
     "05_svhn_solution": [
         "fit_model.keras",
         "custom_model.keras",
@@ -133,3 +128,5 @@ def test_notebook_runs_under_nbval(notebook: Path, devices: int, tmp_path: Path)
     assert not missing, f"{notebook.name} did not write {missing} under {artifacts}"
     if (artifacts / "conclusions.json").exists():  # printed conclusions vs their own samples
         assert_conclusions_consistent(artifacts / "conclusions.json")
+    if notebook.stem == "03_single_vs_distributed":  # the printed regime vs its own sweep
+        assert_regime_consistent(artifacts / "results.json")

@@ -1,7 +1,8 @@
 """`course bench`: single device vs distributed training, each replica count in a fresh process.
 
-It measures what notebook 3 measures, with the same model, input pipeline and training step (written
-out in the notebook, repeated here), outside any notebook: for each replica count a new Python
+It measures what notebook 3's section 2 measures, outside any notebook, with the notebook's own
+model, input pipeline and trainers: they are written out in the notebook and repeated below, and
+tests/test_bench.py fails when the two copies differ. For each replica count a new Python
 process builds ONE `tf.distribute.MirroredStrategy` over that many devices (TensorFlow numbers the
 collective groups of every MirroredStrategy from the same start, so two sizes in one process would
 share groups) and times, with `course_utils.timing.measure` (warm-up, interleaved rounds, medians):
@@ -29,14 +30,17 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 
 from course_utils import timing
+from course_utils.quiet import import_tensorflow
+
+tf = import_tensorflow()  # quietly, before Keras imports it
+import keras  # noqa: E402
 
 #: Per-replica batch of the course's notebooks (global batch = this x replicas).
 PER_REPLICA_BATCH = 64
-#: Examples shuffled together.
-SHUFFLE_BUFFER = 4096
 #: What the course's recommended settings should reach on any machine (speed ratios).
 TARGETS = {"custom_loop_vs_fit": 0.95, "mirrored1_vs_no_strategy": 0.90}
 
@@ -56,15 +60,118 @@ QUICK = Sizes(steps=10, rounds=3, steps_per_call=5, examples=2048)
 
 
 # ----------------------------------------------------------------------------------------------
-# One process: one strategy size (the same code as notebook 3)
+# The code of notebook 3, cell by cell (tests/test_bench.py checks that it is the notebook's)
+# ----------------------------------------------------------------------------------------------
+
+
+def make_model() -> keras.Model:
+    return keras.Sequential(
+        [
+            keras.Input(shape=(28, 28, 1)),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(64, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
+
+
+def training_pipeline(images: tf.data.Dataset, global_batch: int) -> tf.data.Dataset:
+    return (
+        images.cache()
+        .shuffle(4096)
+        .batch(global_batch, drop_remainder=True)
+        .repeat()
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+class StepClock(keras.callbacks.Callback):
+    # Seconds from the start of the second step to the end of training.
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == 1:
+            self.start = time.perf_counter()
+
+    def on_train_end(self, logs=None):
+        self.seconds = time.perf_counter() - self.start
+
+
+def fit_trainer(strategy, dataset, jit_compile="auto"):
+    # Returns train(steps): that many timed steps of model.fit (plus one untimed first step).
+    with strategy.scope():
+        model = make_model()
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=jit_compile,
+        )
+    clock = StepClock()
+
+    def train(steps: int) -> float:
+        model.fit(dataset, epochs=1, steps_per_epoch=steps + 1, verbose=0, callbacks=[clock])
+        return clock.seconds
+
+    train.model = model
+    return train
+
+
+def custom_loop_trainer(strategy, dataset, global_batch, steps_per_call, learning_rate=1e-3):
+    # Returns train(steps): that many custom-loop steps (steps must divide by steps_per_call).
+    with strategy.scope():
+        model = make_model()
+        optimizer = keras.optimizers.Adam(learning_rate)
+        optimizer.build(model.trainable_variables)  # Adam's slots, before the first step
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def replica_step(images, labels):
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            per_example = loss_fn(labels, logits)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_steps(iterator, count):
+        total = tf.constant(0.0)
+        for _ in tf.range(count):
+            per_replica_loss = strategy.run(replica_step, args=next(iterator))
+            total += strategy.reduce("SUM", per_replica_loss, axis=None)
+        return total / tf.cast(count, tf.float32)
+
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    count = tf.constant(steps_per_call)
+
+    def train(steps: int) -> None:
+        for _ in range(steps // steps_per_call):
+            loss = train_steps(iterator, count)
+        float(loss)  # waits until the last step has finished
+
+    train.model = model
+    return train
+
+
+#: The names above that must stay identical to notebook 3's cells.
+NOTEBOOK_CODE = (
+    "make_model",
+    "training_pipeline",
+    "StepClock",
+    "fit_trainer",
+    "custom_loop_trainer",
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# One process: one strategy size
 # ----------------------------------------------------------------------------------------------
 
 
 def _trainers(replicas: int, sizes: Sizes) -> dict:
-    """The four configurations for `replicas` replicas: name -> train(steps)."""
-    import keras
-    import tensorflow as tf
-
+    """The four configurations of notebook 3's section 2 for `replicas` replicas."""
     from course_utils import data
 
     devices = [d.name for d in tf.config.list_logical_devices("GPU")] or [
@@ -77,88 +184,14 @@ def _trainers(replicas: int, sizes: Sizes) -> dict:
         )
     batch = PER_REPLICA_BATCH * replicas
     mirrored = tf.distribute.MirroredStrategy(devices[:replicas])
-
-    def make_model():
-        return keras.Sequential(
-            [
-                keras.Input(shape=(28, 28, 1)),
-                keras.layers.Conv2D(32, 3, activation="relu"),
-                keras.layers.MaxPooling2D(),
-                keras.layers.Conv2D(64, 3, activation="relu"),
-                keras.layers.MaxPooling2D(),
-                keras.layers.Flatten(),
-                keras.layers.Dense(64, activation="relu"),
-                keras.layers.Dense(10),
-            ]
-        )
-
-    def training_data():
-        images = data.load("fashion_mnist", "train", limit=sizes.examples)
-        return (
-            images.cache()
-            .shuffle(SHUFFLE_BUFFER)
-            .batch(batch, drop_remainder=True)
-            .repeat()
-            .prefetch(tf.data.AUTOTUNE)
-        )
-
-    def fit_trainer(strategy):
-        with strategy.scope():
-            model = make_model()
-            model.compile(
-                optimizer=keras.optimizers.Adam(1e-3),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            )
-        dataset = training_data()
-        clock = timing.ThroughputCallback(batch, warmup_epochs=0, from_step=1)
-
-        def train(steps: int) -> float:
-            model.fit(dataset, epochs=1, steps_per_epoch=steps + 1, verbose=0, callbacks=[clock])
-            return clock.epoch_seconds[-1]
-
-        return train
-
-    def custom_loop_trainer(strategy, steps_per_call: int):
-        with strategy.scope():
-            model = make_model()
-            optimizer = keras.optimizers.Adam(1e-3)
-            optimizer.build(model.trainable_variables)
-        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-
-        def replica_step(images, labels):
-            with tf.GradientTape() as tape:
-                logits = model(images, training=True)
-                loss = tf.nn.compute_average_loss(loss_fn(labels, logits), global_batch_size=batch)
-            gradients = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-            return loss
-
-        @tf.function
-        def train_steps(iterator, count):
-            total = tf.constant(0.0)
-            for _ in tf.range(count):
-                per_replica_loss = strategy.run(replica_step, args=next(iterator))
-                total += strategy.reduce("SUM", per_replica_loss, axis=None)
-            return total / tf.cast(count, tf.float32)
-
-        iterator = iter(strategy.experimental_distribute_dataset(training_data()))
-        count = tf.constant(steps_per_call)
-
-        def train(steps: int) -> None:
-            for _ in range(steps // steps_per_call):
-                loss = train_steps(iterator, count)
-            float(loss)
-
-        return train
-
+    pipeline = training_pipeline(data.load("fashion_mnist", "train", limit=sizes.examples), batch)
+    k = sizes.steps_per_call
     m = f"MirroredStrategy({replicas})"
     return {
-        "no strategy + fit": fit_trainer(tf.distribute.get_strategy()),
-        f"{m} + fit": fit_trainer(mirrored),
-        f"{m} + custom loop, 1 step/call": custom_loop_trainer(mirrored, 1),
-        f"{m} + custom loop, {sizes.steps_per_call} steps/call": custom_loop_trainer(
-            mirrored, sizes.steps_per_call
-        ),
+        "no strategy + fit": fit_trainer(tf.distribute.get_strategy(), pipeline),
+        f"{m} + fit": fit_trainer(mirrored, pipeline),
+        f"{m} + custom loop, 1 step/call": custom_loop_trainer(mirrored, pipeline, batch, 1),
+        f"{m} + custom loop, {k} steps/call": custom_loop_trainer(mirrored, pipeline, batch, k),
     }
 
 
