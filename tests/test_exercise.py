@@ -205,4 +205,4 @@ def test_cells_after_a_stub_say_which_question_to_answer_first():
     ]
     assert len(users) >= 8
     for source in users:
-        assert "if name not in globals()]" in source and "first: `{missing[0]}`" in source, source
+        assert "if name not in globals()" in source and "first: `{missing[0]}`" in source, source
