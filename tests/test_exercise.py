@@ -190,3 +190,19 @@ def test_course_exercise_check_reports_a_stale_exercise(tmp_path, capsys):
     )
     assert exercise.run(args) == 1
     assert "differ from what the generator produces" in capsys.readouterr().err
+
+
+def test_cells_after_a_stub_say_which_question_to_answer_first():
+    # Run All on the untouched exercise: only the stubs may raise; every cell that uses a stub's
+    # names first checks they exist and prints which question to answer (no NameError traceback).
+    generated = exercise.make_exercise(nbformat.read(SOLUTION, as_version=4))
+    code = [cell.source for cell in generated.cells if cell.cell_type == "code"]
+    first_stub = next(i for i, source in enumerate(code) if "NotImplementedError" in source)
+    users = [
+        source
+        for source in code[first_stub:]
+        if "NotImplementedError" not in source and "results.json" not in source
+    ]
+    assert len(users) >= 8
+    for source in users:
+        assert "if name not in globals()" in source and "first: `{missing[0]}`" in source, source
