@@ -83,8 +83,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     are built once, except the notebook runs, which are independent and spread over the workers.
     Work units go out in collection order (`--no-loadscope-reorder` in the Makefile).
 
-    (xdist's own `--dist loadgroup` cannot do this with pytest 9: its group suffix is written to
-    a node attribute that pytest 9 no longer reads.)
+    (xdist's own `--dist loadgroup` cannot do this with pytest 9.2: its group suffix is written to
+    a node attribute that pytest no longer reads, a known pytest-xdist bug:
+    https://github.com/pytest-dev/pytest-xdist/issues/1386. Overriding `_split_scope` is how
+    xdist's own LoadFileScheduling subclasses LoadScopeScheduling; drop this hook for
+    `--dist loadgroup` once that bug is fixed.)
     """
     from xdist.scheduler import LoadScopeScheduling
 
