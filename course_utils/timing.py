@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from course_utils.quiet import import_tensorflow
+from course_utils.tables import format_table
 
 import_tensorflow()  # before Keras, which imports TensorFlow: its start-up lines stay out
 import keras  # noqa: E402
@@ -276,20 +277,6 @@ def record(verdict: Verdict, path: str | Path) -> Verdict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([*saved, asdict(verdict)], indent=2))
     return verdict
-
-
-def format_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain-text table: first column left-aligned, the others right-aligned.
-
-    >>> print(format_table(["run", "examples/s"], [["fit", "1,230"], ["loop", "1,000"]]))
-    """
-    cells = [[str(c) for c in row] for row in [header, *rows]]
-    widths = [max(len(row[c]) for row in cells) for c in range(len(header))]
-    lines = [
-        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
-        for row in cells
-    ]
-    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
 
 
 def results_table(results: list[RunResult], baseline: str | None = None) -> str:

@@ -21,19 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from course_utils.settings import SettingsError
+from course_utils.tools.paths import course_root
 
 #: Folders `course run` executes, in this order. exercises/ is left out: its stubs raise by design.
 RUN_FOLDERS = ("notebooks", "solutions")
-
-
-def course_root(start: Path | None = None) -> Path:
-    """The course checkout: the current folder (or a parent) holding notebooks/, else the package's
-    parent."""
-    here = (start or Path.cwd()).resolve()
-    for folder in [here, *here.parents]:
-        if (folder / "notebooks").is_dir() and (folder / "course_utils").is_dir():
-            return folder
-    return Path(__file__).resolve().parents[2]
 
 
 def _version(package: str) -> str:

@@ -8,7 +8,7 @@ talking to this process over Unix sockets placed next to its connection file (no
 - interrupt a cell past its time limit, and kill the kernel when the interrupt is ignored (a cell
   that catches KeyboardInterrupt or blocks SIGINT) instead of letting it hold up the next cells;
 - kill the kernel and everything it started past a memory or notebook time limit
-  (`course_utils.processes.Watchdog`);
+  (`course_utils.tools.processes.Watchdog`);
 - cap what it keeps of the outputs (each cell, the whole notebook), with a note where it cut;
 - start the kernel through a wrapper, such as the grader's bubblewrap sandbox (`wrap`).
 
@@ -46,7 +46,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from tqdm.auto import tqdm
 
-from course_utils.processes import Watchdog, kill_tree
+from course_utils.tools.processes import Watchdog, kill_tree
 
 ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 #: The error recorded in a cell interrupted at its time limit.
