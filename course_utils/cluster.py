@@ -4,8 +4,15 @@ A multi-worker job is several copies of one worker script, each told its place i
 the TF_CONFIG environment variable. Started by hand (`%%bash --bg`, `sleep 10`, fixed ports), such
 jobs leave busy ports, orphaned workers and cells that hang. `LocalCluster` picks free ports, logs
 each task to its own file, waits by *reading the logs* (never by sleeping), stops every task when
-one fails (the error shows the end of its log) or at a deadline, and kills each task's process
-group on exit, on error, on Ctrl-C and when the kernel dies (with `course_utils.processes`).
+one fails (the error shows the end of its log) or at a deadline, and stops them all on exit, on
+error and on Ctrl-C.
+
+Why this module sends signals: each task runs in its own process group (`start_new_session`), so
+that Ctrl-C in the notebook does not reach it and one signal stops it with everything it started
+(SIGTERM asks, SIGKILL forces; `kill` uses SIGKILL to simulate losing a machine). A notebook
+kernel can also die without running any clean-up (a crash, or "Restart kernel" on a busy one):
+for that, each cluster starts one small guard process that waits while the kernel lives, then
+kills the tasks' groups (`guard`, below).
 
 Example:
     >>> from course_utils import cluster
@@ -19,7 +26,6 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import math
@@ -36,25 +42,25 @@ from typing import NamedTuple
 import portpicker
 import psutil
 
-from course_utils.processes import die_with_parent, kill_group, start_orphan_guard
-
-POLL_SECONDS = 0.05  # how often the waiting loops read the logs and look at the tasks
-STOP_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL when the cluster is stopped
-MARKER = "COURSE_CLUSTER_PARENT"  # in each task's environment: the pid that started it
-# The guards against orphans when the kernel dies (see course_utils.processes; tests switch them
-# off one at a time): Linux's parent-death signal, and an orphan guard process.
-USE_PDEATHSIG = True  # Linux only: die_with_parent does nothing elsewhere
-USE_ORPHAN_GUARD = True
+#: How often the waiting loops read the logs and look at the tasks (seconds).
+POLL_SECONDS = 0.05
+#: Between SIGTERM and SIGKILL when the cluster is stopped (seconds).
+STOP_GRACE_SECONDS = 3.0
+#: In each task's environment: the pid of the process that started it (see `leftover_workers`).
+MARKER = "COURSE_CLUSTER_PARENT"
 
 # What TensorFlow prints while it loads, before it reads TF_CPP_MIN_LOG_LEVEL: kept in the log
 # files, left out of what the notebook shows.
 _NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
-    r"|I\d{4} \d\d:\d\d:\d\d"  # absl INFO lines (oneDNN notice, "Could not find cuda drivers")
-    r"|E\d{4} .*(cuInit|cuda_platform)"  # "failed call to cuInit" on machines without a GPU
+    # absl INFO lines (oneDNN notice, "Could not find cuda drivers").
+    r"|I\d{4} \d\d:\d\d:\d\d"
+    # "failed call to cuInit" on machines without a GPU.
+    r"|E\d{4} .*(cuInit|cuda_platform)"
     r"|This TensorFlow binary is optimized|To enable the following instructions)"
 )
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])  # on the workers' PYTHONPATH
+# On the workers' PYTHONPATH, so that they (and the guard) import this package.
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 
 
 class Task(NamedTuple):
@@ -126,14 +132,24 @@ def _tail(text: str, count: int) -> str:
     return "\n".join("    " + line for line in text.splitlines()[-count:]) or "    (empty)"
 
 
+#: Clusters started by this process and not stopped yet.
 _LIVE: set[LocalCluster] = set()
 
 
-@atexit.register
-def _stop_all() -> None:
-    """At interpreter exit (a clean kernel restart, say), stop every cluster still running."""
-    for cluster in list(_LIVE):
-        cluster.stop(grace=0.5)
+def signal_group(pgid: int, sig: int) -> None:
+    """Send `sig` to every process of the group `pgid` (nothing happens when it is gone)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def guard(parent: int, groups: Sequence[int]) -> None:
+    """The guard's whole program: wait while `parent` lives, then SIGKILL the process `groups`.
+    A LocalCluster runs it as `python -m course_utils.cluster PARENT GROUP...` and stops it
+    when the cluster stops normally."""
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    for group in groups:
+        signal_group(group, signal.SIGKILL)
 
 
 def leftover_workers() -> list[psutil.Process]:
@@ -236,10 +252,13 @@ class LocalCluster:
                         stderr=subprocess.STDOUT,
                         # Its own process group: stopped as a whole, out of reach of Ctrl-C.
                         start_new_session=True,
-                        preexec_fn=die_with_parent(os.getpid()) if USE_PDEATHSIG else None,
                     )
-            if USE_ORPHAN_GUARD:
-                self._guard = start_orphan_guard([p.pid for p in self.processes.values()])
+            groups = [str(p.pid) for p in self.processes.values()]
+            self._guard = subprocess.Popen(
+                [sys.executable, "-m", "course_utils.cluster", str(os.getpid()), *groups],
+                env=env,
+                start_new_session=True,
+            )
         except BaseException:
             self.stop()
             raise
@@ -368,7 +387,7 @@ class LocalCluster:
         """Kill one task at once with SIGKILL, as when a machine is lost; the others go on."""
         task = self._task(task)
         self._killed.add(task)
-        kill_group(self.processes[task].pid, signal.SIGKILL)
+        signal_group(self.processes[task].pid, signal.SIGKILL)
         self.processes[task].wait()
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
@@ -377,12 +396,12 @@ class LocalCluster:
             return
         self._stopped = True
         for process in self.processes.values():
-            kill_group(process.pid, signal.SIGTERM)
+            signal_group(process.pid, signal.SIGTERM)
         end = time.monotonic() + grace
         for process in self.processes.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.0, end - time.monotonic()))
-            kill_group(process.pid, signal.SIGKILL)  # the whole group: a task's children too
+            signal_group(process.pid, signal.SIGKILL)  # the whole group: a task's children too
             process.wait()
         if self._guard is not None:
             self._guard.kill()
@@ -399,3 +418,7 @@ def run(script: str | os.PathLike, workers: int = 2, **kwargs) -> LocalCluster:
     with LocalCluster(script, workers, **kwargs) as cluster:
         cluster.wait()
     return cluster
+
+
+if __name__ == "__main__":
+    guard(int(sys.argv[1]), [int(group) for group in sys.argv[2:]])
