@@ -109,10 +109,6 @@ class ClusterTimeout(ClusterError):
     """The cluster did not finish (or print what was awaited) before its deadline."""
 
 
-class PortBusy(ClusterError):
-    """A port meant for a task is taken by another process."""
-
-
 class WorkerFailed(ClusterError):
     """A task exited with an error; the message ends with the last lines of its log."""
 
@@ -123,7 +119,7 @@ class WorkerFailed(ClusterError):
             how = f"was killed by {signal.Signals(-returncode).name}"
         message = f"{task} {how}; the other tasks were stopped.\n"
         if re.search("Could not start gRPC server|Address already in use", log):
-            message += "Hint: the task could not listen on its port: leave ports=None or retry.\n"
+            message += "Hint: the task could not listen on its port (taken meanwhile): retry.\n"
         super().__init__(f"{message}Last lines of its log ({log_path}):\n{_tail(log, 25)}")
 
 
@@ -174,7 +170,7 @@ class LocalCluster:
     process's environment plus `env` (without COURSE_DEVICES: a worker is one device), and its
     output in `log_dir/<script>-<job>-<index>.log`. `start()` waits until each task printed
     `ready` (a regular expression); `timeout` seconds after it, everything is stopped. `stream`
-    prints new log lines as `[worker 0] ...` while waiting; `ports` fixes the ports.
+    prints new log lines as `[worker 0] ...` while waiting.
 
     Use it in a `with` block (stopped when the block ends, whatever happens), or call `start()`,
     `wait()` and `stop()`. A task is named by a worker's index, a job ("chief") or a `Task`.
@@ -193,7 +189,6 @@ class LocalCluster:
         ready: str | None = None,
         timeout: float = 600.0,
         stream: bool = False,
-        ports: Sequence[int] | None = None,
     ):
         self.script = Path(script).resolve()
         if not self.script.is_file():
@@ -203,7 +198,7 @@ class LocalCluster:
         self.log_dir = Path(log_dir) if log_dir is not None else self.script.parent / "logs"
         self.args, self.env = [str(a) for a in args], dict(env or {})
         self.ready, self.timeout, self.stream = ready, timeout, stream
-        self.spec = cluster_spec(workers, chief, ps, ports)
+        self.spec = cluster_spec(workers, chief, ps)
         self.tasks = [Task(job, i) for job, hosts in self.spec.items() for i in range(len(hosts))]
         name = self.script.stem
         self.log_paths = {t: self.log_dir / f"{name}-{t.type}-{t.index}.log" for t in self.tasks}
@@ -222,13 +217,6 @@ class LocalCluster:
         """Start every task, then (if `ready` was given) wait until each one printed it."""
         if self._started:
             raise ClusterError("This cluster was started already: make a new LocalCluster.")
-        for task in self.tasks:
-            port = int(self.spec[task.type][task.index].rsplit(":", 1)[1])
-            if not portpicker.is_port_free(port):
-                raise PortBusy(
-                    f"Port {port} (for {task}) is already in use: leave ports=None, or stop the "
-                    "process that holds it (cluster.leftover_workers() lists old workers)."
-                )
         self.log_dir.mkdir(parents=True, exist_ok=True)
         # Simulated devices (COURSE_DEVICES) are for the notebook: each worker is one device.
         inherited = {name: value for name, value in os.environ.items() if name != "COURSE_DEVICES"}

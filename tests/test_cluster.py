@@ -17,7 +17,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import portpicker
 import psutil
 import pytest
 
@@ -230,20 +229,6 @@ def test_two_clusters_back_to_back_and_side_by_side(tmp_path):
         assert set(a.spec["worker"]).isdisjoint(b.spec["worker"])
         assert all(code == 0 for code in list(a.wait().values()) + list(b.wait().values()))
     assert_gone(pids(a) + pids(b))
-
-
-def test_busy_port_is_refused_clearly(tmp_path):
-    with socket.socket() as busy:
-        busy.bind(("localhost", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        ports = [port, portpicker.pick_unused_port()]
-        c = cluster.LocalCluster(TINY, workers=2, ports=ports, log_dir=tmp_path)
-        with pytest.raises(
-            cluster.PortBusy, match=rf"Port {port} \(for worker 0\) is already in use: leave ports"
-        ):
-            c.start()
-    assert c.processes == {}  # nothing was started
 
 
 def test_bad_input_is_refused_clearly(tmp_path):

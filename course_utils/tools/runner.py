@@ -46,7 +46,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from tqdm.auto import tqdm
 
-from course_utils.tools.processes import Watchdog, kill_tree
+from course_utils.tools.processes import Deadline, Watchdog, kill_tree
 
 ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 #: The error recorded in a cell interrupted at its time limit.
@@ -154,10 +154,10 @@ def _kernel_spec_dir(wrap: Callable[[list[str]], list[str]], folder: Path) -> Pa
 async def _answers(kc, seconds: float) -> bool:
     """Whether the kernel answers a trivial request within `seconds` (it is idle again)."""
     msg_id = kc.execute("", silent=True, store_history=False)
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
+    deadline = Deadline(seconds)
+    while not deadline.passed():
         try:
-            reply = await kc.get_shell_msg(timeout=left)
+            reply = await kc.get_shell_msg(timeout=deadline.left())
         except queue.Empty:
             return False
         if reply["parent_header"].get("msg_id") == msg_id:
