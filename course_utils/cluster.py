@@ -163,6 +163,36 @@ def leftover_workers() -> list[psutil.Process]:
     return found
 
 
+class TaskLog:
+    """One task's log file, read as it grows: whole lines only, until the last `read(final=True)`.
+    With `stream`, each new line is also printed as `[worker 0] ...`."""
+
+    def __init__(self, path: Path, task: Task, stream: bool = False) -> None:
+        self.path, self.task, self.stream = path, task, stream
+        #: Everything read so far.
+        self.text = ""
+        self._offset = 0
+
+    def read(self, final: bool = False) -> None:
+        """Add what was written since the last call to `text`. A line still being written waits
+        for the next call, unless `final`."""
+        with open(self.path, "rb") as file:
+            file.seek(self._offset)
+            new = file.read()
+        end = len(new) if final else new.rfind(b"\n") + 1
+        self._offset += end
+        chunk = new[:end].decode("utf-8", errors="replace")
+        self.text += chunk
+        if self.stream:
+            for line in chunk.splitlines():
+                if not _NOISE.match(line):
+                    print(f"[{self.task}] {line}", flush=True)
+
+    def clean(self) -> str:
+        """The text without TensorFlow's start-up noise."""
+        return "\n".join(line for line in self.text.splitlines() if not _NOISE.match(line))
+
+
 class LocalCluster:
     """One worker script run as `workers` (+ `chief`, + `ps`) processes on this machine.
 
@@ -197,17 +227,16 @@ class LocalCluster:
             raise ClusterError("LocalCluster needs Linux or macOS: on Windows use WSL or Colab.")
         self.log_dir = Path(log_dir) if log_dir is not None else self.script.parent / "logs"
         self.args, self.env = [str(a) for a in args], dict(env or {})
-        self.ready, self.timeout, self.stream = ready, timeout, stream
+        self.ready, self.timeout = ready, timeout
         self.spec = cluster_spec(workers, chief, ps)
         self.tasks = [Task(job, i) for job, hosts in self.spec.items() for i in range(len(hosts))]
         name = self.script.stem
         self.log_paths = {t: self.log_dir / f"{name}-{t.type}-{t.index}.log" for t in self.tasks}
+        self._logs = {t: TaskLog(self.log_paths[t], t, stream) for t in self.tasks}
         #: The running (or finished) process of each task.
         self.processes: dict[Task, subprocess.Popen] = {}
         #: Wall time from `start()` to `stop()` in seconds.
         self.seconds = 0.0
-        self._text = {t: "" for t in self.tasks}  # what was read from each log so far
-        self._offset = {t: 0 for t in self.tasks}  # bytes read from each log file so far
         self._killed: set[Task] = set()
         self._guard: subprocess.Popen | None = None
         self._started = self._deadline = 0.0
@@ -277,7 +306,7 @@ class LocalCluster:
         """The log of one task so far, without TensorFlow's start-up noise."""
         task = self._task(task)
         self._read(task)
-        return "\n".join(line for line in self._text[task].splitlines() if not _NOISE.match(line))
+        return self._logs[task].clean()
 
     def show_logs(
         self,
@@ -294,21 +323,11 @@ class LocalCluster:
             print("\n".join(shown[-lines:] if lines else shown) or "(empty)")
 
     def _read(self, task: Task, final: bool = False) -> None:
-        """Add the lines the task wrote since the last call to its text, and print them if
-        streaming. A line still being written waits for the next call, unless `final`."""
+        """Read what `task` wrote to its log since the last call (see TaskLog)."""
+        # After stop() the file may belong to a newer run.
         if (self._stopped and not final) or task not in self.processes:
-            return  # after stop() the file may belong to a newer run
-        with open(self.log_paths[task], "rb") as file:
-            file.seek(self._offset[task])
-            new = file.read()
-        end = len(new) if final else new.rfind(b"\n") + 1
-        self._offset[task] += end
-        chunk = new[:end].decode("utf-8", errors="replace")
-        self._text[task] += chunk
-        if self.stream:
-            for line in chunk.splitlines():
-                if not _NOISE.match(line):
-                    print(f"[{task}] {line}", flush=True)
+            return
+        self._logs[task].read(final)
 
     def _watch(self, done: Callable, what: str, timeout: float | None, check: bool = True):
         """Read the logs until `done(returncodes)` returns something true; return that. Any error
@@ -352,7 +371,7 @@ class LocalCluster:
         regex = re.compile(pattern, re.MULTILINE)
 
         def found(codes: dict[Task, int | None]) -> re.Match | None:
-            matches = [regex.search(self._text[t]) for t in awaited]
+            matches = [regex.search(self._logs[t].text) for t in awaited]
             for t, match in zip(awaited, matches):
                 if not match and codes[t] is not None:
                     raise ClusterError(
