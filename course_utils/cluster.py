@@ -1,23 +1,19 @@
 """Run a small TensorFlow cluster on this machine, safely.
 
 A multi-worker job is several copies of one worker script, each told its place in the cluster by
-the TF_CONFIG environment variable. Started by hand (`%%bash --bg`, `sleep 10`, fixed ports), such
-jobs leave busy ports, orphaned workers and cells that hang. `LocalCluster` picks free ports, logs
-each task to its own file, waits by *reading the logs* (never by sleeping), stops every task when
-one fails (the error shows the end of its log) or at a deadline, and stops them all on exit, on
-error and on Ctrl-C.
+the TF_CONFIG environment variable. `LocalCluster` picks free ports, logs each task to its own
+file, waits by *reading the logs* (never by sleeping), stops every task when one fails (the error
+shows the end of its log) or at a deadline, and on exit, on error and on Ctrl-C.
 
-Why this module sends signals: each task runs in its own process group (`start_new_session`), so
-that Ctrl-C in the notebook does not reach it and one signal stops it with everything it started
-(SIGTERM asks, SIGKILL forces; `kill` uses SIGKILL to simulate losing a machine). A notebook
-kernel can also die without running any clean-up (a crash, or "Restart kernel" on a busy one):
-for that, each cluster starts one small guard process that waits while the kernel lives, then
-kills the tasks' groups (`guard`, below).
+Why this module sends signals: each task runs in its own process group, out of reach of the
+notebook's Ctrl-C, and one signal to the group stops it with all it started (SIGTERM asks, SIGKILL
+forces, as when a machine is lost). A kernel can also die without any clean-up (a crash, "Restart
+kernel" on a busy one): for that, each cluster starts a small guard process that waits while the
+kernel lives, then kills the tasks' groups (`guard`).
 
 Example:
     >>> from course_utils import cluster
     >>> done = cluster.run("worker.py", workers=2, timeout=300)  # start, wait, stop
-    >>> done.show_logs(lines=5)
     >>> with cluster.LocalCluster("train.py", workers=2, ready=r"replicas: 2") as c:
     ...     c.wait_for(r"saved step (\\d+)", task=0)  # read worker 0's log until this appears
     ...     c.kill(1)  # simulate losing worker 1
