@@ -304,12 +304,12 @@ def test_leftover_workers_finds_orphans_only(tmp_path):
             cwd=ROOT,
         )
         orphans = json.loads(parent.stdout.readline())
-        (guard,) = _guards_of(psutil.Process(parent.pid))
-        # SIGKILL: it never runs again (it stays a zombie until its parent is gone).
-        guard.kill()
-        parent.kill()
-        parent.wait(10)
         try:
+            (guard,) = _guards_of(psutil.Process(parent.pid))
+            # SIGKILL: it never runs again (it stays a zombie until its parent is gone).
+            guard.kill()
+            parent.kill()
+            parent.wait(10)
             found = {p.pid for p in cluster.leftover_workers()}
             # The orphans are listed, a live cluster's tasks are not.
             assert set(orphans) <= found

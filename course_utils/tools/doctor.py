@@ -1,7 +1,7 @@
 """`course doctor`: what the course will run on, and what to do about what blocks it.
 
 It prints one line per check: versions (and whether the course is tested with them), whether this
-Python's scripts folder is on PATH (Jupyter's `%tensorboard` needs it), devices, settings, data,
+Python's scripts folder is on PATH (`course` and `tensorboard` in a shell), devices, settings, data,
 network, leftover cluster workers and the grading sandbox. Exit 0 when the course can run.
 
 Example:
@@ -74,7 +74,8 @@ def check_versions() -> None:
     if scripts in os.environ.get("PATH", "").split(os.pathsep):
         row("PATH", f"has {scripts}")
     else:
-        row("PATH", f"lacks {scripts}: activate the environment (or `make lab`) before Jupyter")
+        # The course's Jupyter kernel adds it itself (its kernelspec, written by `make setup`).
+        row("PATH", f"lacks {scripts}: activate the environment to use `course` in a shell")
 
 
 def check_devices(settings) -> None:
