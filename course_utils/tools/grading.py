@@ -63,9 +63,9 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.processes import Watchdog, kill_tree
 from course_utils.tools import exercise, sandbox
 from course_utils.tools.checks import ARTIFACTS_NAME, DATASET, clear_cache
+from course_utils.tools.processes import Watchdog, kill_tree
 from course_utils.tools.runner import Limits, RunOutcome, run_notebook
 
 __all__ = ["Limits", "RunOutcome", "grade", "run_submission"]
@@ -438,7 +438,7 @@ def grade(
     """
     from tqdm.auto import tqdm
 
-    from course_utils.tools.cli import course_root
+    from course_utils.tools.paths import course_root
 
     if sandboxed:
         sandbox.require()

@@ -19,13 +19,14 @@ Example:
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
+
+from course_utils.settings import tfds_data_dir
 
 #: The flag that grades without a sandbox, named after what it risks.
 NO_SANDBOX_FLAG = "--no-sandbox-i-trust-these-notebooks"
@@ -122,7 +123,7 @@ def _read_only_keep() -> list[Path]:
     package_parent = Path(course_utils.__file__).resolve().parents[1]
     keep = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parents[1]}
     keep.add(package_parent)
-    data_dir = os.environ.get("TFDS_DATA_DIR") or str(Path.home() / "tensorflow_datasets")
+    data_dir = str(tfds_data_dir())
     if Path(data_dir).is_dir():
         keep.add(Path(data_dir))
     return sorted(p.resolve() for p in keep)
@@ -178,7 +179,7 @@ def kernel_env(env: dict[str, str], home: Path) -> dict[str, str]:
         for key, value in env.items()
         if any(key == name or (name.endswith("_") and key.startswith(name)) for name in KEPT_ENV)
     }
-    data_dir = env.get("TFDS_DATA_DIR") or str(Path.home() / "tensorflow_datasets")
+    data_dir = str(tfds_data_dir(env))
     if Path(data_dir).is_dir():
         kept["TFDS_DATA_DIR"] = data_dir  # HOME moves: keep reading the instructor's datasets
     return {**kept, "HOME": str(home), "TMPDIR": "/tmp", "PYTHONNOUSERSITE": "1"}
