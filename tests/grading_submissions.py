@@ -69,7 +69,7 @@ TOKEN = f"hostile-{secrets.token_hex(6)}"
 
 
 def notebook_of(*sources: str) -> nbformat.NotebookNode:
-    notebook = nbformat.v4.newnotebook_of(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
     return notebook
 
