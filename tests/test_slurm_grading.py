@@ -24,6 +24,7 @@ import pytest
 import slurm
 from grading_submissions import (
     ENV,
+    SOLUTION,
     SURVIVOR,
     SURVIVOR_LOOP,
     TAMPER,
@@ -34,7 +35,7 @@ from grading_submissions import (
     write,
 )
 
-from course_utils.tools import batch, sandbox
+from course_utils.tools import batch, sandbox, slurm_array
 from course_utils.tools.runner import Limits
 
 NO_SLURM = slurm.missing_programs()
@@ -195,3 +196,37 @@ def test_ctrl_c_cancels_the_array_and_leaves_nothing(cluster, tmp_path):
     assert row["status"] == "task cancelled" and "run again" in row["notes"], row
     assert cluster.jobs() == []
     slurm.wait_until(lambda: not leftovers(cluster), 30, "the cancelled task's processes to end")
+
+
+# --- without Slurm: the array's script, the rows of tasks that left no grade ---------------
+
+
+def _batch(out: Path) -> batch.Batch:
+    solution = SOLUTION
+    return batch.Batch(out, solution, solution.read_bytes(), batch.Settings(), LIMITS)
+
+
+def test_the_sbatch_script_passes_the_options_and_records_each_exit_code(tmp_path):
+    b = _batch(tmp_path)
+    options = slurm_array.SlurmOptions("cpu", "00:30:00", "8G", 2, ["--account=cs101"])
+    script = slurm_array.batch_script(b, tmp_path / ".batch" / "plan.json", 7, options)
+    for line in ["--array=0-6", "--partition=cpu", "--time=00:30:00", "--mem=8G"]:
+        assert f"#SBATCH {line}\n" in script
+    assert "#SBATCH --cpus-per-task=2\n" in script and "#SBATCH --account=cs101\n" in script
+    assert 'exit-"$SLURM_ARRAY_TASK_ID"' in script and script.endswith('exit "$code"\n')
+    default = slurm_array.batch_script(b, tmp_path / "plan.json", 1, slurm_array.SlurmOptions())
+    assert f"#SBATCH --time={slurm_array.task_minutes(b)}\n" in default
+    assert "--partition" not in default and "--mem" not in default
+
+
+def test_a_task_without_a_grade_gets_a_row_saying_why(tmp_path):
+    b = _batch(tmp_path)
+    submissions = [batch.Submission(n, tmp_path / f"{n}.ipynb") for n in "abcd"]
+    (tmp_path / batch.PLAN_FOLDER).mkdir()
+    (tmp_path / batch.PLAN_FOLDER / "exit-2").write_text("137\n")
+    states = {0: "TIMEOUT", 1: "CANCELLED", 2: "FAILED", 3: "UNKNOWN"}
+    grades = slurm_array.collect(b, submissions, states, "42")
+    assert [g.status for g in grades] == ["task timed out", "task cancelled"] + ["task failed"] * 2
+    assert "time limit" in grades[0].reason and "killed by signal 9" in grades[2].reason
+    assert all("slurm-42_" in g.reason and g.score == 0 and g.max_score == 12 for g in grades)
+    assert (tmp_path / "a" / "report.md").exists() and not (tmp_path / "a" / "result.json").exists()
