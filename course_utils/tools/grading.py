@@ -210,7 +210,13 @@ def run(args: argparse.Namespace) -> int:
             return benchmark(args, jobs or 1)
         b = _prepare(args, args.out, sandboxed=not args.no_sandbox)
         grades = _grade(args, b, jobs or 1, args.slurm)
-    except (FileNotFoundError, ValueError, exercise.MarkerError, sandbox.SandboxUnavailable) as exc:
+    except (
+        FileNotFoundError,
+        ValueError,
+        exercise.MarkerError,
+        sandbox.SandboxUnavailable,
+        slurm_array.SlurmError,
+    ) as exc:
         print(f"course grade: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)

@@ -3,8 +3,9 @@
 `course grade --slurm` writes the batch's plan (settings, limits, a copy of the solution, the
 submissions) under <out>/.batch/, submits ONE `sbatch --array` job whose task i grades submission i
 with `batch.grade_one` (its own check process, the bubblewrap sandbox, the same limits) and saves
-<out>/<student>/report.md and result.json, exactly as a local run does. The grades folder must be
-on a file system the compute nodes share with the submitting machine.
+<out>/<student>/report.md and result.json, exactly as a local run does. The grades folder, the
+submissions and the course's Python (the same path) must be on a file system the compute nodes
+share with the submitting machine.
 
 While the tasks run, the progress (done, running, pending, failed) comes from Slurm: `squeue`
 lists pending and running tasks and, for a few minutes after they end (`MinJobAge`), their final
@@ -55,6 +56,10 @@ POLL_S = 2.0
 TASK_MARGIN_S = 180
 
 
+class SlurmError(RuntimeError):
+    """Slurm refused or failed a command; the message has its error."""
+
+
 @dataclass(frozen=True)
 class SlurmOptions:
     """What `sbatch` is asked for, per task. None: the cluster's default (time: from the limits)."""
@@ -77,7 +82,7 @@ def missing() -> str | None:
 def _slurm(*command: str, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
     if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed: {proc.stderr.strip() or proc.stdout}")
+        raise SlurmError(f"{' '.join(command)} failed: {proc.stderr.strip() or proc.stdout}")
     return proc
 
 
@@ -230,7 +235,7 @@ def cancel(job: str, logs: Path, count: int, timeout: float = 120) -> dict[int, 
         if not any(state in ACTIVE for state in states.values()):
             return states
         if time.monotonic() > deadline:
-            raise RuntimeError(f"Slurm job {job} still has tasks {timeout:.0f} s after scancel")
+            raise SlurmError(f"Slurm job {job} still has tasks {timeout:.0f} s after scancel")
         time.sleep(0.5)
 
 
@@ -247,7 +252,7 @@ def grade(
     finished and raises KeyboardInterrupt."""
     why = missing()
     if why:
-        raise RuntimeError(why)
+        raise SlurmError(why)
     submissions = batch.collect_submissions(paths)
     todo = batch.to_grade(b, submissions, regrade)
     states: dict[int, str] = {}
