@@ -30,6 +30,7 @@ import zipfile
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 from grading_submissions import (
     BOMB,
@@ -55,7 +56,7 @@ from grading_submissions import (
 )
 
 from course_utils.tools import batch as grading_batch
-from course_utils.tools import checks, sandbox
+from course_utils.tools import checks, cli, grading, sandbox
 from course_utils.tools.report import Grade
 from course_utils.tools.runner import Limits
 
@@ -453,3 +454,19 @@ def test_real_data_is_prepared_once_before_the_batch(monkeypatch):
     prepared.clear()
     with pytest.raises(data.DataUnavailableError, match="COURSE_DATA=tfds needs the real"):
         grading_batch.batch_data("tfds")
+
+
+def test_the_default_jobs_fit_the_cores_the_devices_and_the_memory(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    free = type("Memory", (), {"available": 10 * 2**30})
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: free)
+    assert grading.default_jobs(devices=2, memory_mb=4096)[0] == 2  # memory: 10 GiB / 4 GiB
+    assert grading.default_jobs(devices=3, memory_mb=1024)[0] == 2  # cores: 8 / 3
+    assert grading.default_jobs(devices=16, memory_mb=1024)[0] == 1  # at least one
+    missing = str(tmp_path / "missing.ipynb")
+    grades = tmp_path / "grades"
+    assert cli.main(["grade", missing, f"--out={grades}", "--devices=2", "--memory-mb=1024"]) == 2
+    assert not grades.exists(), "nothing is written for bad input"
+    out, err = capsys.readouterr()
+    assert "--jobs 4 (8 cores / 2 devices per submission = 4; 10,240 MB free" in out
+    assert "missing.ipynb does not exist" in err

@@ -528,6 +528,8 @@ def grade(
     """
     from course_utils.tools.cli import course_root
 
+    # bad paths: a clear error before anything is written
+    collect_submissions(paths)
     solution = Path(solution or course_root() / DEFAULT_SOLUTION)
     settings = settings or Settings(data=os.environ.get("COURSE_DATA") or "auto")
     b = prepare(out, solution, settings, limits or Limits(), sandboxed)

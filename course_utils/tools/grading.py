@@ -206,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
         jobs, why = default_jobs(args.devices, args.memory_mb)
         print(f"course grade: --jobs {jobs} ({why})")
     try:
+        # bad paths: a clear error before anything is written
+        batch.collect_submissions(args.submissions)
         if args.benchmark:
             return benchmark(args, jobs or 1)
         b = _prepare(args, args.out, sandboxed=not args.no_sandbox)
