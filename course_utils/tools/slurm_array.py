@@ -132,6 +132,11 @@ def submit(b: Batch, submissions: list[Submission], options: SlurmOptions) -> tu
 def _from_squeue(job: str) -> dict[int, str]:
     # -r: one line per array task; -t all: also tasks that ended less than MinJobAge ago
     proc = _slurm("squeue", "-h", "-r", "-t", "all", "-j", job, "-o", "%K %T", check=False)
+    if proc.returncode != 0:
+        # squeue forgets a job MinJobAge after its end; any other failure is not an answer
+        if "invalid job id" in proc.stderr.lower():
+            return {}
+        raise SlurmError(f"squeue failed: {proc.stderr.strip()}")
     states = {}
     for line in proc.stdout.splitlines():
         index, _, state = line.partition(" ")
@@ -213,9 +218,18 @@ def _counts(b: Batch, submissions: list[Submission], states: dict[int, str]) -> 
 
 def wait(b: Batch, submissions: list[Submission], job: str, progress: bool) -> dict[int, str]:
     """Poll Slurm until no task is pending or running; print the counts when they change."""
-    logs, shown = b.out / batch.PLAN_FOLDER, None
+    logs, shown, failures = b.out / batch.PLAN_FOLDER, None, 0
     while True:
-        states = task_states(job, logs, len(submissions))
+        try:
+            states = task_states(job, logs, len(submissions))
+            failures = 0
+        except SlurmError:
+            # a busy or restarting slurmctld: ask again, for a minute
+            failures += 1
+            if failures * POLL_S > 60:
+                raise
+            time.sleep(POLL_S)
+            continue
         counts = _counts(b, submissions, states)
         line = ", ".join(f"{n} {what}" for what, n in counts.items())
         if progress and line != shown:
