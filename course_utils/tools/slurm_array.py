@@ -45,7 +45,7 @@ ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUE
 #: Why a task without a result ended, by its Slurm state: (gradebook status, reason).
 ENDINGS = {
     "TIMEOUT": ("task timed out", "the Slurm task reached its time limit (--time)"),
-    "CANCELLED": ("task cancelled", "the Slurm task was cancelled before it saved a grade"),
+    "CANCELLED": ("task cancelled", "the Slurm task was cancelled"),
     "OUT_OF_MEMORY": ("task failed", "the Slurm task ran out of memory (--mem)"),
     "NODE_FAIL": ("task failed", "the node running the Slurm task failed"),
     "PREEMPTED": ("task failed", "the Slurm task was preempted"),
@@ -175,14 +175,14 @@ def task_states(job: str, logs: Path, count: int) -> dict[int, str]:
 
 
 def _ended_reason(state: str, logs: Path, job: str, index: int) -> tuple[str, str]:
-    log = logs / f"slurm-{job}_{index}.out"
+    log = f"{batch.PLAN_FOLDER}/slurm-{job}_{index}.out"
     status, reason = ENDINGS.get(state, ("task failed", f"the Slurm task ended {state}"))
     exit_file = logs / f"exit-{index}"
     if exit_file.exists() and state not in ENDINGS:
         code = int(exit_file.read_text().strip() or 1)
         signal_note = f" (killed by signal {code - 128})" if code > 128 else ""
         reason = f"the grading process exited with code {code}{signal_note}"
-    return status, f"{reason}, without a grade; its log: {log}; run again to grade it"
+    return status, f"{reason} before it saved a grade (its log: {log}); run again to grade it"
 
 
 def collect(b: Batch, submissions: list[Submission], states: dict[int, str], job: str) -> list:
