@@ -218,7 +218,7 @@ PLUGGED_COMMANDS = {
     ),
     "grade": (
         "course_utils.tools.grading",
-        "grade exercise submissions: reports and a CSV gradebook",
+        "grade exercise submissions, here or as a Slurm job array: reports and gradebooks",
     ),
 }
 

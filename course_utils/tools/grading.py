@@ -104,8 +104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--benchmark",
         action="store_true",
-        help="instead of grading once, grade the batch with each route (sandbox on and off, one "
-        "and two at a time, and Slurm with --slurm) and print seconds per submission",
+        help="instead of grading once, grade the batch by each route (here one and --jobs at a "
+        "time, with the sandbox and, without --slurm, without it; with --slurm also as a job "
+        "array) and print each gradebook and the seconds per submission",
     )
 
 
