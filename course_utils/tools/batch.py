@@ -299,7 +299,7 @@ def zero_results(parts: exercise.SolutionParts, message: str = "") -> list[Check
     return results
 
 
-def _read_notebook(g: Grade, parts: exercise.SolutionParts):
+def _read_notebook(g: Grade, parts: exercise.SolutionParts) -> nbformat.NotebookNode | None:
     """The submission as a notebook, or None (and `g` says why) when it is not one."""
     try:
         notebook = nbformat.read(g.path, as_version=4)
@@ -375,7 +375,9 @@ def _score(g: Grade, parts: exercise.SolutionParts, verdicts: list[Verdict]) -> 
     g.results += [_answer_result(a, g.answers.get(a.question)) for a in parts.answers]
 
 
-def _grade_notebook(batch: Batch, submission: Submission, checks: CheckProcess, base: Path):
+def _grade_notebook(
+    batch: Batch, submission: Submission, checks: CheckProcess, base: Path
+) -> Grade:
     parts = batch.parts
     g = Grade(submission.student, Path(submission.path), status="graded")
     notebook = _read_notebook(g, parts)
