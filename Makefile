@@ -31,7 +31,8 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON_EXE) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[jupyter,test]"
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)" >/dev/null
+	@# The kernel finds this environment's programs (tensorboard for %tensorboard) on PATH, however Jupyter was started.
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)" --env PATH '$(abspath $(BIN)):$${PATH}' >/dev/null
 	touch $(STAMP)
 
 setup: $(STAMP)

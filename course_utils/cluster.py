@@ -1,16 +1,19 @@
 """Run a small TensorFlow cluster on this machine, safely.
 
 A multi-worker job is several copies of one worker script, each told its place in the cluster by
-the TF_CONFIG environment variable. Started by hand (`%%bash --bg`, `sleep 10`, fixed ports), such
-jobs leave busy ports, orphaned workers and cells that hang. `LocalCluster` picks free ports, logs
-each task to its own file, waits by *reading the logs* (never by sleeping), stops every task when
-one fails (the error shows the end of its log) or at a deadline, and kills each task's process
-group on exit, on error, on Ctrl-C and when the kernel dies (with `course_utils.processes`).
+the TF_CONFIG environment variable. `LocalCluster` picks free ports, logs each task to its own
+file, waits by *reading the logs* (never by sleeping), stops every task when one fails (the error
+shows the end of its log) or at a deadline, and on exit, on error and on Ctrl-C.
+
+Why this module sends signals: each task runs in its own process group, out of reach of the
+notebook's Ctrl-C, and one signal to the group stops it with all it started (SIGTERM asks, SIGKILL
+forces, as when a machine is lost). A kernel can also die without any clean-up (a crash, "Restart
+kernel" on a busy one): for that, each cluster starts a small guard process that waits while the
+kernel lives, then kills the tasks' groups (`guard`).
 
 Example:
     >>> from course_utils import cluster
     >>> done = cluster.run("worker.py", workers=2, timeout=300)  # start, wait, stop
-    >>> done.show_logs(lines=5)
     >>> with cluster.LocalCluster("train.py", workers=2, ready=r"replicas: 2") as c:
     ...     c.wait_for(r"saved step (\\d+)", task=0)  # read worker 0's log until this appears
     ...     c.kill(1)  # simulate losing worker 1
@@ -19,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import math
@@ -36,25 +38,25 @@ from typing import NamedTuple
 import portpicker
 import psutil
 
-from course_utils.processes import die_with_parent, kill_group, start_orphan_guard
-
-POLL_SECONDS = 0.05  # how often the waiting loops read the logs and look at the tasks
-STOP_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL when the cluster is stopped
-MARKER = "COURSE_CLUSTER_PARENT"  # in each task's environment: the pid that started it
-# The guards against orphans when the kernel dies (see course_utils.processes; tests switch them
-# off one at a time): Linux's parent-death signal, and an orphan guard process.
-USE_PDEATHSIG = True  # Linux only: die_with_parent does nothing elsewhere
-USE_ORPHAN_GUARD = True
+#: How often the waiting loops read the logs and look at the tasks (seconds).
+POLL_SECONDS = 0.05
+#: Between SIGTERM and SIGKILL when the cluster is stopped (seconds).
+STOP_GRACE_SECONDS = 3.0
+#: In each task's environment: the pid of the process that started it (see `leftover_workers`).
+MARKER = "COURSE_CLUSTER_PARENT"
 
 # What TensorFlow prints while it loads, before it reads TF_CPP_MIN_LOG_LEVEL: kept in the log
 # files, left out of what the notebook shows.
 _NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
-    r"|I\d{4} \d\d:\d\d:\d\d"  # absl INFO lines (oneDNN notice, "Could not find cuda drivers")
-    r"|E\d{4} .*(cuInit|cuda_platform)"  # "failed call to cuInit" on machines without a GPU
+    # absl INFO lines (oneDNN notice, "Could not find cuda drivers").
+    r"|I\d{4} \d\d:\d\d:\d\d"
+    # "failed call to cuInit" on machines without a GPU.
+    r"|E\d{4} .*(cuInit|cuda_platform)"
     r"|This TensorFlow binary is optimized|To enable the following instructions)"
 )
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])  # on the workers' PYTHONPATH
+# On the workers' PYTHONPATH, so that they (and the guard) import this package.
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 
 
 class Task(NamedTuple):
@@ -103,10 +105,6 @@ class ClusterTimeout(ClusterError):
     """The cluster did not finish (or print what was awaited) before its deadline."""
 
 
-class PortBusy(ClusterError):
-    """A port meant for a task is taken by another process."""
-
-
 class WorkerFailed(ClusterError):
     """A task exited with an error; the message ends with the last lines of its log."""
 
@@ -117,7 +115,7 @@ class WorkerFailed(ClusterError):
             how = f"was killed by {signal.Signals(-returncode).name}"
         message = f"{task} {how}; the other tasks were stopped.\n"
         if re.search("Could not start gRPC server|Address already in use", log):
-            message += "Hint: the task could not listen on its port: leave ports=None or retry.\n"
+            message += "Hint: the task could not listen on its port (taken meanwhile): retry.\n"
         super().__init__(f"{message}Last lines of its log ({log_path}):\n{_tail(log, 25)}")
 
 
@@ -126,14 +124,24 @@ def _tail(text: str, count: int) -> str:
     return "\n".join("    " + line for line in text.splitlines()[-count:]) or "    (empty)"
 
 
+#: Clusters started by this process and not stopped yet.
 _LIVE: set[LocalCluster] = set()
 
 
-@atexit.register
-def _stop_all() -> None:
-    """At interpreter exit (a clean kernel restart, say), stop every cluster still running."""
-    for cluster in list(_LIVE):
-        cluster.stop(grace=0.5)
+def signal_group(pgid: int, sig: int) -> None:
+    """Send `sig` to every process of the group `pgid` (nothing happens when it is gone)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def guard(parent: int, groups: Sequence[int]) -> None:
+    """The guard's whole program: wait while `parent` lives, then SIGKILL the process `groups`.
+    A LocalCluster runs it as `python -m course_utils.cluster PARENT GROUP...` and stops it
+    when the cluster stops normally."""
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    for group in groups:
+        signal_group(group, signal.SIGKILL)
 
 
 def leftover_workers() -> list[psutil.Process]:
@@ -151,6 +159,36 @@ def leftover_workers() -> list[psutil.Process]:
     return found
 
 
+class TaskLog:
+    """One task's log file, read as it grows: whole lines only, until the last `read(final=True)`.
+    With `stream`, each new line is also printed as `[worker 0] ...`."""
+
+    def __init__(self, path: Path, task: Task, stream: bool = False) -> None:
+        self.path, self.task, self.stream = path, task, stream
+        #: Everything read so far.
+        self.text = ""
+        self._offset = 0
+
+    def read(self, final: bool = False) -> None:
+        """Add what was written since the last call to `text`. A line still being written waits
+        for the next call, unless `final`."""
+        with open(self.path, "rb") as file:
+            file.seek(self._offset)
+            new = file.read()
+        end = len(new) if final else new.rfind(b"\n") + 1
+        self._offset += end
+        chunk = new[:end].decode("utf-8", errors="replace")
+        self.text += chunk
+        if self.stream:
+            for line in chunk.splitlines():
+                if not _NOISE.match(line):
+                    print(f"[{self.task}] {line}", flush=True)
+
+    def clean(self) -> str:
+        """The text without TensorFlow's start-up noise."""
+        return "\n".join(line for line in self.text.splitlines() if not _NOISE.match(line))
+
+
 class LocalCluster:
     """One worker script run as `workers` (+ `chief`, + `ps`) processes on this machine.
 
@@ -158,7 +196,7 @@ class LocalCluster:
     process's environment plus `env` (without COURSE_DEVICES: a worker is one device), and its
     output in `log_dir/<script>-<job>-<index>.log`. `start()` waits until each task printed
     `ready` (a regular expression); `timeout` seconds after it, everything is stopped. `stream`
-    prints new log lines as `[worker 0] ...` while waiting; `ports` fixes the ports.
+    prints new log lines as `[worker 0] ...` while waiting.
 
     Use it in a `with` block (stopped when the block ends, whatever happens), or call `start()`,
     `wait()` and `stop()`. A task is named by a worker's index, a job ("chief") or a `Task`.
@@ -177,7 +215,6 @@ class LocalCluster:
         ready: str | None = None,
         timeout: float = 600.0,
         stream: bool = False,
-        ports: Sequence[int] | None = None,
     ):
         self.script = Path(script).resolve()
         if not self.script.is_file():
@@ -186,17 +223,16 @@ class LocalCluster:
             raise ClusterError("LocalCluster needs Linux or macOS: on Windows use WSL or Colab.")
         self.log_dir = Path(log_dir) if log_dir is not None else self.script.parent / "logs"
         self.args, self.env = [str(a) for a in args], dict(env or {})
-        self.ready, self.timeout, self.stream = ready, timeout, stream
-        self.spec = cluster_spec(workers, chief, ps, ports)
+        self.ready, self.timeout = ready, timeout
+        self.spec = cluster_spec(workers, chief, ps)
         self.tasks = [Task(job, i) for job, hosts in self.spec.items() for i in range(len(hosts))]
         name = self.script.stem
         self.log_paths = {t: self.log_dir / f"{name}-{t.type}-{t.index}.log" for t in self.tasks}
+        self._logs = {t: TaskLog(self.log_paths[t], t, stream) for t in self.tasks}
         #: The running (or finished) process of each task.
         self.processes: dict[Task, subprocess.Popen] = {}
         #: Wall time from `start()` to `stop()` in seconds.
         self.seconds = 0.0
-        self._text = {t: "" for t in self.tasks}  # what was read from each log so far
-        self._offset = {t: 0 for t in self.tasks}  # bytes read from each log file so far
         self._killed: set[Task] = set()
         self._guard: subprocess.Popen | None = None
         self._started = self._deadline = 0.0
@@ -206,13 +242,6 @@ class LocalCluster:
         """Start every task, then (if `ready` was given) wait until each one printed it."""
         if self._started:
             raise ClusterError("This cluster was started already: make a new LocalCluster.")
-        for task in self.tasks:
-            port = int(self.spec[task.type][task.index].rsplit(":", 1)[1])
-            if not portpicker.is_port_free(port):
-                raise PortBusy(
-                    f"Port {port} (for {task}) is already in use: leave ports=None, or stop the "
-                    "process that holds it (cluster.leftover_workers() lists old workers)."
-                )
         self.log_dir.mkdir(parents=True, exist_ok=True)
         # Simulated devices (COURSE_DEVICES) are for the notebook: each worker is one device.
         inherited = {name: value for name, value in os.environ.items() if name != "COURSE_DEVICES"}
@@ -236,10 +265,13 @@ class LocalCluster:
                         stderr=subprocess.STDOUT,
                         # Its own process group: stopped as a whole, out of reach of Ctrl-C.
                         start_new_session=True,
-                        preexec_fn=die_with_parent(os.getpid()) if USE_PDEATHSIG else None,
                     )
-            if USE_ORPHAN_GUARD:
-                self._guard = start_orphan_guard([p.pid for p in self.processes.values()])
+            groups = [str(p.pid) for p in self.processes.values()]
+            self._guard = subprocess.Popen(
+                [sys.executable, "-m", "course_utils.cluster", str(os.getpid()), *groups],
+                env=env,
+                start_new_session=True,
+            )
         except BaseException:
             self.stop()
             raise
@@ -270,7 +302,7 @@ class LocalCluster:
         """The log of one task so far, without TensorFlow's start-up noise."""
         task = self._task(task)
         self._read(task)
-        return "\n".join(line for line in self._text[task].splitlines() if not _NOISE.match(line))
+        return self._logs[task].clean()
 
     def show_logs(
         self,
@@ -287,21 +319,11 @@ class LocalCluster:
             print("\n".join(shown[-lines:] if lines else shown) or "(empty)")
 
     def _read(self, task: Task, final: bool = False) -> None:
-        """Add the lines the task wrote since the last call to its text, and print them if
-        streaming. A line still being written waits for the next call, unless `final`."""
+        """Read what `task` wrote to its log since the last call (see TaskLog)."""
+        # After stop() the file may belong to a newer run.
         if (self._stopped and not final) or task not in self.processes:
-            return  # after stop() the file may belong to a newer run
-        with open(self.log_paths[task], "rb") as file:
-            file.seek(self._offset[task])
-            new = file.read()
-        end = len(new) if final else new.rfind(b"\n") + 1
-        self._offset[task] += end
-        chunk = new[:end].decode("utf-8", errors="replace")
-        self._text[task] += chunk
-        if self.stream:
-            for line in chunk.splitlines():
-                if not _NOISE.match(line):
-                    print(f"[{task}] {line}", flush=True)
+            return
+        self._logs[task].read(final)
 
     def _watch(self, done: Callable, what: str, timeout: float | None, check: bool = True):
         """Read the logs until `done(returncodes)` returns something true; return that. Any error
@@ -345,7 +367,7 @@ class LocalCluster:
         regex = re.compile(pattern, re.MULTILINE)
 
         def found(codes: dict[Task, int | None]) -> re.Match | None:
-            matches = [regex.search(self._text[t]) for t in awaited]
+            matches = [regex.search(self._logs[t].text) for t in awaited]
             for t, match in zip(awaited, matches):
                 if not match and codes[t] is not None:
                     raise ClusterError(
@@ -368,7 +390,7 @@ class LocalCluster:
         """Kill one task at once with SIGKILL, as when a machine is lost; the others go on."""
         task = self._task(task)
         self._killed.add(task)
-        kill_group(self.processes[task].pid, signal.SIGKILL)
+        signal_group(self.processes[task].pid, signal.SIGKILL)
         self.processes[task].wait()
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
@@ -377,12 +399,12 @@ class LocalCluster:
             return
         self._stopped = True
         for process in self.processes.values():
-            kill_group(process.pid, signal.SIGTERM)
+            signal_group(process.pid, signal.SIGTERM)
         end = time.monotonic() + grace
         for process in self.processes.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.0, end - time.monotonic()))
-            kill_group(process.pid, signal.SIGKILL)  # the whole group: a task's children too
+            signal_group(process.pid, signal.SIGKILL)  # the whole group: a task's children too
             process.wait()
         if self._guard is not None:
             self._guard.kill()
@@ -399,3 +421,7 @@ def run(script: str | os.PathLike, workers: int = 2, **kwargs) -> LocalCluster:
     with LocalCluster(script, workers, **kwargs) as cluster:
         cluster.wait()
     return cluster
+
+
+if __name__ == "__main__":
+    guard(int(sys.argv[1]), [int(group) for group in sys.argv[2:]])

@@ -1,8 +1,9 @@
-"""Load the course's datasets as (image, label) tf.data pipelines, online or off.
+"""The course's datasets as (image, label) tf.data pipelines, online or off: `load`.
 
-Every dataset comes back unbatched and unshuffled: float32 images (height, width, channels) in
-[0, 1] and int64 labels. Batching, caching, shuffling and prefetching are part of the lesson, so
-the notebooks write them. Where the data comes from follows COURSE_DATA:
+`load(name, split)` is `tfds.load(name, split=split, as_supervised=True)` with the pixels scaled
+to float32 in [0, 1], sized by the profile, and with an offline stand-in. It comes back unbatched
+and unshuffled: batching, caching, shuffling and prefetching are part of the lesson, so the
+notebooks write them. Where the data comes from follows COURSE_DATA:
 
   auto       the real data via tensorflow-datasets when it is on disk or its download server
              answers within a few seconds; otherwise one printed line and a synthetic stand-in.
@@ -11,16 +12,13 @@ the notebooks write them. Where the data comes from follows COURSE_DATA:
 
 Example:
     >>> from course_utils import data
-    >>> if data.use_real_data("mnist"):
-    ...     train_raw = tfds.load("mnist", split="train", as_supervised=True)
-    ... else:
-    ...     train_raw = data.stand_in("mnist", "train")  # uint8 images, like tfds's
-    >>> train = data.load("mnist", "train")  # scaled; honours COURSE_PROFILE (quick: a subset)
+    >>> train = data.load("mnist", "train")   # the quick profile: the first 2,048 examples
+    >>> data.spec("mnist").class_names[:3]
+    ('0', '1', '2')
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
 import threading
@@ -31,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from course_utils.quiet import import_tensorflow
-from course_utils.settings import Settings, read_settings
+from course_utils.settings import Settings, read_settings, tfds_data_dir
 
 tf = import_tensorflow()
 
@@ -51,7 +49,7 @@ class DatasetSpec:
     image_shape: tuple[int, int, int]
     class_names: tuple[str, ...]
     split_sizes: dict[str, int]
-    download_url: str  # where tensorflow-datasets downloads it from
+    download_url: str
 
     @property
     def num_classes(self) -> int:
@@ -99,7 +97,7 @@ def load(
     limit: int | None = None,
     source: str | None = None,
     settings: Settings | None = None,
-):
+) -> tf.data.Dataset:
     """Return `split` ("train" or "test") of dataset `name` as a tf.data.Dataset of (image, label).
 
     limit: at most this many examples; default: all in the full profile, CPU_EXAMPLES in the cpu
@@ -112,23 +110,19 @@ def load(
     if limit is None:
         limit = settings.pick(full=None, cpu=CPU_EXAMPLES[split], quick=QUICK_EXAMPLES[split])
     if use_real_data(name, source or settings.data):
-        builder = tfds_builder(name)
-        if not builder.is_prepared():
-            print(f"Downloading and preparing {name} once, into {builder.data_dir} ...")
-        builder.download_and_prepare()
-        dataset = builder.as_dataset(split=split, as_supervised=True).take(limit or -1)
+        dataset = prepare(name).as_dataset(split=split, as_supervised=True).take(limit or -1)
     else:
-        dataset = stand_in(name, f"{split}[:{limit or info.split_sizes[split]}]")
+        count = min(limit or info.split_sizes[split], info.split_sizes[split])
+        dataset = tf.data.Dataset.from_tensor_slices(synthetic_arrays(name, split, count))
     return dataset.map(lambda image, label: (tf.cast(image, tf.float32) / 255.0, label))
 
 
-def use_real_data(name: str, source: str | None = None) -> bool:
-    """Whether to load `name` through tensorflow-datasets (True) or use the stand-in (False).
+def use_real_data(name: str, source: str) -> bool:
+    """Whether `load` reads `name` through tensorflow-datasets (True) or makes the stand-in.
 
-    source: "auto", "tfds" or "synthetic" (default: COURSE_DATA). With "auto" and no real data it
-    prints once why the stand-in is used; with "tfds" it raises DataUnavailableError instead.
+    source: "auto", "tfds" or "synthetic". With "auto" and no real data it prints once why the
+    stand-in is used; with "tfds" it raises DataUnavailableError instead.
     """
-    source = source or read_settings().data
     spec(name)
     if source == "synthetic":
         return False
@@ -136,7 +130,7 @@ def use_real_data(name: str, source: str | None = None) -> bool:
     if not ok and source == "tfds":
         raise DataUnavailableError(
             f"COURSE_DATA=tfds needs the real {name} data, but {reason}. Connect this machine "
-            f"to the internet, or copy a prepared {name} folder into {data_dir()} (or point "
+            f"to the internet, or copy a prepared {name} folder into {tfds_data_dir()} (or point "
             "TFDS_DATA_DIR at one), or set COURSE_DATA=auto to fall back to a synthetic stand-in."
         )
     if not ok and name not in _announced:
@@ -148,38 +142,68 @@ def use_real_data(name: str, source: str | None = None) -> bool:
     return ok
 
 
-_announced: set[str] = set()  # datasets whose stand-in was announced (once per process)
-_status: dict[str, tuple[bool, str]] = {}  # offline, each answer costs NETWORK_TIMEOUT_S
+# Datasets whose stand-in was announced, and each dataset's status (offline, each answer costs
+# NETWORK_TIMEOUT_S): asked once per process, a kernel restart asks again.
+_announced: set[str] = set()
+_status: dict[str, tuple[bool, str]] = {}
 
 
 def real_data_status(name: str) -> tuple[bool, str]:
-    """(True, where) when the real data is on disk or its server answers; else (False, why).
-
-    The answer is remembered for the rest of the process (a kernel restart asks again).
-    """
-    if name in _status:
-        return _status[name]
-    host, port = spec(name).download_address
-    try:
-        prepared = is_prepared(name)
-    except Exception as exc:  # noqa: BLE001 - any failure means tfds cannot serve the data
-        error = f"{type(exc).__name__}: {str(exc)[:160]}"
-        why = f"tensorflow-datasets does not work in this environment ({error})"
-        _status[name] = False, why
-    else:
-        if prepared:
-            _status[name] = True, "prepared on disk"
-        elif can_reach(host, port):
-            _status[name] = True, f"{host} is reachable"
+    """(True, where) when the real data is on disk or its server answers; else (False, why)."""
+    if name not in _status:
+        host, port = spec(name).download_address
+        try:
+            prepared = is_prepared(name)
+        # Any failure means tfds cannot serve the data (seen with mismatched protobuf versions).
+        except Exception as exc:  # noqa: BLE001
+            error = f"{type(exc).__name__}: {str(exc)[:160]}"
+            _status[name] = (
+                False,
+                f"tensorflow-datasets does not work in this environment ({error})",
+            )
         else:
-            why = f"it is not on disk and {host} did not answer within {NETWORK_TIMEOUT_S:.0f} s"
-            _status[name] = False, why
+            if prepared:
+                _status[name] = True, "prepared on disk"
+            elif can_reach(host, port):
+                _status[name] = True, f"{host} is reachable"
+            else:
+                why = (
+                    f"it is not on disk and {host} did not answer within {NETWORK_TIMEOUT_S:.0f} s"
+                )
+                _status[name] = False, why
     return _status[name]
 
 
 def is_prepared(name: str) -> bool:
     """Whether tensorflow-datasets has `name` prepared in its data folder (TFDS_DATA_DIR)."""
     return tfds_builder(name).is_prepared()
+
+
+def prepare(name: str):
+    """The tensorflow-datasets builder of `name`, downloaded and prepared (once, on disk)."""
+    builder = tfds_builder(name)
+    if not builder.is_prepared():
+        print(f"Downloading and preparing {name} once, into {builder.data_dir} ...")
+        builder.download_and_prepare()
+    return builder
+
+
+def import_tfds():
+    """`import tensorflow_datasets as tfds`, also where protobuf is older than 6.
+
+    tfds imports tensorflow-metadata's generated protos (tfds core/splits.py: statistics_pb2).
+    Those of tensorflow-metadata 1.21 (Colab's) were generated by protobuf 6.31 and call
+    protobuf's `runtime_version.ValidateProtobufRuntimeVersion`, which refuses older runtimes
+    such as Colab's protobuf 5.29, although the protos work there. That function's own switch,
+    TEMPORARILY_DISABLE_PROTOBUF_VERSION_CHECK, lets them load; it is set only under protobuf 5.
+    """
+    from google.protobuf import __version__ as protobuf_version
+
+    if int(protobuf_version.split(".")[0]) < 6:
+        os.environ.setdefault("TEMPORARILY_DISABLE_PROTOBUF_VERSION_CHECK", "true")
+    import tensorflow_datasets as tfds
+
+    return tfds
 
 
 def tfds_builder(name: str):
@@ -189,24 +213,18 @@ def tfds_builder(name: str):
     only the train and test files (235 MiB instead of 1.5 GiB: tfds's own also fetches the
     531,131-image `extra` split, which the course does not use).
     """
-    import tensorflow_datasets as tfds
-
+    tfds = import_tfds()
     builder = tfds.builder(name)
-    if name == "svhn_cropped" and not builder.is_prepared():
-        builder = _svhn_train_test_class()()
-    return builder
+    if name != "svhn_cropped" or builder.is_prepared():
+        return builder
+    svhn_cropped = type(builder)
 
-
-@functools.cache  # tfds registers a builder class by name when it is defined: define it once
-def _svhn_train_test_class():
-    import tensorflow_datasets as tfds
-
-    svhn_cropped = tfds.builder_cls("svhn_cropped")
-
-    class SvhnCroppedTrainTest(svhn_cropped):
+    # skip_registration: tfds registers each builder class by name, once.
+    class SvhnCroppedTrainTest(svhn_cropped, skip_registration=True):
         """tfds's svhn_cropped, same features and version, without the `extra` split."""
 
-        url_infos = svhn_cropped.url_infos  # tfds's recorded sizes and checksums of the files
+        # tfds's recorded sizes and checksums of the files.
+        url_infos = svhn_cropped.url_infos
 
         def _split_generators(self, dl_manager):
             url = SPECS["svhn_cropped"].download_url + "{}_32x32.mat"
@@ -216,49 +234,24 @@ def _svhn_train_test_class():
                 for s, f in files.items()
             ]
 
-    return SvhnCroppedTrainTest
+    return SvhnCroppedTrainTest()
 
 
 def can_reach(host: str, port: int = 443, timeout: float = NETWORK_TIMEOUT_S) -> bool:
-    """Whether a TCP connection to host:port opens within `timeout` seconds (DNS included)."""
-    result: list[bool] = []
+    """Whether a TCP connection to host:port opens within `timeout` seconds, name look-up
+    included: the socket's timeout does not cover the look-up (which can hang offline), so the
+    attempt runs in a thread that is given up on after `timeout` seconds."""
+    opened = threading.Event()
 
     def attempt() -> None:
         try:
             with socket.create_connection((host, port), timeout=timeout):
-                result.append(True)
+                opened.set()
         except OSError:
-            result.append(False)
+            pass
 
-    # A thread, because socket timeouts do not cover the DNS look-up, which can hang offline.
-    thread = threading.Thread(target=attempt, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return bool(result and result[0])
-
-
-def data_dir() -> str:
-    """Where tensorflow-datasets keeps prepared datasets."""
-    return os.environ.get("TFDS_DATA_DIR", os.path.expanduser("~/tensorflow_datasets"))
-
-
-def stand_in(name: str, split: str):
-    """The synthetic stand-in, as `tfds.load(name, split=split, as_supervised=True)` returns the
-    real data: (uint8 image, int64 label) pairs. `split`: "train", "test", or the first N examples
-    of one, e.g. "train[:2048]".
-
-    >>> int(stand_in("mnist", "test[:512]").cardinality())
-    512
-    """
-    info = spec(name)
-    base, _, rest = split.partition("[")
-    if base not in info.split_sizes or (rest and not rest.startswith(":")):
-        raise ValueError(
-            f"stand_in({name!r}, {split!r}): use one of {', '.join(info.split_sizes)}, "
-            "optionally with its first N examples, e.g. 'train[:2048]'."
-        )
-    count = min(int(rest[1:-1]) if rest else info.split_sizes[base], info.split_sizes[base])
-    return tf.data.Dataset.from_tensor_slices(synthetic_arrays(name, base, count))
+    threading.Thread(target=attempt, daemon=True).start()
+    return opened.wait(timeout)
 
 
 def synthetic_arrays(name: str, split: str, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
@@ -268,18 +261,19 @@ def synthetic_arrays(name: str, split: str, num_examples: int) -> tuple[np.ndarr
     "train" is tested fairly on "test"). An example blends its class pattern with another class's
     pattern and adds noise, so a small CNN learns most of it in a few epochs, not instantly.
     """
-    info = spec(name)
-    height, width, channels = info.image_shape
-    classes = info.num_classes
+    height, width, channels = spec(name).image_shape
+    classes = spec(name).num_classes
     coarse = np.random.default_rng(zlib.crc32(name.encode())).random(
         (classes, height // 4, width // 4, channels)
     )
-    patterns = np.kron(coarse, np.ones((1, 4, 4, 1))).astype(np.float32)  # smooth 4x4 blocks
+    # Smooth 4x4 blocks.
+    patterns = np.kron(coarse, np.ones((1, 4, 4, 1))).astype(np.float32)
     rng = np.random.default_rng(zlib.crc32(f"{name}/{split}".encode()))
     labels = rng.integers(0, classes, size=num_examples)
     others = (labels + rng.integers(1, classes, size=num_examples)) % classes
     images = np.empty((num_examples, height, width, channels), dtype=np.uint8)
-    for start in range(0, num_examples, 4096):  # in chunks: full-size SVHN would need GBs at once
+    # In chunks: full-size SVHN would need GBs at once.
+    for start in range(0, num_examples, 4096):
         end = min(start + 4096, num_examples)
         weight = rng.uniform(0.5, 0.7, size=(end - start, 1, 1, 1)).astype(np.float32)
         noise = rng.normal(0.0, 0.3, size=(end - start, height, width, channels)).astype(np.float32)

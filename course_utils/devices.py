@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 from course_utils.quiet import import_tensorflow
+from course_utils.tables import format_table
 
 tf = import_tensorflow()  # `import tensorflow as tf`, without its start-up log lines
 
@@ -99,8 +100,6 @@ def _names(kind: str) -> list[str]:
 
 def device_table(names: list[str] | None = None) -> str:
     """A text table of the devices a strategy will use (default: logical GPUs, else CPUs)."""
-    from course_utils.timing import format_table
-
     names = names or _names("GPU") or _names("CPU")
     physical = {d.device_type: d.name for d in tf.config.list_physical_devices()}
     rows = []

@@ -1,10 +1,11 @@
-"""Learning curves, in the spirit of `tensorflow_docs.plots`.
+"""Charts, in the spirit of `tensorflow_docs.plots`: learning curves and training speeds.
 
 Example:
     >>> history = model.fit(train, validation_data=test, epochs=5)
     >>> from course_utils import plots
     >>> plots.plot_history(history)                       # loss and accuracy, train vs validation
     >>> plots.plot_history({"loss": losses, "accuracy": accs})   # a custom loop's own records
+    >>> plots.plot_comparison(results)      # timing.RunResults: speed bars, each round a dot
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: 
         epochs = range(1, len(records[metric]) + 1)
         ax.plot(epochs, records[metric], marker="o", label="train")
         if f"val_{metric}" in records:
-            ax.plot(
-                epochs, records[f"val_{metric}"], marker="o", linestyle="--", label="validation"
-            )
+            validation = records[f"val_{metric}"]
+            ax.plot(epochs, validation, marker="o", linestyle="--", label="validation")
         ax.set_xlabel("epoch")
         ax.set_ylabel(metric)
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -41,3 +41,35 @@ def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: 
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def plot_comparison(results: Sequence, metric: str = "examples_per_sec", title: str = ""):
+    """Horizontal bars of `metric` ("examples_per_sec" or "seconds") per timing.RunResult, each
+    labelled with its value past the bar's end; a run's rounds, when it has them, are dots on
+    its bar. Returns the axes."""
+    import matplotlib.pyplot as plt
+
+    speed = metric == "examples_per_sec"
+    _, ax = plt.subplots(figsize=(7, 0.8 + 0.5 * len(results)))
+    values = [getattr(r, metric) for r in results]
+    ax.barh([r.name for r in results], values, color="tab:blue", alpha=0.8)
+    for row, (result, value) in enumerate(zip(results, values)):
+        rounds = result.rounds if speed else []
+        ax.plot(rounds, [row] * len(rounds), "o", color="black", markersize=3)
+        # The label starts right of the bar and of every round, so nothing is drawn over it.
+        ax.annotate(
+            f"{value:,.0f}" if speed else f"{value:.2f}",
+            xy=(max([value, *rounds]), row),
+            xytext=(5, 0),
+            textcoords="offset points",
+            va="center",
+        )
+    ax.invert_yaxis()
+    ax.margins(x=0.18)
+    ax.set_xlim(left=0)
+    ax.set_xlabel(
+        "examples per second (higher is faster)" if speed else "seconds (lower is faster)"
+    )
+    ax.set_title(title or "Training speed")
+    ax.spines[["top", "right"]].set_visible(False)
+    return ax

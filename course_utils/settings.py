@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -110,3 +111,11 @@ def read_settings(
             f"COURSE_DEVICES={devices!r}: give a whole number, at least 1 (1, 2, 4)."
         )
     return Settings(profile=profile, devices=int(devices) if devices else None, data=data)
+
+
+def tfds_data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where tensorflow-datasets keeps prepared datasets: TFDS_DATA_DIR, else
+    ~/tensorflow_datasets (the default of tensorflow_datasets.core.constants, read here without
+    importing tfds)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("TFDS_DATA_DIR") or Path.home() / "tensorflow_datasets")

@@ -12,7 +12,7 @@ Example:
     ...                          steps=40, rounds=3, batch_size=GLOBAL_BATCH)
     >>> print(timing.results_table(results))
     >>> verdict = timing.compare(results[1], results[0])
-    >>> print(verdict.sentence)  # "custom loop is 4% faster than fit: ..." or "... within noise"
+    >>> print(verdict.sentence)   # "custom loop is 4% faster than fit: ..." or "... within noise"
     >>> timing.record(verdict, ARTIFACTS / "conclusions.json")
     >>> speed = timing.ThroughputCallback(batch_size=GLOBAL_BATCH)
     >>> model.fit(train, epochs=3, callbacks=[speed])
@@ -24,13 +24,15 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from course_utils.quiet import import_tensorflow
+from course_utils.tables import format_table
 
-import_tensorflow()  # before Keras, which imports TensorFlow: its start-up lines stay out
+# Before Keras, which imports TensorFlow: its start-up lines stay out.
+import_tensorflow()
 import keras  # noqa: E402
 
 
@@ -186,14 +188,12 @@ NOISE_RULE = (
 
 @dataclass
 class Verdict:
-    """What two sets of samples support under the noise rule (see `compare`)."""
+    """What the rounds of two runs support under the noise rule (see `compare`)."""
 
     a: str
     b: str
     a_samples: list[float]
     b_samples: list[float]
-    higher_is_better: bool
-    unit: str
     speed_ratio: float  # speed of a / speed of b, from the medians (> 1: a is faster)
     word: str  # "faster", "slower" or "within noise" (a compared with b)
     sentence: str
@@ -203,66 +203,50 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.2f}" if value >= 1 else f"{value:.3g}"
 
 
-def compare(
-    a: RunResult | tuple[str, Sequence[float]],
-    b: RunResult | tuple[str, Sequence[float]],
-    *,
-    higher_is_better: bool = True,
-    unit: str = "examples/s",
-) -> Verdict:
-    """Compare run `a` with run `b` from their rounds, and say it in one sentence.
+def compare(a: RunResult, b: RunResult) -> Verdict:
+    """Compare run `a` with run `b` from the examples/s of their rounds, in one sentence.
 
-    a, b: RunResults from `measure` (their examples/s per round), or (name, samples) pairs, e.g.
-        ("iterator", [12.1, 11.8, 12.4]) seconds per epoch with `higher_is_better=False`.
-    a is "faster" only when every sample of a beats every sample of b, "slower" when every sample
-    of b beats every sample of a, else "within noise" (NOISE_RULE). The percentage comes from the
-    medians. Needs at least 2 samples per run: one round shows no spread.
+    a is "faster" only when every round of a beats every round of b, "slower" when every round
+    of b beats every round of a, else "within noise" (NOISE_RULE). The percentage comes from the
+    medians. Needs at least 2 rounds per run: one round shows no spread.
 
-    >>> v = compare(("fit", [1200, 1250, 1230]), ("loop", [1000, 1010, 990]))
-    >>> v.word, round(v.speed_ratio, 2)
-    ('faster', 1.23)
-    >>> print(v.sentence)
+    >>> fit = RunResult("fit", 3.0, 3600, rounds=[1200, 1250, 1230])
+    >>> loop = RunResult("loop", 3.0, 3000, rounds=[1000, 1010, 990])
+    >>> print(compare(fit, loop).sentence)
     fit is 23% faster than loop: median 1,230 vs 1,000 examples/s (1.23x); every round agrees
     (1,200-1,250 vs 990-1,010).
     """
-    (a_name, a_values), (b_name, b_values) = [
-        (run.name, list(run.rounds)) if isinstance(run, RunResult) else (run[0], list(run[1]))
-        for run in (a, b)
-    ]
-    a_values, b_values = [float(v) for v in a_values], [float(v) for v in b_values]
-    for name, values in ((a_name, a_values), (b_name, b_values)):
-        if len(values) < 2 or min(values) <= 0:
+    for run in (a, b):
+        if len(run.rounds) < 2 or min(run.rounds) <= 0:
             raise ValueError(
-                f"{name!r} has samples {values}: compare needs at least 2 positive samples per "
-                "run (measure with rounds >= 2)."
+                f"{run.name!r} has rounds {run.rounds}: compare needs at least 2 positive rounds "
+                "per run (measure with rounds >= 2)."
             )
+    a_values, b_values = [float(v) for v in a.rounds], [float(v) for v in b.rounds]
     a_median, b_median = statistics.median(a_values), statistics.median(b_values)
-    ratio = a_median / b_median if higher_is_better else b_median / a_median
-    sign = 1 if higher_is_better else -1  # compare speeds, or times with the order reversed
-    if min(sign * v for v in a_values) > max(sign * v for v in b_values):
+    ratio = a_median / b_median
+    if min(a_values) > max(b_values):
         word = "faster"
-    elif min(sign * v for v in b_values) > max(sign * v for v in a_values):
+    elif min(b_values) > max(a_values):
         word = "slower"
     else:
         word = "within noise"
-    medians = f"median {_number(a_median)} vs {_number(b_median)} {unit}".rstrip()
+    medians = f"median {_number(a_median)} vs {_number(b_median)} examples/s"
     ranges = (
         f"{_number(min(a_values))}-{_number(max(a_values))} vs "
         f"{_number(min(b_values))}-{_number(max(b_values))}"
     )
     if word == "within noise":
         sentence = (
-            f"{a_name} and {b_name} are within noise of each other: {medians} ({ratio:.2f}x), "
+            f"{a.name} and {b.name} are within noise of each other: {medians} ({ratio:.2f}x), "
             f"but their rounds overlap ({ranges})."
         )
     else:
         sentence = (
-            f"{a_name} is {100 * abs(ratio - 1):.0f}% {word} than {b_name}: {medians} "
+            f"{a.name} is {100 * abs(ratio - 1):.0f}% {word} than {b.name}: {medians} "
             f"({ratio:.2f}x); every round agrees ({ranges})."
         )
-    return Verdict(
-        a_name, b_name, a_values, b_values, higher_is_better, unit, ratio, word, sentence
-    )
+    return Verdict(a.name, b.name, a_values, b_values, ratio, word, sentence)
 
 
 def record(verdict: Verdict, path: str | Path) -> Verdict:
@@ -276,20 +260,6 @@ def record(verdict: Verdict, path: str | Path) -> Verdict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([*saved, asdict(verdict)], indent=2))
     return verdict
-
-
-def format_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain-text table: first column left-aligned, the others right-aligned.
-
-    >>> print(format_table(["run", "examples/s"], [["fit", "1,230"], ["loop", "1,000"]]))
-    """
-    cells = [[str(c) for c in row] for row in [header, *rows]]
-    widths = [max(len(row[c]) for row in cells) for c in range(len(header))]
-    lines = [
-        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
-        for row in cells
-    ]
-    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
 
 
 def results_table(results: list[RunResult], baseline: str | None = None) -> str:
@@ -311,27 +281,3 @@ def results_table(results: list[RunResult], baseline: str | None = None) -> str:
         ratio = r.examples_per_sec / base.examples_per_sec if base.examples_per_sec else 0.0
         rows.append([*row, f"{ratio:.2f}x"])
     return format_table(header, rows)
-
-
-def plot_comparison(
-    results: list[RunResult], metric: str = "examples_per_sec", ax=None, title: str | None = None
-):
-    """Horizontal bar chart of "examples_per_sec" or "seconds" per run, with each run's rounds as
-    dots when it has them; returns the axes."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 0.5 + 0.5 * len(results)))
-    speed = metric == "examples_per_sec"
-    values = [getattr(r, metric) for r in results]
-    bars = ax.barh([r.name for r in results], values, color="tab:blue")
-    ax.bar_label(bars, labels=[f"{v:,.0f}" if speed else f"{v:.2f}" for v in values], padding=3)
-    for i, r in enumerate(results if speed else []):
-        ax.plot(r.rounds, [i] * len(r.rounds), "k|", markersize=14)
-    ax.invert_yaxis()
-    ax.set_xlabel(
-        "training examples per second (higher is faster)" if speed else "seconds (lower is faster)"
-    )
-    ax.set_title(title or "Training speed")
-    ax.margins(x=0.15)
-    return ax

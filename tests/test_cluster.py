@@ -17,7 +17,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import portpicker
 import psutil
 import pytest
 
@@ -232,20 +231,6 @@ def test_two_clusters_back_to_back_and_side_by_side(tmp_path):
     assert_gone(pids(a) + pids(b))
 
 
-def test_busy_port_is_refused_clearly(tmp_path):
-    with socket.socket() as busy:
-        busy.bind(("localhost", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        ports = [port, portpicker.pick_unused_port()]
-        c = cluster.LocalCluster(TINY, workers=2, ports=ports, log_dir=tmp_path)
-        with pytest.raises(
-            cluster.PortBusy, match=rf"Port {port} \(for worker 0\) is already in use: leave ports"
-        ):
-            c.start()
-    assert c.processes == {}  # nothing was started
-
-
 def test_bad_input_is_refused_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match="%%writefile"):
         cluster.LocalCluster(tmp_path / "missing.py")
@@ -259,7 +244,6 @@ def test_bad_input_is_refused_clearly(tmp_path):
 PARENT = """
 import json, re, sys, time
 from course_utils import cluster
-cluster.USE_PDEATHSIG, cluster.USE_ORPHAN_GUARD = {pdeathsig}, {orphan_guard}
 c = cluster.LocalCluster({script!r}, workers=2, args={args!r}, log_dir={log_dir!r}, timeout=120)
 c.start()
 c.wait_for("ready", task="all")
@@ -269,37 +253,29 @@ print(json.dumps([p.pid for p in c.processes.values()] + children), flush=True)
 """
 
 
+def _guards_of(parent: psutil.Process) -> list[psutil.Process]:
+    """The cluster guard processes `parent` started."""
+    return [p for p in parent.children() if "course_utils.cluster" in " ".join(p.cmdline())]
+
+
 @pytest.mark.parametrize(
-    "pdeathsig, orphan_guard, child, ending",
-    [
-        (True, True, True, "time.sleep(120)"),  # the parent is killed (default guards)
-        (
-            False,
-            True,
-            True,
-            "time.sleep(120)",
-        ),  # ... the orphan guard alone (systems without prctl)
-        (True, False, False, "time.sleep(120)"),  # ... Linux's parent-death signal alone
-        (False, False, True, "sys.exit(0)"),  # a clean exit that forgot stop(): atexit
-    ],
-    ids=["killed-default", "killed-orphan-guard-only", "killed-pdeathsig-only", "exit-atexit"],
+    "ending",
+    ["time.sleep(120)", "sys.exit(0)"],
+    ids=["parent-killed", "parent-exits-without-stop"],
 )
-def test_no_worker_survives_its_parent(tmp_path, pdeathsig, orphan_guard, child, ending):
-    args = ["--hang", "--child"] if child else ["--hang"]
+def test_no_worker_survives_its_parent(tmp_path, ending):
+    """Killed with SIGKILL (no clean-up runs) or ending without stop(): the guard kills every
+    task's process group, the tasks' children included."""
     code = PARENT.format(
-        pdeathsig=pdeathsig,
-        orphan_guard=orphan_guard,
-        args=args,
-        script=str(TINY),
-        log_dir=str(tmp_path),
-        ending=ending,
+        args=["--hang", "--child"], script=str(TINY), log_dir=str(tmp_path), ending=ending
     )
     parent = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
     try:
         started = json.loads(parent.stdout.readline())
-        assert len(started) == (4 if child else 2)  # the tasks printed "ready", their children too
+        # The tasks printed "ready", and so did their children.
+        assert len(started) == 4
         if "sleep" in ending:
             assert all(_running(p) for p in started)
             parent.kill()
@@ -314,31 +290,42 @@ def test_leftover_workers_finds_orphans_only(tmp_path):
     with cluster.LocalCluster(
         TINY, workers=2, args=["--hang"], log_dir=tmp_path / "live", ready="ready", timeout=60
     ) as live:
-        # An orphan: its parent dies with both guards switched off (as if on an old version).
+        # An orphan: its guard is killed first, then its parent dies.
         code = PARENT.format(
-            pdeathsig=False,
-            orphan_guard=False,
             args=["--hang"],
             script=str(TINY),
             log_dir=str(tmp_path / "orphan"),
-            ending="import os; os._exit(0)",
+            ending="time.sleep(120)",
         )
-        out = subprocess.run(
+        parent = subprocess.Popen(
             [sys.executable, "-c", textwrap.dedent(code)],
-            capture_output=True,
+            stdout=subprocess.PIPE,
             text=True,
             cwd=ROOT,
-            timeout=60,
         )
-        orphans = json.loads(out.stdout.splitlines()[0])
+        orphans = json.loads(parent.stdout.readline())
         try:
+            (guard,) = _guards_of(psutil.Process(parent.pid))
+            # SIGKILL: it never runs again (it stays a zombie until its parent is gone).
+            guard.kill()
+            parent.kill()
+            parent.wait(10)
             found = {p.pid for p in cluster.leftover_workers()}
-            assert set(orphans) <= found  # the orphans are listed ...
-            assert found.isdisjoint(pids(live))  # ... a live cluster's tasks are not
+            # The orphans are listed, a live cluster's tasks are not.
+            assert set(orphans) <= found
+            assert found.isdisjoint(pids(live))
         finally:
             for pid in orphans:
                 psutil.Process(pid).kill()
     assert_gone(orphans + pids(live))
+
+
+def test_the_guard_stops_with_its_cluster(tmp_path):
+    with cluster.LocalCluster(
+        TINY, workers=1, args=["--hang"], log_dir=tmp_path, ready="ready", timeout=60
+    ) as c:
+        (guard,) = _guards_of(psutil.Process())
+    assert_gone([guard.pid] + pids(c))
 
 
 @pytest.mark.slow

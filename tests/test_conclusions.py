@@ -23,10 +23,9 @@ from course_utils import timing
 
 def _expected_word(record: dict) -> str:
     a, b = record["a_samples"], record["b_samples"]
-    better = (lambda x, y: x > y) if record["higher_is_better"] else (lambda x, y: x < y)
-    if all(better(x, y) for x, y in itertools.product(a, b)):
+    if all(x > y for x, y in itertools.product(a, b)):
         return "faster"
-    if all(better(y, x) for x, y in itertools.product(a, b)):
+    if all(y > x for x, y in itertools.product(a, b)):
         return "slower"
     return "within noise"
 
@@ -38,7 +37,7 @@ def assert_conclusions_consistent(path: Path) -> list[dict]:
     for record in records:
         where = f"{path.name}: {record['sentence']!r}"
         a, b = np.median(record["a_samples"]), np.median(record["b_samples"])
-        ratio = a / b if record["higher_is_better"] else b / a
+        ratio = a / b
         assert record["speed_ratio"] == pytest.approx(ratio, rel=1e-9), where
         word = _expected_word(record)
         assert record["word"] == word, f"{where}: the samples say {word!r}"
@@ -52,21 +51,22 @@ def assert_conclusions_consistent(path: Path) -> list[dict]:
     return records
 
 
+def _run(name: str, rounds: list[float]) -> timing.RunResult:
+    return timing.RunResult(name, seconds=1.0, examples=1, rounds=rounds)
+
+
 def test_a_consistent_record_passes(tmp_path):
     path = tmp_path / "conclusions.json"
-    timing.record(timing.compare(("a", [10, 11, 12]), ("b", [5, 6, 7])), path)
-    timing.record(timing.compare(("a", [10, 11, 12]), ("b", [11.5, 13, 14])), path)
-    timing.record(
-        timing.compare(("a", [2.0, 2.1]), ("b", [3.0, 3.3]), higher_is_better=False, unit="s"),
-        path,
-    )
+    timing.record(timing.compare(_run("a", [10, 11, 12]), _run("b", [5, 6, 7])), path)
+    timing.record(timing.compare(_run("a", [10, 11, 12]), _run("b", [11.5, 13, 14])), path)
+    timing.record(timing.compare(_run("a", [2.0, 2.1]), _run("b", [3.0, 3.3])), path)
     words = [r["word"] for r in assert_conclusions_consistent(path)]
-    assert words == ["faster", "within noise", "faster"]
+    assert words == ["faster", "within noise", "slower"]
 
 
 def test_a_direction_claimed_inside_the_spread_fails(tmp_path):
     path = tmp_path / "conclusions.json"
-    verdict = timing.compare(("a", [10, 11, 12]), ("b", [11.5, 13, 14]))
+    verdict = timing.compare(_run("a", [10, 11, 12]), _run("b", [11.5, 13, 14]))
     verdict.word = "slower"
     verdict.sentence = "a is 15% slower than b"
     timing.record(verdict, path)
@@ -76,7 +76,7 @@ def test_a_direction_claimed_inside_the_spread_fails(tmp_path):
 
 def test_a_wrong_percentage_fails(tmp_path):
     path = tmp_path / "conclusions.json"
-    verdict = timing.compare(("a", [10, 11, 12]), ("b", [5, 6, 7]))
+    verdict = timing.compare(_run("a", [10, 11, 12]), _run("b", [5, 6, 7]))
     verdict.sentence = verdict.sentence.replace("83% faster", "50% faster")
     timing.record(verdict, path)
     with pytest.raises(AssertionError, match="50% faster"):

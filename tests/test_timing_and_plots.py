@@ -12,6 +12,11 @@ import pytest  # noqa: E402
 from course_utils import plots, timing  # noqa: E402
 
 
+def run(name: str, rounds: list[float]) -> timing.RunResult:
+    """A RunResult measured in `rounds` (examples/s per round), as `measure` makes them."""
+    return timing.RunResult(name, seconds=1.0, examples=1, rounds=rounds)
+
+
 def test_timer_measures_wall_time():
     with timing.Timer() as t:
         time.sleep(0.2)
@@ -39,8 +44,24 @@ def test_run_result_table_and_chart():
     table = timing.results_table(results)
     assert table.splitlines()[0].split() == ["run", "seconds", "examples/s", "vs", "one", "device"]
     assert table.splitlines()[3].split() == ["mirrored", "20.00", "50", "0.50x"]
-    ax = timing.plot_comparison(results)
+    ax = plots.plot_comparison(results)
     assert [bar.get_width() for bar in ax.patches] == [100.0, 50.0]
+
+
+def test_comparison_chart_labels_sit_clear_of_bars_and_rounds():
+    """Each value label starts right of its bar and of the run's fastest round, inside the axes."""
+    results = [run("one device", [7400.0, 7691.0, 8200.0]), run("mirrored", [3900.0, 4100.0])]
+    ax = plots.plot_comparison(results, title="Speed (replicas: 2)")
+    ax.figure.canvas.draw()
+    renderer = ax.figure.canvas.get_renderer()
+    labels = [t for t in ax.texts]
+    assert [t.get_text() for t in labels] == ["7,691", "4,000"]
+    for label, result in zip(labels, results):
+        box = label.get_window_extent(renderer)
+        rightmost = ax.transData.transform((max(result.rounds), 0))[0]
+        assert box.x0 > rightmost, (label.get_text(), box.x0, rightmost)
+        assert box.x1 < ax.get_window_extent(renderer).x1, "the label fits inside the axes"
+    assert ax.get_title() == "Speed (replicas: 2)"
 
 
 def test_plot_history_draws_train_and_validation():
@@ -82,26 +103,24 @@ def test_measure_times_interleaved_rounds_after_an_untimed_warm_up():
 
 
 def test_compare_applies_one_noise_rule_both_ways():
-    faster = timing.compare(("a", [10, 11, 12]), ("b", [5, 6, 7]))
+    faster = timing.compare(run("a", [10, 11, 12]), run("b", [5, 6, 7]))
     assert (faster.word, round(faster.speed_ratio, 3)) == ("faster", 1.833)
     assert faster.sentence.startswith("a is 83% faster than b: median 11.00 vs 6.00 examples/s")
-    slower = timing.compare(("b", [5, 6, 7]), ("a", [10, 11, 12]))
+    slower = timing.compare(run("b", [5, 6, 7]), run("a", [10, 11, 12]))
     assert slower.word == "slower" and "b is 45% slower than a" in slower.sentence
-    overlap = timing.compare(("a", [10, 11, 12]), ("b", [11.5, 13, 14]))
+    overlap = timing.compare(run("a", [10, 11, 12]), run("b", [11.5, 13, 14]))
     assert overlap.word == "within noise" and "%" not in overlap.sentence
-    seconds = timing.compare(("a", [2.0, 2.1]), ("b", [3.0, 3.3]), higher_is_better=False, unit="s")
-    assert seconds.word == "faster" and seconds.speed_ratio == pytest.approx(3.15 / 2.05)
 
 
 def test_compare_refuses_a_single_round():
-    with pytest.raises(ValueError, match="'a' has samples \\[1.0\\]: compare needs at least 2"):
-        timing.compare(("a", [1.0]), ("b", [1.0, 2.0]))
+    with pytest.raises(ValueError, match="'a' has rounds \\[1.0\\]: compare needs at least 2"):
+        timing.compare(run("a", [1.0]), run("b", [1.0, 2.0]))
 
 
 def test_record_appends_verdicts_with_their_samples(tmp_path):
     path = tmp_path / "out" / "conclusions.json"
-    timing.record(timing.compare(("a", [10, 11]), ("b", [5, 6])), path)
-    timing.record(timing.compare(("c", [1, 2]), ("d", [1.5, 3])), path)
+    timing.record(timing.compare(run("a", [10, 11]), run("b", [5, 6])), path)
+    timing.record(timing.compare(run("c", [1, 2]), run("d", [1.5, 3])), path)
     saved = json.loads(path.read_text())
     assert [(r["a"], r["word"], r["b_samples"]) for r in saved] == [
         ("a", "faster", [5.0, 6.0]),

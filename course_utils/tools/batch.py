@@ -54,6 +54,7 @@ from course_utils import data as course_data
 from course_utils.tools import exercise, report, sandbox
 from course_utils.tools.checker import CheckProcess, Verdict
 from course_utils.tools.checks import ARTIFACTS_NAME, DATASET
+from course_utils.tools.paths import course_root
 from course_utils.tools.report import CheckResult, Grade
 from course_utils.tools.runner import Limits, RunOutcome
 
@@ -528,8 +529,6 @@ def grade(
     when bubblewrap cannot run here). False runs student code with your rights.
     regrade: grade again submissions already graded in `out` with the same notebook and settings.
     """
-    from course_utils.tools.cli import course_root
-
     # bad paths: a clear error before anything is written
     collect_submissions(paths)
     solution = Path(solution or course_root() / DEFAULT_SOLUTION)

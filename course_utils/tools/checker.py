@@ -25,9 +25,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from course_utils.processes import Watchdog, kill_tree
 from course_utils.tools.checks import clear_cache
 from course_utils.tools.exercise import HiddenTest
+from course_utils.tools.processes import Watchdog, kill_tree
 
 #: (passed, message) for one hidden test.
 Verdict = tuple[bool, str]

@@ -24,7 +24,9 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parents[2]
+from course_utils.tools.paths import PACKAGE_ROOT, course_root
+
+ROOT = PACKAGE_ROOT
 FOLDERS = ("notebooks", "solutions", "exercises")
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BRANCH = "main"
@@ -106,17 +108,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`course colab [--check]`: write (or check) every notebook's badge and install cell."""
-    wrong = [problem for path in notebooks() for problem in problems(path)]
+    root = course_root()
+    wrong = [problem for path in notebooks(root) for problem in problems(path, root)]
     if args.check:
         for problem in wrong:
             print(problem, file=sys.stderr)
         return 1 if wrong else 0
-    for path in notebooks():
-        if path.parent.name == "exercises":
-            continue  # generated from solutions/ by `course exercise`, which adds them
+    # exercises/ too: `course exercise` applies the same cells to what it generates, so writing
+    # them here gives the file it would write.
+    for path in notebooks(root):
         notebook = nbformat.read(path, as_version=4)
-        apply(notebook, path.relative_to(ROOT).as_posix())
+        apply(notebook, path.relative_to(root).as_posix(), root)
         nbformat.write(notebook, path)
-    from course_utils.tools import exercise
-
-    return exercise.run(argparse.Namespace(check=False, solutions=None, exercises=None))
+    return 0

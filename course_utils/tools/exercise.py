@@ -48,6 +48,9 @@ from pathlib import Path
 
 import nbformat
 
+from course_utils.tools import colab
+from course_utils.tools.paths import course_root
+
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 ANSWER_PLACEHOLDER = "YOUR ANSWER HERE"
 RAISES_TAG = "raises-exception"
@@ -280,9 +283,8 @@ def render(solution_path: Path, root: Path | None = None) -> str:
         else solution_path.name
     )
     exercise = make_exercise(solution, name)
-    if root is not None:  # the exercise's own Open in Colab badge and install cell
-        from course_utils.tools import colab
-
+    # The exercise's own Open in Colab badge and install cell.
+    if root is not None:
         target = exercise_path(solution_path, root / "exercises")
         colab.apply(exercise, target.relative_to(root).as_posix(), root)
     text = nbformat.writes(exercise)
@@ -332,8 +334,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`course exercise [--check]`: regenerate the exercises, or check that they are current."""
-    from course_utils.tools.cli import course_root
-
     root = course_root()
     solutions = (args.solutions or root / "solutions").resolve()
     exercises = (args.exercises or root / "exercises").resolve()

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import psutil
 
-from course_utils.timing import format_table
+from course_utils.tables import format_table
 from course_utils.tools import batch, exercise, sandbox, slurm_array
 from course_utils.tools.batch import DEFAULT_SOLUTION, Settings
+from course_utils.tools.paths import course_root
 from course_utils.tools.report import Grade
 from course_utils.tools.runner import Limits
 
@@ -144,8 +145,6 @@ def _prepare(args: argparse.Namespace, out: str, sandboxed: bool) -> batch.Batch
     limits = Limits(cell_timeout=args.cell_timeout, timeout=args.timeout, memory_mb=args.memory_mb)
     data = args.data or os.environ.get("COURSE_DATA") or "auto"
     settings = Settings(profile=args.profile, devices=args.devices, data=data)
-    from course_utils.tools.cli import course_root
-
     solution = Path(args.solution or course_root() / DEFAULT_SOLUTION)
     return batch.prepare(out, solution, settings, limits, sandboxed)
 

@@ -8,7 +8,7 @@ talking to this process over Unix sockets placed next to its connection file (no
 - interrupt a cell past its time limit, and kill the kernel when the interrupt is ignored (a cell
   that catches KeyboardInterrupt or blocks SIGINT) instead of letting it hold up the next cells;
 - kill the kernel and everything it started past a memory or notebook time limit
-  (`course_utils.processes.Watchdog`);
+  (`course_utils.tools.processes.Watchdog`);
 - cap what it keeps of the outputs (each cell, the whole notebook), with a note where it cut;
 - start the kernel through a wrapper, such as the grader's bubblewrap sandbox (`wrap`).
 
@@ -46,7 +46,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from tqdm.auto import tqdm
 
-from course_utils.processes import Watchdog, kill_tree
+from course_utils.tools.processes import Deadline, Watchdog, kill_tree
 
 ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 #: The error recorded in a cell interrupted at its time limit.
@@ -154,10 +154,10 @@ def _kernel_spec_dir(wrap: Callable[[list[str]], list[str]], folder: Path) -> Pa
 async def _answers(kc, seconds: float) -> bool:
     """Whether the kernel answers a trivial request within `seconds` (it is idle again)."""
     msg_id = kc.execute("", silent=True, store_history=False)
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
+    deadline = Deadline(seconds)
+    while not deadline.passed():
         try:
-            reply = await kc.get_shell_msg(timeout=left)
+            reply = await kc.get_shell_msg(timeout=deadline.left())
         except queue.Empty:
             return False
         if reply["parent_header"].get("msg_id") == msg_id:
@@ -167,6 +167,62 @@ async def _answers(kc, seconds: float) -> bool:
 
 def _errors(cell) -> list[dict]:
     return [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def _kernel_manager(
+    kernel_name: str, sockets: Path, wrap: Callable[[list[str]], list[str]] | None, private: Path
+) -> AsyncKernelManager:
+    """A kernel manager for `kernel_name`, or for a kernelspec that starts the kernel through
+    `wrap`; its connection file and Unix sockets go in `sockets`."""
+    spec_manager = KernelSpecManager()
+    if wrap is not None:
+        spec_manager = KernelSpecManager(kernel_dirs=[str(_kernel_spec_dir(wrap, private))])
+        kernel_name = WRAPPED_KERNEL
+    # Async: nbclient's timeouts only work with an async client.
+    return AsyncKernelManager(
+        kernel_name=kernel_name,
+        kernel_spec_manager=spec_manager,
+        transport="ipc",
+        connection_file=str(sockets / "kernel.json"),
+        ip=str(sockets / "kernel"),
+    )
+
+
+def _client(notebook, km: AsyncKernelManager, cwd: Path, limits: Limits, stop_on_error: bool):
+    """The nbclient client: interrupts a cell past its time limit and goes on, unless
+    `stop_on_error`; caps the outputs it keeps."""
+    return _CappedClient(
+        notebook,
+        km=km,
+        timeout=limits.cell_timeout,
+        allow_errors=not stop_on_error,
+        interrupt_on_timeout=not stop_on_error,
+        error_on_timeout=None if stop_on_error else _timeout_error(limits),
+        kernel_name=km.kernel_name,
+        resources={"metadata": {"path": str(cwd)}},
+        startup_timeout=120,
+        cell_limit=limits.cell_output_kb * 1024,
+        notebook_limit=limits.notebook_output_mb * 2**20,
+    )
+
+
+def _timeout_error(limits: Limits) -> dict:
+    """The error output of a cell interrupted at its time limit."""
+    return {
+        "ename": CELL_TIMEOUT_ERROR,
+        "evalue": f"the cell ran longer than {limits.cell_timeout} s and was interrupted",
+        "traceback": [],
+    }
+
+
+def _progress_bar(client: _CappedClient, notebook, label: str | None):
+    """A progress bar over the code cells, or None without a label."""
+    if not label:
+        return None
+    code_cells = sum(c.cell_type == "code" for c in notebook.cells)
+    bar = tqdm(total=code_cells, desc=label, unit="cell", leave=False)
+    client.on_cell_executed = lambda **_: bar.update()
+    return bar
 
 
 def run_notebook(
@@ -191,101 +247,98 @@ def run_notebook(
     temporary folder); a sandboxed kernel needs them inside a folder it can see.
     wrap: turns the kernel's command line into the one to start (e.g. `sandbox.wrap`).
     extra_cell: code run after the last cell; its stdout goes to `extra_output`, not the notebook.
+    progress: a label for a progress bar over the code cells.
     log_path: the kernel process's own stdout/stderr (not the cells' outputs); default discarded.
     """
     outcome = RunOutcome(status="ran", notebook=notebook)
-    timeout_error = {
-        "ename": CELL_TIMEOUT_ERROR,
-        "evalue": f"the cell ran longer than {limits.cell_timeout} s and was interrupted",
-        "traceback": [],
-    }
     private = tempfile.TemporaryDirectory(prefix="course-kernel-")
-    sockets = Path(connection_dir or private.name)
-    spec_manager = KernelSpecManager()
-    if wrap is not None:
-        spec_manager = KernelSpecManager(
-            kernel_dirs=[str(_kernel_spec_dir(wrap, Path(private.name)))]
-        )
-        kernel_name = WRAPPED_KERNEL
-    km = AsyncKernelManager(  # async: nbclient's timeouts only work with an async client
-        kernel_name=kernel_name,
-        kernel_spec_manager=spec_manager,
-        transport="ipc",
-        connection_file=str(sockets / "kernel.json"),
-        ip=str(sockets / "kernel"),
+    km = _kernel_manager(
+        kernel_name, Path(connection_dir or private.name), wrap, Path(private.name)
     )
-    client = _CappedClient(
-        notebook,
-        km=km,
-        timeout=limits.cell_timeout,
-        allow_errors=not stop_on_error,
-        interrupt_on_timeout=not stop_on_error,
-        error_on_timeout=None if stop_on_error else timeout_error,
-        kernel_name=kernel_name,
-        resources={"metadata": {"path": str(cwd)}},
-        startup_timeout=120,
-        cell_limit=limits.cell_output_kb * 1024,
-        notebook_limit=limits.notebook_output_mb * 2**20,
-    )
+    client = _client(notebook, km, cwd, limits, stop_on_error)
 
     def on_cell_error(cell, cell_index, execute_reply):
         if execute_reply.get("content", {}).get("ename") == CELL_TIMEOUT_ERROR:
             outcome.timed_out_cells.append(cell_index)
 
     client.on_cell_error = on_cell_error
-    bar = None
-    if progress:
-        bar = tqdm(
-            total=sum(c.cell_type == "code" for c in notebook.cells),
-            desc=progress,
-            unit="cell",
-            leave=False,
-        )
-        client.on_cell_executed = lambda **_: bar.update()
+    bar = _progress_bar(client, notebook, progress)
     started = time.monotonic()
     pid = None
     log = open(log_path or os.devnull, "w")
     try:
         with client.setup_kernel(env=env, cwd=str(cwd), stdout=log, stderr=log):
             pid = km.provisioner.pid
-            with Watchdog(pid, limits.memory_mb, limits.timeout, what="the notebook") as dog:
-                try:
-                    _run_cells(client, notebook, limits, outcome, dog, stop_on_error)
-                    if extra_cell and outcome.status == "ran":
-                        _run_extra(client, notebook, extra_cell, outcome)
-                except DeadKernelError:
-                    outcome.status = "killed" if dog.reason else "kernel died"
-                    outcome.reason = dog.reason or (
-                        "the kernel died (it crashed or was killed) before the notebook finished"
-                    )
-                if dog.reason and outcome.status in ("ran", "failed"):
-                    outcome.status, outcome.reason = "killed", dog.reason
-            outcome.peak_mb = dog.peak_mb
-    except Exception as exc:  # the kernel did not start, or talking to it failed
+            _run_watched(
+                client, pid, limits, outcome, stop_on_error=stop_on_error, extra=extra_cell
+            )
+    # The kernel did not start, or talking to it failed.
+    except Exception as exc:
         if outcome.status == "ran":
             outcome.status = "could not start" if pid is None else "run failed"
             outcome.reason = f"{type(exc).__name__}: {exc}"
     finally:
         if bar is not None:
             bar.close()
-        if client.kc is not None:
-            client.kc.stop_channels()
-        if pid is not None:
-            kill_tree(pid)  # the kernel and every process it left behind
-        try:
-            if km.has_kernel:  # reaps the process, removes the connection file and sockets
-                run_sync(km.shutdown_kernel)(now=True)
-        except Exception:  # it is dead already (killed above), which is all that matters
-            run_sync(km.cleanup_resources)()
+        _stop_kernel(client, km, pid)
         log.close()
         private.cleanup()
     outcome.seconds = time.monotonic() - started
-    _finish(notebook, limits, outcome, client.dropped, timeout_error)
+    _finish(notebook, limits, outcome, client.dropped)
     return outcome
 
 
-def _run_cells(client, notebook, limits, outcome, dog, stop_on_error) -> None:
-    for index, cell in enumerate(notebook.cells):
+def _run_watched(
+    client: _CappedClient,
+    pid: int,
+    limits: Limits,
+    outcome: RunOutcome,
+    *,
+    stop_on_error: bool,
+    extra: str,
+) -> None:
+    """Run the cells (then the `extra` code) while a Watchdog holds the kernel to its limits."""
+    with Watchdog(pid, limits.memory_mb, limits.timeout, what="the notebook") as dog:
+        try:
+            _run_cells(client, limits, outcome, dog, stop_on_error=stop_on_error)
+            if extra and outcome.status == "ran":
+                _run_extra(client, client.nb, extra, outcome)
+        except DeadKernelError:
+            outcome.status = "killed" if dog.reason else "kernel died"
+            outcome.reason = dog.reason or (
+                "the kernel died (it crashed or was killed) before the notebook finished"
+            )
+        if dog.reason and outcome.status in ("ran", "failed"):
+            outcome.status, outcome.reason = "killed", dog.reason
+    outcome.peak_mb = dog.peak_mb
+
+
+def _stop_kernel(client: _CappedClient, km: AsyncKernelManager, pid: int | None) -> None:
+    """Close the channels, kill the kernel and everything it left behind, remove its files."""
+    if client.kc is not None:
+        client.kc.stop_channels()
+    if pid is not None:
+        kill_tree(pid)
+    try:
+        # Reaps the process, removes the connection file and sockets.
+        if km.has_kernel:
+            run_sync(km.shutdown_kernel)(now=True)
+    # It is dead already (killed above), which is all that matters.
+    except Exception:
+        run_sync(km.cleanup_resources)()
+
+
+def _run_cells(
+    client: _CappedClient,
+    limits: Limits,
+    outcome: RunOutcome,
+    dog: Watchdog,
+    *,
+    stop_on_error: bool,
+) -> None:
+    """Execute the cells in order; stop at an error (with `stop_on_error`), or when a cell
+    interrupted at its time limit does not become idle again (it ignored the interrupt)."""
+    for index, cell in enumerate(client.nb.cells):
         try:
             client.execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
         except (CellExecutionError, CellTimeoutError) as exc:  # only with stop_on_error
@@ -321,19 +374,19 @@ def _run_extra(client, notebook, source: str, outcome: RunOutcome) -> None:
     )
 
 
-def _finish(notebook, limits, outcome, dropped: dict[int, int], timeout_error) -> None:
+def _finish(notebook, limits: Limits, outcome: RunOutcome, dropped: dict[int, int]) -> None:
     """Notes where outputs were cut and where cells timed out; the list of cell errors."""
     for index, cell in enumerate(notebook.cells):
         if index in dropped:
             note = (
-                f"[{dropped[index]:,} bytes of output dropped: the grader keeps "
+                f"[{dropped[index]:,} bytes of output dropped: the run keeps "
                 f"{limits.cell_output_kb} KB per cell and {limits.notebook_output_mb} MB per "
                 "notebook]\n"
             )
             cell.outputs.append(nbformat.v4.new_output("stream", name="stderr", text=note))
             outcome.output_notes.append(f"cell {index}: " + note.strip().strip("[]"))
         if index in outcome.timed_out_cells:
-            cell.outputs.append(nbformat.v4.new_output("error", **timeout_error))
+            cell.outputs.append(nbformat.v4.new_output("error", **_timeout_error(limits)))
         if index == outcome.deaf_cell:
             cell.outputs.append(
                 nbformat.v4.new_output(

@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import subprocess
@@ -32,6 +31,7 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+from course_utils.settings import tfds_data_dir
 from course_utils.tools.runner import Limits, RunOutcome, run_notebook
 
 #: The flag that grades without a sandbox, named after what it risks.
@@ -129,7 +129,7 @@ def _read_only_keep() -> list[Path]:
     package_parent = Path(course_utils.__file__).resolve().parents[1]
     keep = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parents[1]}
     keep.add(package_parent)
-    data_dir = os.environ.get("TFDS_DATA_DIR") or str(Path.home() / "tensorflow_datasets")
+    data_dir = str(tfds_data_dir())
     if Path(data_dir).is_dir():
         keep.add(Path(data_dir))
     return sorted(p.resolve() for p in keep)
@@ -185,7 +185,7 @@ def kernel_env(env: dict[str, str], home: Path) -> dict[str, str]:
         for key, value in env.items()
         if any(key == name or (name.endswith("_") and key.startswith(name)) for name in KEPT_ENV)
     }
-    data_dir = env.get("TFDS_DATA_DIR") or str(Path.home() / "tensorflow_datasets")
+    data_dir = str(tfds_data_dir(env))
     if Path(data_dir).is_dir():
         kept["TFDS_DATA_DIR"] = data_dir  # HOME moves: keep reading the instructor's datasets
     return {**kept, "HOME": str(home), "TMPDIR": "/tmp", "PYTHONNOUSERSITE": "1"}

@@ -1,0 +1,116 @@
+"""Stop what the tools start: one way to kill a process tree, one deadline, one watchdog.
+
+The runner's kernels, the grader's check processes and their children are stopped the same way:
+`kill_tree` SIGKILLs a process, its process group and every descendant. `Deadline` is the one
+clock behind every time limit here, and `Watchdog` kills a tree past a memory or time limit.
+
+Example:
+    >>> import subprocess
+    >>> from course_utils.tools.processes import Deadline, Watchdog, kill_tree
+    >>> child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    >>> with Watchdog(child.pid, memory_mb=500, seconds=5, what="the child") as dog:
+    ...     child.wait()
+    -9
+    >>> dog.reason
+    'time limit: the child ran longer than 5 s and was stopped'
+    >>> Deadline(30).left() <= 30
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+
+import psutil
+
+
+class Deadline:
+    """A moment `seconds` from now, on the monotonic clock."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        """Seconds until the deadline (0 once it passed)."""
+        return max(0.0, self.end - time.monotonic())
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.end
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants ([] when it is gone)."""
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    return []
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process, its process group (when it leads one) and every descendant, those that
+    left the group with setsid too. Nothing happens for a process that is gone."""
+    tree = process_tree(pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        # Only its own group (start_new_session=True), never the caller's.
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+    for process in tree:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+
+
+class Watchdog:
+    """In a `with` block, kills a process tree (`kill_tree`) once it uses more than `memory_mb`
+    of resident memory, or `seconds` after the watchdog was made; a thread looks every `interval`
+    seconds. `reason` says why it killed ("" if it did not), `peak_mb` is the most memory seen.
+    (Not `setrlimit(RLIMIT_AS)`: TensorFlow reserves far more address space than it uses.)"""
+
+    def __init__(
+        self,
+        pid: int,
+        memory_mb: float,
+        seconds: float,
+        *,
+        interval: float = 0.2,
+        what: str = "it",
+    ) -> None:
+        self.pid, self.memory_mb, self.interval, self.what = pid, memory_mb, interval, what
+        self.deadline = Deadline(seconds)
+        self.reason, self.peak_mb = "", 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> Watchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def kill(self, reason: str) -> None:
+        """Kill the tree now, recording why (the first reason given is kept)."""
+        self.reason = self.reason or reason
+        kill_tree(self.pid)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval) and psutil.pid_exists(self.pid):
+            rss = 0.0
+            for process in process_tree(self.pid):
+                # It may end while we look.
+                with contextlib.suppress(psutil.Error):
+                    rss += process.memory_info().rss / 2**20
+            self.peak_mb = max(self.peak_mb, rss)
+            if rss > self.memory_mb:
+                why = f"memory limit: {self.what} used more than {self.memory_mb:g} MB"
+            elif self.deadline.passed():
+                why = f"time limit: {self.what} ran longer than {self.deadline.seconds:.0f} s"
+            else:
+                continue
+            self.kill(f"{why} and was stopped")
+            return
