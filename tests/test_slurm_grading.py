@@ -130,8 +130,15 @@ def graded(cluster, tmp_path_factory):
     command = course_grade(cluster, str(folder), f"--out={remote}")
     first = subprocess.Popen(command, env=cluster.env, stdout=subprocess.PIPE, text=True)
     plan = remote / batch.PLAN_FOLDER / "plan.json"
-    slurm.wait_until(lambda: plan.exists() and task_process(plan), 300, "the slow task to run")
-    task_process(plan).kill()
+    found: list[psutil.Process] = []
+
+    def slow_task_running() -> bool:
+        # kept: its first children (bubblewrap's probes) may come and go before the kernel starts
+        found[:] = [p for p in [plan.exists() and task_process(plan)] if p]
+        return bool(found)
+
+    slurm.wait_until(slow_task_running, 300, "the slow task to run")
+    found[0].kill()
     output = first.communicate(timeout=600)[0]
     assert first.returncode == 0, output
     before = rows(remote)
