@@ -54,6 +54,7 @@ def python_subprocess():
 LONGEST_FIRST = (
     "test_slurm.py",  # notebook 4 under nbval, with a Slurm cluster up
     "test_grading.py",
+    "test_slurm_grading.py",
     "03_single_vs_distributed",
     "test_parity.py",
     "05_svhn_solution",

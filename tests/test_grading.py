@@ -20,12 +20,9 @@ Run: pytest tests/test_grading.py  (about 3 minutes on 2 cores).
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import os
-import re
-import secrets
 import shutil
 import socket
 import time
@@ -35,207 +32,35 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
-
-from conftest import ROOT
-from course_utils.tools import checks, exercise, grading, sandbox
-
-SOLUTION = ROOT / "solutions" / "05_svhn_solution.ipynb"
-EXERCISE = ROOT / "exercises" / "05_svhn_exercise.ipynb"
-ENV = {"COURSE_PROFILE": "quick", "COURSE_DEVICES": "2", "COURSE_DATA": "synthetic"}
-
-pytestmark = pytest.mark.slow
-
-
-def completed_exercise() -> nbformat.NotebookNode:
-    """What a perfect student hands in: the exercise with every stub and the answer filled in."""
-    solution = nbformat.read(SOLUTION, as_version=4)
-    by_id = {cell.id: cell for cell in solution.cells}
-    notebook = exercise.make_exercise(solution)
-    for cell in notebook.cells:
-        original = by_id[cell.id].source
-        if cell.cell_type == "code" and "### BEGIN SOLUTION" in original:
-            cell.source = "\n".join(
-                line
-                for line in original.splitlines()
-                if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line
-            )
-        elif exercise.ANSWER_PLACEHOLDER in cell.source:
-            answer = re.search(r"-->\n(.*)\n<!--", original, re.DOTALL)[1]
-            cell.source = cell.source.replace(exercise.ANSWER_PLACEHOLDER, answer)
-    return notebook
-
-
-def edit(notebook, old: str, new: str) -> nbformat.NotebookNode:
-    """A copy with `old` replaced by `new` in the one code cell that contains it."""
-    notebook = copy.deepcopy(notebook)
-    cells = [cell for cell in notebook.cells if cell.cell_type == "code" and old in cell.source]
-    assert len(cells) == 1, f"{old!r} is in {len(cells)} code cells, expected 1: update the fixture"
-    cells[0].source = cells[0].source.replace(old, new)
-    return notebook
-
-
-def restub(notebook, marker: str) -> nbformat.NotebookNode:
-    """A copy where the cell containing `marker` is back to the exercise's stub (part not done)."""
-    notebook = copy.deepcopy(notebook)
-    stubs = {cell.id: cell.source for cell in nbformat.read(EXERCISE, as_version=4).cells}
-    cells = [cell for cell in notebook.cells if marker in cell.source]
-    assert len(cells) == 1
-    cells[0].source = stubs[cells[0].id]
-    return notebook
-
-
-def write(notebook, path: Path) -> Path:
-    nbformat.write(notebook, path)
-    return path
-
-
-#: Marks everything the hostile submissions of this session create (files, process command lines).
-TOKEN = f"hostile-{secrets.token_hex(6)}"
-
-
-def _notebook(*sources: str) -> nbformat.NotebookNode:
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    return notebook
-
-
-# A process that outlives its kernel (double fork, new session) and deletes every saved model and
-# results file it can see, for 15 minutes. Its command line carries TOKEN.
-SURVIVOR_LOOP = """# TOKEN
-import glob, os, sys, time
-end = time.time() + 900
-while time.time() < end:
-    for pattern in ("/tmp/**/*.keras", "/tmp/**/results.json", "OUT/**/*.keras"):
-        for path in glob.glob(pattern, recursive=True):
-            try:
-                os.remove(path)
-            except OSError:
-                pass
-    time.sleep(0.2)
-"""
-SURVIVOR = """
-import os, sys
-child = os.fork()
-if child == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.execv(sys.executable, [sys.executable, "-c", CODE])
-    os._exit(0)
-os.waitpid(child, 0)
-print("survivor started")
-"""
-
-# Looks for the other kernels' connection files for 25 s and sends each one code that deletes its
-# artifacts.
-CROSS_KERNEL = """
-import glob, json, os, time
-from jupyter_client import BlockingKernelClient
-mine = os.path.realpath(".kernel/kernel.json")
-patterns = ["/tmp/course-grade-*/*/.kernel/kernel.json", "/tmp/*/kernel*.json",
-            "/tmp/*/*/kernel*.json", os.path.expanduser("~/.local/share/jupyter/runtime/*.json"),
-            "/run/user/*/jupyter/runtime/*.json"]
-seen, attacked = set(), []
-end = time.time() + 25
-while time.time() < end:
-    for path in {p for pattern in patterns for p in glob.glob(pattern)} - seen - {mine}:
-        seen.add(path)
-        try:
-            client = BlockingKernelClient(connection_file=path)
-            client.load_connection_file()
-            client.start_channels()
-            client.execute("import os, shutil; "
-                           "shutil.rmtree(os.environ['COURSE_ARTIFACTS'], ignore_errors=True)")
-            attacked.append(path)
-        except Exception:
-            pass
-    time.sleep(0.5)
-print("CROSS", json.dumps({"found": sorted(seen), "attacked": attacked}))
-"""
-
-# Changes the installed package and the solution, patches the grader's checks in its own kernel,
-# fakes results and prints "PASSED".
-TAMPER = """
-import json, os, pathlib
-import course_utils
-package = pathlib.Path(course_utils.__file__).parent
-attempts = {}
-for target in [package / "tools" / "checks.py", package / "__init__.py",
-               package.parent / "solutions" / "05_svhn_solution.ipynb",
-               package / "TOKEN.py"]:
-    try:
-        with open(target, "a") as handle:
-            handle.write("# TOKEN")
-        attempts[target.name] = "written"
-    except OSError as exc:
-        attempts[target.name] = type(exc).__name__
-print("TAMPER", json.dumps(attempts))
-import course_utils.tools.checks as checks
-checks.CheckError = Warning
-checks.own_model = lambda *args, **kwargs: None
-artifacts = pathlib.Path(os.environ["COURSE_ARTIFACTS"]) / "05_svhn"
-artifacts.mkdir(parents=True, exist_ok=True)
-(artifacts / "results.json").write_text(json.dumps({"fit": {"test_accuracy": 1.0}}))
-print("PASSED: 12/12 hidden tests passed")
-"""
-
-# Network, and writes outside the work folder.
-ESCAPE = """
-import json, os, pathlib, socket
-report = {}
-for name, address in [("dns", ("pypi.org", 443)), ("ip", ("1.1.1.1", 53)),
-                      ("host", ("127.0.0.1", HOST_PORT))]:
-    try:
-        socket.create_connection(address, timeout=3).close()
-        report[name] = "reachable"
-    except OSError:
-        report[name] = "blocked"
-for folder in [pathlib.Path.home(), pathlib.Path("OUT"), pathlib.Path("ROOT"),
-               pathlib.Path("/tmp"), pathlib.Path("/var/tmp")]:
-    try:
-        (folder / "TOKEN").write_text("escaped")
-        report[str(folder)] = "written"
-    except OSError as exc:
-        report[str(folder)] = type(exc).__name__
-print("ESCAPE", json.dumps(report))
-"""
-
-FLOOD = "for _ in range(300):\n    print('x' * 1_000_000)  # 300 MB"
-
-# A zip bomb saved as the fit model (300 MB of zeros in about 300 KB), and symbolic links.
-BOMB = """
-import json, os, pathlib, zipfile
-artifacts = pathlib.Path(os.environ["COURSE_ARTIFACTS"]) / "05_svhn"
-artifacts.mkdir(parents=True, exist_ok=True)
-with zipfile.ZipFile(artifacts / "fit_model.keras", "w", zipfile.ZIP_DEFLATED) as archive:
-    with archive.open("model.weights.h5", "w", force_zip64=True) as member:
-        for _ in range(300):
-            member.write(bytes(2**20))
-    archive.writestr("config.json", "{}")
-(artifacts / "results.json").write_text(json.dumps({"fit": {"test_accuracy": 0.9}}))
-os.symlink("/etc/passwd", artifacts / "custom_model.keras")
-os.symlink("/", artifacts / "everything")
-"""
-
-DEAF = (
-    "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-    "while True:\n    time.sleep(0.05)"
+from grading_submissions import (
+    BOMB,
+    CROSS_KERNEL,
+    DEAF,
+    ENV,
+    ESCAPE,
+    EXERCISE,
+    FLOOD,
+    ROOT,
+    SOLUTION,
+    SURVIVOR,
+    SURVIVOR_LOOP,
+    TAMPER,
+    TOKEN,
+    completed_exercise,
+    edit,
+    fill,
+    notebook_of,
+    restub,
+    survivors,
+    write,
 )
 
+from course_utils.tools import batch as grading_batch
+from course_utils.tools import checks, cli, grading, sandbox
+from course_utils.tools.report import Grade
+from course_utils.tools.runner import Limits
 
-def _fill(source: str, out: Path) -> str:
-    return source.replace("TOKEN", TOKEN).replace("OUT", str(out)).replace("ROOT", str(ROOT))
-
-
-def _survivors() -> list[psutil.Process]:
-    """Live processes whose command line carries TOKEN."""
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            if TOKEN in " ".join(process.info["cmdline"] or []):
-                found.append(process)
-        except psutil.Error:
-            pass
-    return found
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -254,16 +79,16 @@ def batch(tmp_path_factory, sandboxed):
     # A server on the host's loopback: reachable from the host, not from a sandboxed kernel.
     listener = socket.create_server(("127.0.0.1", 0))
     host_port = listener.getsockname()[1]
-    survivor = SURVIVOR.replace("CODE", repr(_fill(SURVIVOR_LOOP, out)))
+    survivor = SURVIVOR.replace("CODE", repr(fill(SURVIVOR_LOOP, out)))
     first = {
-        "survivor": _notebook(survivor),
+        "survivor": notebook_of(survivor),
         "solution": done,
-        "cross_kernel": _notebook(CROSS_KERNEL),
-        "tampering": _notebook(_fill(TAMPER, out)),
-        "escape": _notebook(_fill(ESCAPE, out).replace("HOST_PORT", str(host_port))),
-        "flood": _notebook(FLOOD, "print('after the flood')"),
-        "bomb": _notebook(BOMB),
-        "deaf": _notebook(DEAF, "print('never')"),
+        "cross_kernel": notebook_of(CROSS_KERNEL),
+        "tampering": notebook_of(fill(TAMPER, out)),
+        "escape": notebook_of(fill(ESCAPE, out).replace("HOST_PORT", str(host_port))),
+        "flood": notebook_of(FLOOD, "print('after the flood')"),
+        "bomb": notebook_of(BOMB),
+        "deaf": notebook_of(DEAF, "print('never')"),
     }
     paths = [write(notebook, folder / f"{name}.ipynb") for name, notebook in first.items()]
     paths += [
@@ -306,10 +131,10 @@ def batch(tmp_path_factory, sandboxed):
     started = time.monotonic()
     with listener:  # the escape notebook tries to reach it from inside the sandbox
         socket.create_connection(("127.0.0.1", host_port), timeout=3).close()  # it answers here
-        grades = grading.grade(
+        grades = grading_batch.grade(
             paths,
             out,
-            limits=grading.Limits(cell_timeout=90, timeout=900),
+            limits=Limits(cell_timeout=90, timeout=900),
             jobs=2,
             progress=False,
             **_settings(),
@@ -319,21 +144,20 @@ def batch(tmp_path_factory, sandboxed):
         f"solution alone: {grades[1].seconds:.0f} s\n" + (out / "gradebook.csv").read_text()
     )
     after = {
-        "survivors": _survivors(),
+        "survivors": survivors(),
         "solution_changed": SOLUTION.read_bytes() != solution_before,
     }
     return {g.student: g for g in grades}, out, after
 
 
 def _settings() -> dict:
-    return {
-        "profile": ENV["COURSE_PROFILE"],
-        "devices": int(ENV["COURSE_DEVICES"]),
-        "data": ENV["COURSE_DATA"],
-    }
+    settings = grading_batch.Settings(
+        profile=ENV["COURSE_PROFILE"], devices=int(ENV["COURSE_DEVICES"]), data=ENV["COURSE_DATA"]
+    )
+    return {"settings": settings}
 
 
-def failed(g: grading.Grade) -> dict[str, str]:
+def failed(g: Grade) -> dict[str, str]:
     return {r.title: r.message for r in g.results if r.earned < r.points}
 
 
@@ -463,7 +287,7 @@ def test_no_process_a_submission_started_outlives_the_batch(batch):
     grades, out, after = batch
     assert "survivor started" in (out / "survivor" / "executed.ipynb").read_text()
     assert after["survivors"] == [], "the detached process died with its kernel"
-    assert _survivors() == []
+    assert survivors() == []
 
 
 def test_kernels_cannot_reach_each_other(batch):
@@ -531,30 +355,30 @@ def _outputs(outcome) -> str:
 
 
 def test_memory_limit_kills_the_kernel_and_its_children(tmp_path, sandboxed):
-    notebook = _notebook(
+    notebook = notebook_of(
         "import subprocess, sys\n"
         f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)  # {TOKEN}'])",
         "hog = []\nwhile True:\n    hog.append(bytearray(20 * 2**20))",
         "print('never')",
     )
-    outcome, _, _ = grading.run_submission(
-        notebook, tmp_path, {**os.environ, **ENV}, grading.Limits(60, 120, memory_mb=400)
+    outcome, _, _ = sandbox.run_submission(
+        notebook, tmp_path, {**os.environ, **ENV}, Limits(60, 120, memory_mb=400)
     )
     assert outcome.status == "killed" and "memory limit" in outcome.reason
-    assert _survivors() == [], "the process the kernel started is gone"
+    assert survivors() == [], "the process the kernel started is gone"
 
 
 def test_an_interrupted_cell_lets_the_next_cells_run_and_a_crash_is_reported(tmp_path, sandboxed):
-    loop = _notebook("while True:\n    pass", "print('next cell ran')")
-    outcome, _, _ = grading.run_submission(
-        loop, tmp_path / "loop", {**os.environ, **ENV}, grading.Limits(3, 60)
+    loop = notebook_of("while True:\n    pass", "print('next cell ran')")
+    outcome, _, _ = sandbox.run_submission(
+        loop, tmp_path / "loop", {**os.environ, **ENV}, Limits(3, 60)
     )
     assert outcome.status == "ran" and outcome.timed_out_cells == [0]
     assert "next cell ran" in _outputs(outcome)
     assert any("KeyboardInterrupt" in error for error in outcome.cell_errors)
-    crash = _notebook("import os\nos.kill(os.getpid(), 9)", "print('never')")
-    outcome, _, _ = grading.run_submission(
-        crash, tmp_path / "crash", {**os.environ, **ENV}, grading.Limits(30, 60)
+    crash = notebook_of("import os\nos.kill(os.getpid(), 9)", "print('never')")
+    outcome, _, _ = sandbox.run_submission(
+        crash, tmp_path / "crash", {**os.environ, **ENV}, Limits(30, 60)
     )
     assert outcome.status == "kernel died" and "kernel died" in outcome.reason
 
@@ -588,12 +412,12 @@ def test_without_the_sandbox_a_changed_solution_is_reported_and_both_versions_ke
     during the batch: it must overwrite neither, say so, and keep the version it graded with."""
     solution = shutil.copy(SOLUTION, tmp_path / "solution.ipynb")
     start = Path(solution).read_bytes()
-    writer = _notebook(f"open({str(solution)!r}, 'a').write('{TOKEN}')")
-    grades = grading.grade(
+    writer = notebook_of(f"open({str(solution)!r}, 'a').write('{TOKEN}')")
+    grades = grading_batch.grade(
         [write(writer, tmp_path / "writer.ipynb")],
         tmp_path / "grades",
         solution=solution,
-        limits=grading.Limits(cell_timeout=60, timeout=300),
+        limits=Limits(cell_timeout=60, timeout=300),
         progress=False,
         sandboxed=False,
         **_settings(),
@@ -622,11 +446,27 @@ def test_real_data_is_prepared_once_before_the_batch(monkeypatch):
     monkeypatch.setattr(data, "real_data_status", lambda name: (True, "reachable"))
     monkeypatch.setattr(data, "is_prepared", lambda name: bool(prepared))
     monkeypatch.setattr(data, "tfds_builder", lambda name: Builder())
-    assert grading.batch_data("auto") == "tfds" and prepared == [True]
-    assert grading.batch_data("tfds") == "tfds" and prepared == [True]  # once
+    assert grading_batch.batch_data("auto") == "tfds" and prepared == [True]
+    assert grading_batch.batch_data("tfds") == "tfds" and prepared == [True]  # once
     monkeypatch.setattr(data, "real_data_status", lambda name: (False, "offline"))
-    assert grading.batch_data("auto") == "synthetic"
-    assert grading.batch_data("synthetic") == "synthetic"
+    assert grading_batch.batch_data("auto") == "synthetic"
+    assert grading_batch.batch_data("synthetic") == "synthetic"
     prepared.clear()
     with pytest.raises(data.DataUnavailableError, match="COURSE_DATA=tfds needs the real"):
-        grading.batch_data("tfds")
+        grading_batch.batch_data("tfds")
+
+
+def test_the_default_jobs_fit_the_cores_the_devices_and_the_memory(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    free = type("Memory", (), {"available": 10 * 2**30})
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: free)
+    assert grading.default_jobs(devices=2, memory_mb=4096)[0] == 2  # memory: 10 GiB / 4 GiB
+    assert grading.default_jobs(devices=3, memory_mb=1024)[0] == 2  # cores: 8 / 3
+    assert grading.default_jobs(devices=16, memory_mb=1024)[0] == 1  # at least one
+    missing = str(tmp_path / "missing.ipynb")
+    grades = tmp_path / "grades"
+    assert cli.main(["grade", missing, f"--out={grades}", "--devices=2", "--memory-mb=1024"]) == 2
+    assert not grades.exists(), "nothing is written for bad input"
+    out, err = capsys.readouterr()
+    assert "--jobs 4 (8 cores / 2 devices per submission = 4; 10,240 MB free" in out
+    assert "missing.ipynb does not exist" in err

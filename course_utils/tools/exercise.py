@@ -17,8 +17,8 @@ A solution notebook (solutions/*_solution.ipynb) marks what students must not se
     <!-- HIDDEN -->                                        first line of a markdown cell:
     instructors only
 
-Hidden cells are left out of the exercise; `course_utils.tools.grading` reads them from the
-solution. Visible
+Hidden cells are left out of the exercise; the grader (`course_utils.tools.batch`) reads them from
+the solution. Visible
 checks (ordinary cells) stay, so students can test themselves. In the exercise, the stub cells
 and the
 cells that use a name a stub would have defined are tagged `raises-exception`, so that nbval and

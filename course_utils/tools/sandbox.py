@@ -9,6 +9,9 @@ capabilities (so root inside cannot remount anything writable), and is killed wh
 work folders, the grades, and the home folder (the Python installation and the course are bound
 back read-only when they live there).
 
+`run_submission` runs a submitted notebook in such a sandbox with the course's notebook runner,
+then the solution's hidden probe in the same kernel.
+
 Example:
     >>> from course_utils.tools import sandbox
     >>> sandbox.status()
@@ -19,6 +22,8 @@ Example:
 
 from __future__ import annotations
 
+import json
+import secrets
 import shutil
 import subprocess
 import sys
@@ -27,6 +32,7 @@ from functools import cache
 from pathlib import Path
 
 from course_utils.settings import tfds_data_dir
+from course_utils.tools.runner import Limits, RunOutcome, run_notebook
 
 #: The flag that grades without a sandbox, named after what it risks.
 NO_SANDBOX_FLAG = "--no-sandbox-i-trust-these-notebooks"
@@ -183,3 +189,63 @@ def kernel_env(env: dict[str, str], home: Path) -> dict[str, str]:
     if Path(data_dir).is_dir():
         kept["TFDS_DATA_DIR"] = data_dir  # HOME moves: keep reading the instructor's datasets
     return {**kept, "HOME": str(home), "TMPDIR": "/tmp", "PYTHONNOUSERSITE": "1"}
+
+
+def _read_facts(outcome: RunOutcome, marker: str) -> tuple[dict, str]:
+    if outcome.extra_error:
+        return {}, outcome.extra_error
+    for line in outcome.extra_output.splitlines():
+        if line.startswith(marker):
+            try:
+                return json.loads(line[len(marker) :]), ""
+            except ValueError as exc:
+                return {}, f"unreadable facts: {exc}"
+    return {}, "the probe printed no facts"
+
+
+def run_submission(
+    notebook,
+    workdir: Path,
+    env: dict[str, str],
+    limits: Limits,
+    *,
+    probe_source: str = "",
+    log_path: Path | None = None,
+    sandboxed: bool = True,
+    hidden: Sequence[Path] = (),
+    hidden_files: Sequence[Path] = (),
+) -> tuple[RunOutcome, dict, str]:
+    """Execute `notebook` in a fresh kernel in `workdir` (errors allowed), then the probe there.
+
+    Returns the run's outcome, the facts the probe found and why it found none ("" if it did).
+    sandboxed: the kernel runs in the sandbox, where only `workdir` is writable and `hidden`
+    folders and `hidden_files` look empty; its connection file and sockets go in `workdir/.kernel`.
+    """
+    workdir = Path(workdir).resolve()
+    connection = workdir / ".kernel"
+    connection.mkdir(parents=True, exist_ok=True)
+    kernel_wrap = None
+    if sandboxed:
+        env = kernel_env(env, home=workdir)
+
+        def kernel_wrap(argv: list[str]) -> list[str]:
+            return wrap(
+                argv, writable=[workdir], hidden=hidden, hidden_files=hidden_files, cwd=workdir
+            )
+
+    marker = f"@@facts-{secrets.token_hex(8)}@@"
+    probe = ""
+    if probe_source:
+        probe = f"{probe_source}\nimport json as _json\nprint({marker!r} + _json.dumps(FACTS))"
+    outcome = run_notebook(
+        notebook,
+        workdir,
+        env,
+        limits=limits,
+        connection_dir=connection,
+        wrap=kernel_wrap,
+        extra_cell=probe,
+        log_path=log_path,
+    )
+    facts, probe_error = _read_facts(outcome, marker) if probe_source else ({}, "")
+    return outcome, facts, probe_error

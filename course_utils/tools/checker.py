@@ -1,0 +1,168 @@
+"""The check process: runs the solution's hidden tests on a submission's files, never its code.
+
+One long-lived `python -m course_utils.tools.checker` process per batch (TensorFlow loads once),
+sandboxed like the kernels. It reads one job per stdin line (JSON: the artifacts folder, the probe's
+facts, the tests' sources) and answers one JSON line per job: for each test, passed or not and why.
+Everything else the tests or TensorFlow print goes to stderr (the check log), not into the answers.
+`CheckProcess` restarts it when it crashes, takes too long or uses too much memory.
+
+Example:
+    >>> checks = CheckProcess(env, cwd=out, log_path=out / "checks.log")
+    >>> checks.start()  # TensorFlow loads while the first notebook runs
+    >>> checks.run(Path("grades/alice/artifacts"), facts, parts.tests, timeout=300)
+    [(True, ''), (False, 'the fit model was not saved: ...')]
+    >>> checks.stop()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from course_utils.tools.checks import clear_cache
+from course_utils.tools.exercise import HiddenTest
+from course_utils.tools.processes import Watchdog, kill_tree
+
+#: (passed, message) for one hidden test.
+Verdict = tuple[bool, str]
+
+
+def _run_tests(job: dict, settings) -> list[dict]:
+    namespace = {
+        "__name__": "__hidden_tests__",
+        "settings": settings,
+        "ARTIFACTS": Path(job["artifacts"]),
+        "FACTS": job["facts"],
+    }
+    results = []
+    for index, test in enumerate(job["tests"]):
+        try:
+            code = compile(test["source"], f"<hidden test {index}: {test['title']}>", "exec")
+            exec(code, namespace)
+            results.append({"passed": True, "message": ""})
+        except AssertionError as exc:
+            results.append({"passed": False, "message": str(exc) or "an assertion failed"})
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {str(exc)[:500]}"
+            results.append({"passed": False, "message": message})
+    return results
+
+
+def main() -> None:
+    """The check process: one JSON job per stdin line, one JSON result per stdout line."""
+    results_out = os.fdopen(os.dup(1), "w", buffering=1)
+    # Anything else printed here (TensorFlow, the tests) goes to stderr, not to the results.
+    os.dup2(2, 1)
+    import course_utils
+
+    settings = course_utils.setup(verbose=False)
+    import keras
+
+    for line in sys.stdin:
+        clear_cache()
+        results = _run_tests(json.loads(line), settings)
+        keras.backend.clear_session()
+        results_out.write(json.dumps(results) + "\n")
+
+
+class CheckProcess:
+    """A long-lived check process running hidden tests for one submission at a time.
+
+    Started through `wrap` (the sandbox) when given; killed and restarted when it crashes, takes
+    too long or uses more than `memory_mb`.
+    """
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        cwd: Path,
+        log_path: Path,
+        memory_mb: float = 4096,
+        wrap: Callable[[list[str]], list[str]] | None = None,
+    ) -> None:
+        self.env, self.cwd, self.log_path = env, cwd, log_path
+        self.memory_mb, self.wrap = memory_mb, wrap
+        self.process: subprocess.Popen | None = None
+        self.lines: queue.Queue = queue.Queue()
+        self.lock = threading.Lock()
+
+    def _start(self) -> None:
+        argv = [sys.executable, "-m", "course_utils.tools.checker"]
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(
+                self.wrap(argv) if self.wrap else argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, args=(self.process, self.lines), daemon=True).start()
+
+    @staticmethod
+    def _read(process: subprocess.Popen, lines: queue.Queue) -> None:
+        for line in process.stdout:
+            lines.put(line)
+        # end of output: the process exited
+        lines.put(None)
+
+    def start(self) -> None:
+        """Start the process now (so TensorFlow loads while the first submission runs)."""
+        with self.lock:
+            if self.process is None:
+                self._start()
+
+    def _ask(self, job: dict, timeout: float) -> tuple[str | None, str]:
+        """Send one job; (its answer line or None, why there is none)."""
+        dog = Watchdog(self.process.pid, self.memory_mb, timeout, what="the check process")
+        try:
+            with dog:
+                self.process.stdin.write(json.dumps(job) + "\n")
+                self.process.stdin.flush()
+                line = self.lines.get(timeout=timeout + 5)
+        except queue.Empty:
+            line, why = None, f"the grader's tests took longer than {timeout:.0f} s on these files"
+        except (BrokenPipeError, OSError):
+            line, why = None, "the grader's check process stopped"
+        else:
+            why = "the grader's check process crashed while reading these files"
+        if line is None and dog.reason:
+            why = f"{dog.reason} while reading these files"
+        return line, why
+
+    def run(
+        self, artifacts: Path, facts: dict, tests: list[HiddenTest], timeout: float
+    ) -> list[Verdict]:
+        """(passed, message) for each test; all failed with the reason when the process fails."""
+        with self.lock:
+            if self.process is None or self.process.poll() is not None:
+                self._start()
+            job = {
+                "artifacts": str(artifacts),
+                "facts": facts,
+                "tests": [{"title": t.title, "source": t.source} for t in tests],
+            }
+            line, why = self._ask(job, timeout)
+            if line is None:
+                self.stop()
+                return [(False, f"{why} (details: {self.log_path.name})")] * len(tests)
+            return [(r["passed"], r["message"]) for r in json.loads(line)]
+
+    def stop(self) -> None:
+        if self.process is not None:
+            kill_tree(self.process.pid)
+            self.process.wait()
+            self.process = None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""What grading writes: one submission's grade, its report, the gradebook and its exports.
+
+A `Grade` is saved as `<out>/<student>/result.json` next to the student's `report.md`; the batch
+(local or a Slurm job array) reads those files back and writes `<out>/gradebook.csv` from them, so
+both routes give the same reports and the same gradebook. For a learning platform the gradebook is
+also exported in Canvas's and Moodle's grade-import CSV formats.
+
+Example:
+    >>> from course_utils.tools import report
+    >>> g = report.Grade("alice", Path("alice.ipynb"), status="graded", max_score=12)
+    >>> report.write_report(g, Path("grades/alice/report.md"))
+    >>> report.write_gradebook([g], Path("grades/gradebook.csv"), questions=["Q1", "Q2"])
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: File of one graded submission, in its folder under the grades.
+RESULT_NAME = "result.json"
+
+
+@dataclass
+class CheckResult:
+    """One hidden test (or written answer) and how it went."""
+
+    question: str
+    title: str
+    points: float
+    earned: float
+    # why it failed, or a note
+    message: str = ""
+    # a written answer for the instructor to read
+    manual: bool = False
+
+
+@dataclass
+class Grade:
+    """The grade of one submission.
+
+    status: "graded", "invalid notebook", "unchanged exercise", "grader error", how the run failed
+    (`RunOutcome.status`), or why a Slurm task gave no result ("task failed", "task timed out",
+    "task cancelled").
+    """
+
+    student: str
+    path: Path
+    status: str
+    reason: str = ""
+    results: list[CheckResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    cell_errors: list[str] = field(default_factory=list)
+    answers: dict[str, str | None] = field(default_factory=dict)
+    seconds: float = 0.0
+    # executing the notebook, the kernel's highest memory use, the hidden tests
+    run_seconds: float = 0.0
+    peak_mb: float = 0.0
+    check_seconds: float = 0.0
+    max_score: float = 0.0
+    # what it was graded from (submission, solution, settings): a re-run skips it when unchanged
+    key: str = ""
+
+    @property
+    def score(self) -> float:
+        return sum(r.earned for r in self.results)
+
+    def question_scores(self) -> dict[str, float]:
+        scores: dict[str, float] = {}
+        for r in self.results:
+            scores[r.question] = scores.get(r.question, 0.0) + r.earned
+        return scores
+
+    def to_json(self) -> str:
+        return json.dumps({**dataclasses.asdict(self), "path": str(self.path)}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Grade:
+        data = json.loads(text)
+        data["path"] = Path(data["path"])
+        data["results"] = [CheckResult(**r) for r in data["results"]]
+        return cls(**data)
+
+
+def natural(question: str) -> tuple:
+    """Sort key that puts Q2 before Q10."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", question))
+
+
+def save(g: Grade, folder: Path) -> None:
+    """Write the student's report.md and result.json into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_report(g, folder / "report.md")
+    (folder / RESULT_NAME).write_text(g.to_json())
+
+
+def load(folder: Path) -> Grade | None:
+    """The grade saved in `folder`, or None when there is none (or it cannot be read)."""
+    try:
+        return Grade.from_json((folder / RESULT_NAME).read_text())
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _check_rows(g: Grade) -> list[str]:
+    lines = ["## Checks", "", "| question | check | points | result |", "|---|---|---|---|"]
+    for r in sorted(g.results, key=lambda r: natural(r.question)):
+        verdict = "FAILED" if r.earned < r.points else ("to read" if r.manual else "passed")
+        detail = f": {r.message}" if r.message and verdict != "passed" else ""
+        lines.append(
+            f"| {r.question} | {r.title} | {r.earned:g}/{r.points:g} "
+            f"| {verdict}{detail.replace('|', '/')} |"
+        )
+    return lines
+
+
+def write_report(g: Grade, path: Path) -> None:
+    """The student's report: score, each check and why it failed, errors, written answers."""
+    lines = [
+        f"# {g.student}: {g.score:g} / {g.max_score:g}",
+        "",
+        f"- submission: `{g.path.name}`",
+        f"- status: {g.status}" + (f" ({g.reason})" if g.reason else ""),
+    ]
+    if g.run_seconds:
+        lines.append(
+            f"- graded in {g.seconds:.0f} s (notebook {g.run_seconds:.0f} s, checks "
+            f"{g.check_seconds:.0f} s), peak memory {g.peak_mb:.0f} MB; the executed notebook is "
+            f"`executed.ipynb`, its files `artifacts/`"
+        )
+    lines.append("")
+    if g.notes:
+        lines += ["## Notes", "", *[f"- {note}" for note in g.notes], ""]
+    lines += _check_rows(g)
+    if g.cell_errors:
+        lines += [
+            "",
+            "## Errors while running the notebook",
+            "",
+            "Later cells still ran; a failing cell usually makes the cells that use its "
+            "results fail too.",
+            "",
+        ]
+        lines += [f"- {error.replace(chr(10), ' ')}" for error in g.cell_errors[:30]]
+    for question, text in g.answers.items():
+        lines += ["", f"## Written answer ({question})", ""]
+        lines += [f"> {line}" for line in (text or "(no answer)").splitlines()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _notes(g: Grade) -> str:
+    return "; ".join(g.notes + ([g.reason] if g.reason else []))
+
+
+def write_gradebook(grades: list[Grade], path: Path, questions: list[str]) -> None:
+    """One row per submission: score, points per question, status and notes."""
+    questions = sorted(questions, key=natural)
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            ["student", "score", "max_score", *questions, "status", "notes", "seconds", "report"]
+        )
+        for g in grades:
+            scores = g.question_scores()
+            writer.writerow(
+                [
+                    g.student,
+                    f"{g.score:g}",
+                    f"{g.max_score:g}",
+                    *[f"{scores.get(q, 0):g}" for q in questions],
+                    g.status,
+                    _notes(g),
+                    f"{g.seconds:.0f}",
+                    f"{g.student}/report.md",
+                ]
+            )
+
+
+def write_canvas(grades: list[Grade], path: Path, assignment: str) -> None:
+    """The gradebook as a Canvas "Import grades" CSV: Student, ID, SIS User ID, SIS Login ID,
+    Section, then one column named after the assignment holding the score.
+
+    Canvas matches a row to a student by ID, SIS User ID or SIS Login ID. The grader only knows the
+    submission's name, so it goes in "SIS Login ID" (name the submissions after the students'
+    logins) and "Student"; the other identifying columns stay empty. A column whose header is a new
+    assignment name creates that assignment on import. The "Points Possible" row under the header
+    (as in Canvas's own export) gives the maximum score.
+    """
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", assignment])
+        maximum = max((g.max_score for g in grades), default=0)
+        writer.writerow(["    Points Possible", "", "", "", "", f"{maximum:g}"])
+        for g in grades:
+            writer.writerow([g.student, "", "", g.student, "", f"{g.score:g}"])
+
+
+def write_moodle(grades: list[Grade], path: Path, assignment: str) -> None:
+    """The gradebook as a Moodle "Import > CSV file" file: a user column, a grade column and a
+    feedback column.
+
+    On import, map "Username" (Map from) to the Moodle field that names your students (Map to:
+    username, ID number or email), the grade column to the grade item, and "Feedback" to that item's
+    feedback. The grade is the score; the feedback is the status and notes (the report stays with
+    you).
+    """
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["Username", assignment, "Feedback"])
+        for g in grades:
+            feedback = f"{g.score:g}/{g.max_score:g}, {g.status}"
+            if _notes(g):
+                feedback += f": {_notes(g)}"
+            writer.writerow([g.student, f"{g.score:g}", feedback])

@@ -1,0 +1,317 @@
+"""Grade a batch on Slurm: one job array, one task per submission, the same sandbox and limits.
+
+`course grade --slurm` writes the batch's plan (settings, limits, a copy of the solution, the
+submissions) under <out>/.batch/, submits ONE `sbatch --array` job whose task i grades submission i
+with `batch.grade_one` (its own check process, the bubblewrap sandbox, the same limits) and saves
+<out>/<student>/report.md and result.json, exactly as a local run does. The grades folder, the
+submissions and the course's Python (the same path) must be on a file system the compute nodes
+share with the submitting machine.
+
+While the tasks run, the progress (done, running, pending, failed) comes from Slurm: `squeue`
+lists pending and running tasks and, for a few minutes after they end (`MinJobAge`), their final
+state; `sacct` is asked next when the cluster keeps accounting. When neither knows a task any more
+(a cluster with `AccountingStorageType=accounting_storage/none`, after `MinJobAge`), the task's
+own files decide: its result.json (done) or the exit code its batch script wrote (failed).
+
+A task that dies, times out or is cancelled still gets a gradebook row, with the reason and its
+Slurm log. A re-run grades only the submissions without a result (everything with --regrade).
+Ctrl-C cancels the array (`scancel`) and waits until Slurm has ended every task.
+
+Example:
+    >>> b = batch.prepare("grades", solution, batch.Settings(devices=2), Limits())
+    >>> options = SlurmOptions(partition="gpu", time="01:00:00", mem="8G")
+    >>> grades = grade(b, ["submissions/"], options)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course_utils.tools import batch, report
+from course_utils.tools.batch import Batch, Submission
+from course_utils.tools.report import Grade
+
+#: Slurm states of a task that has not ended yet.
+ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
+#: Why a task without a result ended, by its Slurm state: (gradebook status, reason).
+ENDINGS = {
+    "TIMEOUT": ("task timed out", "the Slurm task reached its time limit (--time)"),
+    "CANCELLED": ("task cancelled", "the Slurm task was cancelled"),
+    "OUT_OF_MEMORY": ("task failed", "the Slurm task ran out of memory (--mem)"),
+    "NODE_FAIL": ("task failed", "the node running the Slurm task failed"),
+    "PREEMPTED": ("task failed", "the Slurm task was preempted"),
+}
+#: Seconds between two looks at the queue.
+POLL_S = 2.0
+#: Seconds a task may take beyond the notebook and check limits (start-up, copying files).
+TASK_MARGIN_S = 180
+
+
+class SlurmError(RuntimeError):
+    """Slurm refused or failed a command; the message has its error."""
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What `sbatch` is asked for, per task. None: the cluster's default (time: from the limits)."""
+
+    partition: str | None = None
+    time: str | None = None
+    mem: str | None = None
+    cpus_per_task: int = 1
+    extra: list[str] = field(default_factory=list)
+
+
+def missing() -> str | None:
+    """Why Slurm cannot be used from here (one line), or None."""
+    absent = [p for p in ("sbatch", "squeue", "scancel") if shutil.which(p) is None]
+    if absent:
+        return f"Slurm's {', '.join(absent)} not found: run this on a Slurm login node"
+    return None
+
+
+def _slurm(*command: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    if check and proc.returncode != 0:
+        raise SlurmError(f"{' '.join(command)} failed: {proc.stderr.strip() or proc.stdout}")
+    return proc
+
+
+def task_minutes(b: Batch) -> int:
+    """A task's time limit when --time is not given: the notebook's, the checks' and a margin."""
+    return math.ceil((b.limits.timeout + batch.CHECK_TIMEOUT_S + TASK_MARGIN_S) / 60)
+
+
+def batch_script(b: Batch, plan: Path, count: int, options: SlurmOptions) -> str:
+    """The sbatch script of the array: task i grades submission i of `plan`."""
+    logs = plan.parent
+    lines = [
+        "#!/bin/bash",
+        "#SBATCH --job-name=course-grade",
+        f"#SBATCH --array=0-{count - 1}",
+        f"#SBATCH --output={logs}/slurm-%A_%a.out",
+        f"#SBATCH --cpus-per-task={options.cpus_per_task}",
+        f"#SBATCH --time={options.time or task_minutes(b)}",
+    ]
+    lines += [f"#SBATCH --partition={options.partition}"] * bool(options.partition)
+    lines += [f"#SBATCH --mem={options.mem}"] * bool(options.mem)
+    lines += [f"#SBATCH {shlex.quote(arg)}" for arg in options.extra]
+    # The task's work folders live in a node-local folder removed however the task ends.
+    lines += [
+        'work=$(mktemp -d "${TMPDIR:-/tmp}/course-grade-XXXXXX")',
+        f"TMPDIR=$work {shlex.quote(sys.executable)} -m course_utils.tools.slurm_array "
+        f'{shlex.quote(str(plan))} "$SLURM_ARRAY_TASK_ID"',
+        "code=$?",
+        'rm -rf "$work"',
+        f'echo "$code" > {shlex.quote(str(logs))}/exit-"$SLURM_ARRAY_TASK_ID"',
+        'exit "$code"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def submit(b: Batch, submissions: list[Submission], options: SlurmOptions) -> tuple[str, Path]:
+    """Submit the array for `submissions`; (the job id, the plan's folder)."""
+    plan = b.save_plan(submissions)
+    for old in plan.parent.glob("exit-*"):
+        old.unlink()
+    script = plan.parent / "grade.sbatch"
+    script.write_text(batch_script(b, plan, len(submissions), options))
+    job = _slurm("sbatch", "--parsable", str(script)).stdout.strip().split(";")[0]
+    return job, plan.parent
+
+
+def _from_squeue(job: str) -> dict[int, str]:
+    # -r: one line per array task; -t all: also tasks that ended less than MinJobAge ago
+    proc = _slurm("squeue", "-h", "-r", "-t", "all", "-j", job, "-o", "%K %T", check=False)
+    if proc.returncode != 0:
+        # squeue forgets a job MinJobAge after its end; any other failure is not an answer
+        if "invalid job id" in proc.stderr.lower():
+            return {}
+        raise SlurmError(f"squeue failed: {proc.stderr.strip()}")
+    states = {}
+    for line in proc.stdout.splitlines():
+        index, _, state = line.partition(" ")
+        if index.isdigit():
+            states[int(index)] = state.strip()
+    return states
+
+
+def _from_sacct(job: str) -> dict[int, str]:
+    if shutil.which("sacct") is None:
+        return {}
+    # fails with "accounting storage is disabled" on clusters without accounting: nothing then
+    proc = _slurm("sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,State", check=False)
+    states = {}
+    for line in proc.stdout.splitlines():
+        job_id, _, state = line.partition("|")
+        index = job_id.rpartition("_")[2]
+        if index.isdigit():
+            # "CANCELLED by 0" -> "CANCELLED"
+            states[int(index)] = state.split()[0] if state else ""
+    return states
+
+
+def task_states(job: str, logs: Path, count: int) -> dict[int, str]:
+    """The state of each task 0..count-1: Slurm's (squeue, then sacct), else from the task's
+    files: "COMPLETED" with exit code 0, "FAILED" with another, "UNKNOWN" without any."""
+    states = {**_from_sacct(job), **_from_squeue(job)}
+    for index in range(count):
+        if index not in states:
+            exit_file = logs / f"exit-{index}"
+            code = exit_file.read_text().strip() if exit_file.exists() else None
+            states[index] = (
+                "UNKNOWN" if code is None else ("COMPLETED" if code == "0" else "FAILED")
+            )
+    return states
+
+
+def _ended_reason(state: str, logs: Path, job: str, index: int) -> tuple[str, str]:
+    log = f"{batch.PLAN_FOLDER}/slurm-{job}_{index}.out"
+    status, reason = ENDINGS.get(state, ("task failed", f"the Slurm task ended {state}"))
+    exit_file = logs / f"exit-{index}"
+    if exit_file.exists() and state not in ENDINGS:
+        code = int(exit_file.read_text().strip() or 1)
+        signal_note = f" (killed by signal {code - 128})" if code > 128 else ""
+        reason = f"the grading process exited with code {code}{signal_note}"
+    return status, f"{reason} before it saved a grade (its log: {log}); run again to grade it"
+
+
+def collect(b: Batch, submissions: list[Submission], states: dict[int, str], job: str) -> list:
+    """A grade for every submission: its saved result, or a row saying why its task gave none."""
+    logs = b.out / batch.PLAN_FOLDER
+    found = batch.saved_grades(b, submissions)
+    grades = []
+    for index, s in enumerate(submissions):
+        g = found.get(s.student)
+        if g is None or g.key != b.key(s.path):
+            status, reason = _ended_reason(states.get(index, "UNKNOWN"), logs, job, index)
+            g = Grade(s.student, s.path, status, reason, max_score=b.parts.max_points)
+            g.results = batch.zero_results(b.parts, f"not graded: {status}")
+            report.write_report(g, b.out / s.student / "report.md")
+        grades.append(g)
+    return grades
+
+
+def _counts(b: Batch, submissions: list[Submission], states: dict[int, str]) -> dict[str, int]:
+    counts = {"done": 0, "running": 0, "pending": 0, "failed": 0}
+    for index, s in enumerate(submissions):
+        state = states.get(index, "UNKNOWN")
+        if state == "PENDING":
+            counts["pending"] += 1
+        elif state in ACTIVE:
+            counts["running"] += 1
+        elif (saved := report.load(b.out / s.student)) and saved.key == b.key(s.path):
+            counts["done"] += 1
+        else:
+            counts["failed"] += 1
+    return counts
+
+
+def wait(b: Batch, submissions: list[Submission], job: str, progress: bool) -> dict[int, str]:
+    """Poll Slurm until no task is pending or running; print the counts when they change."""
+    logs, shown, failures = b.out / batch.PLAN_FOLDER, None, 0
+    while True:
+        try:
+            states = task_states(job, logs, len(submissions))
+            failures = 0
+        except SlurmError:
+            # a busy or restarting slurmctld: ask again, for a minute
+            failures += 1
+            if failures * POLL_S > 60:
+                raise
+            time.sleep(POLL_S)
+            continue
+        counts = _counts(b, submissions, states)
+        line = ", ".join(f"{n} {what}" for what, n in counts.items())
+        if progress and line != shown:
+            print(f"Slurm job {job}: {line}", flush=True)
+            shown = line
+        if not any(state in ACTIVE for state in states.values()):
+            return states
+        time.sleep(POLL_S)
+
+
+def cancel(job: str, logs: Path, count: int, timeout: float = 120) -> dict[int, str]:
+    """scancel the array and wait until Slurm has ended all its tasks; their final states."""
+    _slurm("scancel", job, check=False)
+    deadline = time.monotonic() + timeout
+    while True:
+        states = task_states(job, logs, count)
+        if not any(state in ACTIVE for state in states.values()):
+            return states
+        if time.monotonic() > deadline:
+            raise SlurmError(f"Slurm job {job} still has tasks {timeout:.0f} s after scancel")
+        time.sleep(0.5)
+
+
+def grade(
+    b: Batch,
+    paths: list[str | os.PathLike],
+    options: SlurmOptions,
+    *,
+    progress: bool = True,
+    regrade: bool = False,
+) -> list[Grade]:
+    """Grade the submissions in `paths` as one Slurm job array; write the reports, gradebook.csv
+    and its exports like `batch.grade`. Ctrl-C cancels the array, writes the gradebook of what
+    finished and raises KeyboardInterrupt."""
+    why = missing()
+    if why:
+        raise SlurmError(why)
+    submissions = batch.collect_submissions(paths)
+    todo = batch.to_grade(b, submissions, regrade)
+    states: dict[int, str] = {}
+    job = ""
+    if todo:
+        job, logs = submit(b, todo, options)
+        if progress:
+            print(f"Submitted Slurm job {job}: {len(todo)} of {len(submissions)} submissions")
+        try:
+            states = wait(b, todo, job, progress)
+        except KeyboardInterrupt:
+            print(f"Cancelling Slurm job {job} ...", file=sys.stderr, flush=True)
+            states = cancel(job, logs, len(todo))
+            batch.write_gradebooks(b, _all_grades(b, submissions, todo, states, job))
+            raise
+    grades = _all_grades(b, submissions, todo, states, job)
+    batch.write_gradebooks(b, grades)
+    return grades
+
+
+def _all_grades(
+    b: Batch, submissions: list[Submission], todo: list[Submission], states: dict, job: str
+) -> list[Grade]:
+    ran = {g.student: g for g in collect(b, todo, states, job)}
+    saved = batch.saved_grades(b, submissions)
+    return [ran.get(s.student) or saved[s.student] for s in submissions]
+
+
+def run_task(plan: Path, index: int) -> int:
+    """Inside a Slurm task: grade submission `index` of the plan and save its grade."""
+    b, submissions = batch.load_plan(plan)
+    submission = submissions[index]
+    base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
+    checks = batch.start_checks(b, base)
+    watch = batch.TamperWatch(b)
+    try:
+        g = batch.grade_one(b, submission, checks, base)
+        g.notes += watch.notes("this submission or one graded at the same time")
+        report.save(g, b.out / g.student)
+    finally:
+        checks.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"{g.student}: {g.score:g}/{g.max_score:g} {g.status}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_task(Path(sys.argv[1]), int(sys.argv[2])))

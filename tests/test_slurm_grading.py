@@ -1,0 +1,239 @@
+"""`course grade --slurm` on a real single-node Slurm (tests/slurm.py) against the local grader.
+
+One batch (a correct, a wrong, a crashing, a hostile and a slow submission; quick profile,
+synthetic data, 2 devices) is graded once here (`batch.grade`, 2 at a time) and once as a Slurm job
+array (2 tasks at a time), where the slow submission's task is killed mid-run: its row says why,
+and the re-run grades only it. Then both gradebooks must be the same but for the seconds, and
+nothing may be left in squeue or the process table. A second, one-submission batch checks that
+Ctrl-C cancels the array. The Canvas and Moodle exports are checked on the first batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import slurm
+from grading_submissions import (
+    ENV,
+    SOLUTION,
+    SURVIVOR,
+    SURVIVOR_LOOP,
+    TAMPER,
+    completed_exercise,
+    fill,
+    notebook_of,
+    survivors,
+    write,
+)
+
+from course_utils.tools import batch, sandbox, slurm_array
+from course_utils.tools.runner import Limits
+
+NO_SLURM = slurm.missing_programs()
+LIMITS = Limits(cell_timeout=90, timeout=600)
+#: Seconds the slow submission sleeps in one cell (its task is killed during that sleep).
+SLOW_S = 10
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if NO_SLURM:
+        pytest.skip(NO_SLURM)
+    if not sandbox.status()[0]:
+        pytest.skip(f"no grading sandbox: {sandbox.status()[1]}")
+    with slurm.single_node_slurm(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
+def course_grade(cluster, *args: str) -> list[str]:
+    """The `course grade --slurm` command line for this test's settings."""
+    return [
+        str(Path(sys.executable).with_name("course")),
+        "grade",
+        *args,
+        "--slurm",
+        "--cpus-per-task=1",
+        f"--profile={ENV['COURSE_PROFILE']}",
+        f"--devices={ENV['COURSE_DEVICES']}",
+        f"--data={ENV['COURSE_DATA']}",
+        f"--cell-timeout={LIMITS.cell_timeout}",
+        f"--timeout={LIMITS.timeout}",
+    ]
+
+
+def task_process(plan: Path) -> psutil.Process | None:
+    """The grading process of the slow submission's task (it has started its kernel)."""
+    students = [name for name, _ in json.loads(plan.read_text())["submissions"]]
+    tail = [str(plan), str(students.index("slow"))]
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if (proc.info["cmdline"] or [])[-2:] == tail and proc.children():
+                return proc
+    return None
+
+
+def leftovers(cluster) -> list[str]:
+    """Processes of the cluster other than its daemons: job steps, tasks, kernels, sandboxes."""
+    daemons = {proc.pid for proc in cluster.daemons.values()}
+    found = [p for p in slurm.leftover_processes(cluster.folder) if p.pid not in daemons]
+    return [" ".join(p.cmdline()) for p in found] + [" ".join(p.cmdline()) for p in survivors()]
+
+
+def rows(out: Path) -> list[dict]:
+    """The gradebook without its seconds column (the only one that may differ)."""
+    with open(out / "gradebook.csv") as handle:
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(handle)]
+
+
+def report_lines(folder: Path) -> list[str]:
+    """A student's report but for its timing line."""
+    report = (folder / "report.md").read_text().splitlines()
+    return [line for line in report if not line.startswith("- graded in")]
+
+
+@pytest.fixture(scope="module")
+def graded(cluster, tmp_path_factory):
+    """(local grades folder, Slurm grades folder, the Slurm run's gradebook before the re-run,
+    the re-run's output, seconds for each)."""
+    folder = tmp_path_factory.mktemp("slurm_submissions")
+    local, remote = tmp_path_factory.mktemp("local_grades"), tmp_path_factory.mktemp("slurm_grades")
+    wrong = 'import json, os, pathlib\nartifacts = pathlib.Path(os.environ["COURSE_ARTIFACTS"])'
+    wrong += ' / "05_svhn"\nartifacts.mkdir(parents=True)\n'
+    wrong += '(artifacts / "results.json").write_text(json.dumps({"fit": {"test_accuracy": 0.97}}))'
+    survivor = SURVIVOR.replace("CODE", repr(fill(SURVIVOR_LOOP, remote)))
+    submissions = {
+        "correct": completed_exercise(),
+        "wrong": notebook_of(wrong),
+        "crashing": notebook_of("import os\nos._exit(3)", "print('never')"),
+        "hostile": notebook_of(survivor, fill(TAMPER, remote)),
+        "slow": notebook_of(f"import time\ntime.sleep({SLOW_S})", "print('woke up')"),
+    }
+    for name, notebook in submissions.items():
+        write(notebook, folder / f"{name}.ipynb")
+    settings = batch.Settings(ENV["COURSE_PROFILE"], int(ENV["COURSE_DEVICES"]), ENV["COURSE_DATA"])
+    started = time.monotonic()
+    batch.grade([folder], local, settings=settings, limits=LIMITS, jobs=2, progress=False)
+    local_s = time.monotonic() - started
+
+    started = time.monotonic()
+    command = course_grade(cluster, str(folder), f"--out={remote}")
+    first = subprocess.Popen(command, env=cluster.env, stdout=subprocess.PIPE, text=True)
+    plan = remote / batch.PLAN_FOLDER / "plan.json"
+    found: list[psutil.Process] = []
+
+    def slow_task_running() -> bool:
+        # kept: its first children (bubblewrap's probes) may come and go before the kernel starts
+        found[:] = [p for p in [plan.exists() and task_process(plan)] if p]
+        return bool(found)
+
+    slurm.wait_until(slow_task_running, 300, "the slow task to run")
+    found[0].kill()
+    output = first.communicate(timeout=600)[0]
+    assert first.returncode == 0, output
+    before = rows(remote)
+    rerun = subprocess.run(command, env=cluster.env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    remote_s = time.monotonic() - started
+    print(f"\nlocal: {local_s:.0f} s, Slurm with the kill and re-run: {remote_s:.0f} s\n{output}")
+    return local, remote, before, rerun.stdout
+
+
+def test_a_killed_task_gets_a_row_with_its_reason_and_only_it_is_graded_again(graded):
+    local, remote, before, rerun = graded
+    slow = next(row for row in before if row["student"] == "slow")
+    assert slow["status"] == "task failed" and slow["score"] == "0", slow
+    assert "killed by signal 9" in slow["notes"] and "run again" in slow["notes"], slow
+    assert len(before) == 5 and all(r["status"] != "task failed" for r in before if r is not slow)
+    assert "Submitted Slurm job" in rerun and "1 of 5 submissions" in rerun, rerun
+
+
+def test_slurm_gives_the_local_gradebook_and_reports(graded):
+    local, remote, _, _ = graded
+    assert rows(remote) == rows(local)
+    by_student = {row["student"]: row for row in rows(local)}
+    assert by_student["correct"]["score"] == by_student["correct"]["max_score"]
+    assert by_student["crashing"]["status"] == "kernel died"
+    assert by_student["wrong"]["score"] == "0" and by_student["hostile"]["score"] == "0"
+    for student in by_student:
+        assert report_lines(remote / student) == report_lines(local / student), student
+
+
+def test_nothing_is_left_in_squeue_or_the_process_table(cluster, graded):
+    assert cluster.jobs() == []
+    assert leftovers(cluster) == []
+
+
+def test_canvas_and_moodle_exports(graded):
+    local, _, _, _ = graded
+    with open(local / "canvas.csv") as handle:
+        canvas = list(csv.reader(handle))
+    assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "05_svhn"]
+    assert canvas[1][0].strip() == "Points Possible" and canvas[1][-1] == "12"
+    scores = {row["student"]: row["score"] for row in rows(local)}
+    assert {row[3]: row[5] for row in canvas[2:]} == scores
+    with open(local / "moodle.csv") as handle:
+        moodle = list(csv.DictReader(handle))
+    assert {row["Username"]: row["05_svhn"] for row in moodle} == scores
+    crashing = next(row for row in moodle if row["Username"] == "crashing")
+    assert crashing["Feedback"].startswith("0/12, kernel died")
+
+
+def test_ctrl_c_cancels_the_array_and_leaves_nothing(cluster, tmp_path):
+    slow = write(notebook_of("import time\ntime.sleep(300)"), tmp_path / "slow.ipynb")
+    out = tmp_path / "grades"
+    command = course_grade(cluster, str(slow), f"--out={out}")
+    proc = subprocess.Popen(command, env=cluster.env, stdout=subprocess.PIPE, text=True)
+    plan = out / batch.PLAN_FOLDER / "plan.json"
+    slurm.wait_until(lambda: plan.exists() and task_process(plan), 120, "the task to run")
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, output
+    (row,) = rows(out)
+    assert row["status"] == "task cancelled" and "run again" in row["notes"], row
+    assert cluster.jobs() == []
+    slurm.wait_until(lambda: not leftovers(cluster), 30, "the cancelled task's processes to end")
+
+
+# --- without Slurm: the array's script, the rows of tasks that left no grade ---------------
+
+
+def _batch(out: Path) -> batch.Batch:
+    solution = SOLUTION
+    return batch.Batch(out, solution, solution.read_bytes(), batch.Settings(), LIMITS)
+
+
+def test_the_sbatch_script_passes_the_options_and_records_each_exit_code(tmp_path):
+    b = _batch(tmp_path)
+    options = slurm_array.SlurmOptions("cpu", "00:30:00", "8G", 2, ["--account=cs101"])
+    script = slurm_array.batch_script(b, tmp_path / ".batch" / "plan.json", 7, options)
+    for line in ["--array=0-6", "--partition=cpu", "--time=00:30:00", "--mem=8G"]:
+        assert f"#SBATCH {line}\n" in script
+    assert "#SBATCH --cpus-per-task=2\n" in script and "#SBATCH --account=cs101\n" in script
+    assert 'exit-"$SLURM_ARRAY_TASK_ID"' in script and script.endswith('exit "$code"\n')
+    default = slurm_array.batch_script(b, tmp_path / "plan.json", 1, slurm_array.SlurmOptions())
+    assert f"#SBATCH --time={slurm_array.task_minutes(b)}\n" in default
+    assert "--partition" not in default and "--mem" not in default
+
+
+def test_a_task_without_a_grade_gets_a_row_saying_why(tmp_path):
+    b = _batch(tmp_path)
+    submissions = [batch.Submission(n, tmp_path / f"{n}.ipynb") for n in "abcd"]
+    (tmp_path / batch.PLAN_FOLDER).mkdir()
+    (tmp_path / batch.PLAN_FOLDER / "exit-2").write_text("137\n")
+    states = {0: "TIMEOUT", 1: "CANCELLED", 2: "FAILED", 3: "UNKNOWN"}
+    grades = slurm_array.collect(b, submissions, states, "42")
+    assert [g.status for g in grades] == ["task timed out", "task cancelled"] + ["task failed"] * 2
+    assert "time limit" in grades[0].reason and "killed by signal 9" in grades[2].reason
+    assert all("slurm-42_" in g.reason and g.score == 0 and g.max_score == 12 for g in grades)
+    assert (tmp_path / "a" / "report.md").exists() and not (tmp_path / "a" / "result.json").exists()
