@@ -31,7 +31,9 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON_EXE) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[jupyter,test]"
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)" >/dev/null
+	# The kernel under the name the notebooks carry, and JupyterLab's settings for the course
+	# (no news box, notebooks that open unmodified): course_utils/tools/lab.py.
+	$(BIN)/python -m course_utils.tools.lab >/dev/null
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -48,8 +50,9 @@ test: $(STAMP)
 doctor: $(STAMP)
 	$(BIN)/course doctor
 
+# As root (a container), Jupyter refuses to start without --allow-root.
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 exercise: $(STAMP)
 	$(BIN)/course exercise
