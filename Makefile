@@ -1,6 +1,8 @@
 # The course's two commands (see README.md):
 #   make course   set up .venv if needed, then execute every notebook headless into build/
 #   make test     set up .venv if needed, then run the whole test suite
+#   make site     run the notebooks, then build and check the course website (build/site/html)
+#   make setup GPU=1   the same .venv with TensorFlow's CUDA libraries (Linux, NVIDIA GPU)
 # Both create the virtual environment on first use and reuse it afterwards. The versions come from
 # constraints.txt (verified together); pyproject.toml only declares the supported ranges.
 
@@ -12,14 +14,19 @@ PYTHON_EXE := $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/nu
 	ls $$(pyenv root 2>/dev/null)/versions/*/bin/$(PYTHON) 2>/dev/null | tail -n 1)
 VENV   := .venv
 BIN    := $(VENV)/bin
-# One stamp per Python version: asking for another Python rebuilds .venv for it.
-STAMP  := $(VENV)/.installed-py$(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+# GPU=1 (Linux with an NVIDIA GPU): TensorFlow's CUDA and cuDNN libraries too, the extra `gpu`
+# (tensorflow[and-cuda]); remembered in .venv, so later commands keep them.
+GPU    ?= $(if $(wildcard $(VENV)/.with-gpu),1,)
+comma  := ,
+EXTRAS := jupyter,test$(if $(filter 1,$(GPU)),$(comma)gpu)
+# One stamp per Python version (and GPU route): asking for another Python rebuilds .venv for it.
+STAMP  := $(VENV)/.installed-py$(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)$(if $(filter 1,$(GPU)),-gpu)
 # pytest-xdist: two workers keep both cores busy while one test waits on a kernel or a process.
 # tests/conftest.py schedules them: each test file on one worker (a module's fixture is built
 # once), the notebook runs spread over both, the longest work first (kept in that order).
 TEST_WORKERS ?= 2
 
-.PHONY: setup course test doctor lab exercise clean
+.PHONY: setup course test doctor lab exercise site clean
 
 # The environment is rebuilt when the wanted Python differs from the one .venv was made with.
 $(STAMP): pyproject.toml constraints.txt
@@ -30,7 +37,8 @@ $(STAMP): pyproject.toml constraints.txt
 	if [ -n "$$have" ] && [ "$$have" != "$$want" ]; then echo "$(VENV) has Python $$have, $(PYTHON) is $$want: rebuilding it"; rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON_EXE) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[jupyter,test]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
+	$(if $(filter 1,$(GPU)),touch $(VENV)/.with-gpu)
 	# The kernel under the name the notebooks carry, and JupyterLab's settings for the course
 	# (no news box, notebooks that open unmodified): course_utils/tools/lab.py.
 	$(BIN)/python -m course_utils.tools.lab >/dev/null
@@ -46,6 +54,19 @@ test: $(STAMP)
 	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --no-loadscope-reorder $(ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5); the suite is missing." >&2; fi; \
 	exit $$rc
+
+# The website's tools (the extra `site`: Sphinx, MyST-NB, sphinx-book-theme), on top of .venv.
+SITE_STAMP := $(VENV)/.installed-site
+$(SITE_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS),site]"
+	touch $@
+
+# The course as a website: every notebook run as `make course` runs it (ARGS passed on), then
+# static pages built from the executed copies into build/site/html, and checked (every page,
+# every link inside the site, every image shown in Chromium): course_utils/tools/site.py.
+site: $(SITE_STAMP)
+	$(BIN)/course run $(ARGS)
+	$(BIN)/python -m course_utils.tools.site
 
 doctor: $(STAMP)
 	$(BIN)/course doctor

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from course_utils.settings import SettingsError
+from course_utils.tools import gpu
 
 #: Folders `course run` executes, in this order. exercises/ is left out: its stubs raise by design.
 RUN_FOLDERS = ("notebooks", "solutions")
@@ -69,6 +70,7 @@ def doctor(args: argparse.Namespace) -> int:
     row("keras flavour", "tf_keras (TF_USE_LEGACY_KERAS=1)" if legacy else "Keras 3 (import keras)")
     gpus = tf.config.list_physical_devices("GPU")
     row("physical GPUs", f"{len(gpus)}" + (f" ({', '.join(g.name for g in gpus)})" if gpus else ""))
+    gpu.report(row)  # TensorFlow's CUDA/cuDNN build, CUDA libraries, driver, what to do
     logical = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
     row("logical devices", f"{len(logical)} ({', '.join(d.name for d in logical)})")
     row(
