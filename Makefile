@@ -29,6 +29,8 @@ TEST_WORKERS ?= 2
 .PHONY: setup course test doctor lab exercise site clean
 
 # The environment is rebuilt when the wanted Python differs from the one .venv was made with.
+# Last, the course's kernel under the name the notebooks carry, and JupyterLab's settings for
+# the course (no news box, notebooks that open unmodified): course_utils/tools/lab.py.
 $(STAMP): pyproject.toml constraints.txt
 	@test -n "$(PYTHON_EXE)" || { echo "$(PYTHON) not found: install Python 3.10-3.13, or run make PYTHON=python3.12 ..." >&2; exit 1; }
 	@$(PYTHON_EXE) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 13) else "The course needs Python 3.10 to 3.13, found %d.%d: run make PYTHON=python3.12 ..." % v)'
@@ -39,8 +41,6 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	$(if $(filter 1,$(GPU)),touch $(VENV)/.with-gpu)
-	# The kernel under the name the notebooks carry, and JupyterLab's settings for the course
-	# (no news box, notebooks that open unmodified): course_utils/tools/lab.py.
 	$(BIN)/python -m course_utils.tools.lab >/dev/null
 	touch $(STAMP)
 
