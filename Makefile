@@ -55,16 +55,10 @@ test: $(STAMP)
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5); the suite is missing." >&2; fi; \
 	exit $$rc
 
-# The website's tools (the extra `site`: Sphinx, MyST-NB, sphinx-book-theme), on top of .venv.
-SITE_STAMP := $(VENV)/.installed-site
-$(SITE_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS),site]"
-	touch $@
-
 # The course as a website: every notebook run as `make course` runs it (ARGS passed on), then
 # static pages built from the executed copies into build/site/html, and checked (every page,
 # every link inside the site, every image shown in Chromium): course_utils/tools/site.py.
-site: $(SITE_STAMP)
+site: $(STAMP)
 	$(BIN)/course run $(ARGS)
 	$(BIN)/python -m course_utils.tools.site
 
