@@ -58,9 +58,11 @@ test: $(STAMP)
 # The course as a website: every notebook run as `make course` runs it (ARGS passed on), then
 # static pages built from the executed copies into build/site/html, and checked (every page,
 # every link inside the site, every image shown in Chromium): course_utils/tools/site.py.
+# CHROMIUM: the browser for the check (Debian's by default; e.g. CHROMIUM=$$(which google-chrome)).
+CHROMIUM ?= /usr/bin/chromium
 site: $(STAMP)
 	$(BIN)/course run $(ARGS)
-	$(BIN)/python -m course_utils.tools.site
+	$(BIN)/python -m course_utils.tools.site --chromium "$(CHROMIUM)"
 
 doctor: $(STAMP)
 	$(BIN)/course doctor

@@ -18,8 +18,8 @@ the quick profile. The test then checks what a student would look at:
 
 Screenshots go to build/browser/ (the notebook after its run, and its first plot).
 Where Chromium or Playwright is missing the test skips with the reason, and tests/test_notebooks.py
-runs those notebooks under nbval instead; CI (.ci/run) installs Chromium and sets CI=true, and
-there a missing browser fails the test.
+runs those notebooks under nbval instead; CI (.ci/run) installs Chromium and sets
+COURSE_REQUIRE_BROWSER=1, and there a missing browser fails the test.
 
 Run it alone:  pytest tests/test_browser.py
 """
@@ -84,8 +84,8 @@ def _missing() -> str:
 
 #: Why this machine cannot run the test ("" when it can).
 BROWSER_MISSING = _missing()
-#: CI (.ci/run, which installs Chromium) sets CI=true: there the test must run, never skip.
-REQUIRED = os.environ.get("CI") == "true"
+#: CI (.ci/run, which installs Chromium) sets COURSE_REQUIRE_BROWSER=1: there the test must run.
+REQUIRED = os.environ.get("COURSE_REQUIRE_BROWSER") == "1"
 
 pytestmark = [
     pytest.mark.slow,
@@ -164,7 +164,7 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    if BROWSER_MISSING:  # only with CI=true: skipped elsewhere
+    if BROWSER_MISSING:  # only with COURSE_REQUIRE_BROWSER=1: skipped elsewhere
         pytest.fail(f"CI must run the browser test: {BROWSER_MISSING}")
     root = tmp_path_factory.mktemp("course")
     for folder in {folder for folder, _ in NOTEBOOKS}:

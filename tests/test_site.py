@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import shutil
 from pathlib import Path
 
@@ -21,8 +22,9 @@ from course_utils.tools import site
 
 REPOSITORY = "https://github.com/example-org/example-course"
 CHROMIUM = Path("/usr/bin/chromium")
+#: Skipped without Chromium, except in CI (.ci/run sets COURSE_REQUIRE_BROWSER=1).
 needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists(),
+    not CHROMIUM.exists() and os.environ.get("COURSE_REQUIRE_BROWSER") != "1",
     reason=f"Chromium not found at {CHROMIUM} (Debian: apt-get install chromium)",
 )
 RECORD = {
@@ -157,3 +159,19 @@ def test_without_executed_copies_the_build_says_to_run_the_course(course, tmp_pa
     nbformat.write(executed, stale / "01_lesson.ipynb")
     with pytest.raises(site.SiteError, match="does not say what produced it"):
         site.prepare(course, stale, tmp_path / "source2")
+
+
+def test_the_pages_workflow_publishes_a_real_data_build_of_this_site():
+    """GitHub Pages: the workflow runs `make site` with real data and uploads what it built."""
+    import yaml
+
+    from conftest import ROOT
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "pages.yml").read_text())
+    build = workflow["jobs"]["build"]
+    assert build["env"]["COURSE_DATA"] == "tfds"  # real data, or the run fails
+    commands = [step.get("run", "") for step in build["steps"]]
+    assert any(command.startswith("make site") for command in commands)
+    uploads = [s for s in build["steps"] if "upload-pages-artifact" in s.get("uses", "")]
+    assert [u["with"]["path"] for u in uploads] == ["build/site/html"]  # where site.build writes
+    assert workflow["jobs"]["deploy"]["needs"] == "build"
