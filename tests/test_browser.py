@@ -277,13 +277,18 @@ def test_notebook_runs_clean_in_jupyterlab(lab, page, folder: str, name: str):
     open_from_file_browser(page, folder, name)
     wait_idle(page, 120)
     time.sleep(2)  # the kernel's name and language arrive after it is idle
-    assert not current_tab_is_dirty(page), f"{name} shows as modified right after opening"
+    assert not current_tab_is_dirty(page), (
+        f"{name} shows as modified right after opening (are the settings of "
+        "`python -m course_utils.tools.lab`, which make setup runs, installed?)"
+    )
 
     menu(page, "Run", "Run All Cells")
     wait_until_finished(page, RUN_TIMEOUT_S)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=SCREENSHOTS / f"{stem}.png")
-    assert page.get_by_text(NEWS_PROMPT).count() == 0, "JupyterLab's news box is shown"
+    assert page.get_by_text(NEWS_PROMPT).count() == 0, (
+        "JupyterLab's news box is shown (make setup installs the setting that turns it off)"
+    )
     images, broken = image_report(page)
     if images:
         page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output img").first.evaluate(
