@@ -44,19 +44,8 @@ from test_conclusions import assert_conclusions_consistent
 from test_notebooks import ARTIFACT_DIRS, EXPECTED_ARTIFACTS
 
 from conftest import ROOT
+from course_utils.tools import browser
 
-CHROMIUM = os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium")
-#: Chromium as root, offline: no sandbox (root), no GPU, and none of its background connections
-#: (this machine's closed network refuses them, many at a time).
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 DEVICES = 3
 #: The notebooks, in the order a student meets them: (folder, file).
 NOTEBOOKS = [
@@ -72,18 +61,8 @@ SCREENSHOTS = ROOT / "build" / "browser"
 NEWS_PROMPT = "official Jupyter news"
 
 
-def _missing() -> str:
-    if not Path(CHROMIUM).exists():
-        return f"Chromium not found at {CHROMIUM} (Debian: apt-get install chromium)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "Playwright is not installed (pip install -c constraints.txt -e '.[test]')"
-    return ""
-
-
 #: Why this machine cannot run the test ("" when it can).
-BROWSER_MISSING = _missing()
+BROWSER_MISSING = browser.missing()
 #: CI (.ci/run, which installs Chromium) sets COURSE_REQUIRE_BROWSER=1: there the test must run.
 REQUIRED = os.environ.get("COURSE_REQUIRE_BROWSER") == "1"
 
@@ -179,15 +158,15 @@ def page(lab):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        chromium = browser.launch(playwright)
+        context = chromium.new_context(viewport={"width": 1400, "height": 1000})
         page = context.new_page()
         page.set_default_timeout(60_000)
         page.goto(f"{lab.url}/lab")
         page.locator(".jp-DirListing-item").first.wait_for()
         yield page
         context.close()
-        browser.close()
+        chromium.close()
 
 
 def open_from_file_browser(page, folder: str, name: str) -> None:

@@ -24,6 +24,7 @@ import pytest
 from test_conclusions import assert_conclusions_consistent
 
 from conftest import ROOT
+from course_utils.tools import browser
 
 FOLDERS = ("notebooks", "solutions", "exercises")
 
@@ -101,12 +102,10 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
 
 
 def _cases():
-    from test_browser import BROWSER_MISSING
-
     for folder in FOLDERS:
         for path in sorted((ROOT / folder).glob("*.ipynb")):
             for devices in DEVICE_COUNTS.get(path.stem, (2,)):
-                instead = (path.stem, devices) in BROWSER_RUNS_INSTEAD and not BROWSER_MISSING
+                instead = (path.stem, devices) in BROWSER_RUNS_INSTEAD and not browser.missing()
                 skip = pytest.mark.skip(reason="run in JupyterLab by test_browser.py")
                 marks = [skip] if instead else []
                 yield pytest.param(path, devices, id=f"{path.stem}-{devices}dev", marks=marks)

@@ -18,14 +18,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.tools import site
+from course_utils.tools import browser, site
 
 REPOSITORY = "https://github.com/example-org/example-course"
-CHROMIUM = Path("/usr/bin/chromium")
 #: Skipped without Chromium, except in CI (.ci/run sets COURSE_REQUIRE_BROWSER=1).
 needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists() and os.environ.get("COURSE_REQUIRE_BROWSER") != "1",
-    reason=f"Chromium not found at {CHROMIUM} (Debian: apt-get install chromium)",
+    bool(browser.missing()) and os.environ.get("COURSE_REQUIRE_BROWSER") != "1",
+    reason=browser.missing() or "-",
 )
 RECORD = {
     "profile": "quick",

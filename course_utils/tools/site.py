@@ -39,6 +39,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import nbformat
 
+from course_utils.tools import browser
 from course_utils.tools.colab import BRANCH, repository_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -314,29 +315,20 @@ def image_outputs(notebook_path: Path) -> int:
 
 
 def images_not_shown(
-    html: Path, expected: dict[str, int], chromium: str = "/usr/bin/chromium"
+    html: Path, expected: dict[str, int], chromium: str = browser.CHROMIUM
 ) -> list[str]:
     """Open each page (path under `html` -> how many output images it must show) in Chromium;
     list the site's images it could not show, and the pages that show fewer output images than
     their notebook holds."""
     from playwright.sync_api import sync_playwright
 
-    flags = [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-    ]
     server = _serve(html)
     base = f"http://127.0.0.1:{server.server_address[1]}/"
     problems = []
     try:
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium, args=flags)
-            page = browser.new_page()
+            chromium_browser = browser.launch(playwright, chromium)
+            page = chromium_browser.new_page()
             for relative, count in {"index.html": 0, **expected}.items():
                 page.goto(urljoin(base, relative), wait_until="load")
                 images = page.evaluate(
@@ -348,13 +340,13 @@ def images_not_shown(
                 outputs = sum(shown for src, shown in images if "/_images/" in src)
                 if outputs < count:
                     problems.append(f"{relative}: shows {outputs} of its {count} output images")
-            browser.close()
+            chromium_browser.close()
     finally:
         server.shutdown()
     return problems
 
 
-def check(html: Path, pages: list[str], chromium: str = "/usr/bin/chromium") -> list[str]:
+def check(html: Path, pages: list[str], chromium: str = browser.CHROMIUM) -> list[str]:
     """What is wrong with the built site (empty when nothing): missing pages, notes or plots,
     broken internal links, images Chromium cannot show."""
     problems = []
@@ -373,10 +365,10 @@ def check(html: Path, pages: list[str], chromium: str = "/usr/bin/chromium") -> 
         for page in pages
         if (source / page).exists()
     }
-    if Path(chromium).exists():
-        problems += images_not_shown(html, expected, chromium)
+    if reason := browser.missing(chromium):
+        problems.append(f"images not checked: {reason}")
     else:
-        problems.append(f"Chromium not found at {chromium}: images not checked")
+        problems += images_not_shown(html, expected, chromium)
     return problems
 
 
@@ -385,7 +377,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--build-dir", type=Path, help="where `course run` wrote its copies (default: build/)"
     )
     parser.add_argument("--check-only", action="store_true", help="check the built site only")
-    parser.add_argument("--chromium", default="/usr/bin/chromium", help="Chromium for the check")
+    parser.add_argument("--chromium", default=browser.CHROMIUM, help="Chromium for the check")
 
 
 def run(args: argparse.Namespace) -> int:
