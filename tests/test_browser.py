@@ -270,10 +270,11 @@ def test_notebook_runs_clean_in_jupyterlab(lab, page, folder: str, name: str):
     )
     images, broken = image_report(page)
     if images:
-        page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output img").first.evaluate(
-            "image => image.scrollIntoView({block: 'center'})"
-        )
-        time.sleep(0.5)
+        first_image = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output img").first
+        # Twice: cells outside the view have estimated heights until shown (content-visibility).
+        for _ in range(2):
+            first_image.evaluate("image => image.scrollIntoView({block: 'center'})")
+            time.sleep(0.5)
         page.screenshot(path=SCREENSHOTS / f"{stem}-plot.png")
     stderr = page.locator(
         ".jp-NotebookPanel:visible .jp-OutputArea-output[data-mime-type="
