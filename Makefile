@@ -1,6 +1,8 @@
 # The course's two commands (see README.md):
 #   make course   set up .venv if needed, then execute every notebook headless into build/
 #   make test     set up .venv if needed, then run the whole test suite
+#   make site     run the notebooks, then build and check the course website (build/site/html)
+#   make setup GPU=1   the same .venv with TensorFlow's CUDA libraries (Linux, NVIDIA GPU)
 # Both create the virtual environment on first use and reuse it afterwards. The versions come from
 # constraints.txt (verified together); pyproject.toml only declares the supported ranges.
 
@@ -12,16 +14,23 @@ PYTHON_EXE := $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/nu
 	ls $$(pyenv root 2>/dev/null)/versions/*/bin/$(PYTHON) 2>/dev/null | tail -n 1)
 VENV   := .venv
 BIN    := $(VENV)/bin
-# One stamp per Python version: asking for another Python rebuilds .venv for it.
-STAMP  := $(VENV)/.installed-py$(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+# GPU=1 (Linux with an NVIDIA GPU): TensorFlow's CUDA and cuDNN libraries too, the extra `gpu`
+# (tensorflow[and-cuda]); remembered in .venv, so later commands keep them.
+GPU    ?= $(if $(wildcard $(VENV)/.with-gpu),1,)
+comma  := ,
+EXTRAS := jupyter,test$(if $(filter 1,$(GPU)),$(comma)gpu)
+# One stamp per Python version (and GPU route): asking for another Python rebuilds .venv for it.
+STAMP  := $(VENV)/.installed-py$(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)$(if $(filter 1,$(GPU)),-gpu)
 # pytest-xdist: two workers keep both cores busy while one test waits on a kernel or a process.
 # tests/conftest.py schedules them: each test file on one worker (a module's fixture is built
 # once), the notebook runs spread over both, the longest work first (kept in that order).
 TEST_WORKERS ?= 2
 
-.PHONY: setup course test doctor lab exercise clean
+.PHONY: setup course test doctor lab exercise site clean
 
 # The environment is rebuilt when the wanted Python differs from the one .venv was made with.
+# Last, the course's kernel under the name the notebooks carry, and JupyterLab's settings for
+# the course (no news box, notebooks that open unmodified): course_utils/tools/lab.py.
 $(STAMP): pyproject.toml constraints.txt
 	@test -n "$(PYTHON_EXE)" || { echo "$(PYTHON) not found: install Python 3.10-3.13, or run make PYTHON=python3.12 ..." >&2; exit 1; }
 	@$(PYTHON_EXE) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 13) else "The course needs Python 3.10 to 3.13, found %d.%d: run make PYTHON=python3.12 ..." % v)'
@@ -30,9 +39,9 @@ $(STAMP): pyproject.toml constraints.txt
 	if [ -n "$$have" ] && [ "$$have" != "$$want" ]; then echo "$(VENV) has Python $$have, $(PYTHON) is $$want: rebuilding it"; rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON_EXE) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[jupyter,test]"
-	@# The kernel finds this environment's programs (tensorboard for %tensorboard) on PATH, however Jupyter was started.
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)" --env PATH '$(abspath $(BIN)):$${PATH}' >/dev/null
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
+	$(if $(filter 1,$(GPU)),touch $(VENV)/.with-gpu)
+	$(BIN)/python -m course_utils.tools.lab >/dev/null
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -46,11 +55,21 @@ test: $(STAMP)
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5); the suite is missing." >&2; fi; \
 	exit $$rc
 
+# The course as a website: every notebook run as `make course` runs it (ARGS passed on), then
+# static pages built from the executed copies into build/site/html, and checked (every page,
+# every link inside the site, every image shown in Chromium): course_utils/tools/site.py.
+# CHROMIUM: the browser for the check (Debian's by default; e.g. CHROMIUM=$$(which google-chrome)).
+CHROMIUM ?= /usr/bin/chromium
+site: $(STAMP)
+	$(BIN)/course run $(ARGS)
+	$(BIN)/python -m course_utils.tools.site --chromium "$(CHROMIUM)"
+
 doctor: $(STAMP)
 	$(BIN)/course doctor
 
+# As root (a container), Jupyter refuses to start without --allow-root.
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 exercise: $(STAMP)
 	$(BIN)/course exercise

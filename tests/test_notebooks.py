@@ -6,6 +6,9 @@ subprocess with COURSE_PROFILE=quick and COURSE_DEVICES=N (devices are fixed per
 kernel inherits the environment), then checks the files the notebook promises to write under
 artifacts/. The course package comes from the installed (editable) checkout.
 
+Where Chromium is installed, tests/test_browser.py runs the notebooks in JupyterLab instead of
+some of these runs (BROWSER_RUNS_INSTEAD); they are skipped here with that reason.
+
 Run one notebook:  pytest tests/test_notebooks.py -k 01_keras
 """
 
@@ -21,6 +24,7 @@ import pytest
 from test_conclusions import assert_conclusions_consistent, assert_regime_consistent
 
 from conftest import ROOT
+from course_utils.tools import browser
 
 FOLDERS = ("notebooks", "solutions", "exercises")
 
@@ -50,6 +54,17 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     "05_svhn_exercise": (2,),
 }
 CELL_TIMEOUT_S = 300
+#: Runs that tests/test_browser.py makes instead when it can (Chromium and Playwright present):
+#: it runs every notebook in JupyterLab with 3 devices (more replicas than cores, as 4 does) and
+#: checks the same (no error outside `raises-exception` cells, the artifacts, the conclusions)
+#: and more. Without Chromium they run here, so that no notebook goes unchecked.
+BROWSER_RUNS_INSTEAD = {
+    ("01_keras_fit_mnist", 4),
+    ("02_custom_loop_fashion_mnist", 4),
+    ("03_single_vs_distributed", 2),
+    ("05_svhn_solution", 2),
+    ("05_svhn_exercise", 2),
+}
 
 #: Where a notebook writes, under artifacts/ next to it (default: its own stem).
 ARTIFACT_DIRS = {"05_svhn_solution": "05_svhn", "05_svhn_exercise": "05_svhn"}
@@ -85,7 +100,10 @@ def _cases():
     for folder in FOLDERS:
         for path in sorted((ROOT / folder).glob("*.ipynb")):
             for devices in DEVICE_COUNTS.get(path.stem, (2,)):
-                yield pytest.param(path, devices, id=f"{path.stem}-{devices}dev")
+                instead = (path.stem, devices) in BROWSER_RUNS_INSTEAD and not browser.missing()
+                skip = pytest.mark.skip(reason="run in JupyterLab by test_browser.py")
+                marks = [skip] if instead else []
+                yield pytest.param(path, devices, id=f"{path.stem}-{devices}dev", marks=marks)
 
 
 def test_every_notebook_has_a_device_plan():

@@ -20,6 +20,8 @@ import platform
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+from course_utils.tools import gpu
+
 #: The versions the course is tested with: constraints.txt locally, Colab's runtime in CI.
 TESTED = {"Python": ("3.10", "3.13"), "TensorFlow": ("2.20", "2.21"), "Keras": ("3.12", "3.15")}
 PACKAGES = ("tensorflow", "keras", "tf_keras", "tensorflow-datasets", "tensorboard", "nbval")
@@ -84,6 +86,7 @@ def check_devices(settings) -> None:
 
     gpus = tf.config.list_physical_devices("GPU")
     row("physical GPUs", f"{len(gpus)}" + (f" ({', '.join(g.name for g in gpus)})" if gpus else ""))
+    gpu.report(row)  # TensorFlow's CUDA/cuDNN build, CUDA libraries, driver, what to do
     logical = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
     row("logical devices", f"{len(logical)} ({', '.join(d.name for d in logical)})")
     row(

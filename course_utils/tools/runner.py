@@ -402,6 +402,24 @@ def _finish(notebook, limits: Limits, outcome: RunOutcome, dropped: dict[int, in
             )
 
 
+#: Run after the last cell of `execute`: what produced the outputs, as the set-up cell resolved
+#: it (course_utils.setup writes the settings it applied back into the environment).
+RUN_RECORD_CELL = """
+import json as _json, os as _os, platform as _platform, sys as _sys
+_tf = _sys.modules.get("tensorflow")
+_gpus = _tf.config.list_logical_devices("GPU") if _tf else []
+print(_json.dumps({
+    "profile": _os.environ.get("COURSE_PROFILE", ""),
+    "devices": int(_os.environ.get("COURSE_DEVICES") or 0),
+    "device_kind": "GPU" if _gpus else "CPU",
+    "data": _os.environ.get("COURSE_DATA", ""),
+    "tensorflow": _tf.__version__ if _tf else "",
+    "keras": getattr(_sys.modules.get("keras"), "__version__", ""),
+    "python": _platform.python_version(),
+}))
+"""
+
+
 @dataclass
 class ExecutionResult:
     """How one notebook file's execution went (`execute`)."""
@@ -430,6 +448,8 @@ def execute(
     cell_timeout: seconds one cell may run before execution stops with an error.
     cwd: the kernel's working folder (default: the notebook's own folder, as in JupyterLab).
     progress: when given, a progress bar over the code cells with this label.
+    The executed copy's metadata `course_run` records what produced it: the profile, devices,
+    data source and versions the set-up cell applied, the date and the seconds taken.
     Stops at the first failing cell (like "Run All") and reports it. Cells marked `# NBVAL_SKIP`
     (interactive-only, such as starting TensorBoard) are not run, as under nbval.
     """
@@ -454,8 +474,14 @@ def execute(
         stop_on_error=True,
         kernel_name=kernel_name,
         progress=progress,
+        extra_cell=RUN_RECORD_CELL,
     )
     ok = outcome.status == "ran"
+    if ok and outcome.extra_output.strip():
+        record = json.loads(outcome.extra_output.strip().splitlines()[-1])
+        record["date"] = time.strftime("%Y-%m-%d", time.gmtime())
+        record["seconds"] = round(outcome.seconds, 1)
+        notebook.metadata["course_run"] = record
     error = outcome.error or ("" if ok else f"{outcome.status}: {outcome.reason}")
     output_path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, output_path)

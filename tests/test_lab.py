@@ -1,0 +1,64 @@
+"""The course's JupyterLab settings (course_utils/tools/lab.py), as `make setup` installs them.
+
+tests/test_browser.py checks their effect in a real browser; these check the files and the
+contents manager without one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+
+import nbformat
+
+from course_utils.tools import lab
+
+
+def test_install_writes_the_kernel_and_both_settings(tmp_path):
+    kernel, overrides, server = lab.install(tmp_path)
+    spec = json.loads((kernel / "kernel.json").read_text())
+    assert kernel.name == "python3" and spec["display_name"] == "Python 3"
+    assert overrides == tmp_path / "share/jupyter/lab/settings/overrides.json"
+    news = json.loads(overrides.read_text())["@jupyterlab/apputils-extension:notification"]
+    assert news == {"fetchNews": "false", "checkForUpdates": False}
+    assert server == tmp_path / "etc/jupyter/jupyter_server_config.json"
+    assert json.loads(server.read_text())["ServerApp"]["contents_manager_class"] == (
+        "course_utils.tools.lab.CourseContentsManager"
+    )
+
+
+def test_the_notebooks_carry_what_the_installed_kernel_reports():
+    """JupyterLab compares the notebook's kernelspec with the kernel's: they must be equal."""
+    from conftest import ROOT
+
+    for path in sorted(ROOT.glob("*/*.ipynb")):
+        metadata = nbformat.read(path, as_version=4).metadata
+        assert metadata["kernelspec"] == {
+            "display_name": lab.KERNEL_DISPLAY_NAME,
+            "language": "python",
+            "name": lab.KERNEL_NAME,
+        }, path.name
+        assert metadata["language_info"] == {"name": "python"}, path.name
+
+
+def test_a_course_notebook_loads_with_this_pythons_language_info(tmp_path):
+    def notebook(kernel: str, language_info: dict) -> str:
+        nb = nbformat.v4.new_notebook(
+            metadata={
+                "kernelspec": {"display_name": "X", "language": "python", "name": kernel},
+                "language_info": language_info,
+            }
+        )
+        return nbformat.writes(nb)
+
+    (tmp_path / "course.ipynb").write_text(notebook("python3", {"name": "python"}))
+    (tmp_path / "other.ipynb").write_text(notebook("julia-1.10", {"name": "julia"}))
+    manager = lab.CourseContentsManager(root_dir=str(tmp_path))
+    loaded = asyncio.run(manager.get("course.ipynb"))["content"]["metadata"]["language_info"]
+    assert loaded["version"] == platform.python_version()
+    assert loaded["codemirror_mode"] == {"name": "ipython", "version": 3}
+    other = asyncio.run(manager.get("other.ipynb"))["content"]["metadata"]["language_info"]
+    assert other == {"name": "julia"}
+    on_disk = json.loads((tmp_path / "course.ipynb").read_text())["metadata"]
+    assert on_disk["language_info"] == {"name": "python"}  # the file itself is unchanged
