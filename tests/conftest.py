@@ -1,35 +1,11 @@
-"""Shared test helpers.
-
-Simulated devices are fixed once TensorFlow starts in a process, so anything that depends on
-the device count runs in a fresh Python subprocess (`run_python`).
+"""pytest configuration: the `python_subprocess` fixture and the order and grouping of tests on
+the pytest-xdist workers. Code the tests share lives in tests/helpers.py.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_python(
-    code: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path = ROOT
-) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh interpreter with the course environment; return the process."""
-    full_env = {**os.environ, "COURSE_PROFILE": "quick", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=full_env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+from helpers import run_python
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import nbformat
 import psutil
+from helpers import ROOT
 
 from course_utils.tools import exercise
 
-ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "05_svhn_solution.ipynb"
 EXERCISE = ROOT / "exercises" / "05_svhn_exercise.ipynb"
 ENV = {"COURSE_PROFILE": "quick", "COURSE_DEVICES": "2", "COURSE_DATA": "synthetic"}

@@ -16,9 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from test_conclusions import assert_conclusions_consistent
-
-from conftest import ROOT
+from helpers import ROOT, assert_conclusions_consistent
 
 COURSE = [sys.executable, "-m", "course_utils.tools.cli"]
 CONFIGURATIONS = {

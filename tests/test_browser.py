@@ -40,10 +40,8 @@ import nbformat
 import portpicker
 import psutil
 import pytest
-from test_conclusions import assert_conclusions_consistent
-from test_notebooks import ARTIFACT_DIRS, EXPECTED_ARTIFACTS
+from helpers import ARTIFACT_DIRS, EXPECTED_ARTIFACTS, ROOT, assert_conclusions_consistent
 
-from conftest import ROOT
 from course_utils.tools import browser
 
 DEVICES = 3

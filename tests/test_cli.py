@@ -7,9 +7,8 @@ import subprocess
 import sys
 
 import nbformat
+from helpers import ROOT
 from nbformat.v4 import new_code_cell, new_notebook
-
-from conftest import ROOT
 
 COURSE = [sys.executable, "-m", "course_utils.tools.cli"]
 

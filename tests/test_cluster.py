@@ -19,12 +19,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import ROOT
 
 from course_utils import cluster
 
 WORKERS = Path(__file__).parent / "workers"
 TINY = WORKERS / "tiny_worker.py"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def assert_gone(processes, within: float = 10.0) -> None:

@@ -7,72 +7,18 @@ of its own (all pairs of samples, numpy medians), so a sentence such as "slower"
 overlap fails the test whoever wrote it.
 `assert_regime_consistent` does the same for notebook 3's verdict on where a step's time goes
 (overhead-, memory-bandwidth- or compute-bound), from the batch sweep in its results.json.
-tests/test_notebooks.py calls both right after each nbval run; the tests below check the checkers.
+Both checkers live in tests/helpers.py; tests/test_notebooks.py calls them right after each nbval
+run, and the tests below check the checkers.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import re
-from pathlib import Path
 
-import numpy as np
 import pytest
+from helpers import assert_conclusions_consistent, assert_regime_consistent, expected_regime
 
 from course_utils import timing
-
-
-def _expected_word(record: dict) -> str:
-    a, b = record["a_samples"], record["b_samples"]
-    if all(x > y for x, y in itertools.product(a, b)):
-        return "faster"
-    if all(y > x for x, y in itertools.product(a, b)):
-        return "slower"
-    return "within noise"
-
-
-def assert_conclusions_consistent(path: Path) -> list[dict]:
-    """Every recorded verdict at `path` agrees with its own samples; returns the records."""
-    records = json.loads(Path(path).read_text())
-    assert records, f"{path} holds no conclusions"
-    for record in records:
-        where = f"{path.name}: {record['sentence']!r}"
-        a, b = np.median(record["a_samples"]), np.median(record["b_samples"])
-        ratio = a / b
-        assert record["speed_ratio"] == pytest.approx(ratio, rel=1e-9), where
-        word = _expected_word(record)
-        assert record["word"] == word, f"{where}: the samples say {word!r}"
-        sentence = record["sentence"]
-        assert record["a"] in sentence and record["b"] in sentence, where
-        claimed = re.findall(r"(\d+)% (faster|slower)", sentence)
-        if word == "within noise":
-            assert "within noise" in sentence and not claimed, where
-        else:
-            assert claimed == [(f"{100 * abs(ratio - 1):.0f}", word)], where
-    return records
-
-
-def expected_regime(results: dict) -> str:
-    """The verdict notebook 3's rule gives for a sweep: a line fitted through (batch, ms/step)."""
-    batches = [point["global_batch"] for point in results["sweep"]]
-    step_ms = [point["step_ms"] for point in results["sweep"]]
-    per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
-    fixed_share = min(max(fixed_ms / step_ms[batches.index(results["batch"])], 0.0), 1.0)
-    if fixed_share > 0.5 or per_example_ms <= 0:
-        return "overhead-bound"
-    marginal_flops = results["flops_per_example"] / (per_example_ms / 1000)
-    return (
-        "compute-bound"
-        if marginal_flops >= 0.5 * results["peak_flops"]
-        else ("memory-bandwidth-bound")
-    )
-
-
-def assert_regime_consistent(path: Path) -> None:
-    """The regime notebook 3 printed follows from the sweep it recorded at `path`."""
-    results = json.loads(Path(path).read_text())
-    assert results["regime"] == expected_regime(results), results
 
 
 @pytest.mark.parametrize(

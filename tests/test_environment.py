@@ -4,10 +4,9 @@ import re
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from helpers import ROOT
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
-
-from conftest import ROOT
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -11,8 +11,8 @@ import shutil
 
 import nbformat
 import pytest
+from helpers import ROOT
 
-from conftest import ROOT
 from course_utils.tools import exercise
 
 SOLUTION = ROOT / "solutions" / "05_svhn_solution.ipynb"

@@ -19,8 +19,7 @@ import json
 import sys
 
 import pytest
-
-from conftest import run_python
+from helpers import run_python
 
 #: Trials per order. batch().cache() lost batches in roughly a third of the trials on 2 cores,
 #: idle or loaded; the first loss ends its loop. cache().batch() must keep every example in all.

@@ -30,7 +30,7 @@ def test_install_writes_the_kernel_and_both_settings(tmp_path):
 
 def test_the_notebooks_carry_what_the_installed_kernel_reports():
     """JupyterLab compares the notebook's kernelspec with the kernel's: they must be equal."""
-    from conftest import ROOT
+    from helpers import ROOT
 
     for path in sorted(ROOT.glob("*/*.ipynb")):
         metadata = nbformat.read(path, as_version=4).metadata

@@ -14,16 +14,11 @@ Run one notebook:  pytest tests/test_notebooks.py -k 01_keras
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_conclusions import assert_conclusions_consistent, assert_regime_consistent
+from helpers import ROOT, run_notebook_under_nbval
 
-from conftest import ROOT
 from course_utils.tools import browser
 
 FOLDERS = ("notebooks", "solutions", "exercises")
@@ -53,7 +48,6 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     # Its stubs raise before any device-dependent code.
     "05_svhn_exercise": (2,),
 }
-CELL_TIMEOUT_S = 300
 #: Runs that tests/test_browser.py makes instead when it can (Chromium and Playwright present):
 #: it runs every notebook in JupyterLab with 3 devices (more replicas than cores, as 4 does) and
 #: checks the same (no error outside `raises-exception` cells, the artifacts, the conclusions)
@@ -64,35 +58,6 @@ BROWSER_RUNS_INSTEAD = {
     ("03_single_vs_distributed", 2),
     ("05_svhn_solution", 2),
     ("05_svhn_exercise", 2),
-}
-
-#: Where a notebook writes, under artifacts/ next to it (default: its own stem).
-ARTIFACT_DIRS = {"05_svhn_solution": "05_svhn", "05_svhn_exercise": "05_svhn"}
-#: Files each notebook must leave in its artifacts folder (glob patterns).
-EXPECTED_ARTIFACTS: dict[str, list[str]] = {
-    "01_keras_fit_mnist": [
-        "checkpoints/ckpt_1.weights.h5",
-        "mnist_model.keras",
-        "logs/train/events.out.tfevents.*",
-        "fault_tolerance/ckpt_*.keras",
-        "learning_curves.png",
-    ],
-    "02_custom_loop_fashion_mnist": [
-        "checkpoints/checkpoint",
-        "checkpoints/ckpt-*.index",
-        "checkpoints/ckpt-*.data-*",
-        "learning_curves.png",
-        "conclusions.json",
-    ],
-    "03_single_vs_distributed": ["results.json", "conclusions.json"],
-    "05_svhn_solution": [
-        "fit_model.keras",
-        "custom_model.keras",
-        "single_model.keras",
-        "results.json",
-        "fit_ckpt/ckpt_*.weights.h5",
-        "custom_ckpt/ckpt-*.index",
-    ],
 }
 
 
@@ -114,37 +79,4 @@ def test_every_notebook_has_a_device_plan():
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook, devices", list(_cases()))
 def test_notebook_runs_under_nbval(notebook: Path, devices: int, tmp_path: Path):
-    copy = tmp_path / notebook.parent.name / notebook.name
-    copy.parent.mkdir()
-    shutil.copy(notebook, copy)
-    env = {**os.environ, "COURSE_PROFILE": "quick", "COURSE_DEVICES": str(devices)}
-    env.setdefault("COURSE_DATA", "auto")
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:xdist",
-        "--nbval-lax",
-        "--nbval-current-env",
-        f"--nbval-cell-timeout={CELL_TIMEOUT_S}",
-        str(copy),
-    ]
-    proc = subprocess.run(
-        command, env=env, cwd=copy.parent, capture_output=True, text=True, timeout=1800
-    )
-    assert proc.returncode == 0, (
-        f"nbval failed for {notebook.name} with {devices} devices:\n"
-        f"{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
-    )
-    artifacts = copy.parent / "artifacts" / ARTIFACT_DIRS.get(notebook.stem, notebook.stem)
-    expected = EXPECTED_ARTIFACTS.get(notebook.stem, [])
-    missing = [p for p in expected if not list(artifacts.glob(p))]
-    assert not missing, f"{notebook.name} did not write {missing} under {artifacts}"
-    if (artifacts / "conclusions.json").exists():  # printed conclusions vs their own samples
-        assert_conclusions_consistent(artifacts / "conclusions.json")
-    if notebook.stem == "03_single_vs_distributed":  # the printed regime vs its own sweep
-        assert_regime_consistent(artifacts / "results.json")
+    run_notebook_under_nbval(notebook, devices, tmp_path)

@@ -163,8 +163,7 @@ def test_without_executed_copies_the_build_says_to_run_the_course(course, tmp_pa
 def test_the_pages_workflow_publishes_a_real_data_build_of_this_site():
     """GitHub Pages: the workflow runs `make site` with real data and uploads what it built."""
     import yaml
-
-    from conftest import ROOT
+    from helpers import ROOT
 
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "pages.yml").read_text())
     build = workflow["jobs"]["build"]

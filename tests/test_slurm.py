@@ -21,8 +21,8 @@ from pathlib import Path
 import nbformat
 import pytest
 import slurm
-import test_notebooks
 import yaml
+from helpers import run_notebook_under_nbval
 
 from course_utils import cluster as cluster_module
 
@@ -208,7 +208,7 @@ def notebook4(cluster, tmp_path_factory) -> Path:
         if slurm_cluster is not None:  # the kernel, and the jobs it submits, use the test cluster
             for name in ("SLURM_CONF", slurm.MARKER):
                 patch.setenv(name, slurm_cluster.env[name])
-        test_notebooks.test_notebook_runs_under_nbval(NOTEBOOK, 2, folder)
+        run_notebook_under_nbval(NOTEBOOK, 2, folder)
     return folder / "notebooks" / "artifacts" / "04_multi_worker"
 
 

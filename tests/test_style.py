@@ -4,7 +4,7 @@ notebooks included. Fix with `ruff format . && ruff check --fix .`."""
 import subprocess
 import sys
 
-from conftest import ROOT
+from helpers import ROOT
 
 
 def ruff(*args: str) -> subprocess.CompletedProcess:
