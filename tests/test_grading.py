@@ -215,8 +215,13 @@ def test_the_untouched_exercise_scores_zero(batch):
             "wrong_global_batch",
             10,
             {
-                "fit took one optimizer step per global batch": "batch train_ds with GLOBAL_BATCH",
-                "the custom loop took one optimizer step per global batch": "it should have",
+                (
+                    "train_ds gives every training example once an epoch, shuffled, in global "
+                    "batches"
+                ): "batch it with GLOBAL_BATCH",
+                "test_ds gives every test example once, in order, in global batches": (
+                    "batch it with GLOBAL_BATCH"
+                ),
             },
         ),
         (

@@ -2,13 +2,10 @@
 `CheckError`.
 
 The hidden tests (in `solutions/05_svhn_solution.ipynb`) run in the grader's check process, which
-never
-runs student code, with three names defined: `settings`, `ARTIFACTS` (the submission's artifacts
-folder)
-and `FACTS` (what `probe` found in the student's kernel). In the solution itself they run in the
-notebook's own kernel. A `CheckError` message is what the student reads in the report, so each
-one says
-what is wrong and what to do.
+never runs student code, with three names defined: `settings`, `ARTIFACTS` (the submission's
+artifacts folder) and `FACTS` (what `probe` found in the student's kernel). In the solution itself
+they run in the notebook's own kernel. A `CheckError` message is what the student reads in the
+report, so each one says what is wrong and what to do.
 
 Example (a hidden test):
     >>> from course_utils.tools import checks
@@ -257,14 +254,105 @@ def assert_accuracy_matches(recorded: Any, scores: dict, what: str) -> None:
         )
 
 
-def steps_per_epoch(global_batch: int) -> int:
-    """Optimizer steps in one epoch over the training set with batches of `global_batch`."""
-    key = ("size", "train")
+def assert_pipeline(facts: dict, name: str, split: str, global_batch: int) -> None:
+    """`name` (the probe's facts) yields every example of `split` once per pass, in batches of
+    `global_batch`: the training set in a new order each pass, the test set in its own order."""
+    found = facts.get("datasets", {}).get(name)
+    if not found or "error" in found:
+        why = found["error"] if found else "it is not defined"
+        raise CheckError(f"`{name}` could not be read as (images, labels) batches: {why}")
+    key = ("labels", split)
     if key not in _cache:
         from course_utils import data
 
-        _cache[key] = int(data.load(DATASET, "train").cardinality())
-    return math.ceil(_cache[key] / global_batch)
+        labels = [int(label) for _, label in data.load(DATASET, split)]
+        _cache[key] = {"count": len(labels), "in_order": _checksum(labels)}
+        _cache[key]["sorted"] = _checksum(labels, False)
+    expected = _cache[key]
+    first, second = found["passes"]
+    sizes = first["batch_sizes"]
+    if sum(sizes) != expected["count"] or first["sorted"] != expected["sorted"]:
+        raise CheckError(
+            f"one pass over `{name}` gives {sum(sizes)} examples, not the {expected['count']} of "
+            f"{split}_examples once each: build it from {split}_examples (no take, skip or repeat)"
+        )
+    if sizes[0] != global_batch or any(size > global_batch for size in sizes):
+        raise CheckError(
+            f"`{name}` gives batches of {sizes[0]}; batch it with GLOBAL_BATCH ({global_batch}), "
+            "which the strategy splits between the replicas"
+        )
+    if split == "train" and first["in_order"] == second["in_order"]:
+        raise CheckError(
+            f"`{name}` gives the examples in the same order every epoch: shuffle it (before "
+            "batching, so that each batch is a new mix)"
+        )
+    if split == "train" and first["batches"] == second["batches"]:
+        raise CheckError(
+            f"`{name}` puts the same examples together in every epoch, only the batches' order "
+            "changes: shuffle the examples before batching, not the batches after"
+        )
+    if split == "test" and first["in_order"] != expected["in_order"]:
+        raise CheckError(
+            f"`{name}` changes the order of the test examples: the test set needs no shuffle"
+        )
+
+
+def assert_comparison(results: dict, artifacts: Path) -> None:
+    """The verdicts in conclusions.json compare each distributed run of results.json with the
+    one-device run (the first), on the runs' own epochs, and say what the noise rule says."""
+    from course_utils import timing
+
+    runs = get(results, "comparison")
+    if not (
+        isinstance(runs, list)
+        and len(runs) == 3
+        and all(isinstance(run, dict) and isinstance(run.get("rounds"), list) for run in runs)
+    ):
+        raise CheckError(
+            "results.json should hold the 3 runs of `runs` with their epochs' speeds: make `runs` "
+            "the one-device run, then fit, then the custom loop (timing.RunResult each)"
+        )
+    path = Path(artifacts) / "conclusions.json"
+    if not path.exists():
+        raise CheckError(
+            f"{ARTIFACTS_NAME}/conclusions.json is missing: write `verdicts` (question 4) and run "
+            "the cell after the chart, which records them"
+        )
+    try:
+        verdicts = json.loads(safe_file(path, MAX_RESULTS_KB / 1024).read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckError(
+            f"conclusions.json is not valid JSON ({exc}): let timing.record write it"
+        ) from None
+    if not isinstance(verdicts, list):
+        verdicts = []
+    one_device = runs[0]
+    for run in runs[1:]:
+        pair = {one_device.get("run"), run.get("run")}
+        found = [v for v in verdicts if isinstance(v, dict) and {v.get("a"), v.get("b")} == pair]
+        if not found:
+            raise CheckError(
+                f"no verdict compares {run.get('run')!r} with {one_device.get('run')!r}: add "
+                "timing.compare of each distributed run with the one-device run to `verdicts`"
+            )
+        verdict = found[0]
+        by_name = {r.get("run"): r for r in runs}
+        rounds = {name: by_name[verdict[name]]["rounds"] for name in ("a", "b")}
+        if any(verdict.get(f"{name}_samples") != rounds[name] for name in ("a", "b")):
+            raise CheckError(
+                f"the verdict on {verdict['a']!r} and {verdict['b']!r} rests on other numbers than "
+                "the runs' own epochs: compare the RunResults that are in `runs`"
+            )
+        a, b = (timing.RunResult(verdict[n], 1.0, 1, rounds=rounds[n]) for n in ("a", "b"))
+        try:
+            word = timing.compare(a, b).word
+        except (ValueError, TypeError) as exc:
+            raise CheckError(f"the runs' epochs cannot be compared: {exc}") from None
+        if verdict.get("word") != word:
+            raise CheckError(
+                f"the verdict on {verdict['a']!r} and {verdict['b']!r} says "
+                f"{verdict.get('word')!r}, which its samples do not support: use timing.compare"
+            )
 
 
 def evaluate(model: keras.Model) -> dict[str, float]:
@@ -330,28 +418,6 @@ def _safe_checkpoint(prefix: Path) -> None:
         safe_file(path)
 
 
-def optimizer_steps(model_or_checkpoint: keras.Model | str | os.PathLike) -> int:
-    """Optimizer steps taken: from a compiled model, or from a tf.train checkpoint prefix."""
-    if isinstance(model_or_checkpoint, (str, os.PathLike)):
-        _safe_checkpoint(Path(model_or_checkpoint))
-        reader = _tf().train.load_checkpoint(str(model_or_checkpoint))
-        keys = [
-            k
-            for k in reader.get_variable_to_shape_map()
-            if k.startswith("optimizer/") and "iterations/" in k
-        ]
-        if not keys:
-            raise CheckError(
-                f"{Path(model_or_checkpoint).name} has no optimizer: create it as "
-                "tf.train.Checkpoint(model=..., optimizer=...)"
-            )
-        return int(reader.get_tensor(keys[0]))
-    optimizer = getattr(model_or_checkpoint, "optimizer", None)
-    if optimizer is None:
-        raise CheckError("the saved model has no optimizer: compile it, train it, then save it")
-    return int(optimizer.iterations.numpy())
-
-
 def restore(model: keras.Model, checkpoint: Path) -> keras.Model:
     """A copy of `model`'s architecture with the weights of a .weights.h5 file or a tf.train
     checkpoint."""
@@ -387,11 +453,44 @@ def assert_checkpoint_holds(checkpoint: Path, model: keras.Model) -> None:
         )
 
 
-def probe(namespace: dict, models: list[str]) -> dict:
-    """Facts about the models in a kernel's memory (run by the HIDDEN PROBE cell, in the student's
-    kernel)."""
+def _checksum(labels: list, in_order: bool = True) -> str:
+    values = labels if in_order else sorted(labels)
+    return hashlib.sha256(",".join(map(str, values)).encode()).hexdigest()[:16]
+
+
+def pipeline_facts(dataset: Any) -> dict:
+    """What two passes over a pipeline of (images, labels) batches yield: the batch sizes, and a
+    checksum of the labels in the order they came and sorted (the same examples in any order)."""
+    passes = []
+    for _ in range(2):
+        sizes, labels, batches = [], [], []
+        for _, batch_labels in dataset:
+            values = [int(label) for label in batch_labels.numpy().reshape(-1)]
+            sizes.append(len(values))
+            labels += values
+            batches.append(_checksum(values, in_order=False))
+        passes.append(
+            {
+                "batch_sizes": sizes,
+                "in_order": _checksum(labels),
+                "sorted": _checksum(labels, in_order=False),
+                "batches": _checksum(batches, in_order=False),  # which examples go together
+            }
+        )
+    return {"passes": passes}
+
+
+def probe(namespace: dict, models: list[str], datasets: tuple[str, ...] = ()) -> dict:
+    """Facts about the models and input pipelines in a kernel's memory (run by the HIDDEN PROBE
+    cell, in the student's kernel)."""
     tf = _tf()
-    facts: dict = {"models": {}}
+    facts: dict = {"models": {}, "datasets": {}}
+    for name in datasets:
+        dataset = namespace.get(name)
+        try:
+            facts["datasets"][name] = pipeline_facts(dataset)
+        except Exception as exc:  # noqa: BLE001 - anything the student's pipeline raises
+            facts["datasets"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
     for name in models:
         model = namespace.get(name)
         if not hasattr(model, "weights"):

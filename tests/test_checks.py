@@ -1,0 +1,108 @@
+"""The hidden tests' helpers for questions 1 and 4 of the SVHN exercise, on small inputs.
+
+Question 1's points go to the pipelines the student writes (`checks.assert_pipeline` on what the
+probe read from `train_ds` and `test_ds`), question 4's to the comparison the student writes
+(`checks.assert_comparison` on the runs and verdicts the notebook recorded). Each correct input
+passes, and each classic mistake fails with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from course_utils import timing
+from course_utils.tools import checks
+
+GLOBAL_BATCH = 128
+
+
+@pytest.fixture(scope="module")
+def examples():
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"COURSE_PROFILE": "quick", "COURSE_DATA": "synthetic"}.items():
+            patch.setenv(name, value)
+        from course_utils import data
+
+        checks.clear_cache()
+        yield {split: data.load(checks.DATASET, split) for split in ("train", "test")}
+        checks.clear_cache()
+
+
+def facts(**datasets) -> dict:
+    """What the grader's probe reads from these pipelines in a student's kernel."""
+    return checks.probe(datasets, models=[], datasets=tuple(datasets))
+
+
+def test_the_courses_pipelines_pass(examples):
+    train_ds = examples["train"].cache().shuffle(10_000).batch(GLOBAL_BATCH).prefetch(2)
+    test_ds = examples["test"].cache().batch(GLOBAL_BATCH).prefetch(2)
+    found = facts(train_ds=train_ds, test_ds=test_ds)
+    checks.assert_pipeline(found, "train_ds", "train", GLOBAL_BATCH)
+    checks.assert_pipeline(found, "test_ds", "test", GLOBAL_BATCH)
+
+
+@pytest.mark.parametrize(
+    "name, split, make, message",
+    [
+        ("train_ds", "train", lambda ds: ds.batch(GLOBAL_BATCH), "shuffle it"),
+        ("train_ds", "train", lambda ds: ds.shuffle(100).batch(64), "batch it with GLOBAL_BATCH"),
+        ("train_ds", "train", lambda ds: ds.take(1000).shuffle(100).batch(128), "once each"),
+        ("train_ds", "train", lambda ds: ds.batch(GLOBAL_BATCH).shuffle(8), "not the batches"),
+        ("test_ds", "test", lambda ds: ds.shuffle(100).batch(GLOBAL_BATCH), "needs no shuffle"),
+        ("test_ds", "test", lambda ds: ds.repeat(2).batch(GLOBAL_BATCH), "once each"),
+        ("test_ds", "test", lambda ds: ds.map(lambda image, label: image), "could not be read"),
+    ],
+)
+def test_pipeline_mistakes_fail_with_what_to_do(examples, name, split, make, message):
+    found = facts(**{name: make(examples[split])})
+    with pytest.raises(checks.CheckError, match=message):
+        checks.assert_pipeline(found, name, split, GLOBAL_BATCH)
+
+
+def test_a_missing_pipeline_fails():
+    with pytest.raises(checks.CheckError, match="not defined"):
+        checks.assert_pipeline({"datasets": {}}, "train_ds", "train", GLOBAL_BATCH)
+
+
+RUNS = [
+    timing.RunResult("one device, fit", 2.0, 100, rounds=[1000.0, 1100.0]),
+    timing.RunResult("MirroredStrategy, fit", 2.0, 100, rounds=[900.0, 950.0]),
+    timing.RunResult("MirroredStrategy, custom loop", 2.0, 100, rounds=[1050.0, 1200.0]),
+]
+
+
+def write(tmp_path, verdicts) -> dict:
+    (tmp_path / "conclusions.json").write_text(json.dumps([asdict(v) for v in verdicts]))
+    return {"comparison": [{"run": r.name, "rounds": r.rounds} for r in RUNS]}
+
+
+def test_the_solutions_comparison_passes(tmp_path):
+    one_device, fit_run, loop_run = RUNS
+    verdicts = [timing.compare(fit_run, one_device), timing.compare(loop_run, one_device)]
+    checks.assert_comparison(write(tmp_path, verdicts), tmp_path)
+
+
+def test_a_verdict_on_other_numbers_or_with_another_word_fails(tmp_path):
+    one_device, fit_run, loop_run = RUNS
+    made_up = timing.RunResult(fit_run.name, 1.0, 1, rounds=[2000.0, 2100.0])
+    verdicts = [timing.compare(made_up, one_device), timing.compare(loop_run, one_device)]
+    with pytest.raises(checks.CheckError, match="other numbers"):
+        checks.assert_comparison(write(tmp_path, verdicts), tmp_path)
+    wrong_word = timing.compare(fit_run, one_device)
+    wrong_word.word = "within noise"  # the samples say "slower"
+    verdicts = [wrong_word, timing.compare(loop_run, one_device)]
+    with pytest.raises(checks.CheckError, match="do not support"):
+        checks.assert_comparison(write(tmp_path, verdicts), tmp_path)
+
+
+def test_a_missing_verdict_or_file_fails(tmp_path):
+    one_device, fit_run, _ = RUNS
+    results = write(tmp_path, [timing.compare(fit_run, one_device)])
+    with pytest.raises(checks.CheckError, match="no verdict compares 'MirroredStrategy, custom"):
+        checks.assert_comparison(results, tmp_path)
+    (tmp_path / "conclusions.json").unlink()
+    with pytest.raises(checks.CheckError, match="conclusions.json is missing"):
+        checks.assert_comparison(results, tmp_path)
