@@ -102,25 +102,30 @@ def safe_file(path: Path, max_mb: float = MAX_FILE_MB) -> Path:
     return path
 
 
-def load_results(artifacts: Path) -> dict:
-    """results.json of a run, or CheckError saying why it cannot be read."""
-    path = Path(artifacts) / "results.json"
+def read_json(artifacts: Path, name: str, kind: type, missing: str, writer: str):
+    """The JSON file `name` in `artifacts`, holding a `kind` (dict or list); else CheckError with
+    `missing` (what to do when it does not exist) or saying that `writer` should write it."""
+    path = Path(artifacts) / name
     if not path.exists():
-        raise CheckError(
-            f"{ARTIFACTS_NAME}/results.json is missing: run the notebook from the top (the "
-            f"`record` cells write it)"
-        )
+        raise CheckError(f"{ARTIFACTS_NAME}/{name} is missing: {missing}")
     try:
-        results = json.loads(safe_file(path, MAX_RESULTS_KB / 1024).read_text())
+        value = json.loads(safe_file(path, MAX_RESULTS_KB / 1024).read_text())
     except (ValueError, UnicodeDecodeError) as exc:
         raise CheckError(
-            f"{ARTIFACTS_NAME}/results.json is not valid JSON ({exc}): let `record` write it"
+            f"{ARTIFACTS_NAME}/{name} is not valid JSON ({exc}): let {writer} write it"
         ) from None
-    if not isinstance(results, dict):
+    if not isinstance(value, kind):
         raise CheckError(
-            f"{ARTIFACTS_NAME}/results.json should hold a JSON object, not {type(results).__name__}"
+            f"{ARTIFACTS_NAME}/{name} should hold a JSON {kind.__name__}, not "
+            f"{type(value).__name__}: let {writer} write it"
         )
-    return results
+    return value
+
+
+def load_results(artifacts: Path) -> dict:
+    """results.json of a run, or CheckError saying why it cannot be read."""
+    missing = "run the notebook from the top (the `record` cells write it)"
+    return read_json(artifacts, "results.json", dict, missing, "`record`")
 
 
 def get(results: dict, *keys: str) -> Any:
@@ -312,20 +317,8 @@ def assert_comparison(results: dict, artifacts: Path) -> None:
             "results.json should hold the 3 runs of `runs` with their epochs' speeds: make `runs` "
             "the one-device run, then fit, then the custom loop (timing.RunResult each)"
         )
-    path = Path(artifacts) / "conclusions.json"
-    if not path.exists():
-        raise CheckError(
-            f"{ARTIFACTS_NAME}/conclusions.json is missing: write `verdicts` (question 4) and run "
-            "the cell after the chart, which records them"
-        )
-    try:
-        verdicts = json.loads(safe_file(path, MAX_RESULTS_KB / 1024).read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckError(
-            f"conclusions.json is not valid JSON ({exc}): let timing.record write it"
-        ) from None
-    if not isinstance(verdicts, list):
-        verdicts = []
+    missing = "write `verdicts` (question 4) and run the cell after the chart, which records them"
+    verdicts = read_json(artifacts, "conclusions.json", list, missing, "timing.record")
     one_device = runs[0]
     for run in runs[1:]:
         pair = {one_device.get("run"), run.get("run")}
