@@ -242,9 +242,8 @@ def assert_accuracy_matches(recorded: Any, scores: dict, what: str) -> None:
 
     At most one example may differ (an exact tie between two logits can break either way with a
     different batch size). A larger gap means the notebook evaluated on other data: most often a
-    test
-    pipeline that caches *after* batching, whose in-memory cache the throw-away iterator of Keras's
-    first look under a strategy can finish with only some of the batches.
+    cached test pipeline, whose in-memory cache `evaluate` under a strategy can leave holding only
+    some of the batches (Keras reads one batch from an iterator it then drops, and starts another).
     """
     if not _is_number(recorded):
         raise CheckError(f"the {what} is {recorded!r}, not a number")
@@ -253,9 +252,8 @@ def assert_accuracy_matches(recorded: Any, scores: dict, what: str) -> None:
         raise CheckError(
             f"the {what} is {recorded:.4f}, but the grader measures "
             f"{scores['accuracy']:.4f} for the saved model on all {examples} test examples: "
-            "evaluate on the whole test set, and build "
-            "test_ds as test_examples.cache().batch(...) (cache before batching: a cache after "
-            "batching can be left holding only the batches of Keras's first look under a strategy)"
+            "evaluate on the whole test set, with test_ds built without cache() (under a "
+            "strategy, evaluate can leave a cached test set holding only some of its batches)"
         )
 
 
