@@ -20,9 +20,6 @@ UNEVEN_EXAMPLES = 16 + 16 + 7, so the last global batch of 7 goes 4+3 on 2 repli
   wrong_mean      custom loop with `reduce_mean` per replica: the classic mistake.
   builtin_uneven  Model.fit with Keras's built-in loss reduction on the uneven data set.
   builtin_even    the same on EVEN_EXAMPLES = 16 + 16 + 8 (the last batch splits evenly).
-  fit_mixed       `fit` again under the "mixed_bfloat16" policy (16-bit compute, float32 weights).
-  loop_mixed      `loop` again under that policy, with keras.optimizers.LossScaleOptimizer.
-The file also holds "policy_after": the global dtype policy once the mixed runs are done.
 """
 
 from __future__ import annotations
@@ -105,23 +102,6 @@ def run_fit(strategy, loss, num_examples: int, make_optimizer=sgd):
     return model.get_weights()
 
 
-#: 16-bit compute on a CPU (mixed_float16 is the choice on GPUs with tensor cores).
-MIXED_POLICY = "mixed_bfloat16"
-
-
-def run_mixed(run, *args, **kwargs):
-    """`run(*args, **kwargs)` under MIXED_POLICY, restoring "float32" afterwards."""
-    keras.mixed_precision.set_dtype_policy(MIXED_POLICY)
-    try:
-        return run(*args, **kwargs)
-    finally:
-        keras.mixed_precision.set_dtype_policy("float32")
-
-
-def loss_scaled_sgd():
-    return keras.optimizers.LossScaleOptimizer(sgd())
-
-
 def compute_loss(labels, per_example_loss, regularization_losses):
     """One replica's loss, as notebook 2 writes it: the sum over replicas is the global mean."""
     loss = tf.nn.compute_average_loss(
@@ -140,8 +120,6 @@ def run_loop(strategy, make_optimizer=sgd, wrong_mean: bool = False):
                 loss = tf.reduce_mean(losses) + tf.add_n(model.losses)
             else:
                 loss = compute_loss(y, losses, model.losses)
-            if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-                loss = optimizer.scale_loss(loss)  # apply_gradients divides the scale out again
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))  # sums across replicas
         return loss
@@ -168,12 +146,9 @@ def main(out_path: str) -> None:
         "wrong_mean": run_loop(strategy, wrong_mean=True),
         "builtin_uneven": run_fit(strategy, builtin, UNEVEN_EXAMPLES),
         "builtin_even": run_fit(strategy, builtin, EVEN_EXAMPLES),
-        "fit_mixed": run_mixed(run_fit, strategy, global_batch_mean, UNEVEN_EXAMPLES),
-        "loop_mixed": run_mixed(run_loop, strategy, make_optimizer=loss_scaled_sgd),
     }
     arrays = {f"{run}.{i}": w for run, weights in runs.items() for i, w in enumerate(weights)}
     arrays["replicas"] = np.array(strategy.num_replicas_in_sync)
-    arrays["policy_after"] = np.array(keras.mixed_precision.dtype_policy().name)
     np.savez(out_path, **arrays)
 
 
