@@ -7,8 +7,9 @@ two at a time (jobs=2), in the sandbox, 2 simulated devices, quick profile, synt
   files and sends them code; tampering with the installed package, the solution and the grader's
   checks (plus made-up results and "PASSED"); network access and writes outside the work folder;
   a print flood; an archive bomb and symbolic links as artifacts; a cell that ignores interrupts;
-- the completed solution (twice: early, while the hostile ones run, and last), four mistakes
-  (reduce_mean loss, no strategy scope, global batch = per-replica batch, advanced part missing),
+- the completed solution (twice: early, while the hostile ones run, and last), four mistakes in
+  three notebooks (reduce_mean loss; global batch = per-replica batch; no strategy scope together
+  with the advanced part missing, whose points do not overlap),
   the untouched exercise and a file that is not JSON.
 
 Each copy of the solution must score full marks; after the batch no process a submission started
@@ -104,22 +105,24 @@ def batch(tmp_path_factory, sandboxed):
         write(
             edit(
                 done,
-                "with strategy.scope():\n    fit_model = make_model()",
-                "if True:  # forgot `with strategy.scope():`\n    fit_model = make_model()",
-            ),
-            folder / "no_scope.ipynb",
-        ),
-        write(
-            edit(
-                done,
                 "GLOBAL_BATCH = PER_REPLICA_BATCH * strategy.num_replicas_in_sync",
                 "GLOBAL_BATCH = PER_REPLICA_BATCH",
             ),
             folder / "wrong_global_batch.ipynb",
         ),
-        write(
-            restub(restub(done, "latest_fit = max("), "latest_custom = manager.latest_checkpoint"),
-            folder / "missing_advanced.ipynb",
+        write(  # two independent mistakes in one run of the notebook: each costs its own points
+            restub(
+                restub(
+                    edit(
+                        done,
+                        "with strategy.scope():\n    fit_model = make_model()",
+                        "if True:  # forgot `with strategy.scope():`\n    fit_model = make_model()",
+                    ),
+                    "latest_fit = max(",
+                ),
+                "latest_custom = manager.latest_checkpoint",
+            ),
+            folder / "no_scope_missing_advanced.ipynb",
         ),
         folder / "untouched.ipynb",
         folder / "invalid_json.ipynb",
@@ -207,9 +210,18 @@ def test_the_untouched_exercise_scores_zero(batch):
             },
         ),
         (
-            "no_scope",
-            11,
-            {"fit_model was trained under MirroredStrategy": "inside `with strategy.scope():`"},
+            "no_scope_missing_advanced",
+            9,
+            {
+                "fit_model was trained under MirroredStrategy": "inside `with strategy.scope():`",
+                "the restored fit checkpoint is the last one and its test accuracy is right": (
+                    "no 'advanced_fit'"
+                ),
+                (
+                    "the restored custom-loop checkpoint is the newest "
+                    "and its test accuracy is right"
+                ): "no 'advanced_custom'",
+            },
         ),
         (
             "wrong_global_batch",
@@ -222,19 +234,6 @@ def test_the_untouched_exercise_scores_zero(batch):
                 "test_ds gives every test example once, in order, in global batches": (
                     "batch it with GLOBAL_BATCH"
                 ),
-            },
-        ),
-        (
-            "missing_advanced",
-            10,
-            {
-                "the restored fit checkpoint is the last one and its test accuracy is right": (
-                    "no 'advanced_fit'"
-                ),
-                (
-                    "the restored custom-loop checkpoint is the newest "
-                    "and its test accuracy is right"
-                ): "no 'advanced_custom'",
             },
         ),
     ],
