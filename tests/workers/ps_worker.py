@@ -64,10 +64,13 @@ def train_step(iterator):
 
 
 first = coordinator.schedule(train_step, args=(iterator,))
+# Steps run asynchronously: without this wait a later step can run first (a worker still
+# starting, closures retried), and "first loss" would then be measured on trained weights.
+first_loss = float(first.fetch())
 for _ in range(60):
     last = coordinator.schedule(train_step, args=(iterator,))
 coordinator.join()
 print(
-    f"chief done: first loss {float(first.fetch()):.4f}, last loss {float(last.fetch()):.6f}",
+    f"chief done: first loss {first_loss:.4f}, last loss {float(last.fetch()):.6f}",
     flush=True,
 )
