@@ -40,7 +40,7 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     "03_single_vs_distributed": (2,),
     # Each worker process has one device whatever COURSE_DEVICES says: one run, made by
     # tests/test_slurm.py with its test Slurm cluster up (when the machine has Slurm), so that the
-    # notebook's Slurm cells submit real jobs instead of skipping.
+    # notebook's Slurm cell submits a real job instead of skipping.
     "04_multi_worker": (),
     # The grader's checks depend on the replica count through GLOBAL_BATCH only, and
     # tests/test_grading.py grades the solution once more through the grader.
