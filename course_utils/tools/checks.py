@@ -241,9 +241,10 @@ def assert_accuracy_matches(recorded: Any, scores: dict, what: str) -> None:
     """An accuracy the notebook recorded is the one the grader measures on the whole test set.
 
     At most one example may differ (an exact tie between two logits can break either way with a
-    different batch size). A larger gap means the notebook evaluated on other data: most often a
-    cached test pipeline, whose in-memory cache `evaluate` under a strategy can leave holding only
-    some of the batches (Keras reads one batch from an iterator it then drops, and starts another).
+    different batch size). A larger gap means the notebook evaluated on other data: most often an
+    in-memory cache that was not filled before `evaluate`. Under a strategy Keras first reads one
+    batch from an iterator it then drops; dropping it cancels the map calls in flight, and a tf.data
+    bug completes the cache without those examples, so every later pass reads part of the set.
     """
     if not _is_number(recorded):
         raise CheckError(f"the {what} is {recorded!r}, not a number")
@@ -253,7 +254,8 @@ def assert_accuracy_matches(recorded: Any, scores: dict, what: str) -> None:
             f"the {what} is {recorded:.4f}, but the grader measures "
             f"{scores['accuracy']:.4f} for the saved model on all {examples} test examples: "
             "evaluate on the whole test set, with test_ds built without cache() (under a "
-            "strategy, evaluate can leave a cached test set holding only some of its batches)"
+            "strategy, an unfilled cache can be left holding only some of the examples: "
+            "notebook 1 shows why)"
         )
 
 
