@@ -159,44 +159,13 @@ def leftover_workers() -> list[psutil.Process]:
     return found
 
 
-class TaskLog:
-    """One task's log file, read as it grows: whole lines only, until the last `read(final=True)`.
-    With `stream`, each new line is also printed as `[worker 0] ...`."""
-
-    def __init__(self, path: Path, task: Task, stream: bool = False) -> None:
-        self.path, self.task, self.stream = path, task, stream
-        #: Everything read so far.
-        self.text = ""
-        self._offset = 0
-
-    def read(self, final: bool = False) -> None:
-        """Add what was written since the last call to `text`. A line still being written waits
-        for the next call, unless `final`."""
-        with open(self.path, "rb") as file:
-            file.seek(self._offset)
-            new = file.read()
-        end = len(new) if final else new.rfind(b"\n") + 1
-        self._offset += end
-        chunk = new[:end].decode("utf-8", errors="replace")
-        self.text += chunk
-        if self.stream:
-            for line in chunk.splitlines():
-                if not _NOISE.match(line):
-                    print(f"[{self.task}] {line}", flush=True)
-
-    def clean(self) -> str:
-        """The text without TensorFlow's start-up noise."""
-        return "\n".join(line for line in self.text.splitlines() if not _NOISE.match(line))
-
-
 class LocalCluster:
     """One worker script run as `workers` (+ `chief`, + `ps`) processes on this machine.
 
     Each task runs `python script *args` in the script's folder, with its own TF_CONFIG, this
     process's environment plus `env` (without COURSE_DEVICES: a worker is one device), and its
     output in `log_dir/<script>-<job>-<index>.log`. `start()` waits until each task printed
-    `ready` (a regular expression); `timeout` seconds after it, everything is stopped. `stream`
-    prints new log lines as `[worker 0] ...` while waiting.
+    `ready` (a regular expression); `timeout` seconds after it, everything is stopped.
 
     Use it in a `with` block (stopped when the block ends, whatever happens), or call `start()`,
     `wait()` and `stop()`. A task is named by a worker's index, a job ("chief") or a `Task`.
@@ -214,7 +183,6 @@ class LocalCluster:
         log_dir: str | os.PathLike | None = None,
         ready: str | None = None,
         timeout: float = 600.0,
-        stream: bool = False,
     ):
         self.script = Path(script).resolve()
         if not self.script.is_file():
@@ -228,7 +196,8 @@ class LocalCluster:
         self.tasks = [Task(job, i) for job, hosts in self.spec.items() for i in range(len(hosts))]
         name = self.script.stem
         self.log_paths = {t: self.log_dir / f"{name}-{t.type}-{t.index}.log" for t in self.tasks}
-        self._logs = {t: TaskLog(self.log_paths[t], t, stream) for t in self.tasks}
+        #: Each task's log as it was when the cluster stopped (a later run may reuse the file).
+        self._final_logs: dict[Task, str] = {}
         #: The running (or finished) process of each task.
         self.processes: dict[Task, subprocess.Popen] = {}
         #: Wall time from `start()` to `stop()` in seconds.
@@ -301,29 +270,20 @@ class LocalCluster:
     def log(self, task: Task | int | str = 0) -> str:
         """The log of one task so far, without TensorFlow's start-up noise."""
         task = self._task(task)
-        self._read(task)
-        return self._logs[task].clean()
+        text = self._final_logs.get(task)
+        if text is None:
+            path = self.log_paths[task]
+            text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(line for line in text.splitlines() if not _NOISE.match(line))
 
-    def show_logs(
-        self,
-        lines: int | None = None,
-        match: str | None = None,
-        tasks: Sequence[Task | int | str] | None = None,
-    ) -> None:
-        """Print the log of each task (or of `tasks`) under a header: its last `lines` lines
-        (default: all), and only the lines that contain the regular expression `match`."""
-        for task in self.tasks if tasks is None else map(self._task, tasks):
+    def show_logs(self, match: str | None = None) -> None:
+        """Print the log of each task under a header; with `match` (a regular expression), only
+        the lines that contain it."""
+        for task in self.tasks:
             shown = [s for s in self.log(task).splitlines() if not match or re.search(match, s)]
             path = os.path.relpath(self.log_paths[task])
             print(f"--- {task}  ({self.log_paths[task] if path.startswith('..') else path}) ---")
-            print("\n".join(shown[-lines:] if lines else shown) or "(empty)")
-
-    def _read(self, task: Task, final: bool = False) -> None:
-        """Read what `task` wrote to its log since the last call (see TaskLog)."""
-        # After stop() the file may belong to a newer run.
-        if (self._stopped and not final) or task not in self.processes:
-            return
-        self._logs[task].read(final)
+            print("\n".join(shown) or "(empty)")
 
     def _watch(self, done: Callable, what: str, timeout: float | None, check: bool = True):
         """Read the logs until `done(returncodes)` returns something true; return that. Any error
@@ -335,8 +295,6 @@ class LocalCluster:
         try:
             while True:
                 codes = self.returncodes  # before reading: a task that ended wrote all its log
-                for task in self.tasks:
-                    self._read(task)
                 failed = [t for t, code in codes.items() if code and t not in self._killed]
                 if check and failed:
                     task = failed[0]
@@ -367,7 +325,7 @@ class LocalCluster:
         regex = re.compile(pattern, re.MULTILINE)
 
         def found(codes: dict[Task, int | None]) -> re.Match | None:
-            matches = [regex.search(self._logs[t].text) for t in awaited]
+            matches = [regex.search(self.log(t)) for t in awaited]
             for t, match in zip(awaited, matches):
                 if not match and codes[t] is not None:
                     raise ClusterError(
@@ -409,8 +367,7 @@ class LocalCluster:
         if self._guard is not None:
             self._guard.kill()
             self._guard.wait()
-        for task in self.tasks:
-            self._read(task, final=True)
+        self._final_logs = {task: self.log(task) for task in self.tasks}
         self.seconds = time.monotonic() - self._started
         _LIVE.discard(self)
 

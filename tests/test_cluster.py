@@ -82,7 +82,7 @@ def test_cluster_spec_and_tf_config():
 # --- running, failing, timing out -----------------------------------------------------------------
 
 
-def test_run_success_streams_logs_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+def test_run_success_keeps_each_log_and_leaves_nothing(tmp_path, monkeypatch):
     # The notebook's simulated devices must not reach the workers.
     monkeypatch.setenv("COURSE_DEVICES", "4")
     done = cluster.run(
@@ -90,7 +90,6 @@ def test_run_success_streams_logs_and_leaves_nothing(tmp_path, monkeypatch, caps
         workers=3,
         args=["--child", "--sleep", "0.2"],
         log_dir=tmp_path,
-        stream=True,
         timeout=60,
     )
     assert list(done.returncodes.values()) == [0, 0, 0]
@@ -99,9 +98,15 @@ def test_run_success_streams_logs_and_leaves_nothing(tmp_path, monkeypatch, caps
         assert f"task {task}" in log and log.rstrip().endswith("done")
         assert "COURSE_DEVICES=None" in log
         assert done.log_paths[task].read_text().count("\n") >= 4
-    streamed = capsys.readouterr().out
-    assert "[worker 2] done" in streamed and "[worker 0] ready" in streamed
     assert_gone(pids(done) + child_pids(done))
+
+
+def test_a_stopped_clusters_logs_survive_a_later_run_in_the_same_folder(tmp_path):
+    first = cluster.run(TINY, workers=1, args=["--sleep", "0.1"], log_dir=tmp_path, timeout=60)
+    with pytest.raises(cluster.WorkerFailed):
+        cluster.run(TINY, workers=1, args=["--fail", "worker 0"], log_dir=tmp_path, timeout=60)
+    assert first.log(0).rstrip().endswith("done") and "fails on purpose" not in first.log(0)
+    assert "fails on purpose" in first.log_paths[cluster.Task("worker", 0)].read_text()
 
 
 def test_failing_worker_stops_the_others_and_shows_its_log(tmp_path):
