@@ -43,23 +43,20 @@ def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: 
     return fig
 
 
-def plot_comparison(results: Sequence, metric: str = "examples_per_sec", title: str = ""):
-    """Horizontal bars of `metric` ("examples_per_sec" or "seconds") per timing.RunResult, each
-    labelled with its value past the bar's end; a run's rounds, when it has them, are dots on
-    its bar. Returns the axes."""
+def plot_comparison(results: Sequence, title: str = ""):
+    """Horizontal bars of examples/s per timing.RunResult, each labelled with its value past the
+    bar's end; a run's rounds, when it has them, are dots on its bar. Returns the axes."""
     import matplotlib.pyplot as plt
 
-    speed = metric == "examples_per_sec"
     _, ax = plt.subplots(figsize=(7, 0.8 + 0.5 * len(results)))
-    values = [getattr(r, metric) for r in results]
+    values = [r.examples_per_sec for r in results]
     ax.barh([r.name for r in results], values, color="tab:blue", alpha=0.8)
     for row, (result, value) in enumerate(zip(results, values)):
-        rounds = result.rounds if speed else []
-        ax.plot(rounds, [row] * len(rounds), "o", color="black", markersize=3)
+        ax.plot(result.rounds, [row] * len(result.rounds), "o", color="black", markersize=3)
         # The label starts right of the bar and of every round, so nothing is drawn over it.
         ax.annotate(
-            f"{value:,.0f}" if speed else f"{value:.2f}",
-            xy=(max([value, *rounds]), row),
+            f"{value:,.0f}",
+            xy=(max([value, *result.rounds]), row),
             xytext=(5, 0),
             textcoords="offset points",
             va="center",
@@ -67,9 +64,7 @@ def plot_comparison(results: Sequence, metric: str = "examples_per_sec", title: 
     ax.invert_yaxis()
     ax.margins(x=0.18)
     ax.set_xlim(left=0)
-    ax.set_xlabel(
-        "examples per second (higher is faster)" if speed else "seconds (lower is faster)"
-    )
+    ax.set_xlabel("examples per second (higher is faster)")
     ax.set_title(title or "Training speed")
     ax.spines[["top", "right"]].set_visible(False)
     return ax

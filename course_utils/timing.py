@@ -50,57 +50,37 @@ class Timer:
 
 
 class ThroughputCallback(keras.callbacks.Callback):
-    """Records the wall time and the number of steps of every epoch of `fit`.
+    """Records the wall time and the number of optimizer steps of every epoch of `fit`.
 
-    The first `warmup_epochs` epochs (tracing, graph building) are left out of the speed when there
-    are more. Steps are read from the optimizer's counter at each epoch's start and end: a per-batch
-    hook would make Keras copy every step's logs back to Python and slow down what it measures.
-    from_step=1 starts each epoch's clock at its second step, after the epoch's (distributed)
-    iterator was built. Put the callback FIRST in the list: whatever runs between two epochs'
-    hooks is inside the timed epoch.
+    The first epoch (tracing, graph building) is left out of the speed when there are more. Put
+    the callback FIRST in the list: whatever runs between two epochs' hooks is inside the timed
+    epoch. It has no per-batch hook, which would make Keras copy every step's logs to Python.
     """
 
-    def __init__(self, batch_size: int, warmup_epochs: int = 1, from_step: int = 0) -> None:
+    def __init__(self, batch_size: int) -> None:
         super().__init__()
-        self.batch_size, self.warmup_epochs, self.from_step = batch_size, warmup_epochs, from_step
+        self.batch_size = batch_size
         self.epoch_seconds: list[float] = []
         self.epoch_steps: list[int] = []
-        self._start: tuple[float, int] | None = None  # (clock, optimizer step) when timing began
-
-    def _start_clock(self) -> None:
-        self._start = time.perf_counter(), int(self.model.optimizer.iterations.numpy())
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._start = None
-        if self.from_step == 0:
-            self._start_clock()
-
-    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        if self._start is None and batch >= self.from_step:
-            self._start_clock()
+        self._start = time.perf_counter(), int(self.model.optimizer.iterations.numpy())
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        if self._start is None:
-            raise ValueError(f"The epoch had fewer steps than from_step={self.from_step}.")
         started, first_step = self._start
         self.epoch_seconds.append(time.perf_counter() - started)
         self.epoch_steps.append(int(self.model.optimizer.iterations.numpy()) - first_step)
 
     def measured(self) -> tuple[list[float], list[int]]:
-        """(seconds, steps) of each epoch after the warm-up (all epochs if there are no more)."""
-        skip = self.warmup_epochs if len(self.epoch_seconds) > self.warmup_epochs else 0
+        """(seconds, steps) of each epoch after the first (all epochs if there is only one)."""
+        skip = 1 if len(self.epoch_seconds) > 1 else 0
         return self.epoch_seconds[skip:], self.epoch_steps[skip:]
 
     @property
-    def step_seconds(self) -> float:
-        """Mean wall time of one training step, warm-up epochs excluded."""
-        seconds, steps = self.measured()
-        return sum(seconds) / max(sum(steps), 1)
-
-    @property
     def examples_per_sec(self) -> float:
-        """Training throughput, warm-up epochs excluded (a smaller last batch overestimates it)."""
-        return self.batch_size / self.step_seconds if self.step_seconds else 0.0
+        """Training throughput, first epoch excluded (a smaller last batch overestimates it)."""
+        seconds, steps = self.measured()
+        return self.batch_size * sum(steps) / sum(seconds) if sum(seconds) else 0.0
 
 
 @dataclass
@@ -153,7 +133,7 @@ def measure(
     runs: name -> a function that trains exactly the number of steps it is given and returns
         when they have finished (read the loss with `float(...)`: devices run ahead of Python).
         It returns None (the whole call is timed) or the seconds those steps took by its own
-        clock, e.g. `ThroughputCallback(from_step=1)`'s, to leave out `fit`'s start-up.
+        clock (notebook 3's `fit` runs leave out each call's start-up that way).
     batch_size: the global batch of every run, or of each run by name.
     warmup_steps: trained once per run before the rounds, untimed (default: `steps`; 0: none).
     """
@@ -262,12 +242,12 @@ def record(verdict: Verdict, path: str | Path) -> Verdict:
     return verdict
 
 
-def results_table(results: list[RunResult], baseline: str | None = None) -> str:
-    """A text table of the runs; `baseline` (a run name, default the first) gives the 'vs'
-    column. Runs measured in rounds also show the spread (lowest-highest round) and ms/step."""
+def results_table(results: list[RunResult]) -> str:
+    """A text table of the runs, the first one the baseline of the 'vs' column. Runs measured in
+    rounds also show the spread (lowest-highest round) and ms/step."""
     if not results:
         return "(no runs)"
-    base = next((r for r in results if r.name == baseline), results[0])
+    base = results[0]
     spread, per_step = any(r.rounds for r in results), any(r.batch_size for r in results)
     header = ["run", "seconds", "examples/s"]
     header += ["rounds (low-high)"] * spread + ["ms/step"] * per_step + [f"vs {base.name}"]
