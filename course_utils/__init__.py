@@ -1,19 +1,15 @@
 """Support package for the course on distributed training with TensorFlow and Keras.
 
-Every notebook starts with the same set-up cell:
+Every notebook starts with the same set-up cell, which must run before any TensorFlow operation:
 
     >>> import course_utils
     >>> settings = course_utils.setup()
 
-`setup` reads the COURSE_* variables (`settings`), keeps TensorFlow's start-up noise out of the
-outputs (`quiet`), creates the logical devices the strategy will use (`devices`) and prints what
-it did. It must run before any TensorFlow operation.
-
-The other modules, one idea each: `data` (datasets, online or off), `timing` (speed measurements
-and the noise rule), `plots` (learning curves and speed charts), `tables` (text tables) and
-`cluster` (local multi-worker clusters). The strategy, the input pipeline and the loss scaling are
-written in the notebooks themselves. The `course` command and its tooling live apart, in
-`course_utils.tools`, which students never need to open.
+It reads the COURSE_* variables (`settings`), keeps TensorFlow's start-up noise out of the outputs
+(`quiet`), creates the logical devices the strategy will use (`devices`) and prints what it did.
+The other modules: `data` (datasets, online or off), `timing` (speed and the noise rule), `plots`,
+`tables` and `cluster` (local multi-worker clusters). The `course` command and the instructors'
+tooling live in `course_utils.tools`, which students never need to open.
 """
 
 from __future__ import annotations
@@ -33,11 +29,6 @@ PROFILE_NOTES = {
     "cpu": "Sizes: fewer epochs (often fewer examples) than the original: minutes per notebook.",
     "quick": "Sizes: small subsets and few epochs (a test run: its numbers are not the lesson's).",
 }
-#: Why an unset COURSE_PROFILE became full or cpu (key: a GPU was found), and how to force one.
-CHOICE_NOTES = {
-    True: "Chosen because TensorFlow sees a GPU; COURSE_PROFILE=cpu forces the shorter run.",
-    False: "Chosen because there is no GPU; COURSE_PROFILE=full forces the original sizes.",
-}
 
 
 def setup(
@@ -56,15 +47,13 @@ def setup(
 
     from course_utils.devices import simulate_devices
 
-    settings = read_settings(devices=devices, profile=profile, data=data)
-    names = simulate_devices(settings.devices)
+    asked = read_settings(devices=devices, profile=profile, data=data)
+    names = simulate_devices(asked.devices)
     has_gpu = any(":GPU:" in name for name in names)
-    chosen = settings.profile == "auto"
-    settings = Settings(settings.profile, len(names), settings.data).for_hardware(has_gpu)
+    chosen = ("full" if has_gpu else "cpu") if asked.profile == "auto" else asked.profile
+    settings = Settings(chosen, len(names), asked.data)
     # Written back, so that every module (e.g. data.load) and child process sees the same.
-    os.environ.update(
-        COURSE_PROFILE=settings.profile, COURSE_DATA=settings.data, COURSE_DEVICES=str(len(names))
-    )
+    os.environ.update(COURSE_PROFILE=chosen, COURSE_DATA=asked.data, COURSE_DEVICES=str(len(names)))
     if verbose:
         import keras
         import tensorflow as tf
@@ -73,6 +62,12 @@ def setup(
         if not has_gpu and len(names) > 1:
             where += " (simulated: they share this machine's cores)"
         print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}")
-        print(f"profile={settings.profile}  data={settings.data}  devices={where}")
-        print(PROFILE_NOTES[settings.profile] + (" " + CHOICE_NOTES[has_gpu] if chosen else ""))
+        print(f"profile={chosen}  data={settings.data}  devices={where}")
+        note = PROFILE_NOTES[chosen]
+        if asked.profile == "auto":
+            other = "cpu forces the shorter run" if has_gpu else "full forces the original sizes"
+            note += (
+                f" Chosen because {'a' if has_gpu else 'no'} GPU was found; COURSE_PROFILE={other}."
+            )
+        print(note)
     return settings

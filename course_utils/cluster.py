@@ -1,23 +1,23 @@
-"""Run a small TensorFlow cluster on this machine, safely.
+"""Run a small TensorFlow cluster on this machine, safely: `LocalCluster` and `run`.
 
-A multi-worker job is several copies of one worker script, each told its place in the cluster by
-the TF_CONFIG environment variable. `LocalCluster` picks free ports, logs each task to its own
-file, waits by *reading the logs* (never by sleeping), stops every task when one fails (the error
-shows the end of its log) or at a deadline, and on exit, on error and on Ctrl-C.
+Notebook 4 first starts two workers with `subprocess.Popen`; this is the same, with safeguards.
+Each worker gets its TF_CONFIG and a log file; waiting means *reading the logs* for a line (never
+sleeping); when one worker fails, or at the deadline, or on Ctrl-C, every worker is stopped and
+the error ends with the failed worker's last log lines.
 
-Why this module sends signals: each task runs in its own process group, out of reach of the
+Why this module sends signals: each worker runs in its own process group, out of reach of the
 notebook's Ctrl-C, and one signal to the group stops it with all it started (SIGTERM asks, SIGKILL
-forces, as when a machine is lost). A kernel can also die without any clean-up (a crash, "Restart
-kernel" on a busy one): for that, each cluster starts a small guard process that waits while the
-kernel lives, then kills the tasks' groups (`guard`).
+forces, as when a machine is lost). A kernel can also die without cleaning up (a crash, "Restart
+kernel" on a busy one): each cluster therefore starts a small guard process that waits while the
+kernel lives, then kills the workers' groups (`guard`).
 
 Example:
     >>> from course_utils import cluster
     >>> done = cluster.run("worker.py", workers=2, timeout=300)  # start, wait, stop
     >>> with cluster.LocalCluster("train.py", workers=2, ready=r"replicas: 2") as c:
     ...     c.wait_for(r"saved step (\\d+)", task=0)  # read worker 0's log until this appears
-    ...     c.kill(1)  # simulate losing worker 1
-    ...     c.wait(check=False)  # watch what the others do
+    ...     c.kill(1)  # lose worker 1
+    ...     c.wait(check=False)  # watch what the other does
 """
 
 from __future__ import annotations
@@ -36,31 +36,21 @@ from pathlib import Path
 from typing import NamedTuple
 
 import portpicker
-import psutil
 
 #: How often the waiting loops read the logs and look at the tasks (seconds).
 POLL_SECONDS = 0.05
 #: Between SIGTERM and SIGKILL when the cluster is stopped (seconds).
 STOP_GRACE_SECONDS = 3.0
-#: In each task's environment: the pid of the process that started it (see `leftover_workers`).
+#: In each task's environment: the pid of the process that started it (`course doctor` looks
+#: for tasks that outlived it).
 MARKER = "COURSE_CLUSTER_PARENT"
 
-# What TensorFlow prints while it loads, before it reads TF_CPP_MIN_LOG_LEVEL: kept in the log
-# files, left out of what the notebook shows.
-_NOISE = re.compile(
-    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
-    # absl INFO lines (oneDNN notice, "Could not find cuda drivers").
-    r"|I\d{4} \d\d:\d\d:\d\d"
-    # "failed call to cuInit" on machines without a GPU.
-    r"|E\d{4} .*(cuInit|cuda_platform)"
-    r"|This TensorFlow binary is optimized|To enable the following instructions)"
-)
 # On the workers' PYTHONPATH, so that they (and the guard) import this package.
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 
 
 class Task(NamedTuple):
-    """One process of the cluster: its job (`"chief"`, `"worker"` or `"ps"`) and index."""
+    """One process of the cluster: its job (here always "worker") and index."""
 
     type: str
     index: int
@@ -69,25 +59,17 @@ class Task(NamedTuple):
         return f"{self.type} {self.index}"
 
 
-def cluster_spec(
-    workers: int = 2, chief: bool = False, ps: int = 0, ports: Sequence[int] | None = None
-) -> dict[str, list[str]]:
-    """The `cluster` part of TF_CONFIG: job name -> "host:port" of each task, on free ports unless
-    `ports` are given (one per task: chief, workers, ps).
+def cluster_spec(workers: int = 2, ports: Sequence[int] | None = None) -> dict[str, list[str]]:
+    """The `cluster` part of TF_CONFIG: "host:port" of each worker, on free ports unless given.
 
     >>> cluster_spec(workers=2, ports=[2222, 2223])
     {'worker': ['localhost:2222', 'localhost:2223']}
     """
-    if workers < 1 or ps < 0:
-        raise ValueError(f"A cluster needs 1 or more workers, 0 or more ps: got {workers}, {ps}.")
-    sizes = {"chief": int(chief), "worker": workers, "ps": ps}
-    total = sum(sizes.values())
     # portpicker never gives one process the same port twice.
-    ports = ports or [portpicker.pick_unused_port() for _ in range(total)]
-    if len(ports) != total or len(set(ports)) != total:
-        raise ValueError(f"Give {total} distinct ports (chief, workers, ps), got {list(ports)}.")
-    addresses = iter(f"localhost:{port}" for port in ports)
-    return {job: [next(addresses) for _ in range(n)] for job, n in sizes.items() if n}
+    ports = ports or [portpicker.pick_unused_port() for _ in range(workers)]
+    if workers < 1 or len(ports) != workers or len(set(ports)) != workers:
+        raise ValueError(f"Give 1 or more workers and as many distinct ports: {workers}, {ports}.")
+    return {"worker": [f"localhost:{port}" for port in ports]}
 
 
 def tf_config(spec: Mapping[str, Sequence[str]], task_type: str, task_index: int) -> dict:
@@ -124,10 +106,6 @@ def _tail(text: str, count: int) -> str:
     return "\n".join("    " + line for line in text.splitlines()[-count:]) or "    (empty)"
 
 
-#: Clusters started by this process and not stopped yet.
-_LIVE: set[LocalCluster] = set()
-
-
 def signal_group(pgid: int, sig: int) -> None:
     """Send `sig` to every process of the group `pgid` (nothing happens when it is gone)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -144,31 +122,16 @@ def guard(parent: int, groups: Sequence[int]) -> None:
         signal_group(group, signal.SIGKILL)
 
 
-def leftover_workers() -> list[psutil.Process]:
-    """Tasks started here that outlived their cluster (found by MARKER): [] means none did.
-    Clusters still running, here or in another live process (another notebook), are left out."""
-    live = {p.pid for cluster in _LIVE for p in cluster.processes.values()}
-    found = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, ValueError):
-            parent = proc.environ().get(MARKER)
-            if parent is None or proc.pid in live or proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if int(parent) == os.getpid() or not psutil.pid_exists(int(parent)):
-                found.append(proc)
-    return found
-
-
 class LocalCluster:
-    """One worker script run as `workers` (+ `chief`, + `ps`) processes on this machine.
+    """One worker script run as `workers` processes on this machine.
 
-    Each task runs `python script *args` in the script's folder, with its own TF_CONFIG, this
+    Each worker runs `python script *args` in the script's folder, with its own TF_CONFIG, this
     process's environment plus `env` (without COURSE_DEVICES: a worker is one device), and its
-    output in `log_dir/<script>-<job>-<index>.log`. `start()` waits until each task printed
+    output in `log_dir/<script>-worker-<index>.log`. `start()` waits until each one printed
     `ready` (a regular expression); `timeout` seconds after it, everything is stopped.
 
     Use it in a `with` block (stopped when the block ends, whatever happens), or call `start()`,
-    `wait()` and `stop()`. A task is named by a worker's index, a job ("chief") or a `Task`.
+    `wait()` and `stop()`. A worker is named by its index or its `Task`.
     """
 
     def __init__(
@@ -176,8 +139,6 @@ class LocalCluster:
         script: str | os.PathLike,
         workers: int = 2,
         *,
-        chief: bool = False,
-        ps: int = 0,
         args: Sequence[object] = (),
         env: Mapping[str, str] | None = None,
         log_dir: str | os.PathLike | None = None,
@@ -192,7 +153,7 @@ class LocalCluster:
         self.log_dir = Path(log_dir) if log_dir is not None else self.script.parent / "logs"
         self.args, self.env = [str(a) for a in args], dict(env or {})
         self.ready, self.timeout = ready, timeout
-        self.spec = cluster_spec(workers, chief, ps)
+        self.spec = cluster_spec(workers)
         self.tasks = [Task(job, i) for job, hosts in self.spec.items() for i in range(len(hosts))]
         name = self.script.stem
         self.log_paths = {t: self.log_dir / f"{name}-{t.type}-{t.index}.log" for t in self.tasks}
@@ -200,8 +161,6 @@ class LocalCluster:
         self._final_logs: dict[Task, str] = {}
         #: The running (or finished) process of each task.
         self.processes: dict[Task, subprocess.Popen] = {}
-        #: Wall time from `start()` to `stop()` in seconds.
-        self.seconds = 0.0
         self._killed: set[Task] = set()
         self._guard: subprocess.Popen | None = None
         self._started = self._deadline = 0.0
@@ -219,7 +178,6 @@ class LocalCluster:
         env[MARKER] = str(os.getpid())
         self._started = time.monotonic()
         self._deadline = self._started + self.timeout
-        _LIVE.add(self)
         try:
             for task in self.tasks:
                 config = json.dumps(tf_config(self.spec, task.type, task.index))
@@ -254,10 +212,9 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _task(self, task: Task | int | str) -> Task:
-        """The Task named by `task`: a Task, a worker's index, or a job ("chief": its task 0)."""
-        if not isinstance(task, Task):
-            task = Task("worker", task) if isinstance(task, int) else Task(task, 0)
+    def _task(self, task: Task | int) -> Task:
+        """The Task named by `task`: a Task or a worker's index."""
+        task = task if isinstance(task, Task) else Task("worker", task)
         if task not in self.tasks:
             raise ValueError(f"No task {task} in this cluster: {', '.join(map(str, self.tasks))}.")
         return task
@@ -267,14 +224,13 @@ class LocalCluster:
         """Exit code of each task: None while it runs, negative when killed by that signal."""
         return {task: process.poll() for task, process in self.processes.items()}
 
-    def log(self, task: Task | int | str = 0) -> str:
-        """The log of one task so far, without TensorFlow's start-up noise."""
+    def log(self, task: Task | int = 0) -> str:
+        """The log of one task so far (as it was at `stop()` once stopped)."""
         task = self._task(task)
-        text = self._final_logs.get(task)
-        if text is None:
-            path = self.log_paths[task]
-            text = path.read_text(errors="replace") if path.exists() else ""
-        return "\n".join(line for line in text.splitlines() if not _NOISE.match(line))
+        if task in self._final_logs:
+            return self._final_logs[task]
+        path = self.log_paths[task]
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def show_logs(self, match: str | None = None) -> None:
         """Print the log of each task under a header; with `match` (a regular expression), only
@@ -344,7 +300,7 @@ class LocalCluster:
         self.stop()
         return self.returncodes
 
-    def kill(self, task: Task | int | str) -> None:
+    def kill(self, task: Task | int) -> None:
         """Kill one task at once with SIGKILL, as when a machine is lost; the others go on."""
         task = self._task(task)
         self._killed.add(task)
@@ -368,13 +324,11 @@ class LocalCluster:
             self._guard.kill()
             self._guard.wait()
         self._final_logs = {task: self.log(task) for task in self.tasks}
-        self.seconds = time.monotonic() - self._started
-        _LIVE.discard(self)
 
 
 def run(script: str | os.PathLike, workers: int = 2, **kwargs) -> LocalCluster:
     """Start a `LocalCluster(script, workers, **kwargs)`, `wait()` for it, and return it (for
-    `.log()`, `.show_logs()`, `.returncodes` and `.seconds`)."""
+    `.log()`, `.show_logs()` and `.returncodes`)."""
     with LocalCluster(script, workers, **kwargs) as cluster:
         cluster.wait()
     return cluster

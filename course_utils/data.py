@@ -1,12 +1,11 @@
 """The course's datasets as (image, label) tf.data pipelines, online or off: `load`.
 
 `load(name, split)` is `tfds.load(name, split=split, as_supervised=True)` with the pixels scaled
-to float32 in [0, 1], sized by the profile, and with an offline stand-in. It comes back unbatched
-and unshuffled: batching, caching, shuffling and prefetching are part of the lesson, so the
-notebooks write them. Where the data comes from follows COURSE_DATA:
+to float32 in [0, 1], sized by the profile, unbatched and unshuffled (the notebooks write the rest
+of the pipeline). Where the data comes from follows COURSE_DATA:
 
-  auto       the real data via tensorflow-datasets when it is on disk or its download server
-             answers within a few seconds; otherwise one printed line and a synthetic stand-in.
+  auto       the real data when it is on disk or its download server answers within a few
+             seconds; otherwise one printed line and a synthetic stand-in.
   tfds       the real data, or a clear error (never tfds's silent wait offline).
   synthetic  always the stand-in: same shapes, dtypes and classes, learnable by a small CNN.
 
@@ -110,7 +109,11 @@ def load(
     if limit is None:
         limit = settings.pick(full=None, cpu=CPU_EXAMPLES[split], quick=QUICK_EXAMPLES[split])
     if use_real_data(name, source or settings.data):
-        dataset = prepare(name).as_dataset(split=split, as_supervised=True).take(limit or -1)
+        builder = tfds_builder(name)
+        if not builder.is_prepared():
+            print(f"Downloading and preparing {name} once, into {builder.data_dir} ...")
+            builder.download_and_prepare()
+        dataset = builder.as_dataset(split=split, as_supervised=True).take(limit or -1)
     else:
         count = min(limit or info.split_sizes[split], info.split_sizes[split])
         dataset = tf.data.Dataset.from_tensor_slices(synthetic_arrays(name, split, count))
@@ -150,42 +153,27 @@ _status: dict[str, tuple[bool, str]] = {}
 
 def real_data_status(name: str) -> tuple[bool, str]:
     """(True, where) when the real data is on disk or its server answers; else (False, why)."""
-    if name not in _status:
-        host, port = spec(name).download_address
-        try:
-            prepared = is_prepared(name)
-        # Any failure means tfds cannot serve the data (seen with mismatched protobuf versions).
-        except Exception as exc:  # noqa: BLE001
-            error = f"{type(exc).__name__}: {str(exc)[:160]}"
-            _status[name] = (
-                False,
-                f"tensorflow-datasets does not work in this environment ({error})",
-            )
+    if name in _status:
+        return _status[name]
+    host, port = spec(name).download_address
+    try:
+        prepared = is_prepared(name)
+    # Any failure means tfds cannot serve the data (seen with mismatched protobuf versions).
+    except Exception as exc:  # noqa: BLE001
+        error = f"{type(exc).__name__}: {str(exc)[:160]}"
+        _status[name] = False, f"tensorflow-datasets does not work in this environment ({error})"
+    else:
+        if prepared or can_reach(host, port):
+            _status[name] = True, "prepared on disk" if prepared else f"{host} is reachable"
         else:
-            if prepared:
-                _status[name] = True, "prepared on disk"
-            elif can_reach(host, port):
-                _status[name] = True, f"{host} is reachable"
-            else:
-                why = (
-                    f"it is not on disk and {host} did not answer within {NETWORK_TIMEOUT_S:.0f} s"
-                )
-                _status[name] = False, why
+            why = f"it is not on disk and {host} did not answer within {NETWORK_TIMEOUT_S:.0f} s"
+            _status[name] = False, why
     return _status[name]
 
 
 def is_prepared(name: str) -> bool:
     """Whether tensorflow-datasets has `name` prepared in its data folder (TFDS_DATA_DIR)."""
     return tfds_builder(name).is_prepared()
-
-
-def prepare(name: str):
-    """The tensorflow-datasets builder of `name`, downloaded and prepared (once, on disk)."""
-    builder = tfds_builder(name)
-    if not builder.is_prepared():
-        print(f"Downloading and preparing {name} once, into {builder.data_dir} ...")
-        builder.download_and_prepare()
-    return builder
 
 
 def import_tfds():

@@ -1,18 +1,13 @@
 """The course's three settings, read from the environment in one place.
 
-| variable         | values                     | default                                   |
-|------------------|----------------------------|-------------------------------------------|
-| `COURSE_PROFILE` | `full`, `cpu`, `quick`     | `full` with a GPU, `cpu` without one      |
-| `COURSE_DEVICES` | a whole number >= 1        | the machine's GPUs, or 2 simulated CPUs   |
-| `COURSE_DATA`    | `auto`, `tfds`, `synthetic`| `auto`                                    |
+| variable         | values                      | default                                 |
+|------------------|-----------------------------|-----------------------------------------|
+| `COURSE_PROFILE` | `full`, `cpu`, `quick`      | `full` with a GPU, `cpu` without one    |
+| `COURSE_DEVICES` | a whole number >= 1         | the machine's GPUs, or 2 simulated CPUs |
+| `COURSE_DATA`    | `auto`, `tfds`, `synthetic` | `auto`                                  |
 
-The profile sets the sizes (examples, epochs) of every run:
-  full   the original course's sizes, made for a GPU (e.g. 12 epochs of MNIST);
-  cpu    the same lessons with fewer epochs, and fewer examples where a notebook loads them with
-         data.load (CPU_EXAMPLES), so that each notebook takes minutes on a laptop CPU;
-  quick  small subsets and 2-3 epochs, for tests and `course run`.
-Unset (or `auto`), the set-up cell picks `full` when TensorFlow sees a GPU and `cpu` otherwise,
-and says so; set COURSE_PROFILE to force one.
+The profile sets the sizes of every run: `full` is the original course's (made for a GPU), `cpu`
+has fewer epochs and examples (minutes per notebook on a laptop), `quick` is a small test run.
 
 Example:
     >>> from course_utils.settings import read_settings
@@ -27,14 +22,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
 
 PROFILES = ("full", "cpu", "quick")
-AUTO = "auto"  # COURSE_PROFILE unset: `full` with a GPU, `cpu` without (see `for_hardware`)
 DATA_SOURCES = ("auto", "tfds", "synthetic")
 
 
@@ -46,12 +40,11 @@ class SettingsError(ValueError):
 class Settings:
     """What the notebooks and tests should do on this run.
 
-    `devices` is None when COURSE_DEVICES is unset: `course_utils.setup()` then picks
-    the machine's GPUs, or simulates 2 CPU devices when there is no GPU. `profile` is "auto"
-    until `for_hardware` (called by `course_utils.setup()`) chooses between full and cpu.
+    Until `course_utils.setup()` resolves them, `profile` may be "auto" (full with a GPU, cpu
+    without) and `devices` None (the machine's GPUs, or 2 simulated CPUs).
     """
 
-    profile: str = AUTO
+    profile: str = "auto"
     devices: int | None = None
     data: str = "auto"
 
@@ -66,15 +59,7 @@ class Settings:
         """
         if self.quick:
             return quick
-        if self.profile == "cpu" and cpu is not None:
-            return cpu
-        return full
-
-    def for_hardware(self, has_gpu: bool) -> Settings:
-        """These settings with an "auto" profile resolved: full with a GPU, cpu without."""
-        if self.profile != AUTO:
-            return self
-        return replace(self, profile="full" if has_gpu else "cpu")
+        return cpu if self.profile == "cpu" and cpu is not None else full
 
 
 def read_settings(
@@ -90,32 +75,25 @@ def read_settings(
     """
     env = os.environ if environ is None else environ
 
-    overrides = {"profile": profile, "devices": devices, "data": data}
+    def value(name: str, given: object) -> str:
+        return str(env.get(f"COURSE_{name}", "") if given is None else given).strip().lower()
 
-    def value(name: str) -> str:
-        given = overrides[name]
-        return str(env.get(f"COURSE_{name.upper()}", "") if given is None else given).strip()
-
-    profile = value("profile").lower() or AUTO
-    data = value("data").lower() or "auto"
-    devices = value("devices")
-    if profile not in (*PROFILES, AUTO):
+    profile, data = value("PROFILE", profile) or "auto", value("DATA", data) or "auto"
+    devices = value("DEVICES", devices)
+    if profile not in (*PROFILES, "auto"):
         raise SettingsError(
-            f"COURSE_PROFILE={profile!r} is not one of {', '.join(PROFILES)} (or {AUTO}: "
-            "full with a GPU, cpu without)."
+            f"COURSE_PROFILE={profile!r} is not one of {', '.join(PROFILES)} (or auto: full "
+            "with a GPU, cpu without)."
         )
     if data not in DATA_SOURCES:
         raise SettingsError(f"COURSE_DATA={data!r} is not one of {', '.join(DATA_SOURCES)}.")
     if devices and not (devices.isdigit() and int(devices) >= 1):
-        raise SettingsError(
-            f"COURSE_DEVICES={devices!r}: give a whole number, at least 1 (1, 2, 4)."
-        )
-    return Settings(profile=profile, devices=int(devices) if devices else None, data=data)
+        raise SettingsError(f"COURSE_DEVICES={devices!r}: give a whole number, at least 1.")
+    return Settings(profile, int(devices) if devices else None, data)
 
 
 def tfds_data_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where tensorflow-datasets keeps prepared datasets: TFDS_DATA_DIR, else
-    ~/tensorflow_datasets (the default of tensorflow_datasets.core.constants, read here without
-    importing tfds)."""
+    """Where tensorflow-datasets keeps prepared datasets: TFDS_DATA_DIR, else the default of
+    tensorflow_datasets.core.constants, ~/tensorflow_datasets (read without importing tfds)."""
     env = os.environ if environ is None else environ
     return Path(env.get("TFDS_DATA_DIR") or Path.home() / "tensorflow_datasets")

@@ -50,12 +50,9 @@ class Timer:
 
 
 class ThroughputCallback(keras.callbacks.Callback):
-    """Records the wall time and the number of optimizer steps of every epoch of `fit`.
-
-    The first epoch (tracing, graph building) is left out of the speed when there are more. Put
-    the callback FIRST in the list: whatever runs between two epochs' hooks is inside the timed
-    epoch. It has no per-batch hook, which would make Keras copy every step's logs to Python.
-    """
+    """Records the wall time and optimizer steps of every epoch of `fit`; the first epoch
+    (tracing) is left out of the speed when there are more. Put it FIRST in the callbacks: what
+    runs between its hooks is timed. (No per-batch hook: it would copy every step's logs.)"""
 
     def __init__(self, batch_size: int) -> None:
         super().__init__()
@@ -85,11 +82,8 @@ class ThroughputCallback(keras.callbacks.Callback):
 
 @dataclass
 class RunResult:
-    """One timed run: `examples` trained in `seconds` (over `epochs` epochs, when that applies).
-
-    rounds: examples/s of each interleaved round; when present, the run's speed is their median
-    and `compare` can judge the noise. batch_size: the global batch, for ms/step.
-    """
+    """One timed run: `examples` trained in `seconds` (over `epochs` epochs). rounds: examples/s
+    of each round (the speed is their median; `compare` needs them). batch_size: for ms/step."""
 
     name: str
     seconds: float
@@ -113,7 +107,7 @@ class RunResult:
 
     @classmethod
     def from_callback(cls, name: str, callback: ThroughputCallback) -> RunResult:
-        """Summarise a ThroughputCallback (warm-up epochs excluded); each epoch is one round."""
+        """A ThroughputCallback's epochs after the first, each epoch one round."""
         seconds, steps = callback.measured()
         batch = callback.batch_size
         rounds = [n * batch / s for s, n in zip(seconds, steps) if s > 0]
@@ -130,10 +124,9 @@ def measure(
 ) -> list[RunResult]:
     """Time several ways of training with the protocol above; one RunResult per run.
 
-    runs: name -> a function that trains exactly the number of steps it is given and returns
-        when they have finished (read the loss with `float(...)`: devices run ahead of Python).
-        It returns None (the whole call is timed) or the seconds those steps took by its own
-        clock (notebook 3's `fit` runs leave out each call's start-up that way).
+    runs: name -> a function that trains exactly the steps it is given and returns when they
+        finished (e.g. after `float(loss)`), returning None (the call is timed) or the seconds
+        by its own clock (notebook 3's `fit` runs leave out each call's start-up that way).
     batch_size: the global batch of every run, or of each run by name.
     warmup_steps: trained once per run before the rounds, untimed (default: `steps`; 0: none).
     """
@@ -230,11 +223,8 @@ def compare(a: RunResult, b: RunResult) -> Verdict:
 
 
 def record(verdict: Verdict, path: str | Path) -> Verdict:
-    """Append the verdict, with its samples, to a JSON list at `path` (created if missing).
-
-    Tests re-derive every recorded word from the samples, so a printed conclusion can always be
-    checked against the measurements behind it. Returns the verdict.
-    """
+    """Append the verdict, with its samples, to a JSON list at `path` and return it: the tests
+    re-derive every recorded word from the samples behind it."""
     path = Path(path)
     saved = json.loads(path.read_text()) if path.exists() else []
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -243,8 +233,8 @@ def record(verdict: Verdict, path: str | Path) -> Verdict:
 
 
 def results_table(results: list[RunResult]) -> str:
-    """A text table of the runs, the first one the baseline of the 'vs' column. Runs measured in
-    rounds also show the spread (lowest-highest round) and ms/step."""
+    """A text table of the runs (the first is the baseline of the 'vs' column), with the spread
+    of the rounds and ms/step when known."""
     if not results:
         return "(no runs)"
     base = results[0]

@@ -24,8 +24,7 @@ import slurm
 import yaml
 from helpers import run_notebook_under_nbval
 
-from course_utils import cluster as cluster_module
-from course_utils.tools import cluster_tf_config
+from course_utils.tools import cluster_tf_config, doctor
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "04_multi_worker.ipynb"
@@ -318,4 +317,4 @@ def test_no_slurm_daemon_job_or_worker_left(cluster):
 
 @pytest.mark.slow
 def test_no_worker_left_by_the_notebook(notebook4):
-    assert not cluster_module.leftover_workers()
+    assert not doctor.leftover_workers()

@@ -14,12 +14,16 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import os
 import platform
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+import psutil
+
+from course_utils import cluster
 from course_utils.tools import gpu
 
 #: The versions the course is tested with: constraints.txt locally, Colab's runtime in CI.
@@ -122,9 +126,21 @@ def check_data(settings) -> list[str]:
     return missing
 
 
+def leftover_workers() -> list[psutil.Process]:
+    """LocalCluster tasks still running although the process that started them is gone (a
+    crashed kernel whose guard was killed too): found by the MARKER in their environment."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ValueError):
+            parent = proc.environ().get(cluster.MARKER)
+            if parent and proc.status() != psutil.STATUS_ZOMBIE:
+                if not psutil.pid_exists(int(parent)):
+                    found.append(proc)
+    return found
+
+
 def check_processes() -> None:
     """Cluster workers left running, and whether the grader's sandbox works here."""
-    from course_utils.cluster import leftover_workers
     from course_utils.tools import sandbox
 
     leftovers = leftover_workers()
