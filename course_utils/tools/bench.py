@@ -79,6 +79,9 @@ def make_model() -> keras.Model:
     )
 
 
+# As in notebook 3, the cache is not filled by a first complete pass (notebooks 1 and 2 do that):
+# an example lost to TensorFlow's incomplete-cache bug changes which images a step sees, not how
+# much work the step does, so the timings stand.
 def training_pipeline(images: tf.data.Dataset, global_batch: int) -> tf.data.Dataset:
     return (
         images.cache()
