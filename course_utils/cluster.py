@@ -15,7 +15,7 @@ Example:
     >>> from course_utils import cluster
     >>> done = cluster.run("worker.py", workers=2, timeout=300)  # start, wait, stop
     >>> with cluster.LocalCluster("train.py", workers=2, ready=r"replicas: 2") as c:
-    ...     c.wait_for(r"saved step (\\d+)", task=0)  # read worker 0's log until this appears
+    ...     c.wait_for(r"saved step (\\d+)", worker=0)  # read worker 0's log until this appears
     ...     c.kill(1)  # lose worker 1
     ...     c.wait(check=False)  # watch what the other does
 """
@@ -33,30 +33,19 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 import portpicker
 
-#: How often the waiting loops read the logs and look at the tasks (seconds).
+#: How often the waiting loops read the logs and look at the workers (seconds).
 POLL_SECONDS = 0.05
 #: Between SIGTERM and SIGKILL when the cluster is stopped (seconds).
 STOP_GRACE_SECONDS = 3.0
-#: In each task's environment: the pid of the process that started it (`course doctor` looks
-#: for tasks that outlived it).
+#: In each worker's environment: the pid of the process that started it (`course doctor` looks
+#: for workers that outlived it).
 MARKER = "COURSE_CLUSTER_PARENT"
 
 # On the workers' PYTHONPATH, so that they (and the guard) import this package.
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
-
-
-class Task(NamedTuple):
-    """One process of the cluster: its job (here always "worker") and index."""
-
-    type: str
-    index: int
-
-    def __str__(self) -> str:
-        return f"{self.type} {self.index}"
 
 
 def cluster_spec(workers: int = 2, ports: Sequence[int] | None = None) -> dict[str, list[str]]:
@@ -72,11 +61,11 @@ def cluster_spec(workers: int = 2, ports: Sequence[int] | None = None) -> dict[s
     return {"worker": [f"localhost:{port}" for port in ports]}
 
 
-def tf_config(spec: Mapping[str, Sequence[str]], task_type: str, task_index: int) -> dict:
-    """The TF_CONFIG of one task: the whole cluster, plus which task this process is."""
-    if not 0 <= task_index < len(spec.get(task_type, [])):
-        raise ValueError(f"No task {task_type} {task_index} in cluster {dict(spec)}.")
-    return {"cluster": dict(spec), "task": {"type": task_type, "index": task_index}}
+def tf_config(spec: Mapping[str, Sequence[str]], index: int) -> dict:
+    """The TF_CONFIG of worker `index`: the whole cluster, plus which worker this process is."""
+    if not 0 <= index < len(spec["worker"]):
+        raise ValueError(f"No worker {index} in cluster {dict(spec)}.")
+    return {"cluster": dict(spec), "task": {"type": "worker", "index": index}}
 
 
 class ClusterError(RuntimeError):
@@ -88,16 +77,16 @@ class ClusterTimeout(ClusterError):
 
 
 class WorkerFailed(ClusterError):
-    """A task exited with an error; the message ends with the last lines of its log."""
+    """A worker exited with an error; the message ends with the last lines of its log."""
 
-    def __init__(self, task: Task, returncode: int, log_path: Path, log: str):
-        self.task, self.returncode, self.log_path = task, returncode, log_path
+    def __init__(self, worker: int, returncode: int, log_path: Path, log: str):
+        self.worker, self.returncode, self.log_path = worker, returncode, log_path
         how = f"exited with code {returncode}"
         if returncode < 0:
             how = f"was killed by {signal.Signals(-returncode).name}"
-        message = f"{task} {how}; the other tasks were stopped.\n"
+        message = f"worker {worker} {how}; the other workers were stopped.\n"
         if re.search("Could not start gRPC server|Address already in use", log):
-            message += "Hint: the task could not listen on its port (taken meanwhile): retry.\n"
+            message += "Hint: the worker could not listen on its port (taken meanwhile): retry.\n"
         super().__init__(f"{message}Last lines of its log ({log_path}):\n{_tail(log, 25)}")
 
 
@@ -131,7 +120,7 @@ class LocalCluster:
     `ready` (a regular expression); `timeout` seconds after it, everything is stopped.
 
     Use it in a `with` block (stopped when the block ends, whatever happens), or call `start()`,
-    `wait()` and `stop()`. A worker is named by its index or its `Task`.
+    `wait()` and `stop()`. Workers are named by their index, 0 to `workers - 1`.
     """
 
     def __init__(
@@ -154,20 +143,21 @@ class LocalCluster:
         self.args, self.env = [str(a) for a in args], dict(env or {})
         self.ready, self.timeout = ready, timeout
         self.spec = cluster_spec(workers)
-        self.tasks = [Task(job, i) for job, hosts in self.spec.items() for i in range(len(hosts))]
-        name = self.script.stem
-        self.log_paths = {t: self.log_dir / f"{name}-{t.type}-{t.index}.log" for t in self.tasks}
-        #: Each task's log as it was when the cluster stopped (a later run may reuse the file).
-        self._final_logs: dict[Task, str] = {}
-        #: The running (or finished) process of each task.
-        self.processes: dict[Task, subprocess.Popen] = {}
-        self._killed: set[Task] = set()
+        self.workers = list(range(workers))
+        self.log_paths = {
+            i: self.log_dir / f"{self.script.stem}-worker-{i}.log" for i in self.workers
+        }
+        #: Each worker's log as it was when the cluster stopped (a later run may reuse the file).
+        self._final_logs: dict[int, str] = {}
+        #: The running (or finished) process of each worker.
+        self.processes: dict[int, subprocess.Popen] = {}
+        self._killed: set[int] = set()
         self._guard: subprocess.Popen | None = None
         self._started = self._deadline = 0.0
         self._stopped = False
 
     def start(self) -> LocalCluster:
-        """Start every task, then (if `ready` was given) wait until each one printed it."""
+        """Start every worker, then (if `ready` was given) wait until each one printed it."""
         if self._started:
             raise ClusterError("This cluster was started already: make a new LocalCluster.")
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -179,11 +169,11 @@ class LocalCluster:
         self._started = time.monotonic()
         self._deadline = self._started + self.timeout
         try:
-            for task in self.tasks:
-                config = json.dumps(tf_config(self.spec, task.type, task.index))
+            for i in self.workers:
+                config = json.dumps(tf_config(self.spec, i))
                 # "wb" empties the log: no line of an earlier run can match.
-                with open(self.log_paths[task], "wb") as log:
-                    self.processes[task] = subprocess.Popen(
+                with open(self.log_paths[i], "wb") as log:
+                    self.processes[i] = subprocess.Popen(
                         [sys.executable, str(self.script), *self.args],
                         cwd=self.script.parent,
                         env={**env, "TF_CONFIG": config},
@@ -203,7 +193,7 @@ class LocalCluster:
             self.stop()
             raise
         if self.ready:
-            self.wait_for(self.ready, task="all")
+            self.wait_for(self.ready, worker="all")
         return self
 
     def __enter__(self) -> LocalCluster:
@@ -212,59 +202,59 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _task(self, task: Task | int) -> Task:
-        """The Task named by `task`: a Task or a worker's index."""
-        task = task if isinstance(task, Task) else Task("worker", task)
-        if task not in self.tasks:
-            raise ValueError(f"No task {task} in this cluster: {', '.join(map(str, self.tasks))}.")
-        return task
+    def _worker(self, worker: int) -> int:
+        if worker not in self.workers:
+            raise ValueError(
+                f"No worker {worker!r}: this cluster has workers 0-{self.workers[-1]}."
+            )
+        return worker
 
     @property
-    def returncodes(self) -> dict[Task, int | None]:
-        """Exit code of each task: None while it runs, negative when killed by that signal."""
-        return {task: process.poll() for task, process in self.processes.items()}
+    def returncodes(self) -> dict[int, int | None]:
+        """Exit code of each worker: None while it runs, negative when killed by that signal."""
+        return {i: process.poll() for i, process in self.processes.items()}
 
-    def log(self, task: Task | int = 0) -> str:
-        """The log of one task so far (as it was at `stop()` once stopped)."""
-        task = self._task(task)
-        if task in self._final_logs:
-            return self._final_logs[task]
-        path = self.log_paths[task]
+    def log(self, worker: int = 0) -> str:
+        """The log of one worker so far (as it was at `stop()` once stopped)."""
+        if self._worker(worker) in self._final_logs:
+            return self._final_logs[worker]
+        path = self.log_paths[worker]
         return path.read_text(errors="replace") if path.exists() else ""
 
     def show_logs(self, match: str | None = None) -> None:
-        """Print the log of each task under a header; with `match` (a regular expression), only
+        """Print the log of each worker under a header; with `match` (a regular expression), only
         the lines that contain it."""
-        for task in self.tasks:
-            shown = [s for s in self.log(task).splitlines() if not match or re.search(match, s)]
-            path = os.path.relpath(self.log_paths[task])
-            print(f"--- {task}  ({self.log_paths[task] if path.startswith('..') else path}) ---")
+        for i in self.workers:
+            shown = [s for s in self.log(i).splitlines() if not match or re.search(match, s)]
+            path = os.path.relpath(self.log_paths[i])
+            print(f"--- worker {i}  ({self.log_paths[i] if path.startswith('..') else path}) ---")
             print("\n".join(shown) or "(empty)")
 
     def _watch(self, done: Callable, what: str, timeout: float | None, check: bool = True):
         """Read the logs until `done(returncodes)` returns something true; return that. Any error
-        (a task that fails with `check`, the deadline, Ctrl-C) stops every task first."""
+        (a worker that fails with `check`, the deadline, Ctrl-C) stops every worker first."""
         if not self.processes:
             raise ClusterError("Start the cluster first (start(), or a `with` block).")
         limit = math.inf if timeout is None else timeout
         deadline = min(self._deadline, time.monotonic() + limit)
         try:
             while True:
-                codes = self.returncodes  # before reading: a task that ended wrote all its log
-                failed = [t for t, code in codes.items() if code and t not in self._killed]
+                codes = self.returncodes  # before reading: a worker that ended wrote all its log
+                failed = [i for i, code in codes.items() if code and i not in self._killed]
                 if check and failed:
-                    task = failed[0]
-                    raise WorkerFailed(task, codes[task], self.log_paths[task], self.log(task))
+                    i = failed[0]
+                    raise WorkerFailed(i, codes[i], self.log_paths[i], self.log(i))
                 result = done(codes)
                 if result:
                     return result
                 if time.monotonic() > deadline:
                     whose = "the cluster's" if deadline == self._deadline else "this call's"
-                    message = f"Timed out waiting for {what} ({whose} timeout); all tasks were "
+                    message = f"Timed out waiting for {what} ({whose} timeout); all workers were "
                     message += "stopped. A run longer than the timeout, or a worker that waits "
                     message += "for a lost peer, ends like this."
-                    for t in [t for t, code in codes.items() if code is None]:
-                        message += f"\n{t} (still running), last lines:\n{_tail(self.log(t), 8)}"
+                    for i in [i for i, code in codes.items() if code is None]:
+                        message += f"\nworker {i} (still running), last lines:\n"
+                        message += _tail(self.log(i), 8)
                     raise ClusterTimeout(message)
                 time.sleep(POLL_SECONDS)
         except BaseException:  # Ctrl-C included: never leave workers behind
@@ -272,43 +262,42 @@ class LocalCluster:
             raise
 
     def wait_for(
-        self, pattern: str, task: Task | int | str = 0, timeout: float | None = None
+        self, pattern: str, worker: int | str = 0, timeout: float | None = None
     ) -> re.Match:
-        """Read the logs until the regular expression `pattern` is in the log of `task` (of every
-        task with "all"); return the match. Fails clearly if that task ends without printing it,
-        if any task fails first (except one stopped by `kill`), or at the deadline."""
-        awaited = self.tasks if task == "all" else [self._task(task)]
+        """Read the logs until the regular expression `pattern` is in the log of `worker` (of
+        every worker with "all"); return the match. Fails clearly if that worker ends without
+        printing it, if any worker fails first (except a killed one), or at the deadline."""
+        awaited = self.workers if worker == "all" else [self._worker(worker)]
         regex = re.compile(pattern, re.MULTILINE)
 
-        def found(codes: dict[Task, int | None]) -> re.Match | None:
-            matches = [regex.search(self.log(t)) for t in awaited]
-            for t, match in zip(awaited, matches):
-                if not match and codes[t] is not None:
+        def found(codes: dict[int, int | None]) -> re.Match | None:
+            matches = [regex.search(self.log(i)) for i in awaited]
+            for i, match in zip(awaited, matches):
+                if not match and codes[i] is not None:
                     raise ClusterError(
-                        f"{t} exited (code {codes[t]}) without printing {pattern!r}. "
-                        f"Last lines of its log:\n{_tail(self.log(t), 25)}"
+                        f"worker {i} exited (code {codes[i]}) without printing {pattern!r}. "
+                        f"Last lines of its log:\n{_tail(self.log(i), 25)}"
                     )
             return matches[-1] if all(matches) else None
 
-        where = "every task" if task == "all" else awaited[0]
+        where = "every worker" if worker == "all" else f"worker {worker}"
         return self._watch(found, f"{pattern!r} in the log of {where}", timeout)
 
-    def wait(self, timeout: float | None = None, check: bool = True) -> dict[Task, int]:
-        """Wait until every task has ended, stop the cluster, return the exit codes. A task that
-        fails stops the others and raises WorkerFailed, unless `check=False` (e.g. after `kill`)."""
-        self._watch(lambda codes: None not in codes.values(), "every task to end", timeout, check)
+    def wait(self, timeout: float | None = None, check: bool = True) -> dict[int, int]:
+        """Wait until every worker has ended, stop the cluster, return the exit codes. A worker
+        that fails stops the others and raises WorkerFailed, unless `check=False` (after `kill`)."""
+        self._watch(lambda codes: None not in codes.values(), "every worker to end", timeout, check)
         self.stop()
         return self.returncodes
 
-    def kill(self, task: Task | int) -> None:
-        """Kill one task at once with SIGKILL, as when a machine is lost; the others go on."""
-        task = self._task(task)
-        self._killed.add(task)
-        signal_group(self.processes[task].pid, signal.SIGKILL)
-        self.processes[task].wait()
+    def kill(self, worker: int) -> None:
+        """Kill one worker at once with SIGKILL, as when a machine is lost; the others go on."""
+        self._killed.add(self._worker(worker))
+        signal_group(self.processes[worker].pid, signal.SIGKILL)
+        self.processes[worker].wait()
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
-        """Stop every task: SIGTERM to each process group, SIGKILL `grace` seconds later."""
+        """Stop every worker: SIGTERM to each process group, SIGKILL `grace` seconds later."""
         if self._stopped or not self._started:
             return
         self._stopped = True
@@ -318,12 +307,13 @@ class LocalCluster:
         for process in self.processes.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.0, end - time.monotonic()))
-            signal_group(process.pid, signal.SIGKILL)  # the whole group: a task's children too
+            # The whole group: a worker's children too.
+            signal_group(process.pid, signal.SIGKILL)
             process.wait()
         if self._guard is not None:
             self._guard.kill()
             self._guard.wait()
-        self._final_logs = {task: self.log(task) for task in self.tasks}
+        self._final_logs = {i: self.log(i) for i in self.workers}
 
 
 def run(script: str | os.PathLike, workers: int = 2, **kwargs) -> LocalCluster:

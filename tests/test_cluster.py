@@ -54,7 +54,7 @@ def pids(c: cluster.LocalCluster) -> list[int]:
 
 def child_pids(c: cluster.LocalCluster) -> list[int]:
     """Pids of the processes the tiny workers started (`child pid N` in their logs)."""
-    return [int(pid) for task in c.tasks for pid in re.findall(r"child pid (\d+)", c.log(task))]
+    return [int(pid) for task in c.workers for pid in re.findall(r"child pid (\d+)", c.log(task))]
 
 
 # --- TF_CONFIG ------------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def test_cluster_spec_and_tf_config():
     assert spec == {"worker": ["localhost:2001", "localhost:2002"]}
     with pytest.raises(ValueError, match="distinct ports"):
         cluster.cluster_spec(workers=2, ports=[2001, 2001])
-    config = cluster.tf_config(spec, "worker", 1)
+    config = cluster.tf_config(spec, 1)
     assert config == {"cluster": spec, "task": {"type": "worker", "index": 1}}
     ports = [int(a.rsplit(":", 1)[1]) for a in cluster.cluster_spec(workers=8)["worker"]]
     assert len(set(ports)) == 8
@@ -74,8 +74,8 @@ def test_cluster_spec_and_tf_config():
             s.bind(("localhost", port))  # raises if the port were taken
     with pytest.raises(ValueError, match="distinct ports"):
         cluster.cluster_spec(workers=2, ports=[2001, 2001])
-    with pytest.raises(ValueError, match="No task worker 2"):
-        cluster.tf_config(spec, "worker", 2)
+    with pytest.raises(ValueError, match="No worker 2"):
+        cluster.tf_config(spec, 2)
 
 
 # --- running, failing, timing out -----------------------------------------------------------------
@@ -92,11 +92,11 @@ def test_run_success_keeps_each_log_and_leaves_nothing(tmp_path, monkeypatch):
         timeout=60,
     )
     assert list(done.returncodes.values()) == [0, 0, 0]
-    for task in done.tasks:
-        log = done.log(task)
-        assert f"task {task}" in log and log.rstrip().endswith("done")
+    for worker in done.workers:
+        log = done.log(worker)
+        assert f"task worker {worker}" in log and log.rstrip().endswith("done")
         assert "COURSE_DEVICES=None" in log
-        assert done.log_paths[task].read_text().count("\n") >= 4
+        assert done.log_paths[worker].read_text().count("\n") >= 4
     assert_gone(pids(done) + child_pids(done))
 
 
@@ -105,7 +105,7 @@ def test_a_stopped_clusters_logs_survive_a_later_run_in_the_same_folder(tmp_path
     with pytest.raises(cluster.WorkerFailed):
         cluster.run(TINY, workers=1, args=["--fail", "worker 0"], log_dir=tmp_path, timeout=60)
     assert first.log(0).rstrip().endswith("done") and "fails on purpose" not in first.log(0)
-    assert "fails on purpose" in first.log_paths[cluster.Task("worker", 0)].read_text()
+    assert "fails on purpose" in first.log_paths[0].read_text()
 
 
 def test_failing_worker_stops_the_others_and_shows_its_log(tmp_path):
@@ -123,15 +123,15 @@ def test_failing_worker_stops_the_others_and_shows_its_log(tmp_path):
     message = str(info.value)
     assert "worker 1 exited with code 3" in message
     assert "ValueError: this worker fails on purpose" in message  # the tail of its log
-    assert str(c.log_paths[cluster.Task("worker", 1)]) in message
-    assert info.value.task == cluster.Task("worker", 1) and info.value.returncode == 3
+    assert str(c.log_paths[1]) in message
+    assert info.value.worker == 1 and info.value.returncode == 3
     assert_gone(pids(c) + child_pids(c))
 
 
 def test_worker_that_cannot_listen_gets_a_hint(tmp_path):
     with pytest.raises(
         cluster.WorkerFailed,
-        match=r"(?s)Hint: the task could not listen on its port.*Could not start gRPC",
+        match=r"(?s)Hint: the worker could not listen on its port.*Could not start gRPC",
     ):
         cluster.run(
             TINY,
@@ -165,13 +165,13 @@ def test_wait_for_reads_the_logs_and_fails_clearly(tmp_path):
     with cluster.LocalCluster(
         TINY, workers=2, args=["--sleep", "0.3"], log_dir=tmp_path, ready="^ready$", timeout=60
     ) as c:
-        match = c.wait_for(r"pid (\d+)", task=1)
-        assert int(match.group(1)) == c.processes[cluster.Task("worker", 1)].pid
+        match = c.wait_for(r"pid (\d+)", worker=1)
+        assert int(match.group(1)) == c.processes[1].pid
         with pytest.raises(
             cluster.ClusterError,
             match=r"worker 0 exited \(code 0\) without printing 'never printed'",
         ):
-            c.wait_for("never printed", task=0)
+            c.wait_for("never printed", worker=0)
     assert_gone(pids(c))
 
 
@@ -185,7 +185,7 @@ def test_keyboard_interrupt_while_waiting_leaves_no_child(tmp_path):
     )
     try:
         c.start()
-        c.wait_for("child pid", task="all")
+        c.wait_for("child pid", worker="all")
         # Ctrl-C (the notebook's "interrupt") during wait():
         signal.setitimer(signal.ITIMER_REAL, 0.3)
         with pytest.raises(KeyboardInterrupt):
@@ -211,15 +211,15 @@ def test_kill_one_worker_and_watch_the_rest(tmp_path):
     ) as c:
         c.kill(1)
         codes = c.wait(check=False)
-    assert codes == {cluster.Task("worker", 0): 0, cluster.Task("worker", 1): -signal.SIGKILL}
-    with pytest.raises(ValueError, match="No task worker 5"):
+    assert codes == {0: 0, 1: -signal.SIGKILL}
+    with pytest.raises(ValueError, match="No worker 5"):
         c.kill(5)
 
 
 def test_two_clusters_back_to_back_and_side_by_side(tmp_path):
     first = cluster.run(TINY, workers=2, log_dir=tmp_path, timeout=60)
     second = cluster.run(TINY, workers=2, log_dir=tmp_path, timeout=60)  # same log files
-    for task in second.tasks:  # each run keeps its own log, though they share the files
+    for task in second.workers:  # each run keeps its own log, though they share the files
         first_pid, second_pid = (str(run.processes[task].pid) for run in (first, second))
         assert first_pid in first.log(task) and second_pid not in first.log(task)
         assert second_pid in second.log(task) and first_pid not in second.log(task)
@@ -251,8 +251,8 @@ from course_utils import cluster
 from course_utils.tools import doctor
 c = cluster.LocalCluster({script!r}, workers=2, args={args!r}, log_dir={log_dir!r}, timeout=120)
 c.start()
-c.wait_for("ready", task="all")
-children = [int(p) for t in c.tasks for p in re.findall(r"child pid (\\d+)", c.log(t))]
+c.wait_for("ready", worker="all")
+children = [int(p) for t in c.workers for p in re.findall(r"child pid (\\d+)", c.log(t))]
 print(json.dumps([p.pid for p in c.processes.values()] + children), flush=True)
 {ending}
 """
@@ -379,11 +379,11 @@ def test_real_multi_worker_strategy_back_to_back(tmp_path, monkeypatch):
             ready=r"replicas in sync: \d+",
         ) as c:
             c.wait()
-        for task in c.tasks:
+        for task in c.workers:
             log = c.log(task)
             assert "replicas in sync: 2" in log
             assert "COURSE_DEVICES=None" in log  # the notebook's simulation did not leak
-            device = f"/job:worker/replica:0/task:{task.index}/device:CPU:0"
+            device = f"/job:worker/replica:0/task:{task}/device:CPU:0"
             assert f"worker devices: ['{device}']" in log
             assert "all-reduce sum: 3.0" in log  # 1 + 2, across the two processes
         assert_gone(pids(c))

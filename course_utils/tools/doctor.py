@@ -127,7 +127,7 @@ def check_data(settings) -> list[str]:
 
 
 def leftover_workers() -> list[psutil.Process]:
-    """LocalCluster tasks still running although the process that started them is gone (a
+    """LocalCluster workers still running although the process that started them is gone (a
     crashed kernel whose guard was killed too): found by the MARKER in their environment."""
     found = []
     for proc in psutil.process_iter():
