@@ -91,9 +91,8 @@ def weights(tmp_path_factory) -> dict[int, np.lib.npyio.NpzFile]:
 def test_one_device_reference_is_plain_keras(weights):
     """On one device, fit with Keras's own loss, fit with the global-batch loss and the custom loop
     agree."""
-    reference = final_weights(
-        weights[1], "builtin_uneven"
-    )  # what plain model.fit does on one device
+    # What plain model.fit does on one device.
+    reference = final_weights(weights[1], "builtin_uneven")
     other_data = max_difference(reference, final_weights(weights[1], "builtin_even"))
     assert other_data > 100 * TOLERANCE, "sanity: training on other data must give other weights"
     for run in ("fit", "loop", "wrong_mean"):  # on one replica, reduce_mean IS the global mean
