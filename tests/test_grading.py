@@ -474,3 +474,31 @@ def test_the_default_jobs_fit_the_cores_the_devices_and_the_memory(monkeypatch, 
     out, err = capsys.readouterr()
     assert "--jobs 4 (8 cores / 2 devices per submission = 4; 10,240 MB free" in out
     assert "missing.ipynb does not exist" in err
+
+
+def test_student_names_are_unique_folders_that_spare_the_gradebook(tmp_path):
+    """A student's name is a folder of the grades: never ".", hidden, or one of the grades' own
+    files; a name already taken gets the next free "-N", and a file given twice is graded once."""
+    names = ["..ipynb", ".batch.ipynb", "gradebook.csv.ipynb", "x.ipynb.ipynb", "x.ipynb"]
+    names += ["a.ipynb", "a-2.ipynb"]
+    for name in names:
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "a.ipynb").write_text("{}")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.ipynb").write_text("{}")
+    given = [tmp_path, tmp_path / "a.ipynb", tmp_path / "b" / ".." / "a.ipynb"]
+    found = grading_batch.collect_submissions(given)
+    by_file = {s.path.relative_to(tmp_path).as_posix(): s.student for s in found}
+    assert by_file == {
+        "..ipynb": "submission",
+        ".batch.ipynb": "batch",
+        "a-2.ipynb": "a-2",
+        "a.ipynb": "a",
+        "b/a.ipynb": "a-3",
+        "c/a.ipynb": "a-4",
+        "gradebook.csv.ipynb": "gradebook.csv-2",
+        "x.ipynb": "x",
+        "x.ipynb.ipynb": "x-2",
+    }
+    assert len(found) == len(by_file), "each file once"

@@ -64,6 +64,8 @@ DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
 CHECK_TIMEOUT_S = 300
 #: Where a batch keeps its plan (for Slurm tasks) under the grades folder.
 PLAN_FOLDER = ".batch"
+#: Files and folders of the grades folder itself, never a student's name (compared ignoring case).
+RESERVED_NAMES = frozenset({"gradebook.csv", "canvas.csv", "moodle.csv", "checks.log"})
 #: The installed course package, watched for changes while submissions run unsandboxed.
 PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -166,11 +168,23 @@ def load_plan(path: Path) -> tuple[Batch, list[Submission]]:
     return batch, [Submission(name, Path(p)) for name, p in plan["submissions"]]
 
 
-def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
-    """The notebooks given, or found in a given folder, each with a unique student name.
+def student_name(path: Path) -> str:
+    """The student a notebook is from: its file name without .ipynb, or its folder's name when the
+    file is still called like the exercise (submissions/alice/05_svhn_exercise.ipynb -> alice).
+    Characters other than letters, digits, ".", "-" and "_" become "_"; leading dots go (the name
+    is a folder of the grades: never ".", ".." or hidden), and so does a trailing .ipynb."""
+    exercise_named = path.stem.endswith("_exercise") and path.parent.name
+    name = re.sub(r"[^\w.-]+", "_", path.parent.name if exercise_named else path.stem)
+    # "x.ipynb.ipynb" -> "x": a name ending in .ipynb could be the solution kept by `TamperWatch`
+    while name.lower().endswith(".ipynb"):
+        name = name[: -len(".ipynb")]
+    return name.lstrip(".") or "submission"
 
-    The student is the file name without .ipynb, or its folder's name when the file is still called
-    like the exercise (submissions/alice/05_svhn_exercise.ipynb -> alice).
+
+def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
+    """The notebooks given, or found in a given folder (each file once), each with a unique
+    student name (`student_name`; "-2", "-3", ... added to a name already used, or to one of
+    `RESERVED_NAMES`).
     """
     found: list[Path] = []
     for given in map(Path, paths):
@@ -186,14 +200,20 @@ def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
             )
     if not found:
         raise FileNotFoundError(f"no .ipynb file in {', '.join(map(str, paths))}: nothing to grade")
-    names: dict[str, int] = {}
+    used = set(RESERVED_NAMES)
+    seen: set[Path] = set()
     out = []
     for path in found:
-        exercise_named = path.stem.endswith("_exercise") and path.parent.name
-        name = re.sub(r"[^\w.-]+", "_", path.parent.name if exercise_named else path.stem)
-        name = name or "submission"
-        names[name] = names.get(name, 0) + 1
-        out.append(Submission(name if names[name] == 1 else f"{name}-{names[name]}", path))
+        if path.resolve() in seen:  # the same file given twice (or in a folder given too)
+            continue
+        seen.add(path.resolve())
+        name = student_name(path)
+        candidate, n = name, 1
+        while candidate.lower() in used:
+            n += 1
+            candidate = f"{name}-{n}"
+        used.add(candidate.lower())
+        out.append(Submission(candidate, path))
     return out
 
 
