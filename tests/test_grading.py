@@ -502,3 +502,39 @@ def test_student_names_are_unique_folders_that_spare_the_gradebook(tmp_path):
         "x.ipynb.ipynb": "x-2",
     }
     assert len(found) == len(by_file), "each file once"
+
+
+def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
+    """A submission's artifacts are copied out on the host: a link (the artifacts folder itself,
+    or inside it) must never bring the grader's own files along."""
+    host = tmp_path / "host"
+    (host / "secrets").mkdir(parents=True)
+    (host / "secret.txt").write_text("the grader's")
+    (host / "secrets" / "key").write_text("the grader's")
+    work = tmp_path / "work"
+    (work / "artifacts").mkdir(parents=True)
+    (work / "artifacts" / "05_svhn").symlink_to(host)
+    target = tmp_path / "copied"
+    source = work / "artifacts" / "05_svhn"
+    notes = grading_batch._copy_artifacts(source, target, within=work)
+    assert notes == ["artifact folder artifacts/05_svhn is a symbolic link: ignored"]
+    assert not target.exists()
+    source.unlink()
+    (work / "artifacts").rename(work / "real")
+    (work / "artifacts").symlink_to(work / "real")  # a linked folder higher up
+    assert (
+        "artifact folder artifacts is a symbolic link"
+        in grading_batch._copy_artifacts(source, target, within=work)[0]
+    )
+    (work / "artifacts").unlink()
+    (source / "sub").mkdir(parents=True)
+    (source / "sub" / "model.keras").write_text("weights")
+    (source / "sub" / "file").symlink_to(host / "secret.txt")
+    (source / "folder").symlink_to(host / "secrets")
+    notes = grading_batch._copy_artifacts(source, target, within=work)
+    assert sorted(notes) == [
+        "artifact folder is a symbolic link: ignored",
+        "artifact sub/file is a symbolic link: ignored",
+    ]
+    copied = sorted(p.relative_to(target).as_posix() for p in target.rglob("*"))
+    assert copied == ["sub", "sub/model.keras"]

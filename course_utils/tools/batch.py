@@ -40,6 +40,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -292,22 +293,34 @@ def _same_code(a, b) -> bool:
     return code(a) == code(b)
 
 
-def _copy_artifacts(source: Path, target: Path, limit_mb: int = 2048) -> list[str]:
-    """Copy regular files only (no symbolic links), up to limit_mb; notes on what was skipped."""
+def _copy_artifacts(source: Path, target: Path, within: Path, limit_mb: int = 2048) -> list[str]:
+    """Copy the regular files under `source` (a folder the submission wrote, inside `within`) to
+    `target`, up to limit_mb; notes on what was skipped. Symbolic links are never followed: not in
+    the path from `within` to `source`, not inside it (they could point at the grader's files)."""
     notes, total = [], 0
+    for folder in [source, *source.parents]:
+        if folder == within:
+            break
+        if folder.is_symlink():
+            note = f"artifact folder {folder.relative_to(within)} is a symbolic link: ignored"
+            return [note]
     if not source.is_dir():
         return notes
-    for path in sorted(source.rglob("*")):
-        relative = path.relative_to(source)
-        if path.is_symlink():
-            notes.append(f"artifact {relative} is a symbolic link: ignored")
-        elif path.is_file():
-            total += path.stat().st_size
-            if total > limit_mb * 2**20:
-                notes.append(f"artifacts larger than {limit_mb} MB: the rest was ignored")
-                break
-            (target / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target / relative)
+    for root, folders, files in os.walk(source):  # os.walk does not enter linked folders
+        for name in sorted(folders + files):
+            path = Path(root) / name
+            relative = path.relative_to(source)
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                notes.append(f"artifact {relative} is a symbolic link: ignored")
+            elif stat.S_ISREG(mode):
+                total += path.lstat().st_size
+                if total > limit_mb * 2**20:
+                    notes.append(f"artifacts larger than {limit_mb} MB: the rest was ignored")
+                    return notes
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target / relative, follow_symlinks=False)
+        folders.sort()
     return notes
 
 
@@ -359,7 +372,8 @@ def _run(batch: Batch, g: Grade, notebook, base: Path) -> tuple[RunOutcome, dict
             hidden=(base, batch.out),
             hidden_files=(batch.solution_path,),
         )
-        g.notes += _copy_artifacts(workdir / "artifacts" / ARTIFACTS_NAME, folder / "artifacts")
+        artifacts = workdir / "artifacts" / ARTIFACTS_NAME
+        g.notes += _copy_artifacts(artifacts, folder / "artifacts", within=workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     nbformat.write(outcome.notebook, folder / "executed.ipynb")
