@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import time
 import zipfile
 from pathlib import Path
@@ -538,3 +539,26 @@ def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
     ]
     copied = sorted(p.relative_to(target).as_posix() for p in target.rglob("*"))
     assert copied == ["sub", "sub/model.keras"]
+
+
+def test_the_sandbox_in_memory_folders_are_capped(tmp_path, sandboxed, monkeypatch):
+    """/tmp, /dev/shm, /dev and the folders covering hidden ones live in memory, which the memory
+    limit (resident memory) does not count: each one takes only what its cap allows."""
+    monkeypatch.setattr(sandbox, "TMP_MB", 4)
+    monkeypatch.setattr(sandbox, "SHM_MB", 2)
+    hidden = tmp_path / "grades"
+    hidden.mkdir()
+    script = (
+        "for f in /tmp/x /dev/shm/x /dev/x HIDDEN/x; do "
+        'head -c 8388608 /dev/zero > "$f" 2>/dev/null; echo "$f $(stat -c %s "$f" 2>/dev/null)"; '
+        "done"
+    ).replace("HIDDEN", str(hidden))
+    argv = sandbox.wrap(["sh", "-c", script], hidden=[hidden])
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    sizes = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    caps = {"/tmp/x": 4, "/dev/shm/x": sandbox.SHM_MB, str(hidden / "x"): sandbox.COVER_MB}
+    for path, cap in caps.items():
+        written = int(sizes[path] or 0)
+        assert 0 < written <= cap * 2**20, (path, written)
+    assert sizes["/dev/x"] == "", "/dev is read-only"
+    assert not (hidden / "x").exists()

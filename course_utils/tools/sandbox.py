@@ -1,7 +1,8 @@
 """The grader's sandbox: bubblewrap (`bwrap`) around every process that touches a submission.
 
 A sandboxed process sees the machine read-only (the course package, the solution and the Python
-installation included), writes only to its own work folder and a private /tmp, has no network
+installation included), writes only to its own work folder and a private /tmp (in memory, capped
+like /dev/shm: `TMP_MB`, `SHM_MB`; /dev is read-only), has no network
 (`--unshare-net`: not even the loopback of the host), lives in its own PID namespace (everything it
 starts dies with it, and it cannot see or signal the grader or other submissions), keeps no
 capabilities (so root inside cannot remount anything writable), and is killed when the grader dies
@@ -56,6 +57,12 @@ KEPT_ENV = (
     "OMP_NUM_THREADS",
     "MPLBACKEND",
 )
+#: Sizes of the sandbox's in-memory (tmpfs) folders, in MB: the private /tmp and /dev/shm, and the
+#: empty folders covering the home folder and the hidden ones. The memory limit counts processes'
+#: resident memory only, not files in a tmpfs: these caps bound what a submission can store there.
+TMP_MB = 512
+SHM_MB = 64
+COVER_MB = 1
 
 
 class SandboxUnavailable(RuntimeError):
@@ -73,7 +80,7 @@ def status() -> tuple[bool, str]:
         )
     try:
         probe = subprocess.run(
-            [path, *_namespace_flags(), "--ro-bind", "/", "/", "--dev", "/dev", "true"],
+            [path, *_namespace_flags(), "--ro-bind", "/", "/", *_tmpfs("/tmp", 1), "true"],
             capture_output=True,
             text=True,
             timeout=30,
@@ -83,6 +90,11 @@ def status() -> tuple[bool, str]:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError) as exc:
         return False, f"{path} cannot run: {exc}"
+    if "--size" in probe.stderr:
+        return False, (
+            f"{path} ({version}) is too old: the grader needs bubblewrap 0.5.0 or newer "
+            "(--size, to cap the sandbox's /tmp); install a newer one"
+        )
     if probe.returncode != 0:
         return False, (
             f"{path} is installed but cannot create a sandbox here ({probe.stderr.strip()[:200]}): "
@@ -122,6 +134,11 @@ def _namespace_flags() -> list[str]:
     ]
 
 
+def _tmpfs(folder: str | Path, size_mb: int) -> list[str]:
+    """bwrap options mounting an empty tmpfs of at most `size_mb` at `folder`."""
+    return ["--size", str(size_mb * 2**20), "--tmpfs", str(folder)]
+
+
 def _read_only_keep() -> list[Path]:
     """Folders a sandboxed Python must read even when they sit under a hidden folder."""
     import course_utils
@@ -154,16 +171,19 @@ def wrap(
     """
     bwrap = require()
     args = [bwrap, *_namespace_flags(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    # --dev's tmpfs (and /dev/shm, a folder of it) has no size limit: read-only, /dev/shm capped
+    args += ["--remount-ro", "/dev", *_tmpfs("/dev/shm", SHM_MB), *_tmpfs("/tmp", TMP_MB)]
     private = [Path.home().resolve(), Path("/tmp")]
-    for folder in private:  # covered first, then what Python and the course need is bound back
-        if folder != Path("/") and folder.is_dir():
-            args += ["--tmpfs", str(folder)]
+    home = private[0]
+    if home != Path("/") and home.is_dir() and home != Path("/tmp"):
+        # covered first, then what Python and the course need is bound back
+        args += _tmpfs(home, COVER_MB)
     for folder in _read_only_keep():
         if any(folder.is_relative_to(p) for p in private):
             args += ["--ro-bind", str(folder), str(folder)]
     for folder in hidden:  # after the binds above: a grades folder inside the course stays hidden
         if Path(folder).is_dir():
-            args += ["--tmpfs", str(Path(folder).resolve())]
+            args += _tmpfs(Path(folder).resolve(), COVER_MB)
     for folder in read_only:
         folder = Path(folder).resolve()
         args += ["--ro-bind", str(folder), str(folder)]
