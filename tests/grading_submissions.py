@@ -175,6 +175,10 @@ print("ESCAPE", json.dumps(report))
 """
 
 FLOOD = "for _ in range(300):\n    print('x' * 1_000_000)  # 300 MB"
+# Past the notebook's output caps: straight to the kernel process's stdout and stderr (20 MB).
+FD_FLOOD = (
+    "import os\nfor _ in range(10_000):\n    os.write(1, b'x' * 1000)\n    os.write(2, b'y' * 1000)"
+)
 
 # A zip bomb saved as the fit model (300 MB of zeros in about 300 KB), and symbolic links.
 BOMB = """

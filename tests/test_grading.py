@@ -6,7 +6,8 @@ two at a time (jobs=2), in the sandbox, 2 simulated devices, quick profile, synt
   saved model it can find for 15 minutes; a kernel that looks for the other kernels' connection
   files and sends them code; tampering with the installed package, the solution and the grader's
   checks (plus made-up results and "PASSED"); network access and writes outside the work folder;
-  a print flood; an archive bomb and symbolic links as artifacts; a cell that ignores interrupts;
+  a print flood (into the notebook, and into the kernel's own stdout/stderr); an archive bomb and
+  symbolic links as artifacts; a cell that ignores interrupts;
 - the completed solution (twice: early, while the hostile ones run, and last), four mistakes in
   three notebooks (reduce_mean loss; global batch = per-replica batch; no strategy scope together
   with the advanced part missing, whose points do not overlap),
@@ -41,6 +42,7 @@ from grading_submissions import (
     ENV,
     ESCAPE,
     EXERCISE,
+    FD_FLOOD,
     FLOOD,
     ROOT,
     SOLUTION,
@@ -88,7 +90,7 @@ def batch(tmp_path_factory, sandboxed):
         "cross_kernel": notebook_of(CROSS_KERNEL),
         "tampering": notebook_of(fill(TAMPER, out)),
         "escape": notebook_of(fill(ESCAPE, out).replace("HOST_PORT", str(host_port))),
-        "flood": notebook_of(FLOOD, "print('after the flood')"),
+        "flood": notebook_of(FLOOD, FD_FLOOD, "print('after the flood')"),
         "bomb": notebook_of(BOMB),
         "deaf": notebook_of(DEAF, "print('never')"),
     }
@@ -331,6 +333,8 @@ def test_a_print_flood_costs_only_its_cell(batch):
     assert "after the flood" in executed, "the next cell still ran"
     assert "bytes of output dropped" in executed
     assert len(executed) < 2 * 2**20
+    assert any(note.startswith("kernel.log cut: ") for note in g.notes), g.notes
+    assert (out / "flood" / "kernel.log").stat().st_size < 2 * 2**20
 
 
 def test_an_archive_bomb_and_links_fail_their_own_checks(batch):
@@ -562,3 +566,21 @@ def test_the_sandbox_in_memory_folders_are_capped(tmp_path, sandboxed, monkeypat
         assert 0 < written <= cap * 2**20, (path, written)
     assert sizes["/dev/x"] == "", "/dev is read-only"
     assert not (hidden / "x").exists()
+
+
+def test_the_kernel_log_is_capped_and_the_report_says_so(tmp_path, monkeypatch):
+    """A cell writing to file descriptors 1 and 2 bypasses the output caps: only the first
+    KERNEL_LOG_KB of the kernel's own output reach kernel.log, with a line saying what was cut."""
+    from course_utils.tools import runner
+
+    flood = notebook_of(
+        FD_FLOOD,
+        "print('next cell ran')",
+    )
+    log = tmp_path / "kernel.log"
+    outcome = runner.run_notebook(flood, tmp_path, {**os.environ, **ENV}, log_path=log)
+    assert outcome.status == "ran" and "next cell ran" in _outputs(outcome)
+    cap = runner.KERNEL_LOG_KB * 1024
+    assert outcome.log_dropped >= 20_000_000 - cap
+    text = log.read_text()
+    assert len(text) < cap + 200 and f"{outcome.log_dropped:,} more bytes left out" in text

@@ -57,7 +57,7 @@ from course_utils.tools.checker import CheckProcess, Verdict
 from course_utils.tools.checks import ARTIFACTS_NAME, DATASET
 from course_utils.tools.paths import course_root
 from course_utils.tools.report import CheckResult, Grade
-from course_utils.tools.runner import Limits, RunOutcome
+from course_utils.tools.runner import KERNEL_LOG_KB, Limits, RunOutcome
 
 #: The SVHN exercise's solution notebook (under the course root), where the hidden tests come from.
 DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
@@ -386,6 +386,11 @@ def _run(batch: Batch, g: Grade, notebook, base: Path) -> tuple[RunOutcome, dict
             f"{batch.limits.cell_timeout} s and were interrupted"
         )
     g.notes += [f"outputs cut in {note}" for note in outcome.output_notes]
+    if outcome.log_dropped:
+        g.notes.append(
+            f"kernel.log cut: the kernel process wrote {outcome.log_dropped:,} bytes more than "
+            f"the {KERNEL_LOG_KB} KB kept (a cell writing to its file descriptors 1 or 2)"
+        )
     if probe_error and outcome.status == "ran":
         g.notes.append(f"the probe could not read the notebook's memory: {probe_error}")
     g.run_seconds, g.peak_mb = outcome.seconds, outcome.peak_mb
