@@ -584,3 +584,31 @@ def test_the_kernel_log_is_capped_and_the_report_says_so(tmp_path, monkeypatch):
     assert outcome.log_dropped >= 20_000_000 - cap
     text = log.read_text()
     assert len(text) < cap + 200 and f"{outcome.log_dropped:,} more bytes left out" in text
+
+
+def test_the_course_solutions_build_and_git_history_are_hidden(sandboxed):
+    """The course checkout is readable in the sandbox (it holds the package), but not the parts
+    that hold the solution and grades: solutions/, build/ and the git history."""
+    build = ROOT / "build"
+    made = not build.exists()
+    build.mkdir(exist_ok=True)
+    planted = build / f"{TOKEN}.txt"
+    planted.write_text("another student's grade")
+    try:
+        private = sandbox.course_private()
+        assert {ROOT / "solutions", build, ROOT / ".git"} <= set(private)
+        script = "; ".join(
+            f'echo "{p}: $(ls -A {p} 2>&1 | wc -l) $(cat {p} 2>/dev/null | wc -c)"' for p in private
+        )
+        script += f"; git -C {ROOT} log -1 >/dev/null 2>&1; echo git: $?"
+        proc = subprocess.run(sandbox.wrap(["sh", "-c", script]), capture_output=True, text=True)
+        seen = dict(line.rsplit(": ", 1) for line in proc.stdout.splitlines())
+        for path in private:
+            # a folder lists nothing, a file (a worktree's .git) reads empty
+            assert seen[str(path)] in ("0 0", "1 0"), (path, seen[str(path)])
+        assert seen["git"] != "0", "git cannot read the history"
+        assert planted.exists() and len(list(build.iterdir())) >= 1
+    finally:
+        planted.unlink()
+        if made:
+            build.rmdir()

@@ -7,8 +7,9 @@ like /dev/shm: `TMP_MB`, `SHM_MB`; /dev is read-only), has no network
 starts dies with it, and it cannot see or signal the grader or other submissions), keeps no
 capabilities (so root inside cannot remount anything writable), and is killed when the grader dies
 (`--die-with-parent`). Folders it must not read are covered with empty ones: the other submissions'
-work folders, the grades, and the home folder (the Python installation and the course are bound
-back read-only when they live there).
+work folders, the grades, the course's solutions/, build/ and git history (`course_private`), and
+the home folder (the Python installation and the course are bound back read-only when they live
+there).
 
 `run_submission` runs a submitted notebook in such a sandbox with the course's notebook runner,
 then the solution's hidden probe in the same kernel.
@@ -152,6 +153,27 @@ def _read_only_keep() -> list[Path]:
     return sorted(p.resolve() for p in keep)
 
 
+def course_private() -> list[Path]:
+    """What a submission must not read in the course checkout it is graded from: the solutions,
+    build/ (executed copies, benchmark results, grades kept there) and the git history (every
+    version of the solution), also when .git is a file pointing elsewhere (a worktree)."""
+    import course_utils
+
+    root = Path(course_utils.__file__).resolve().parents[1]
+    private = [root / "solutions", root / "build", root / ".git"]
+    git = root / ".git"
+    if git.is_file():
+        # "gitdir: <path>"; that folder's "commondir" names the repository's own .git
+        text = git.read_text().strip()
+        if text.startswith("gitdir:"):
+            gitdir = (root / text.removeprefix("gitdir:").strip()).resolve()
+            private.append(gitdir)
+            common = gitdir / "commondir"
+            if common.is_file():
+                private.append((gitdir / common.read_text().strip()).resolve())
+    return [path for path in private if path.exists()]
+
+
 def wrap(
     argv: Sequence[str],
     *,
@@ -165,8 +187,9 @@ def wrap(
 
     writable: folders bound read-write (the submission's work folder), at the same path.
     read_only: folders bound read-only (the grades, for the check process), even under /tmp.
-    hidden: folders replaced by an empty tmpfs (other submissions, grades); the home folder is
-    always hidden, with the Python installation, the course and the datasets bound back read-only.
+    hidden: folders replaced by an empty tmpfs (other submissions, grades); the home folder and
+    `course_private()` are always hidden, with the Python installation, the course and the
+    datasets bound back read-only.
     hidden_files: files that read as empty (the solution with its hidden tests).
     """
     bwrap = require()
@@ -181,9 +204,12 @@ def wrap(
     for folder in _read_only_keep():
         if any(folder.is_relative_to(p) for p in private):
             args += ["--ro-bind", str(folder), str(folder)]
-    for folder in hidden:  # after the binds above: a grades folder inside the course stays hidden
+    # after the binds above: a grades folder inside the course stays hidden
+    for folder in [*hidden, *course_private()]:
         if Path(folder).is_dir():
             args += _tmpfs(Path(folder).resolve(), COVER_MB)
+        elif Path(folder).is_file():
+            args += ["--ro-bind", "/dev/null", str(Path(folder).resolve())]
     for folder in read_only:
         folder = Path(folder).resolve()
         args += ["--ro-bind", str(folder), str(folder)]
