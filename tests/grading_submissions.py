@@ -127,8 +127,8 @@ while time.time() < end:
 print("CROSS", json.dumps({"found": sorted(seen), "attacked": attacked}))
 """
 
-# Changes the installed package and the solution, patches the grader's checks in its own kernel,
-# fakes results and prints "PASSED".
+# Changes the installed package and the solution, patches the grader's checks in its own kernel
+# (their probe too, to report made-up facts), fakes results and prints "PASSED".
 TAMPER = """
 import json, os, pathlib
 import course_utils
@@ -147,6 +147,9 @@ print("TAMPER", json.dumps(attempts))
 import course_utils.tools.checks as checks
 checks.CheckError = Warning
 checks.own_model = lambda *args, **kwargs: None
+# made-up facts for the grader's probe: fit_model "mirrored" over 2 devices (there is no fit_model)
+forged = {"variables": 8, "distributed_variables": 8, "replicas": 2, "fingerprint": "forged"}
+checks.probe = lambda *args, **kwargs: {"models": {"fit_model": forged}, "datasets": {}}
 artifacts = pathlib.Path(os.environ["COURSE_ARTIFACTS"]) / "05_svhn"
 artifacts.mkdir(parents=True, exist_ok=True)
 (artifacts / "results.json").write_text(json.dumps({"fit": {"test_accuracy": 1.0}}))

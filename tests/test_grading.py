@@ -612,3 +612,20 @@ def test_the_course_solutions_build_and_git_history_are_hidden(sandboxed):
         planted.unlink()
         if made:
             build.rmdir()
+
+
+def test_the_probe_ignores_checks_the_notebook_replaced(tmp_path, sandboxed):
+    """The probe reloads the checks from the read-only course: a notebook that replaces
+    `checks.probe` in its kernel does not choose the facts (patching TensorFlow or Python itself
+    still could: the README says so)."""
+    tamper = TAMPER[TAMPER.index("import course_utils.tools.checks") :].split("artifacts =")[0]
+    probe = grading_batch.exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
+    outcome, facts, error = sandbox.run_submission(
+        notebook_of(tamper, "import course_utils.tools.checks as c\nprint(c.probe(1)['models'])"),
+        tmp_path,
+        {**os.environ, **ENV},
+        Limits(60, 120),
+        probe_source=probe,
+    )
+    assert "'replicas': 2, 'fingerprint': 'forged'" in _outputs(outcome), "the patch was made"
+    assert error == "" and facts["models"]["fit_model"] is None, facts

@@ -20,10 +20,17 @@ again (pass `regrade=True` to grade everything). The same `grade_one` grades one
 Slurm job array (`slurm_array`).
 
 What a submission cannot change: the hidden tests (read from the solution before the batch starts,
-never given to the kernel), how the tests run (another process), its score (computed from files by
-that process), the course, the solution, other submissions and the grades (read-only or hidden in
-the sandbox). Without the sandbox, student code runs with your rights: a changed solution file or
-course file is then noted in the report (and the solution as it was at the start is kept).
+never given to the kernel), how they run (another process, which never runs student code), the
+course, the solution, other submissions and the grades (read-only or hidden in the sandbox). What it
+does control is its own evidence: the files it saves, which the checks measure themselves (a saved
+model is evaluated by the grader; recorded numbers must match those measurements), and the probe's
+facts, which come from its own kernel. The probe loads `checks` afresh from the read-only course,
+so replacing its functions in the notebook changes nothing, but it runs in the submission's Python
+after the submission's code: a notebook that patches TensorFlow or Python itself can make it
+report made-up facts, and earn the points of checks that rest on facts alone (the pipelines, which
+variables are mirrored). Read the executed notebook when a score looks too good. Without the
+sandbox, student code runs with your rights: a changed solution file or course file is then noted
+in the report (and the solution as it was at the start is kept).
 
 Example:
     >>> from course_utils.tools import batch

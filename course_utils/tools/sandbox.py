@@ -34,6 +34,7 @@ from functools import cache
 from pathlib import Path
 
 from course_utils.settings import tfds_data_dir
+from course_utils.tools import checks
 from course_utils.tools.runner import Limits, RunOutcome, run_notebook
 
 #: The flag that grades without a sandbox, named after what it risks.
@@ -64,6 +65,20 @@ KEPT_ENV = (
 TMP_MB = 512
 SHM_MB = 64
 COVER_MB = 1
+
+
+#: Run before the probe: `course_utils.tools.checks` loaded again from its (read-only) file, so
+#: that functions the notebook replaced in its copy of the module are not the ones the probe calls.
+#: Only that: the probe still runs in the submission's own Python, after its code (see `batch`).
+FRESH_CHECKS = """
+import importlib.util as _util, sys as _sys
+_spec = _util.spec_from_file_location("course_utils.tools.checks", PATH)
+_checks = _util.module_from_spec(_spec)
+_spec.loader.exec_module(_checks)
+_sys.modules["course_utils.tools.checks"] = _checks
+import course_utils.tools as _tools
+_tools.checks = _checks
+"""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -282,7 +297,10 @@ def run_submission(
     marker = f"@@facts-{secrets.token_hex(8)}@@"
     probe = ""
     if probe_source:
-        probe = f"{probe_source}\nimport json as _json\nprint({marker!r} + _json.dumps(FACTS))"
+        fresh = FRESH_CHECKS.replace("PATH", repr(str(Path(checks.__file__).resolve())))
+        probe = (
+            f"{fresh}\n{probe_source}\nimport json as _json\nprint({marker!r} + _json.dumps(FACTS))"
+        )
     outcome = run_notebook(
         notebook,
         workdir,
