@@ -28,6 +28,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -629,3 +630,51 @@ def test_the_probe_ignores_checks_the_notebook_replaced(tmp_path, sandboxed):
     )
     assert "'replicas': 2, 'fingerprint': 'forged'" in _outputs(outcome), "the patch was made"
     assert error == "" and facts["models"]["fit_model"] is None, facts
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_ctrl_c_or_an_error_stops_the_batch_and_its_running_kernels(tmp_path, monkeypatch, error):
+    """Grading stops at Ctrl-C or an error in the batch: queued submissions never start, the
+    running ones are told to stop (their kernels are killed through `cancel`), and it raises."""
+    from course_utils.tools import processes, report
+
+    started, cancelled = [], []
+
+    class Checks:
+        def close(self):
+            pass
+
+        def stop(self):
+            pass
+
+    def fake_grade_one(b, submission, checks, base, cancel):
+        started.append(submission.student)
+        if submission.student == "a":
+            return Grade("a", submission.path, "graded", max_score=12)
+        cancelled.append(cancel.wait(30))
+        raise grading_batch.Cancelled("stopped")
+
+    def failing_save(g, folder):
+        raise error("disk full")
+
+    monkeypatch.setattr(grading_batch, "start_checks", lambda b, base: Checks())
+    monkeypatch.setattr(grading_batch, "grade_one", fake_grade_one)
+    monkeypatch.setattr(report, "save", failing_save)
+    b = grading_batch.Batch(
+        tmp_path, SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
+    )
+    submissions = [grading_batch.Submission(n, tmp_path / f"{n}.ipynb") for n in "abcdef"]
+    began = time.monotonic()
+    with pytest.raises(error, match="disk full"):
+        grading_batch.grade_here(b, submissions, jobs=2, progress=False)
+    assert time.monotonic() - began < 20
+    # a's worker may take c before the error: nothing later starts, every one running is stopped
+    assert {"a", "b"} <= set(started) <= {"a", "b", "c"}, started
+    assert cancelled == [True] * (len(started) - 1), cancelled
+    # what `cancel` does to a running kernel: its watchdog kills the process tree
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    stop = threading.Event()
+    with processes.Watchdog(child.pid, 10**6, 60, cancel=stop) as dog:
+        stop.set()
+        assert child.wait(timeout=10) == -9
+    assert dog.reason.startswith("cancelled")

@@ -49,6 +49,7 @@ import re
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -356,7 +357,9 @@ def _read_notebook(g: Grade, parts: exercise.SolutionParts) -> nbformat.Notebook
         return None
 
 
-def _run(batch: Batch, g: Grade, notebook, base: Path) -> tuple[RunOutcome, dict]:
+def _run(
+    batch: Batch, g: Grade, notebook, base: Path, cancel: threading.Event | None
+) -> tuple[RunOutcome, dict]:
     """Run the notebook and the probe in a work folder under `base`; note how it went in `g`."""
     folder = batch.out / g.student
     workdir = base / g.student
@@ -378,6 +381,7 @@ def _run(batch: Batch, g: Grade, notebook, base: Path) -> tuple[RunOutcome, dict
             sandboxed=batch.sandboxed,
             hidden=(base, batch.out),
             hidden_files=(batch.solution_path,),
+            cancel=cancel,
         )
         artifacts = workdir / "artifacts" / ARTIFACTS_NAME
         g.notes += _copy_artifacts(artifacts, folder / "artifacts", within=workdir)
@@ -422,8 +426,16 @@ def _score(g: Grade, parts: exercise.SolutionParts, verdicts: list[Verdict]) -> 
     g.results += [_answer_result(a, g.answers.get(a.question)) for a in parts.answers]
 
 
+class Cancelled(Exception):
+    """Grading stopped (Ctrl-C, an error elsewhere in the batch) before this submission's grade."""
+
+
 def _grade_notebook(
-    batch: Batch, submission: Submission, checks: CheckProcess, base: Path
+    batch: Batch,
+    submission: Submission,
+    checks: CheckProcess,
+    base: Path,
+    cancel: threading.Event | None,
 ) -> Grade:
     parts = batch.parts
     g = Grade(submission.student, Path(submission.path), status="graded")
@@ -436,7 +448,9 @@ def _grade_notebook(
         g.reason = "the submission is the exercise as handed out: no code and no answer to grade"
         g.results = zero_results(parts, "not graded: nothing was changed in the exercise")
         return g
-    _, facts = _run(batch, g, notebook, base)
+    _, facts = _run(batch, g, notebook, base, cancel)
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("grading stopped while this submission ran")
     started = time.monotonic()
     artifacts = batch.out / g.student / "artifacts"
     verdicts = checks.run(artifacts, facts, parts.tests, CHECK_TIMEOUT_S)
@@ -445,15 +459,26 @@ def _grade_notebook(
     return g
 
 
-def grade_one(batch: Batch, submission: Submission, checks: CheckProcess, base: Path) -> Grade:
+def grade_one(
+    batch: Batch,
+    submission: Submission,
+    checks: CheckProcess,
+    base: Path,
+    cancel: threading.Event | None = None,
+) -> Grade:
     """Grade one submission into <out>/<student>/ (its folder is emptied first); never raises for
-    a bad submission: a grader failure becomes a "grader error" grade for this one only."""
+    a bad submission: a grader failure becomes a "grader error" grade for this one only.
+    cancel: once set, its kernel is killed and `Cancelled` raised (no grade: the caller stops)."""
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("grading stopped before this submission ran")
     started = time.monotonic()
     folder = batch.out / submission.student
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     try:
-        g = _grade_notebook(batch, submission, checks, base)
+        g = _grade_notebook(batch, submission, checks, base, cancel)
+    except Cancelled:
+        raise
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}"
         g = Grade(submission.student, Path(submission.path), "grader error", reason)
@@ -533,23 +558,31 @@ def saved_grades(batch: Batch, submissions: list[Submission]) -> dict[str, Grade
 
 
 def grade_here(batch: Batch, submissions: list[Submission], jobs: int, progress: bool) -> None:
-    """Grade `submissions` on this machine, `jobs` at a time; save each grade as it comes."""
+    """Grade `submissions` on this machine, `jobs` at a time; save each grade as it comes. On
+    Ctrl-C or an error, the submissions not started are dropped and the running kernels killed
+    before it raises (grades saved so far stay)."""
     base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
     checks = start_checks(batch, base)
     watch = TamperWatch(batch)
     suspects = "this submission" + (" or one running at the same time" if jobs > 1 else "")
     bar = tqdm(total=len(submissions), desc="grading", unit="notebook", disable=not progress)
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = [pool.submit(grade_one, batch, s, checks, base) for s in submissions]
-            for future in as_completed(futures):
-                g = future.result()
-                g.notes += watch.notes(suspects)
-                report.save(g, batch.out / g.student)
-                bar.set_postfix_str(f"{g.student}: {g.score:g}/{g.max_score:g}")
-                bar.update()
+        futures = [pool.submit(grade_one, batch, s, checks, base, cancel) for s in submissions]
+        for future in as_completed(futures):
+            g = future.result()
+            g.notes += watch.notes(suspects)
+            report.save(g, batch.out / g.student)
+            bar.set_postfix_str(f"{g.student}: {g.score:g}/{g.max_score:g}")
+            bar.update()
     finally:
+        # normally nothing is left; else the queued ones never start, the running ones stop
+        cancel.set()
+        checks.close()
+        pool.shutdown(wait=True, cancel_futures=True)
         bar.close()
+        # one may have started between close() and the last job's end
         checks.stop()
         shutil.rmtree(base, ignore_errors=True)
 

@@ -295,6 +295,7 @@ def run_notebook(
     extra_cell: str = "",
     progress: str | None = None,
     log_path: Path | None = None,
+    cancel: threading.Event | None = None,
 ) -> RunOutcome:
     """Execute `notebook` (a NotebookNode, modified in place) in a fresh kernel in `cwd`.
 
@@ -307,6 +308,7 @@ def run_notebook(
     progress: a label for a progress bar over the code cells.
     log_path: the kernel process's own stdout/stderr (not the cells' outputs), the first
     `KERNEL_LOG_KB` of it (`log_dropped`: the bytes left out); default discarded.
+    cancel: once set, the kernel is killed (status "killed"): the caller stopped.
     """
     outcome = RunOutcome(status="ran", notebook=notebook)
     private = tempfile.TemporaryDirectory(prefix="course-kernel-")
@@ -327,7 +329,13 @@ def run_notebook(
         with client.setup_kernel(env=env, cwd=str(cwd)):
             pid = km.provisioner.pid
             _run_watched(
-                client, pid, limits, outcome, stop_on_error=stop_on_error, extra=extra_cell
+                client,
+                pid,
+                limits,
+                outcome,
+                stop_on_error=stop_on_error,
+                extra=extra_cell,
+                cancel=cancel,
             )
     # The kernel did not start, or talking to it failed.
     except Exception as exc:
@@ -356,9 +364,11 @@ def _run_watched(
     *,
     stop_on_error: bool,
     extra: str,
+    cancel: threading.Event | None,
 ) -> None:
     """Run the cells (then the `extra` code) while a Watchdog holds the kernel to its limits."""
-    with Watchdog(pid, limits.memory_mb, limits.timeout, what="the notebook") as dog:
+    dog = Watchdog(pid, limits.memory_mb, limits.timeout, what="the notebook", cancel=cancel)
+    with dog:
         try:
             _run_cells(client, limits, outcome, dog, stop_on_error=stop_on_error)
             if extra and outcome.status == "ran":

@@ -29,6 +29,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -275,12 +276,14 @@ def run_submission(
     sandboxed: bool = True,
     hidden: Sequence[Path] = (),
     hidden_files: Sequence[Path] = (),
+    cancel: threading.Event | None = None,
 ) -> tuple[RunOutcome, dict, str]:
     """Execute `notebook` in a fresh kernel in `workdir` (errors allowed), then the probe there.
 
     Returns the run's outcome, the facts the probe found and why it found none ("" if it did).
     sandboxed: the kernel runs in the sandbox, where only `workdir` is writable and `hidden`
     folders and `hidden_files` look empty; its connection file and sockets go in `workdir/.kernel`.
+    cancel: once set, the kernel is killed (`run_notebook`).
     """
     workdir = Path(workdir).resolve()
     connection = workdir / ".kernel"
@@ -310,6 +313,7 @@ def run_submission(
         wrap=kernel_wrap,
         extra_cell=probe,
         log_path=log_path,
+        cancel=cancel,
     )
     facts, probe_error = _read_facts(outcome, marker) if probe_source else ({}, "")
     return outcome, facts, probe_error
