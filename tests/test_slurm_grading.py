@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -237,3 +238,84 @@ def test_a_task_without_a_grade_gets_a_row_saying_why(tmp_path):
     assert "time limit" in grades[0].reason and "killed by signal 9" in grades[2].reason
     assert all("slurm-42_" in g.reason and g.score == 0 and g.max_score == 12 for g in grades)
     assert (tmp_path / "a" / "report.md").exists() and not (tmp_path / "a" / "result.json").exists()
+
+
+def _fake_array(monkeypatch, tmp_path, wait) -> tuple[batch.Batch, list, list]:
+    """A batch of two notebooks whose array `submit`, `wait` (the given function) and `cancel`
+    are fakes; (the batch, the submissions folder, the jobs cancelled)."""
+    b = _batch(tmp_path / "grades")
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name in ("a", "b"):
+        write(notebook_of("print(1)"), folder / f"{name}.ipynb")
+    cancelled = []
+    logs = b.out / batch.PLAN_FOLDER
+
+    def fake_cancel(job, logs, count, timeout=120):
+        cancelled.append(job)
+        return dict.fromkeys(range(count), "CANCELLED")
+
+    monkeypatch.setattr(slurm_array, "missing", lambda: None)
+    monkeypatch.setattr(slurm_array, "submit", lambda b, todo, options: ("42", logs))
+    monkeypatch.setattr(slurm_array, "wait", wait)
+    monkeypatch.setattr(slurm_array, "cancel", fake_cancel)
+    return b, [folder], cancelled
+
+
+def _sigterm_myself(*args):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+
+
+def _slurm_fails(*args):
+    raise slurm_array.SlurmError("squeue failed: slurmctld is down")
+
+
+def _ctrl_c(*args):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    "wait, raised",
+    [
+        (_sigterm_myself, SystemExit),
+        (_slurm_fails, slurm_array.SlurmError),
+        (_ctrl_c, KeyboardInterrupt),
+    ],
+)
+def test_every_abnormal_exit_cancels_the_array(tmp_path, monkeypatch, wait, raised):
+    """Not only Ctrl-C: SIGTERM (a closed session, a killed login shell) and any error while the
+    array runs cancel it and write the gradebook of what finished."""
+    b, paths, cancelled = _fake_array(monkeypatch, tmp_path, wait)
+    handler = signal.getsignal(signal.SIGTERM)
+    began = time.monotonic()
+    with pytest.raises(raised) as info:
+        slurm_array.grade(b, paths, slurm_array.SlurmOptions(), progress=False)
+    assert time.monotonic() - began < 20
+    assert cancelled == ["42"]
+    if raised is SystemExit:
+        assert info.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == handler, "the grader's handler is put back"
+    assert [row["status"] for row in rows(b.out)] == ["task cancelled"] * 2
+
+
+def test_sacct_is_asked_only_for_tasks_squeue_no_longer_lists(tmp_path, monkeypatch):
+    asked = []
+    squeue = {0: "RUNNING", 1: "PENDING"}
+    monkeypatch.setattr(slurm_array, "_from_squeue", lambda job: dict(squeue))
+    monkeypatch.setattr(slurm_array, "_from_sacct", lambda job: asked.append(job) or {2: "FAILED"})
+    assert slurm_array.task_states("42", tmp_path, 2) == squeue and asked == []
+    assert slurm_array.task_states("42", tmp_path, 3) == {**squeue, 2: "FAILED"} and asked == ["42"]
+
+
+def test_the_logs_folder_may_hold_spaces_and_percent_signs(tmp_path, monkeypatch):
+    b = _batch(tmp_path / "grades 100%")
+    commands = []
+    done = subprocess.CompletedProcess([], 0, "42\n", "")
+    monkeypatch.setattr(slurm_array, "_slurm", lambda *command: commands.append(command) or done)
+    submissions = [batch.Submission("a", tmp_path / "a.ipynb")]
+    assert slurm_array.submit(b, submissions, slurm_array.SlurmOptions())[0] == "42"
+    ((sbatch, parsable, output, script),) = commands
+    logs = tmp_path / "grades 100%" / batch.PLAN_FOLDER
+    assert output == f"--output={tmp_path}/grades 100%%/{batch.PLAN_FOLDER}/slurm-%A_%a.out"
+    assert script == str(logs / "grade.sbatch") and "--output" not in Path(script).read_text()
