@@ -61,7 +61,7 @@ from grading_submissions import (
 )
 
 from course_utils.tools import batch as grading_batch
-from course_utils.tools import checks, cli, grading, sandbox
+from course_utils.tools import checks, cli, grading, report, sandbox
 from course_utils.tools.report import Grade
 from course_utils.tools.runner import Limits
 
@@ -678,3 +678,74 @@ def test_ctrl_c_or_an_error_stops_the_batch_and_its_running_kernels(tmp_path, mo
         stop.set()
         assert child.wait(timeout=10) == -9
     assert dog.reason.startswith("cancelled")
+
+
+def _saved(b, student: str, status: str, path: Path) -> None:
+    g = Grade(student, path, status, max_score=12)
+    g.key = b.key(path)
+    report.save(g, b.out / student)
+
+
+def test_grader_failures_are_graded_again_and_make_the_exit_status_1(tmp_path, monkeypatch, capsys):
+    """A grader-side failure is no final grade: a re-run tries it again, and `course grade` says
+    so with exit status 1 (after writing the gradebook); a low score is not a failure."""
+    b = grading_batch.Batch(
+        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), grading_batch.Settings(), Limits()
+    )
+    submissions = []
+    for name, status in [
+        ("ok", "graded"),
+        ("crashed", "kernel died"),
+        ("bug", "grader error"),
+        ("slurm", "task failed"),
+    ]:
+        path = write(notebook_of(name), tmp_path / f"{name}.ipynb")
+        submissions.append(grading_batch.Submission(name, path))
+        _saved(b, name, status, path)
+    todo = grading_batch.to_grade(b, submissions, regrade=False)
+    assert [s.student for s in todo] == ["bug", "slurm"]
+
+    bug = {"status": ""}
+
+    def fake_grade(args, b, jobs, slurm):
+        statuses = {"ok": "graded", "bug": bug["status"]}
+        return [Grade(name, Path(name), status, max_score=12) for name, status in statuses.items()]
+
+    monkeypatch.setattr(grading, "_prepare", lambda args, out, sandboxed: None)
+    monkeypatch.setattr(grading, "_grade", fake_grade)
+    argv = ["grade", str(tmp_path / "ok.ipynb"), "--jobs=1"]
+    for status, code in [("grader error", 1), ("could not start", 1), ("kernel died", 0)]:
+        bug["status"] = status
+        assert cli.main(argv) == code, status
+        err = capsys.readouterr().err
+        assert ("grader failed on 1 submission(s) (bug)" in err) == (code == 1), err
+    with pytest.raises(SystemExit):
+        cli.main(["grade", "--help"])
+    assert "Exit status: 0 when every submission got a grade" in capsys.readouterr().out
+
+
+def test_the_benchmark_grades_under_the_out_folder(tmp_path, monkeypatch, capsys):
+    """Compute nodes share the grades folder, not the login node's /tmp: each route's grades go
+    under --out/.benchmark/, removed afterwards."""
+    outs = []
+
+    def fake_grade(args, b, jobs, slurm):
+        outs.append(b.out)
+        (b.out / "gradebook.csv").write_text("student,score\n")
+        return [Grade("a", Path("a.ipynb"), "graded", max_score=12)]
+
+    monkeypatch.setattr(
+        grading,
+        "_prepare",
+        lambda args, out, sandboxed: grading_batch.Batch(
+            Path(out), SOLUTION, b"", grading_batch.Settings(), Limits()
+        ),
+    )
+    monkeypatch.setattr(grading, "_grade", fake_grade)
+    monkeypatch.setattr(grading.slurm_array, "missing", lambda: None)
+    notebook = write(notebook_of("1"), tmp_path / "a.ipynb")
+    out = tmp_path / "grades"
+    argv = ["grade", str(notebook), f"--out={out}", "--benchmark", "--slurm", "--jobs=2"]
+    assert cli.main(argv) == 0
+    assert len(outs) == 3 and all(o.parent == out / grading.BENCHMARK_FOLDER for o in outs), outs
+    assert not (out / grading.BENCHMARK_FOLDER).exists()

@@ -16,8 +16,8 @@ For each submission (a notebook; in a folder, every *.ipynb):
    artifacts next to them; <out>/gradebook.csv (plus canvas.csv and moodle.csv) for the batch.
 
 A submission already graded in `out` from the same notebook, solution and settings is not graded
-again (pass `regrade=True` to grade everything). The same `grade_one` grades one submission of a
-Slurm job array (`slurm_array`).
+again (pass `regrade=True` to grade everything), unless the grader failed on it ("grader error").
+The same `grade_one` grades one submission of a Slurm job array (`slurm_array`).
 
 What a submission cannot change: the hidden tests (read from the solution before the batch starts,
 never given to the kernel), how they run (another process, which never runs student code), the
@@ -534,13 +534,16 @@ class TamperWatch:
 
 
 def to_grade(batch: Batch, submissions: list[Submission], regrade: bool) -> list[Submission]:
-    """The submissions without a saved grade for their current notebook and settings."""
+    """The submissions without a saved grade for their current notebook and settings, or whose
+    saved grade is a grader failure (`Grade.grader_failed`: tried again)."""
     if regrade:
         return list(submissions)
     return [
         s
         for s in submissions
-        if (saved := report.load(batch.out / s.student)) is None or saved.key != batch.key(s.path)
+        if (saved := report.load(batch.out / s.student)) is None
+        or saved.key != batch.key(s.path)
+        or saved.grader_failed
     ]
 
 

@@ -23,6 +23,11 @@ from pathlib import Path
 
 #: File of one graded submission, in its folder under the grades.
 RESULT_NAME = "result.json"
+#: Statuses of a grade the grader failed to give, whatever the submission: a re-run grades them
+#: again, and `course grade` exits with 1 when the gradebook has one.
+GRADER_FAILURES = frozenset(
+    {"grader error", "could not start", "task failed", "task timed out", "task cancelled"}
+)
 
 
 @dataclass
@@ -64,6 +69,11 @@ class Grade:
     max_score: float = 0.0
     # what it was graded from (submission, solution, settings): a re-run skips it when unchanged
     key: str = ""
+
+    @property
+    def grader_failed(self) -> bool:
+        """The grader, not the submission, failed (`GRADER_FAILURES`): not a final grade."""
+        return self.status in GRADER_FAILURES
 
     @property
     def score(self) -> float:
