@@ -270,8 +270,9 @@ def prepare(
     return batch
 
 
-def start_checks(batch: Batch, base: Path) -> CheckProcess:
-    """The batch's check process, sandboxed: it reads the grades, never the work folders."""
+def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> CheckProcess:
+    """The batch's check process, sandboxed: it reads the grades, never the work folders. Its
+    log is `log_name` in the grades folder (a path under it: one per Slurm task)."""
     env = {**os.environ, **batch.settings.env()}
     wrap = None
     if batch.sandboxed:
@@ -286,7 +287,8 @@ def start_checks(batch: Batch, base: Path) -> CheckProcess:
                 cwd=batch.out,
             )
 
-    checks = CheckProcess(env, batch.out, batch.out / "checks.log", batch.limits.memory_mb, wrap)
+    log = batch.out / log_name
+    checks = CheckProcess(env, batch.out, log, batch.limits.memory_mb, wrap)
     checks.start()
     return checks
 

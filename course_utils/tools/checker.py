@@ -157,7 +157,12 @@ class CheckProcess:
             line, why = self._ask(job, timeout)
             if line is None:
                 self.stop()
-                return [(False, f"{why} (details: {self.log_path.name})")] * len(tests)
+                log = (
+                    self.log_path.relative_to(self.cwd)
+                    if self.log_path.is_relative_to(self.cwd)
+                    else self.log_path
+                )
+                return [(False, f"{why} (details: {log})")] * len(tests)
             return [(r["passed"], r["message"]) for r in json.loads(line)]
 
     def stop(self) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,7 +106,16 @@ def save(g: Grade, folder: Path) -> None:
     """Write the student's report.md and result.json into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     write_report(g, folder / "report.md")
-    (folder / RESULT_NAME).write_text(g.to_json())
+    # last, and whole or not at all: its presence says "graded" to a re-run and to `slurm_array`
+    _write_whole(folder / RESULT_NAME, g.to_json())
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write `path` through a temporary file renamed over it: a reader (or a crash) never sees
+    half a file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def load(folder: Path) -> Grade | None:
@@ -160,7 +170,7 @@ def write_report(g: Grade, path: Path) -> None:
         lines += ["", f"## Written answer ({question})", ""]
         lines += [f"> {line}" for line in (text or "(no answer)").splitlines()]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    _write_whole(path, "\n".join(lines) + "\n")
 
 
 def _notes(g: Grade) -> str:

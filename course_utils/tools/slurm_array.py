@@ -362,7 +362,8 @@ def run_task(plan: Path, index: int) -> int:
     b, submissions = batch.load_plan(plan)
     submission = submissions[index]
     base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
-    checks = batch.start_checks(b, base)
+    # its own log: tasks on several nodes would write one file over each other
+    checks = batch.start_checks(b, base, f"{batch.PLAN_FOLDER}/checks-{index}.log")
     watch = batch.TamperWatch(b)
     try:
         g = batch.grade_one(b, submission, checks, base)
