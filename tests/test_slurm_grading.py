@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import glob
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from grading_submissions import (
     SURVIVOR,
     SURVIVOR_LOOP,
     TAMPER,
+    TOKEN,
     completed_exercise,
     fill,
     notebook_of,
@@ -41,8 +45,13 @@ from course_utils.tools.runner import Limits
 
 NO_SLURM = slurm.missing_programs()
 LIMITS = Limits(cell_timeout=90, timeout=600)
-#: Seconds the slow submission sleeps in one cell (its task is killed during that sleep).
-SLOW_S = 10
+#: The slow submission's first cell writes WAITING-<TOKEN> into its work folder, then waits
+#: until RELEASE appears there: its Slurm task is killed while it waits (no time window), and
+#: `releasing` lets it go on in the other runs.
+SLOW = (
+    "import os, time\nopen('WAITING-TOKEN', 'w').close()\n"
+    "while not os.path.exists('RELEASE'):\n    time.sleep(0.1)"
+).replace("TOKEN", TOKEN)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -74,7 +83,7 @@ def course_grade(cluster, *args: str) -> list[str]:
 
 
 def task_process(plan: Path) -> psutil.Process | None:
-    """The grading process of the slow submission's task (it has started its kernel)."""
+    """The grading process of the slow submission's task (once it has started a process)."""
     students = [name for name, _ in json.loads(plan.read_text())["submissions"]]
     tail = [str(plan), str(students.index("slow"))]
     for proc in psutil.process_iter(["cmdline"]):
@@ -82,6 +91,32 @@ def task_process(plan: Path) -> psutil.Process | None:
             if (proc.info["cmdline"] or [])[-2:] == tail and proc.children():
                 return proc
     return None
+
+
+def waiting() -> list[Path]:
+    """The work folders (local, or a Slurm task's on this node) where the slow cell waits."""
+    pattern = f"{tempfile.gettempdir()}/course-grade-*/**/WAITING-{TOKEN}"
+    return [Path(p).parent for p in glob.glob(pattern, recursive=True)]
+
+
+@contextlib.contextmanager
+def releasing():
+    """While in the block, a thread lets every waiting slow cell go on."""
+    stop = threading.Event()
+
+    def release():
+        while not stop.wait(0.2):
+            for folder in waiting():
+                with contextlib.suppress(OSError):
+                    (folder / "RELEASE").touch()
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def leftovers(cluster) -> list[str]:
@@ -108,7 +143,7 @@ def graded(cluster, tmp_path_factory):
     """(local grades folder, Slurm grades folder, the Slurm run's gradebook before the re-run,
     the re-run's output, seconds for each)."""
     folder = tmp_path_factory.mktemp("slurm_submissions")
-    local, remote = tmp_path_factory.mktemp("local_grades"), tmp_path_factory.mktemp("slurm_grades")
+    local, remote = tmp_path_factory.mktemp("local_grades"), tmp_path_factory.mktemp("slurm grades")
     wrong = 'import json, os, pathlib\nartifacts = pathlib.Path(os.environ["COURSE_ARTIFACTS"])'
     wrong += ' / "05_svhn"\nartifacts.mkdir(parents=True)\n'
     wrong += '(artifacts / "results.json").write_text(json.dumps({"fit": {"test_accuracy": 0.97}}))'
@@ -118,13 +153,14 @@ def graded(cluster, tmp_path_factory):
         "wrong": notebook_of(wrong),
         "crashing": notebook_of("import os\nos._exit(3)", "print('never')"),
         "hostile": notebook_of(survivor, fill(TAMPER, remote)),
-        "slow": notebook_of(f"import time\ntime.sleep({SLOW_S})", "print('woke up')"),
+        "slow": notebook_of(SLOW, "print('woke up')"),
     }
     for name, notebook in submissions.items():
         write(notebook, folder / f"{name}.ipynb")
     settings = batch.Settings(ENV["COURSE_PROFILE"], int(ENV["COURSE_DEVICES"]), ENV["COURSE_DATA"])
     started = time.monotonic()
-    batch.grade([folder], local, settings=settings, limits=LIMITS, jobs=2, progress=False)
+    with releasing():
+        batch.grade([folder], local, settings=settings, limits=LIMITS, jobs=2, progress=False)
     local_s = time.monotonic() - started
 
     started = time.monotonic()
@@ -133,17 +169,19 @@ def graded(cluster, tmp_path_factory):
     plan = remote / batch.PLAN_FOLDER / "plan.json"
     found: list[psutil.Process] = []
 
-    def slow_task_running() -> bool:
-        # kept: its first children (bubblewrap's probes) may come and go before the kernel starts
-        found[:] = [p for p in [plan.exists() and task_process(plan)] if p]
+    def slow_cell_waiting() -> bool:
+        found[:] = [p for p in [waiting() and plan.exists() and task_process(plan)] if p]
         return bool(found)
 
-    slurm.wait_until(slow_task_running, 300, "the slow task to run")
+    slurm.wait_until(slow_cell_waiting, 300, "the slow submission's cell to wait")
     found[0].kill()
     output = first.communicate(timeout=600)[0]
     assert first.returncode == 1, output  # a grader-side failure: the killed task
     before = rows(remote)
-    rerun = subprocess.run(command, env=cluster.env, capture_output=True, text=True, timeout=600)
+    with releasing():
+        rerun = subprocess.run(
+            command, env=cluster.env, capture_output=True, text=True, timeout=600
+        )
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     remote_s = time.monotonic() - started
     print(f"\nlocal: {local_s:.0f} s, Slurm with the kill and re-run: {remote_s:.0f} s\n{output}")
