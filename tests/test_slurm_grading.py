@@ -321,7 +321,7 @@ def _ctrl_c(*args):
         (_ctrl_c, KeyboardInterrupt),
     ],
 )
-def test_every_abnormal_exit_cancels_the_array(tmp_path, monkeypatch, wait, raised):
+def test_every_abnormal_exit_cancels_the_array(tmp_path, monkeypatch, capsys, wait, raised):
     """Not only Ctrl-C: SIGTERM (a closed session, a killed login shell) and any error while the
     array runs cancel it and write the gradebook of what finished."""
     b, paths, cancelled = _fake_array(monkeypatch, tmp_path, wait)
@@ -329,6 +329,9 @@ def test_every_abnormal_exit_cancels_the_array(tmp_path, monkeypatch, wait, rais
     began = time.monotonic()
     with pytest.raises(raised) as info:
         slurm_array.grade(b, paths, slurm_array.SlurmOptions(), progress=False)
+    said = {SystemExit: "(SIGTERM)", KeyboardInterrupt: "(Ctrl-C)"}.get(raised, "slurmctld is down")
+    err = capsys.readouterr().err
+    assert "Cancelling Slurm job 42 (" in err and said in err, err
     assert time.monotonic() - began < 20
     assert cancelled == ["42"]
     if raised is SystemExit:

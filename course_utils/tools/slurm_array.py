@@ -335,7 +335,12 @@ def _cancel_after(
     logs: Path,
 ) -> None:
     """scancel the array after `exc` stopped `grade`, and write the gradebook of what finished."""
-    why = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, KeyboardInterrupt):
+        why = "Ctrl-C"
+    elif isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:
+        why = signal.Signals(exc.code - 128).name
+    else:
+        why = f"{type(exc).__name__}: {exc}"
     print(f"Cancelling Slurm job {job} ({why}) ...", file=sys.stderr, flush=True)
     try:
         states = cancel(job, logs, len(todo))
