@@ -127,8 +127,8 @@ while time.time() < end:
 print("CROSS", json.dumps({"found": sorted(seen), "attacked": attacked}))
 """
 
-# Changes the installed package and the solution, patches the grader's checks in its own kernel,
-# fakes results and prints "PASSED".
+# Changes the installed package and the solution, patches the grader's checks in its own kernel
+# (their probe too, to report made-up facts), fakes results and prints "PASSED".
 TAMPER = """
 import json, os, pathlib
 import course_utils
@@ -147,6 +147,9 @@ print("TAMPER", json.dumps(attempts))
 import course_utils.tools.checks as checks
 checks.CheckError = Warning
 checks.own_model = lambda *args, **kwargs: None
+# made-up facts for the grader's probe: fit_model "mirrored" over 2 devices (there is no fit_model)
+forged = {"variables": 8, "distributed_variables": 8, "replicas": 2, "fingerprint": "forged"}
+checks.probe = lambda *args, **kwargs: {"models": {"fit_model": forged}, "datasets": {}}
 artifacts = pathlib.Path(os.environ["COURSE_ARTIFACTS"]) / "05_svhn"
 artifacts.mkdir(parents=True, exist_ok=True)
 (artifacts / "results.json").write_text(json.dumps({"fit": {"test_accuracy": 1.0}}))
@@ -175,6 +178,10 @@ print("ESCAPE", json.dumps(report))
 """
 
 FLOOD = "for _ in range(300):\n    print('x' * 1_000_000)  # 300 MB"
+# Past the notebook's output caps: straight to the kernel process's stdout and stderr (20 MB).
+FD_FLOOD = (
+    "import os\nfor _ in range(10_000):\n    os.write(1, b'x' * 1000)\n    os.write(2, b'y' * 1000)"
+)
 
 # A zip bomb saved as the fit model (300 MB of zeros in about 300 KB), and symbolic links.
 BOMB = """

@@ -6,7 +6,8 @@ two at a time (jobs=2), in the sandbox, 2 simulated devices, quick profile, synt
   saved model it can find for 15 minutes; a kernel that looks for the other kernels' connection
   files and sends them code; tampering with the installed package, the solution and the grader's
   checks (plus made-up results and "PASSED"); network access and writes outside the work folder;
-  a print flood; an archive bomb and symbolic links as artifacts; a cell that ignores interrupts;
+  a print flood (into the notebook, and into the kernel's own stdout/stderr); an archive bomb and
+  symbolic links as artifacts; a cell that ignores interrupts;
 - the completed solution (twice: early, while the hostile ones run, and last), four mistakes in
   three notebooks (reduce_mean loss; global batch = per-replica batch; no strategy scope together
   with the advanced part missing, whose points do not overlap),
@@ -26,6 +27,8 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -40,6 +43,7 @@ from grading_submissions import (
     ENV,
     ESCAPE,
     EXERCISE,
+    FD_FLOOD,
     FLOOD,
     ROOT,
     SOLUTION,
@@ -57,7 +61,7 @@ from grading_submissions import (
 )
 
 from course_utils.tools import batch as grading_batch
-from course_utils.tools import checks, cli, grading, sandbox
+from course_utils.tools import checks, cli, grading, report, sandbox
 from course_utils.tools.report import Grade
 from course_utils.tools.runner import Limits
 
@@ -87,7 +91,7 @@ def batch(tmp_path_factory, sandboxed):
         "cross_kernel": notebook_of(CROSS_KERNEL),
         "tampering": notebook_of(fill(TAMPER, out)),
         "escape": notebook_of(fill(ESCAPE, out).replace("HOST_PORT", str(host_port))),
-        "flood": notebook_of(FLOOD, "print('after the flood')"),
+        "flood": notebook_of(FLOOD, FD_FLOOD, "print('after the flood')"),
         "bomb": notebook_of(BOMB),
         "deaf": notebook_of(DEAF, "print('never')"),
     }
@@ -330,6 +334,8 @@ def test_a_print_flood_costs_only_its_cell(batch):
     assert "after the flood" in executed, "the next cell still ran"
     assert "bytes of output dropped" in executed
     assert len(executed) < 2 * 2**20
+    assert any(note.startswith("kernel.log cut: ") for note in g.notes), g.notes
+    assert (out / "flood" / "kernel.log").stat().st_size < 2 * 2**20
 
 
 def test_an_archive_bomb_and_links_fail_their_own_checks(batch):
@@ -474,3 +480,272 @@ def test_the_default_jobs_fit_the_cores_the_devices_and_the_memory(monkeypatch, 
     out, err = capsys.readouterr()
     assert "--jobs 4 (8 cores / 2 devices per submission = 4; 10,240 MB free" in out
     assert "missing.ipynb does not exist" in err
+
+
+def test_student_names_are_unique_folders_that_spare_the_gradebook(tmp_path):
+    """A student's name is a folder of the grades: never ".", hidden, or one of the grades' own
+    files; a name already taken gets the next free "-N", and a file given twice is graded once."""
+    names = ["..ipynb", ".batch.ipynb", "gradebook.csv.ipynb", "x.ipynb.ipynb", "x.ipynb"]
+    names += ["a.ipynb", "a-2.ipynb"]
+    for name in names:
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "a.ipynb").write_text("{}")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.ipynb").write_text("{}")
+    given = [tmp_path, tmp_path / "a.ipynb", tmp_path / "b" / ".." / "a.ipynb"]
+    found = grading_batch.collect_submissions(given)
+    by_file = {s.path.relative_to(tmp_path).as_posix(): s.student for s in found}
+    assert by_file == {
+        "..ipynb": "submission",
+        ".batch.ipynb": "batch",
+        "a-2.ipynb": "a-2",
+        "a.ipynb": "a",
+        "b/a.ipynb": "a-3",
+        "c/a.ipynb": "a-4",
+        "gradebook.csv.ipynb": "gradebook.csv-2",
+        "x.ipynb": "x",
+        "x.ipynb.ipynb": "x-2",
+    }
+    assert len(found) == len(by_file), "each file once"
+
+
+def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
+    """A submission's artifacts are copied out on the host: a link (the artifacts folder itself,
+    or inside it) must never bring the grader's own files along."""
+    host = tmp_path / "host"
+    (host / "secrets").mkdir(parents=True)
+    (host / "secret.txt").write_text("the grader's")
+    (host / "secrets" / "key").write_text("the grader's")
+    work = tmp_path / "work"
+    (work / "artifacts").mkdir(parents=True)
+    (work / "artifacts" / "05_svhn").symlink_to(host)
+    target = tmp_path / "copied"
+    source = work / "artifacts" / "05_svhn"
+    notes = grading_batch._copy_artifacts(source, target, within=work)
+    assert notes == ["artifact folder artifacts/05_svhn is a symbolic link: ignored"]
+    assert not target.exists()
+    source.unlink()
+    (work / "artifacts").rename(work / "real")
+    (work / "artifacts").symlink_to(work / "real")  # a linked folder higher up
+    assert (
+        "artifact folder artifacts is a symbolic link"
+        in grading_batch._copy_artifacts(source, target, within=work)[0]
+    )
+    (work / "artifacts").unlink()
+    (source / "sub").mkdir(parents=True)
+    (source / "sub" / "model.keras").write_text("weights")
+    (source / "sub" / "file").symlink_to(host / "secret.txt")
+    (source / "folder").symlink_to(host / "secrets")
+    notes = grading_batch._copy_artifacts(source, target, within=work)
+    assert sorted(notes) == [
+        "artifact folder is a symbolic link: ignored",
+        "artifact sub/file is a symbolic link: ignored",
+    ]
+    copied = sorted(p.relative_to(target).as_posix() for p in target.rglob("*"))
+    assert copied == ["sub", "sub/model.keras"]
+
+
+def test_the_sandbox_in_memory_folders_are_capped(tmp_path, sandboxed, monkeypatch):
+    """/tmp, /dev/shm, /dev and the folders covering hidden ones live in memory, which the memory
+    limit (resident memory) does not count: each one takes only what its cap allows."""
+    monkeypatch.setattr(sandbox, "TMP_MB", 4)
+    monkeypatch.setattr(sandbox, "SHM_MB", 2)
+    hidden = tmp_path / "grades"
+    hidden.mkdir()
+    script = (
+        "for f in /tmp/x /dev/shm/x /dev/x HIDDEN/x; do "
+        'head -c 8388608 /dev/zero > "$f" 2>/dev/null; echo "$f $(stat -c %s "$f" 2>/dev/null)"; '
+        "done"
+    ).replace("HIDDEN", str(hidden))
+    argv = sandbox.wrap(["sh", "-c", script], hidden=[hidden])
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    sizes = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    caps = {"/tmp/x": 4, "/dev/shm/x": sandbox.SHM_MB, str(hidden / "x"): sandbox.COVER_MB}
+    for path, cap in caps.items():
+        written = int(sizes[path] or 0)
+        assert 0 < written <= cap * 2**20, (path, written)
+    assert sizes["/dev/x"] == "", "/dev is read-only"
+    assert not (hidden / "x").exists()
+
+
+def test_the_kernel_log_is_capped_and_the_report_says_so(tmp_path, monkeypatch):
+    """A cell writing to file descriptors 1 and 2 bypasses the output caps: only the first
+    KERNEL_LOG_KB of the kernel's own output reach kernel.log, with a line saying what was cut."""
+    from course_utils.tools import runner
+
+    flood = notebook_of(
+        FD_FLOOD,
+        "print('next cell ran')",
+    )
+    log = tmp_path / "kernel.log"
+    outcome = runner.run_notebook(flood, tmp_path, {**os.environ, **ENV}, log_path=log)
+    assert outcome.status == "ran" and "next cell ran" in _outputs(outcome)
+    cap = runner.KERNEL_LOG_KB * 1024
+    assert outcome.log_dropped >= 20_000_000 - cap
+    text = log.read_text()
+    assert len(text) < cap + 200 and f"{outcome.log_dropped:,} more bytes left out" in text
+
+
+def test_the_course_solutions_build_and_git_history_are_hidden(sandboxed):
+    """The course checkout is readable in the sandbox (it holds the package), but not the parts
+    that hold the solution and grades: solutions/, build/ and the git history."""
+    build = ROOT / "build"
+    made = not build.exists()
+    build.mkdir(exist_ok=True)
+    planted = build / f"{TOKEN}.txt"
+    planted.write_text("another student's grade")
+    try:
+        private = sandbox.course_private()
+        assert {ROOT / "solutions", build, ROOT / ".git"} <= set(private)
+        script = "; ".join(
+            f'echo "{p}: $(ls -A {p} 2>&1 | wc -l) $(cat {p} 2>/dev/null | wc -c)"' for p in private
+        )
+        script += f"; git -C {ROOT} log -1 >/dev/null 2>&1; echo git: $?"
+        proc = subprocess.run(sandbox.wrap(["sh", "-c", script]), capture_output=True, text=True)
+        seen = dict(line.rsplit(": ", 1) for line in proc.stdout.splitlines())
+        for path in private:
+            # a folder lists nothing, a file (a worktree's .git) reads empty
+            assert seen[str(path)] in ("0 0", "1 0"), (path, seen[str(path)])
+        assert seen["git"] != "0", "git cannot read the history"
+        assert planted.exists() and len(list(build.iterdir())) >= 1
+    finally:
+        planted.unlink()
+        if made:
+            build.rmdir()
+
+
+def test_the_probe_ignores_checks_the_notebook_replaced(tmp_path, sandboxed):
+    """The probe reloads the checks from the read-only course: a notebook that replaces
+    `checks.probe` in its kernel does not choose the facts (patching TensorFlow or Python itself
+    still could: the README says so)."""
+    tamper = TAMPER[TAMPER.index("import course_utils.tools.checks") :].split("artifacts =")[0]
+    probe = grading_batch.exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
+    outcome, facts, error = sandbox.run_submission(
+        notebook_of(tamper, "import course_utils.tools.checks as c\nprint(c.probe(1)['models'])"),
+        tmp_path,
+        {**os.environ, **ENV},
+        Limits(60, 120),
+        probe_source=probe,
+    )
+    assert "'replicas': 2, 'fingerprint': 'forged'" in _outputs(outcome), "the patch was made"
+    assert error == "" and facts["models"]["fit_model"] is None, facts
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_ctrl_c_or_an_error_stops_the_batch_and_its_running_kernels(tmp_path, monkeypatch, error):
+    """Grading stops at Ctrl-C or an error in the batch: queued submissions never start, the
+    running ones are told to stop (their kernels are killed through `cancel`), and it raises."""
+    from course_utils.tools import processes, report
+
+    started, cancelled = [], []
+
+    class Checks:
+        def close(self):
+            pass
+
+        def stop(self):
+            pass
+
+    def fake_grade_one(b, submission, checks, base, cancel):
+        started.append(submission.student)
+        if submission.student == "a":
+            return Grade("a", submission.path, "graded", max_score=12)
+        cancelled.append(cancel.wait(30))
+        raise grading_batch.Cancelled("stopped")
+
+    def failing_save(g, folder):
+        raise error("disk full")
+
+    monkeypatch.setattr(grading_batch, "start_checks", lambda b, base: Checks())
+    monkeypatch.setattr(grading_batch, "grade_one", fake_grade_one)
+    monkeypatch.setattr(report, "save", failing_save)
+    b = grading_batch.Batch(
+        tmp_path, SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
+    )
+    submissions = [grading_batch.Submission(n, tmp_path / f"{n}.ipynb") for n in "abcdef"]
+    began = time.monotonic()
+    with pytest.raises(error, match="disk full"):
+        grading_batch.grade_here(b, submissions, jobs=2, progress=False)
+    assert time.monotonic() - began < 20
+    # a's worker may take c before the error: nothing later starts, every one running is stopped
+    assert {"a", "b"} <= set(started) <= {"a", "b", "c"}, started
+    assert cancelled == [True] * (len(started) - 1), cancelled
+    # what `cancel` does to a running kernel: its watchdog kills the process tree
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    stop = threading.Event()
+    with processes.Watchdog(child.pid, 10**6, 60, cancel=stop) as dog:
+        stop.set()
+        assert child.wait(timeout=10) == -9
+    assert dog.reason.startswith("cancelled")
+
+
+def _saved(b, student: str, status: str, path: Path) -> None:
+    g = Grade(student, path, status, max_score=12)
+    g.key = b.key(path)
+    report.save(g, b.out / student)
+
+
+def test_grader_failures_are_graded_again_and_make_the_exit_status_1(tmp_path, monkeypatch, capsys):
+    """A grader-side failure is no final grade: a re-run tries it again, and `course grade` says
+    so with exit status 1 (after writing the gradebook); a low score is not a failure."""
+    b = grading_batch.Batch(
+        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), grading_batch.Settings(), Limits()
+    )
+    submissions = []
+    for name, status in [
+        ("ok", "graded"),
+        ("crashed", "kernel died"),
+        ("bug", "grader error"),
+        ("slurm", "task failed"),
+    ]:
+        path = write(notebook_of(name), tmp_path / f"{name}.ipynb")
+        submissions.append(grading_batch.Submission(name, path))
+        _saved(b, name, status, path)
+    todo = grading_batch.to_grade(b, submissions, regrade=False)
+    assert [s.student for s in todo] == ["bug", "slurm"]
+
+    bug = {"status": ""}
+
+    def fake_grade(args, b, jobs, slurm):
+        statuses = {"ok": "graded", "bug": bug["status"]}
+        return [Grade(name, Path(name), status, max_score=12) for name, status in statuses.items()]
+
+    monkeypatch.setattr(grading, "_prepare", lambda args, out, sandboxed: None)
+    monkeypatch.setattr(grading, "_grade", fake_grade)
+    argv = ["grade", str(tmp_path / "ok.ipynb"), "--jobs=1"]
+    for status, code in [("grader error", 1), ("could not start", 1), ("kernel died", 0)]:
+        bug["status"] = status
+        assert cli.main(argv) == code, status
+        err = capsys.readouterr().err
+        assert ("grader failed on 1 submission(s) (bug)" in err) == (code == 1), err
+    with pytest.raises(SystemExit):
+        cli.main(["grade", "--help"])
+    assert "Exit status: 0 when every submission got a grade" in capsys.readouterr().out
+
+
+def test_the_benchmark_grades_under_the_out_folder(tmp_path, monkeypatch, capsys):
+    """Compute nodes share the grades folder, not the login node's /tmp: each route's grades go
+    under --out/.benchmark/, removed afterwards."""
+    outs = []
+
+    def fake_grade(args, b, jobs, slurm):
+        outs.append(b.out)
+        (b.out / "gradebook.csv").write_text("student,score\n")
+        return [Grade("a", Path("a.ipynb"), "graded", max_score=12)]
+
+    monkeypatch.setattr(
+        grading,
+        "_prepare",
+        lambda args, out, sandboxed: grading_batch.Batch(
+            Path(out), SOLUTION, b"", grading_batch.Settings(), Limits()
+        ),
+    )
+    monkeypatch.setattr(grading, "_grade", fake_grade)
+    monkeypatch.setattr(grading.slurm_array, "missing", lambda: None)
+    notebook = write(notebook_of("1"), tmp_path / "a.ipynb")
+    out = tmp_path / "grades"
+    argv = ["grade", str(notebook), f"--out={out}", "--benchmark", "--slurm", "--jobs=2"]
+    assert cli.main(argv) == 0
+    assert len(outs) == 3 and all(o.parent == out / grading.BENCHMARK_FOLDER for o in outs), outs
+    assert not (out / grading.BENCHMARK_FOLDER).exists()

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import glob
 import json
+import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +32,7 @@ from grading_submissions import (
     SURVIVOR,
     SURVIVOR_LOOP,
     TAMPER,
+    TOKEN,
     completed_exercise,
     fill,
     notebook_of,
@@ -40,8 +45,13 @@ from course_utils.tools.runner import Limits
 
 NO_SLURM = slurm.missing_programs()
 LIMITS = Limits(cell_timeout=90, timeout=600)
-#: Seconds the slow submission sleeps in one cell (its task is killed during that sleep).
-SLOW_S = 10
+#: The slow submission's first cell writes WAITING-<TOKEN> into its work folder, then waits
+#: until RELEASE appears there: its Slurm task is killed while it waits (no time window), and
+#: `releasing` lets it go on in the other runs.
+SLOW = (
+    "import os, time\nopen('WAITING-TOKEN', 'w').close()\n"
+    "while not os.path.exists('RELEASE'):\n    time.sleep(0.1)"
+).replace("TOKEN", TOKEN)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -73,7 +83,7 @@ def course_grade(cluster, *args: str) -> list[str]:
 
 
 def task_process(plan: Path) -> psutil.Process | None:
-    """The grading process of the slow submission's task (it has started its kernel)."""
+    """The grading process of the slow submission's task (once it has started a process)."""
     students = [name for name, _ in json.loads(plan.read_text())["submissions"]]
     tail = [str(plan), str(students.index("slow"))]
     for proc in psutil.process_iter(["cmdline"]):
@@ -81,6 +91,32 @@ def task_process(plan: Path) -> psutil.Process | None:
             if (proc.info["cmdline"] or [])[-2:] == tail and proc.children():
                 return proc
     return None
+
+
+def waiting() -> list[Path]:
+    """The work folders (local, or a Slurm task's on this node) where the slow cell waits."""
+    pattern = f"{tempfile.gettempdir()}/course-grade-*/**/WAITING-{TOKEN}"
+    return [Path(p).parent for p in glob.glob(pattern, recursive=True)]
+
+
+@contextlib.contextmanager
+def releasing():
+    """While in the block, a thread lets every waiting slow cell go on."""
+    stop = threading.Event()
+
+    def release():
+        while not stop.wait(0.2):
+            for folder in waiting():
+                with contextlib.suppress(OSError):
+                    (folder / "RELEASE").touch()
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def leftovers(cluster) -> list[str]:
@@ -107,7 +143,7 @@ def graded(cluster, tmp_path_factory):
     """(local grades folder, Slurm grades folder, the Slurm run's gradebook before the re-run,
     the re-run's output, seconds for each)."""
     folder = tmp_path_factory.mktemp("slurm_submissions")
-    local, remote = tmp_path_factory.mktemp("local_grades"), tmp_path_factory.mktemp("slurm_grades")
+    local, remote = tmp_path_factory.mktemp("local_grades"), tmp_path_factory.mktemp("slurm grades")
     wrong = 'import json, os, pathlib\nartifacts = pathlib.Path(os.environ["COURSE_ARTIFACTS"])'
     wrong += ' / "05_svhn"\nartifacts.mkdir(parents=True)\n'
     wrong += '(artifacts / "results.json").write_text(json.dumps({"fit": {"test_accuracy": 0.97}}))'
@@ -117,13 +153,14 @@ def graded(cluster, tmp_path_factory):
         "wrong": notebook_of(wrong),
         "crashing": notebook_of("import os\nos._exit(3)", "print('never')"),
         "hostile": notebook_of(survivor, fill(TAMPER, remote)),
-        "slow": notebook_of(f"import time\ntime.sleep({SLOW_S})", "print('woke up')"),
+        "slow": notebook_of(SLOW, "print('woke up')"),
     }
     for name, notebook in submissions.items():
         write(notebook, folder / f"{name}.ipynb")
     settings = batch.Settings(ENV["COURSE_PROFILE"], int(ENV["COURSE_DEVICES"]), ENV["COURSE_DATA"])
     started = time.monotonic()
-    batch.grade([folder], local, settings=settings, limits=LIMITS, jobs=2, progress=False)
+    with releasing():
+        batch.grade([folder], local, settings=settings, limits=LIMITS, jobs=2, progress=False)
     local_s = time.monotonic() - started
 
     started = time.monotonic()
@@ -132,17 +169,19 @@ def graded(cluster, tmp_path_factory):
     plan = remote / batch.PLAN_FOLDER / "plan.json"
     found: list[psutil.Process] = []
 
-    def slow_task_running() -> bool:
-        # kept: its first children (bubblewrap's probes) may come and go before the kernel starts
-        found[:] = [p for p in [plan.exists() and task_process(plan)] if p]
+    def slow_cell_waiting() -> bool:
+        found[:] = [p for p in [waiting() and plan.exists() and task_process(plan)] if p]
         return bool(found)
 
-    slurm.wait_until(slow_task_running, 300, "the slow task to run")
+    slurm.wait_until(slow_cell_waiting, 300, "the slow submission's cell to wait")
     found[0].kill()
     output = first.communicate(timeout=600)[0]
-    assert first.returncode == 0, output
+    assert first.returncode == 1, output  # a grader-side failure: the killed task
     before = rows(remote)
-    rerun = subprocess.run(command, env=cluster.env, capture_output=True, text=True, timeout=600)
+    with releasing():
+        rerun = subprocess.run(
+            command, env=cluster.env, capture_output=True, text=True, timeout=600
+        )
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     remote_s = time.monotonic() - started
     print(f"\nlocal: {local_s:.0f} s, Slurm with the kill and re-run: {remote_s:.0f} s\n{output}")
@@ -237,3 +276,87 @@ def test_a_task_without_a_grade_gets_a_row_saying_why(tmp_path):
     assert "time limit" in grades[0].reason and "killed by signal 9" in grades[2].reason
     assert all("slurm-42_" in g.reason and g.score == 0 and g.max_score == 12 for g in grades)
     assert (tmp_path / "a" / "report.md").exists() and not (tmp_path / "a" / "result.json").exists()
+
+
+def _fake_array(monkeypatch, tmp_path, wait) -> tuple[batch.Batch, list, list]:
+    """A batch of two notebooks whose array `submit`, `wait` (the given function) and `cancel`
+    are fakes; (the batch, the submissions folder, the jobs cancelled)."""
+    b = _batch(tmp_path / "grades")
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name in ("a", "b"):
+        write(notebook_of("print(1)"), folder / f"{name}.ipynb")
+    cancelled = []
+    logs = b.out / batch.PLAN_FOLDER
+
+    def fake_cancel(job, logs, count, timeout=120):
+        cancelled.append(job)
+        return dict.fromkeys(range(count), "CANCELLED")
+
+    monkeypatch.setattr(slurm_array, "missing", lambda: None)
+    monkeypatch.setattr(slurm_array, "submit", lambda b, todo, options: ("42", logs))
+    monkeypatch.setattr(slurm_array, "wait", wait)
+    monkeypatch.setattr(slurm_array, "cancel", fake_cancel)
+    return b, [folder], cancelled
+
+
+def _sigterm_myself(*args):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+
+
+def _slurm_fails(*args):
+    raise slurm_array.SlurmError("squeue failed: slurmctld is down")
+
+
+def _ctrl_c(*args):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    "wait, raised",
+    [
+        (_sigterm_myself, SystemExit),
+        (_slurm_fails, slurm_array.SlurmError),
+        (_ctrl_c, KeyboardInterrupt),
+    ],
+)
+def test_every_abnormal_exit_cancels_the_array(tmp_path, monkeypatch, capsys, wait, raised):
+    """Not only Ctrl-C: SIGTERM (a closed session, a killed login shell) and any error while the
+    array runs cancel it and write the gradebook of what finished."""
+    b, paths, cancelled = _fake_array(monkeypatch, tmp_path, wait)
+    handler = signal.getsignal(signal.SIGTERM)
+    began = time.monotonic()
+    with pytest.raises(raised) as info:
+        slurm_array.grade(b, paths, slurm_array.SlurmOptions(), progress=False)
+    said = {SystemExit: "(SIGTERM)", KeyboardInterrupt: "(Ctrl-C)"}.get(raised, "slurmctld is down")
+    err = capsys.readouterr().err
+    assert "Cancelling Slurm job 42 (" in err and said in err, err
+    assert time.monotonic() - began < 20
+    assert cancelled == ["42"]
+    if raised is SystemExit:
+        assert info.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == handler, "the grader's handler is put back"
+    assert [row["status"] for row in rows(b.out)] == ["task cancelled"] * 2
+
+
+def test_sacct_is_asked_only_for_tasks_squeue_no_longer_lists(tmp_path, monkeypatch):
+    asked = []
+    squeue = {0: "RUNNING", 1: "PENDING"}
+    monkeypatch.setattr(slurm_array, "_from_squeue", lambda job: dict(squeue))
+    monkeypatch.setattr(slurm_array, "_from_sacct", lambda job: asked.append(job) or {2: "FAILED"})
+    assert slurm_array.task_states("42", tmp_path, 2) == squeue and asked == []
+    assert slurm_array.task_states("42", tmp_path, 3) == {**squeue, 2: "FAILED"} and asked == ["42"]
+
+
+def test_the_logs_folder_may_hold_spaces_and_percent_signs(tmp_path, monkeypatch):
+    b = _batch(tmp_path / "grades 100%")
+    commands = []
+    done = subprocess.CompletedProcess([], 0, "42\n", "")
+    monkeypatch.setattr(slurm_array, "_slurm", lambda *command: commands.append(command) or done)
+    submissions = [batch.Submission("a", tmp_path / "a.ipynb")]
+    assert slurm_array.submit(b, submissions, slurm_array.SlurmOptions())[0] == "42"
+    ((sbatch, parsable, output, script),) = commands
+    logs = tmp_path / "grades 100%" / batch.PLAN_FOLDER
+    assert output == f"--output={tmp_path}/grades 100%%/{batch.PLAN_FOLDER}/slurm-%A_%a.out"
+    assert script == str(logs / "grade.sbatch") and "--output" not in Path(script).read_text()

@@ -16,14 +16,21 @@ For each submission (a notebook; in a folder, every *.ipynb):
    artifacts next to them; <out>/gradebook.csv (plus canvas.csv and moodle.csv) for the batch.
 
 A submission already graded in `out` from the same notebook, solution and settings is not graded
-again (pass `regrade=True` to grade everything). The same `grade_one` grades one submission of a
-Slurm job array (`slurm_array`).
+again (pass `regrade=True` to grade everything), unless the grader failed on it ("grader error").
+The same `grade_one` grades one submission of a Slurm job array (`slurm_array`).
 
 What a submission cannot change: the hidden tests (read from the solution before the batch starts,
-never given to the kernel), how the tests run (another process), its score (computed from files by
-that process), the course, the solution, other submissions and the grades (read-only or hidden in
-the sandbox). Without the sandbox, student code runs with your rights: a changed solution file or
-course file is then noted in the report (and the solution as it was at the start is kept).
+never given to the kernel), how they run (another process, which never runs student code), the
+course, the solution, other submissions and the grades (read-only or hidden in the sandbox). What it
+does control is its own evidence: the files it saves, which the checks measure themselves (a saved
+model is evaluated by the grader; recorded numbers must match those measurements), and the probe's
+facts, which come from its own kernel. The probe loads `checks` afresh from the read-only course,
+so replacing its functions in the notebook changes nothing, but it runs in the submission's Python
+after the submission's code: a notebook that patches TensorFlow or Python itself can make it
+report made-up facts, and earn the points of checks that rest on facts alone (the pipelines, which
+variables are mirrored). Read the executed notebook when a score looks too good. Without the
+sandbox, student code runs with your rights: a changed solution file or course file is then noted
+in the report (and the solution as it was at the start is kept).
 
 Example:
     >>> from course_utils.tools import batch
@@ -40,7 +47,9 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -56,7 +65,7 @@ from course_utils.tools.checker import CheckProcess, Verdict
 from course_utils.tools.checks import ARTIFACTS_NAME, DATASET
 from course_utils.tools.paths import course_root
 from course_utils.tools.report import CheckResult, Grade
-from course_utils.tools.runner import Limits, RunOutcome
+from course_utils.tools.runner import KERNEL_LOG_KB, Limits, RunOutcome
 
 #: The SVHN exercise's solution notebook (under the course root), where the hidden tests come from.
 DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
@@ -64,6 +73,8 @@ DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
 CHECK_TIMEOUT_S = 300
 #: Where a batch keeps its plan (for Slurm tasks) under the grades folder.
 PLAN_FOLDER = ".batch"
+#: Files and folders of the grades folder itself, never a student's name (compared ignoring case).
+RESERVED_NAMES = frozenset({"gradebook.csv", "canvas.csv", "moodle.csv", "checks.log"})
 #: The installed course package, watched for changes while submissions run unsandboxed.
 PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -166,11 +177,23 @@ def load_plan(path: Path) -> tuple[Batch, list[Submission]]:
     return batch, [Submission(name, Path(p)) for name, p in plan["submissions"]]
 
 
-def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
-    """The notebooks given, or found in a given folder, each with a unique student name.
+def student_name(path: Path) -> str:
+    """The student a notebook is from: its file name without .ipynb, or its folder's name when the
+    file is still called like the exercise (submissions/alice/05_svhn_exercise.ipynb -> alice).
+    Characters other than letters, digits, ".", "-" and "_" become "_"; leading dots go (the name
+    is a folder of the grades: never ".", ".." or hidden), and so does a trailing .ipynb."""
+    exercise_named = path.stem.endswith("_exercise") and path.parent.name
+    name = re.sub(r"[^\w.-]+", "_", path.parent.name if exercise_named else path.stem)
+    # "x.ipynb.ipynb" -> "x": a name ending in .ipynb could be the solution kept by `TamperWatch`
+    while name.lower().endswith(".ipynb"):
+        name = name[: -len(".ipynb")]
+    return name.lstrip(".") or "submission"
 
-    The student is the file name without .ipynb, or its folder's name when the file is still called
-    like the exercise (submissions/alice/05_svhn_exercise.ipynb -> alice).
+
+def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
+    """The notebooks given, or found in a given folder (each file once), each with a unique
+    student name (`student_name`; "-2", "-3", ... added to a name already used, or to one of
+    `RESERVED_NAMES`).
     """
     found: list[Path] = []
     for given in map(Path, paths):
@@ -186,14 +209,20 @@ def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
             )
     if not found:
         raise FileNotFoundError(f"no .ipynb file in {', '.join(map(str, paths))}: nothing to grade")
-    names: dict[str, int] = {}
+    used = set(RESERVED_NAMES)
+    seen: set[Path] = set()
     out = []
     for path in found:
-        exercise_named = path.stem.endswith("_exercise") and path.parent.name
-        name = re.sub(r"[^\w.-]+", "_", path.parent.name if exercise_named else path.stem)
-        name = name or "submission"
-        names[name] = names.get(name, 0) + 1
-        out.append(Submission(name if names[name] == 1 else f"{name}-{names[name]}", path))
+        if path.resolve() in seen:  # the same file given twice (or in a folder given too)
+            continue
+        seen.add(path.resolve())
+        name = student_name(path)
+        candidate, n = name, 1
+        while candidate.lower() in used:
+            n += 1
+            candidate = f"{name}-{n}"
+        used.add(candidate.lower())
+        out.append(Submission(candidate, path))
     return out
 
 
@@ -241,8 +270,9 @@ def prepare(
     return batch
 
 
-def start_checks(batch: Batch, base: Path) -> CheckProcess:
-    """The batch's check process, sandboxed: it reads the grades, never the work folders."""
+def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> CheckProcess:
+    """The batch's check process, sandboxed: it reads the grades, never the work folders. Its
+    log is `log_name` in the grades folder (a path under it: one per Slurm task)."""
     env = {**os.environ, **batch.settings.env()}
     wrap = None
     if batch.sandboxed:
@@ -257,7 +287,8 @@ def start_checks(batch: Batch, base: Path) -> CheckProcess:
                 cwd=batch.out,
             )
 
-    checks = CheckProcess(env, batch.out, batch.out / "checks.log", batch.limits.memory_mb, wrap)
+    log = batch.out / log_name
+    checks = CheckProcess(env, batch.out, log, batch.limits.memory_mb, wrap)
     checks.start()
     return checks
 
@@ -272,22 +303,34 @@ def _same_code(a, b) -> bool:
     return code(a) == code(b)
 
 
-def _copy_artifacts(source: Path, target: Path, limit_mb: int = 2048) -> list[str]:
-    """Copy regular files only (no symbolic links), up to limit_mb; notes on what was skipped."""
+def _copy_artifacts(source: Path, target: Path, within: Path, limit_mb: int = 2048) -> list[str]:
+    """Copy the regular files under `source` (a folder the submission wrote, inside `within`) to
+    `target`, up to limit_mb; notes on what was skipped. Symbolic links are never followed: not in
+    the path from `within` to `source`, not inside it (they could point at the grader's files)."""
     notes, total = [], 0
+    for folder in [source, *source.parents]:
+        if folder == within:
+            break
+        if folder.is_symlink():
+            note = f"artifact folder {folder.relative_to(within)} is a symbolic link: ignored"
+            return [note]
     if not source.is_dir():
         return notes
-    for path in sorted(source.rglob("*")):
-        relative = path.relative_to(source)
-        if path.is_symlink():
-            notes.append(f"artifact {relative} is a symbolic link: ignored")
-        elif path.is_file():
-            total += path.stat().st_size
-            if total > limit_mb * 2**20:
-                notes.append(f"artifacts larger than {limit_mb} MB: the rest was ignored")
-                break
-            (target / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target / relative)
+    for root, folders, files in os.walk(source):  # os.walk does not enter linked folders
+        for name in sorted(folders + files):
+            path = Path(root) / name
+            relative = path.relative_to(source)
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                notes.append(f"artifact {relative} is a symbolic link: ignored")
+            elif stat.S_ISREG(mode):
+                total += path.lstat().st_size
+                if total > limit_mb * 2**20:
+                    notes.append(f"artifacts larger than {limit_mb} MB: the rest was ignored")
+                    return notes
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target / relative, follow_symlinks=False)
+        folders.sort()
     return notes
 
 
@@ -316,7 +359,9 @@ def _read_notebook(g: Grade, parts: exercise.SolutionParts) -> nbformat.Notebook
         return None
 
 
-def _run(batch: Batch, g: Grade, notebook, base: Path) -> tuple[RunOutcome, dict]:
+def _run(
+    batch: Batch, g: Grade, notebook, base: Path, cancel: threading.Event | None
+) -> tuple[RunOutcome, dict]:
     """Run the notebook and the probe in a work folder under `base`; note how it went in `g`."""
     folder = batch.out / g.student
     workdir = base / g.student
@@ -338,8 +383,10 @@ def _run(batch: Batch, g: Grade, notebook, base: Path) -> tuple[RunOutcome, dict
             sandboxed=batch.sandboxed,
             hidden=(base, batch.out),
             hidden_files=(batch.solution_path,),
+            cancel=cancel,
         )
-        g.notes += _copy_artifacts(workdir / "artifacts" / ARTIFACTS_NAME, folder / "artifacts")
+        artifacts = workdir / "artifacts" / ARTIFACTS_NAME
+        g.notes += _copy_artifacts(artifacts, folder / "artifacts", within=workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     nbformat.write(outcome.notebook, folder / "executed.ipynb")
@@ -352,6 +399,11 @@ def _run(batch: Batch, g: Grade, notebook, base: Path) -> tuple[RunOutcome, dict
             f"{batch.limits.cell_timeout} s and were interrupted"
         )
     g.notes += [f"outputs cut in {note}" for note in outcome.output_notes]
+    if outcome.log_dropped:
+        g.notes.append(
+            f"kernel.log cut: the kernel process wrote {outcome.log_dropped:,} bytes more than "
+            f"the {KERNEL_LOG_KB} KB kept (a cell writing to its file descriptors 1 or 2)"
+        )
     if probe_error and outcome.status == "ran":
         g.notes.append(f"the probe could not read the notebook's memory: {probe_error}")
     g.run_seconds, g.peak_mb = outcome.seconds, outcome.peak_mb
@@ -376,8 +428,16 @@ def _score(g: Grade, parts: exercise.SolutionParts, verdicts: list[Verdict]) -> 
     g.results += [_answer_result(a, g.answers.get(a.question)) for a in parts.answers]
 
 
+class Cancelled(Exception):
+    """Grading stopped (Ctrl-C, an error elsewhere in the batch) before this submission's grade."""
+
+
 def _grade_notebook(
-    batch: Batch, submission: Submission, checks: CheckProcess, base: Path
+    batch: Batch,
+    submission: Submission,
+    checks: CheckProcess,
+    base: Path,
+    cancel: threading.Event | None,
 ) -> Grade:
     parts = batch.parts
     g = Grade(submission.student, Path(submission.path), status="graded")
@@ -390,7 +450,9 @@ def _grade_notebook(
         g.reason = "the submission is the exercise as handed out: no code and no answer to grade"
         g.results = zero_results(parts, "not graded: nothing was changed in the exercise")
         return g
-    _, facts = _run(batch, g, notebook, base)
+    _, facts = _run(batch, g, notebook, base, cancel)
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("grading stopped while this submission ran")
     started = time.monotonic()
     artifacts = batch.out / g.student / "artifacts"
     verdicts = checks.run(artifacts, facts, parts.tests, CHECK_TIMEOUT_S)
@@ -399,15 +461,26 @@ def _grade_notebook(
     return g
 
 
-def grade_one(batch: Batch, submission: Submission, checks: CheckProcess, base: Path) -> Grade:
+def grade_one(
+    batch: Batch,
+    submission: Submission,
+    checks: CheckProcess,
+    base: Path,
+    cancel: threading.Event | None = None,
+) -> Grade:
     """Grade one submission into <out>/<student>/ (its folder is emptied first); never raises for
-    a bad submission: a grader failure becomes a "grader error" grade for this one only."""
+    a bad submission: a grader failure becomes a "grader error" grade for this one only.
+    cancel: once set, its kernel is killed and `Cancelled` raised (no grade: the caller stops)."""
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("grading stopped before this submission ran")
     started = time.monotonic()
     folder = batch.out / submission.student
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     try:
-        g = _grade_notebook(batch, submission, checks, base)
+        g = _grade_notebook(batch, submission, checks, base, cancel)
+    except Cancelled:
+        raise
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}"
         g = Grade(submission.student, Path(submission.path), "grader error", reason)
@@ -463,13 +536,16 @@ class TamperWatch:
 
 
 def to_grade(batch: Batch, submissions: list[Submission], regrade: bool) -> list[Submission]:
-    """The submissions without a saved grade for their current notebook and settings."""
+    """The submissions without a saved grade for their current notebook and settings, or whose
+    saved grade is a grader failure (`Grade.grader_failed`: tried again)."""
     if regrade:
         return list(submissions)
     return [
         s
         for s in submissions
-        if (saved := report.load(batch.out / s.student)) is None or saved.key != batch.key(s.path)
+        if (saved := report.load(batch.out / s.student)) is None
+        or saved.key != batch.key(s.path)
+        or saved.grader_failed
     ]
 
 
@@ -487,23 +563,31 @@ def saved_grades(batch: Batch, submissions: list[Submission]) -> dict[str, Grade
 
 
 def grade_here(batch: Batch, submissions: list[Submission], jobs: int, progress: bool) -> None:
-    """Grade `submissions` on this machine, `jobs` at a time; save each grade as it comes."""
+    """Grade `submissions` on this machine, `jobs` at a time; save each grade as it comes. On
+    Ctrl-C or an error, the submissions not started are dropped and the running kernels killed
+    before it raises (grades saved so far stay)."""
     base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
     checks = start_checks(batch, base)
     watch = TamperWatch(batch)
     suspects = "this submission" + (" or one running at the same time" if jobs > 1 else "")
     bar = tqdm(total=len(submissions), desc="grading", unit="notebook", disable=not progress)
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = [pool.submit(grade_one, batch, s, checks, base) for s in submissions]
-            for future in as_completed(futures):
-                g = future.result()
-                g.notes += watch.notes(suspects)
-                report.save(g, batch.out / g.student)
-                bar.set_postfix_str(f"{g.student}: {g.score:g}/{g.max_score:g}")
-                bar.update()
+        futures = [pool.submit(grade_one, batch, s, checks, base, cancel) for s in submissions]
+        for future in as_completed(futures):
+            g = future.result()
+            g.notes += watch.notes(suspects)
+            report.save(g, batch.out / g.student)
+            bar.set_postfix_str(f"{g.student}: {g.score:g}/{g.max_score:g}")
+            bar.update()
     finally:
+        # normally nothing is left; else the queued ones never start, the running ones stop
+        cancel.set()
+        checks.close()
+        pool.shutdown(wait=True, cancel_futures=True)
         bar.close()
+        # one may have started between close() and the last job's end
         checks.stop()
         shutil.rmtree(base, ignore_errors=True)
 

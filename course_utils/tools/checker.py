@@ -91,6 +91,7 @@ class CheckProcess:
         self.process: subprocess.Popen | None = None
         self.lines: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
+        self.closed = False
 
     def _start(self) -> None:
         argv = [sys.executable, "-m", "course_utils.tools.checker"]
@@ -144,6 +145,8 @@ class CheckProcess:
     ) -> list[Verdict]:
         """(passed, message) for each test; all failed with the reason when the process fails."""
         with self.lock:
+            if self.closed:
+                return [(False, "not checked: grading stopped")] * len(tests)
             if self.process is None or self.process.poll() is not None:
                 self._start()
             job = {
@@ -154,14 +157,26 @@ class CheckProcess:
             line, why = self._ask(job, timeout)
             if line is None:
                 self.stop()
-                return [(False, f"{why} (details: {self.log_path.name})")] * len(tests)
+                log = (
+                    self.log_path.relative_to(self.cwd)
+                    if self.log_path.is_relative_to(self.cwd)
+                    else self.log_path
+                )
+                return [(False, f"{why} (details: {log})")] * len(tests)
             return [(r["passed"], r["message"]) for r in json.loads(line)]
 
     def stop(self) -> None:
-        if self.process is not None:
-            kill_tree(self.process.pid)
-            self.process.wait()
-            self.process = None
+        """Kill the process (`run` starts a new one)."""
+        process, self.process = self.process, None
+        if process is not None:
+            kill_tree(process.pid)
+            process.wait()
+
+    def close(self) -> None:
+        """Kill the process now, even during a job (its `run` returns failed verdicts), and start
+        no other one."""
+        self.closed = True
+        self.stop()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -32,6 +33,9 @@ from course_utils.tools.batch import DEFAULT_SOLUTION, Settings
 from course_utils.tools.paths import course_root
 from course_utils.tools.report import Grade
 from course_utils.tools.runner import Limits
+
+#: Under --out: the benchmark's grades folders (the compute nodes of --slurm must see them).
+BENCHMARK_FOLDER = ".benchmark"
 
 
 def default_jobs(devices: int, memory_mb: int) -> tuple[int, str]:
@@ -48,8 +52,24 @@ def default_jobs(devices: int, memory_mb: int) -> tuple[int, str]:
     return max(1, min(by_cores, by_memory)), why
 
 
+#: `course grade`'s exit status, in its --help.
+EXIT_STATUS = (
+    "Exit status: 0 when every submission got a grade (whatever its score); 1 when the grader "
+    "failed on some (status grader error, could not start, task failed/timed out/cancelled: the "
+    "gradebook is written all the same, and a second run grades them again); 2 on bad input."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `course grade`."""
+    parser.epilog = EXIT_STATUS
+    _add_batch_arguments(parser)
+    _add_limit_arguments(parser)
+    _add_run_arguments(parser)
+    _add_slurm_arguments(parser)
+
+
+def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("submissions", nargs="+", help="submitted notebooks, or folders of them")
     parser.add_argument(
         "--out",
@@ -73,6 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("auto", "tfds", "synthetic"),
         help="COURSE_DATA (default: the environment's, or auto)",
     )
+
+
+def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     limits = parser.add_argument_group("limits per submission")
     for flag, name, what in [
         ("--cell-timeout", "cell_timeout", "seconds per cell"),
@@ -81,6 +104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ]:
         default = getattr(Limits, name)
         limits.add_argument(flag, type=int, default=default, help=f"{what} (default: {default})")
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
         type=int,
@@ -91,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--regrade",
         action="store_true",
         help="grade again submissions already graded in --out (default: only those without a "
-        "grade for their current notebook and settings)",
+        "grade for their current notebook and settings, or on which the grader failed)",
     )
     parser.add_argument(
         sandbox.NO_SANDBOX_FLAG,
@@ -101,13 +127,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "can read and change your files, use the network and change other grades; only for "
         "notebooks you trust, on machines without bubblewrap",
     )
-    _add_slurm_arguments(parser)
     parser.add_argument(
         "--benchmark",
         action="store_true",
         help="instead of grading once, grade the batch by each route (here one and --jobs at a "
         "time, with the sandbox and, without --slurm, without it; with --slurm also as a job "
-        "array) and print each gradebook and the seconds per submission",
+        f"array) into --out/{BENCHMARK_FOLDER}/ (removed after), and print each gradebook and the "
+        "seconds per submission",
     )
 
 
@@ -179,8 +205,11 @@ def benchmark(args: argparse.Namespace, jobs: int) -> int:
         routes = []
     routes += [(False, n, False) for n in sorted({1, jobs})] * (not args.slurm)
     rows = []
+    # under --out, not /tmp: a Slurm route's compute nodes write there
+    bench = Path(args.out).resolve() / BENCHMARK_FOLDER
+    bench.mkdir(parents=True, exist_ok=True)
     for sandboxed, n, slurm in routes:
-        with tempfile.TemporaryDirectory(prefix="course-grade-bench-") as out:
+        with tempfile.TemporaryDirectory(prefix="route-", dir=bench) as out:
             b = _prepare(args, out, sandboxed)
             started = time.monotonic()
             grades = _grade(args, b, n, slurm)
@@ -192,12 +221,13 @@ def benchmark(args: argparse.Namespace, jobs: int) -> int:
         print(f"\n{where}, gradebook:\n{gradebook}", flush=True)
     print(format_table(["route", "sandbox", "s/submission", "scores"], rows))
     print(f"(wall time of the whole batch of {count}, check process start-up included, / {count})")
+    with contextlib.suppress(OSError):
+        bench.rmdir()
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    """`course grade SUBMISSION... [--out DIR]`: prints the gradebook; 0 when every file was
-    graded (whatever its score), 2 on bad input."""
+    """`course grade SUBMISSION... [--out DIR]`: prints the gradebook; `EXIT_STATUS`."""
     if args.slurm and slurm_array.missing():
         print(f"course grade: {slurm_array.missing()}", file=sys.stderr)
         return 2
@@ -228,4 +258,12 @@ def run(args: argparse.Namespace) -> int:
         f"Reports: {out}/<student>/report.md   Gradebook: {out / 'gradebook.csv'} "
         f"(for import: {out / 'canvas.csv'}, {out / 'moodle.csv'})"
     )
+    failed = [g.student for g in grades if g.grader_failed]
+    if failed:
+        print(
+            f"course grade: the grader failed on {len(failed)} submission(s) "
+            f"({', '.join(failed)}): see their reports; run the same command again to grade them",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -68,6 +68,7 @@ class Watchdog:
     """In a `with` block, kills a process tree (`kill_tree`) once it uses more than `memory_mb`
     of resident memory, or `seconds` after the watchdog was made; a thread looks every `interval`
     seconds. `reason` says why it killed ("" if it did not), `peak_mb` is the most memory seen.
+    It also kills the tree once `cancel` is set (the caller gives up on it, e.g. on Ctrl-C).
     (Not `setrlimit(RLIMIT_AS)`: TensorFlow reserves far more address space than it uses.)"""
 
     def __init__(
@@ -78,8 +79,10 @@ class Watchdog:
         *,
         interval: float = 0.2,
         what: str = "it",
+        cancel: threading.Event | None = None,
     ) -> None:
         self.pid, self.memory_mb, self.interval, self.what = pid, memory_mb, interval, what
+        self.cancel = cancel
         self.deadline = Deadline(seconds)
         self.reason, self.peak_mb = "", 0.0
         self._stop = threading.Event()
@@ -106,6 +109,10 @@ class Watchdog:
                 with contextlib.suppress(psutil.Error):
                     rss += process.memory_info().rss / 2**20
             self.peak_mb = max(self.peak_mb, rss)
+            if self.cancel is not None and self.cancel.is_set():
+                why = f"cancelled: {self.what} was stopped because grading stopped"
+                self.kill(why)
+                return
             if rss > self.memory_mb:
                 why = f"memory limit: {self.what} used more than {self.memory_mb:g} MB"
             elif self.deadline.passed():

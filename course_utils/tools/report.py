@@ -17,12 +17,18 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 #: File of one graded submission, in its folder under the grades.
 RESULT_NAME = "result.json"
+#: Statuses of a grade the grader failed to give, whatever the submission: a re-run grades them
+#: again, and `course grade` exits with 1 when the gradebook has one.
+GRADER_FAILURES = frozenset(
+    {"grader error", "could not start", "task failed", "task timed out", "task cancelled"}
+)
 
 
 @dataclass
@@ -66,6 +72,11 @@ class Grade:
     key: str = ""
 
     @property
+    def grader_failed(self) -> bool:
+        """The grader, not the submission, failed (`GRADER_FAILURES`): not a final grade."""
+        return self.status in GRADER_FAILURES
+
+    @property
     def score(self) -> float:
         return sum(r.earned for r in self.results)
 
@@ -95,7 +106,16 @@ def save(g: Grade, folder: Path) -> None:
     """Write the student's report.md and result.json into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     write_report(g, folder / "report.md")
-    (folder / RESULT_NAME).write_text(g.to_json())
+    # last, and whole or not at all: its presence says "graded" to a re-run and to `slurm_array`
+    _write_whole(folder / RESULT_NAME, g.to_json())
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write `path` through a temporary file renamed over it: a reader (or a crash) never sees
+    half a file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def load(folder: Path) -> Grade | None:
@@ -150,7 +170,7 @@ def write_report(g: Grade, path: Path) -> None:
         lines += ["", f"## Written answer ({question})", ""]
         lines += [f"> {line}" for line in (text or "(no answer)").splitlines()]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    _write_whole(path, "\n".join(lines) + "\n")
 
 
 def _notes(g: Grade) -> str:

@@ -31,8 +31,10 @@ import json
 import os
 import queue
 import re
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +55,9 @@ ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 CELL_TIMEOUT_ERROR = "CellTimeoutError"
 #: Name of the kernelspec written for a wrapped kernel (it lives in a private folder).
 WRAPPED_KERNEL = "course-wrapped-python3"
+#: What `run_notebook` keeps of the kernel process's own stdout/stderr (`log_path`), in KB: a cell
+#: writing to file descriptors 1 and 2 bypasses the output caps and would fill the disk.
+KERNEL_LOG_KB = 1024
 
 
 @dataclass(frozen=True)
@@ -96,19 +101,63 @@ class RunOutcome:
     failed_cell: int | None = None
     extra_output: str = ""  # what the `extra_cell` printed (stdout)
     extra_error: str = ""  # how the `extra_cell` failed, if it did
+    log_dropped: int = 0  # bytes of the kernel's own output left out of `log_path`
     notebook: object = None  # the executed copy
+
+
+class CappedLog(threading.Thread):
+    """Copies a pipe (a kernel's stdout and stderr) into `path`, at most `limit` bytes, then a line
+    saying how much was left out; the rest is read and dropped, so the writer never blocks.
+
+    Example:
+        >>> log = CappedLog(process.stdout, Path("kernel.log"), limit=2**20)
+        >>> log.start(); process.wait(); log.join()
+        >>> log.dropped
+        0
+    """
+
+    def __init__(self, pipe, path: Path, limit: int) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.path, self.limit = pipe, Path(path), limit
+        self.dropped = 0
+
+    def run(self) -> None:
+        kept = 0
+        with open(self.path, "wb") as out, self.pipe:
+            while chunk := os.read(self.pipe.fileno(), 2**16):
+                room = max(0, self.limit - kept)
+                out.write(chunk[:room])
+                kept += min(room, len(chunk))
+                self.dropped += len(chunk) - min(room, len(chunk))
+            if self.dropped:
+                out.write(f"\n[{self.dropped:,} more bytes left out of this log]\n".encode())
 
 
 class _CappedClient(NotebookClient):
     """An nbclient client that keeps at most `cell_limit` bytes of outputs per cell and
-    `notebook_limit` for the notebook, and remembers how much it dropped per cell."""
+    `notebook_limit` for the notebook, and remembers how much it dropped per cell; with a
+    `log_path`, the kernel process's own output goes there through a `CappedLog`."""
 
-    def __init__(self, *args, cell_limit: int, notebook_limit: int, **kwargs) -> None:
+    def __init__(
+        self, *args, cell_limit: int, notebook_limit: int, log_path: Path | None, **kwargs
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.cell_limit, self.notebook_limit = cell_limit, notebook_limit
         self.kept = 0
         self.kept_in_cell: dict[int, int] = {}
         self.dropped: dict[int, int] = {}
+        self.log_path, self.kernel_log = log_path, None
+
+    def start_new_kernel(self, **kwargs) -> None:
+        """Start the kernel, its output into the capped log (or nowhere)."""
+        if self.log_path is None:
+            super().start_new_kernel(**kwargs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return
+        super().start_new_kernel(**kwargs, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.kernel_log = CappedLog(
+            self.km.provisioner.process.stdout, self.log_path, KERNEL_LOG_KB * 1024
+        )
+        self.kernel_log.start()
 
     def output(self, outs, msg, display_id, cell_index):
         out = super().output(outs, msg, display_id, cell_index)
@@ -188,9 +237,16 @@ def _kernel_manager(
     )
 
 
-def _client(notebook, km: AsyncKernelManager, cwd: Path, limits: Limits, stop_on_error: bool):
+def _client(
+    notebook,
+    km: AsyncKernelManager,
+    cwd: Path,
+    limits: Limits,
+    stop_on_error: bool,
+    log_path: Path | None,
+):
     """The nbclient client: interrupts a cell past its time limit and goes on, unless
-    `stop_on_error`; caps the outputs it keeps."""
+    `stop_on_error`; caps the outputs it keeps, and the kernel's log."""
     return _CappedClient(
         notebook,
         km=km,
@@ -203,6 +259,7 @@ def _client(notebook, km: AsyncKernelManager, cwd: Path, limits: Limits, stop_on
         startup_timeout=120,
         cell_limit=limits.cell_output_kb * 1024,
         notebook_limit=limits.notebook_output_mb * 2**20,
+        log_path=log_path,
     )
 
 
@@ -238,6 +295,7 @@ def run_notebook(
     extra_cell: str = "",
     progress: str | None = None,
     log_path: Path | None = None,
+    cancel: threading.Event | None = None,
 ) -> RunOutcome:
     """Execute `notebook` (a NotebookNode, modified in place) in a fresh kernel in `cwd`.
 
@@ -248,14 +306,16 @@ def run_notebook(
     wrap: turns the kernel's command line into the one to start (e.g. `sandbox.wrap`).
     extra_cell: code run after the last cell; its stdout goes to `extra_output`, not the notebook.
     progress: a label for a progress bar over the code cells.
-    log_path: the kernel process's own stdout/stderr (not the cells' outputs); default discarded.
+    log_path: the kernel process's own stdout/stderr (not the cells' outputs), the first
+    `KERNEL_LOG_KB` of it (`log_dropped`: the bytes left out); default discarded.
+    cancel: once set, the kernel is killed (status "killed"): the caller stopped.
     """
     outcome = RunOutcome(status="ran", notebook=notebook)
     private = tempfile.TemporaryDirectory(prefix="course-kernel-")
     km = _kernel_manager(
         kernel_name, Path(connection_dir or private.name), wrap, Path(private.name)
     )
-    client = _client(notebook, km, cwd, limits, stop_on_error)
+    client = _client(notebook, km, cwd, limits, stop_on_error, log_path)
 
     def on_cell_error(cell, cell_index, execute_reply):
         if execute_reply.get("content", {}).get("ename") == CELL_TIMEOUT_ERROR:
@@ -265,12 +325,17 @@ def run_notebook(
     bar = _progress_bar(client, notebook, progress)
     started = time.monotonic()
     pid = None
-    log = open(log_path or os.devnull, "w")
     try:
-        with client.setup_kernel(env=env, cwd=str(cwd), stdout=log, stderr=log):
+        with client.setup_kernel(env=env, cwd=str(cwd)):
             pid = km.provisioner.pid
             _run_watched(
-                client, pid, limits, outcome, stop_on_error=stop_on_error, extra=extra_cell
+                client,
+                pid,
+                limits,
+                outcome,
+                stop_on_error=stop_on_error,
+                extra=extra_cell,
+                cancel=cancel,
             )
     # The kernel did not start, or talking to it failed.
     except Exception as exc:
@@ -281,7 +346,10 @@ def run_notebook(
         if bar is not None:
             bar.close()
         _stop_kernel(client, km, pid)
-        log.close()
+        if client.kernel_log is not None:
+            # the pipe ends with the kernel and everything it started (killed above)
+            client.kernel_log.join(timeout=10)
+            outcome.log_dropped = client.kernel_log.dropped
         private.cleanup()
     outcome.seconds = time.monotonic() - started
     _finish(notebook, limits, outcome, client.dropped)
@@ -296,9 +364,11 @@ def _run_watched(
     *,
     stop_on_error: bool,
     extra: str,
+    cancel: threading.Event | None,
 ) -> None:
     """Run the cells (then the `extra` code) while a Watchdog holds the kernel to its limits."""
-    with Watchdog(pid, limits.memory_mb, limits.timeout, what="the notebook") as dog:
+    dog = Watchdog(pid, limits.memory_mb, limits.timeout, what="the notebook", cancel=cancel)
+    with dog:
         try:
             _run_cells(client, limits, outcome, dog, stop_on_error=stop_on_error)
             if extra and outcome.status == "ran":

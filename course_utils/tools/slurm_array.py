@@ -9,13 +9,15 @@ share with the submitting machine.
 
 While the tasks run, the progress (done, running, pending, failed) comes from Slurm: `squeue`
 lists pending and running tasks and, for a few minutes after they end (`MinJobAge`), their final
-state; `sacct` is asked next when the cluster keeps accounting. When neither knows a task any more
-(a cluster with `AccountingStorageType=accounting_storage/none`, after `MinJobAge`), the task's
-own files decide: its result.json (done) or the exit code its batch script wrote (failed).
+state; `sacct` is asked only for tasks squeue no longer lists, when the cluster keeps accounting.
+When neither knows a task any more (a cluster with
+`AccountingStorageType=accounting_storage/none`, after `MinJobAge`), the task's own files decide:
+its result.json (done) or the exit code its batch script wrote (failed).
 
 A task that dies, times out or is cancelled still gets a gradebook row, with the reason and its
 Slurm log. A re-run grades only the submissions without a result (everything with --regrade).
-Ctrl-C cancels the array (`scancel`) and waits until Slurm has ended every task.
+Ctrl-C, SIGTERM, SIGHUP or an error while waiting cancels the array (`scancel`) and waits until
+Slurm has ended every task.
 
 Example:
     >>> b = batch.prepare("grades", solution, batch.Settings(devices=2), Limits())
@@ -25,14 +27,18 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,14 +97,20 @@ def task_minutes(b: Batch) -> int:
     return math.ceil((b.limits.timeout + batch.CHECK_TIMEOUT_S + TASK_MARGIN_S) / 60)
 
 
+def log_option(logs: Path) -> str:
+    """sbatch's --output for the tasks' logs in `logs`, given on the command line (an #SBATCH line
+    cannot hold a folder with spaces); a "%" of the folder's name doubled (Slurm reads %A, %a)."""
+    return f"--output={str(logs).replace('%', '%%')}/slurm-%A_%a.out"
+
+
 def batch_script(b: Batch, plan: Path, count: int, options: SlurmOptions) -> str:
-    """The sbatch script of the array: task i grades submission i of `plan`."""
+    """The sbatch script of the array: task i grades submission i of `plan` (submitted with
+    `log_option`)."""
     logs = plan.parent
     lines = [
         "#!/bin/bash",
         "#SBATCH --job-name=course-grade",
         f"#SBATCH --array=0-{count - 1}",
-        f"#SBATCH --output={logs}/slurm-%A_%a.out",
         f"#SBATCH --cpus-per-task={options.cpus_per_task}",
         f"#SBATCH --time={options.time or task_minutes(b)}",
     ]
@@ -125,7 +137,8 @@ def submit(b: Batch, submissions: list[Submission], options: SlurmOptions) -> tu
         old.unlink()
     script = plan.parent / "grade.sbatch"
     script.write_text(batch_script(b, plan, len(submissions), options))
-    job = _slurm("sbatch", "--parsable", str(script)).stdout.strip().split(";")[0]
+    submitted = _slurm("sbatch", "--parsable", log_option(plan.parent), str(script))
+    job = submitted.stdout.strip().split(";")[0]
     return job, plan.parent
 
 
@@ -163,7 +176,10 @@ def _from_sacct(job: str) -> dict[int, str]:
 def task_states(job: str, logs: Path, count: int) -> dict[int, str]:
     """The state of each task 0..count-1: Slurm's (squeue, then sacct), else from the task's
     files: "COMPLETED" with exit code 0, "FAILED" with another, "UNKNOWN" without any."""
-    states = {**_from_sacct(job), **_from_squeue(job)}
+    states = _from_squeue(job)
+    if len(states) < count:
+        # ended more than MinJobAge ago: accounting may remember (asked only then: sacct is slow)
+        states = {**_from_sacct(job), **states}
     for index in range(count):
         if index not in states:
             exit_file = logs / f"exit-{index}"
@@ -262,8 +278,9 @@ def grade(
     regrade: bool = False,
 ) -> list[Grade]:
     """Grade the submissions in `paths` as one Slurm job array; write the reports, gradebook.csv
-    and its exports like `batch.grade`. Ctrl-C cancels the array, writes the gradebook of what
-    finished and raises KeyboardInterrupt."""
+    and its exports like `batch.grade`. Ctrl-C, SIGTERM, SIGHUP or any error while waiting cancels
+    the array, writes the gradebook of what finished and raises (KeyboardInterrupt, SystemExit
+    with 128 + the signal, or the error)."""
     why = missing()
     if why:
         raise SlurmError(why)
@@ -272,19 +289,69 @@ def grade(
     states: dict[int, str] = {}
     job = ""
     if todo:
-        job, logs = submit(b, todo, options)
-        if progress:
-            print(f"Submitted Slurm job {job}: {len(todo)} of {len(submissions)} submissions")
-        try:
-            states = wait(b, todo, job, progress)
-        except KeyboardInterrupt:
-            print(f"Cancelling Slurm job {job} ...", file=sys.stderr, flush=True)
-            states = cancel(job, logs, len(todo))
-            batch.write_gradebooks(b, _all_grades(b, submissions, todo, states, job))
-            raise
+        with _signals_raise():
+            job, logs = submit(b, todo, options)
+            try:
+                if progress:
+                    print(
+                        f"Submitted Slurm job {job}: {len(todo)} of {len(submissions)} submissions"
+                    )
+                states = wait(b, todo, job, progress)
+            except BaseException as exc:
+                # Ctrl-C, SIGTERM/SIGHUP (a closed session), Slurm or any other error: no task of
+                # this array may run on unwatched
+                _cancel_after(exc, b, submissions, todo, job, logs)
+                raise
     grades = _all_grades(b, submissions, todo, states, job)
     batch.write_gradebooks(b, grades)
     return grades
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise SystemExit(128 + signal) here, so that `grade` cancels the array
+    (by default they end Python without running any cleanup). Only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _cancel_after(
+    exc: BaseException,
+    b: Batch,
+    submissions: list[Submission],
+    todo: list[Submission],
+    job: str,
+    logs: Path,
+) -> None:
+    """scancel the array after `exc` stopped `grade`, and write the gradebook of what finished."""
+    if isinstance(exc, KeyboardInterrupt):
+        why = "Ctrl-C"
+    elif isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:
+        why = signal.Signals(exc.code - 128).name
+    else:
+        why = f"{type(exc).__name__}: {exc}"
+    print(f"Cancelling Slurm job {job} ({why}) ...", file=sys.stderr, flush=True)
+    try:
+        states = cancel(job, logs, len(todo))
+        batch.write_gradebooks(b, _all_grades(b, submissions, todo, states, job))
+    except Exception as error:
+        print(
+            f"Could not confirm that Slurm job {job} ended ({error}): check with squeue, end it "
+            f"with scancel {job}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _all_grades(
@@ -300,7 +367,8 @@ def run_task(plan: Path, index: int) -> int:
     b, submissions = batch.load_plan(plan)
     submission = submissions[index]
     base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
-    checks = batch.start_checks(b, base)
+    # its own log: tasks on several nodes would write one file over each other
+    checks = batch.start_checks(b, base, f"{batch.PLAN_FOLDER}/checks-{index}.log")
     watch = batch.TamperWatch(b)
     try:
         g = batch.grade_one(b, submission, checks, base)
