@@ -175,9 +175,8 @@ def test_the_solution_scores_full_marks(batch, student):
     assert g.status == "graded" and not g.cell_errors, g.cell_errors
     assert failed(g) == {}, failed(g)
     assert g.score == g.max_score == 12
-    assert not [note for note in g.notes if "course_utils/" not in note], (
-        g.notes
-    )  # others may edit course_utils
+    # Others may edit course_utils.
+    assert not [note for note in g.notes if "course_utils/" not in note], g.notes
     report = (out / student / "report.md").read_text()
     assert report.startswith(f"# {student}: 12 / 12") and "to read" in report, (
         "the written answer is flagged for reading"

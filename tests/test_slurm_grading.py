@@ -232,7 +232,15 @@ def test_ctrl_c_cancels_the_array_and_leaves_nothing(cluster, tmp_path):
     slow = write(notebook_of("import time\ntime.sleep(300)"), tmp_path / "slow.ipynb")
     out = tmp_path / "grades"
     command = course_grade(cluster, str(slow), f"--out={out}")
-    proc = subprocess.Popen(command, env=cluster.env, stdout=subprocess.PIPE, text=True)
+    # As from a terminal: SIGINT at its default. A suite started in the background by a
+    # non-interactive shell inherits SIGINT ignored (POSIX), and so would `course grade`.
+    proc = subprocess.Popen(
+        command,
+        env=cluster.env,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     plan = out / batch.PLAN_FOLDER / "plan.json"
     slurm.wait_until(lambda: plan.exists() and task_process(plan), 120, "the task to run")
     proc.send_signal(signal.SIGINT)
