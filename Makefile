@@ -15,7 +15,8 @@ PYTHON_EXE := $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/nu
 VENV   := .venv
 BIN    := $(VENV)/bin
 # GPU=1 (Linux with an NVIDIA GPU): TensorFlow's CUDA and cuDNN libraries too, the extra `gpu`
-# (tensorflow[and-cuda]); remembered in .venv, so later commands keep them.
+# (tensorflow[and-cuda]); remembered in .venv, so later commands keep them; GPU=0 rebuilds .venv
+# without them.
 GPU    ?= $(if $(wildcard $(VENV)/.with-gpu),1,)
 comma  := ,
 EXTRAS := jupyter,test$(if $(filter 1,$(GPU)),$(comma)gpu)
@@ -37,11 +38,13 @@ $(STAMP): pyproject.toml constraints.txt
 	@want=$$($(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
 	have=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true); \
 	if [ -n "$$have" ] && [ "$$have" != "$$want" ]; then echo "$(VENV) has Python $$have, $(PYTHON) is $$want: rebuilding it"; rm -rf $(VENV); fi
+	@if [ "$(GPU)" != 1 ] && [ -e $(VENV)/.with-gpu ]; then echo "GPU=$(GPU): rebuilding $(VENV) without TensorFlow's CUDA libraries"; rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON_EXE) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	$(if $(filter 1,$(GPU)),touch $(VENV)/.with-gpu)
 	$(BIN)/python -m course_utils.tools.lab >/dev/null
+	rm -f $(VENV)/.installed-py*
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -101,6 +101,9 @@ class Lab:
                 f"--ServerApp.port={self.port}",
                 "--ServerApp.port_retries=0",
                 "--IdentityProvider.token=",
+                # window.jupyterapp: the test reads the notebook's model (cells run, modified)
+                # instead of guessing from the page or waiting fixed times.
+                "--LabApp.expose_app_in_browser=True",
                 f"--ServerApp.root_dir={root}",
                 *(["--allow-root"] if os.geteuid() == 0 else []),  # as `make lab` does
             ],
@@ -176,34 +179,48 @@ def open_from_file_browser(page, folder: str, name: str) -> None:
     page.locator(".jp-NotebookPanel:visible .jp-Notebook").wait_for()
 
 
-def kernel_status(page) -> str:
-    indicator = page.locator(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator")
-    return indicator.get_attribute("data-status") or ""
+#: The open notebook as JupyterLab's own model has it, once its kernel is connected and the
+#: kernel's name and language (which JupyterLab writes into the notebook) have arrived.
+NOTEBOOK_STATE = """async () => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  await panel.sessionContext.ready;
+  const kernel = panel.sessionContext.session.kernel;
+  await Promise.all([kernel.info, kernel.spec]);
+  await new Promise(resolve => setTimeout(resolve, 0));  // JupyterLab's own handlers first
+  const cells = panel.content.model.cells;
+  let code = 0, unrun = 0;
+  for (let i = 0; i < cells.length; i++) {
+    const cell = cells.get(i);
+    if (cell.type !== 'code') continue;
+    code += 1;
+    if (cell.executionCount === null) unrun += 1;
+  }
+  return {kernel: kernel.status, dirty: panel.model.dirty, code, unrun};
+}"""
 
 
-def wait_idle(page, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while kernel_status(page) != "idle":
-        assert time.monotonic() < deadline, f"kernel not idle after {seconds} s"
-        time.sleep(0.5)
+def notebook_state(page) -> dict:
+    """{"kernel": its status, "dirty": modified, "code": code cells, "unrun": without a count}."""
+    return page.evaluate(NOTEBOOK_STATE)
 
 
 def current_tab_is_dirty(page) -> bool:
-    tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.jp-mod-current")
-    return "jp-mod-dirty" in (tab.get_attribute("class") or "")
+    return notebook_state(page)["dirty"]
 
 
 def wait_until_finished(page, seconds: float) -> None:
-    """Run All has finished when no cell is queued or running ([*]) and the kernel is idle,
-    twice in a row a second apart (between two cells the kernel is briefly idle)."""
+    """Run All has finished when every code cell has an execution count and the kernel is idle
+    (JupyterLab clears the count of each cell it queues, and sets it when the cell has run)."""
     deadline = time.monotonic() + seconds
-    settled = 0
-    time.sleep(2)
-    while settled < 2:
-        assert time.monotonic() < deadline, f"Run All not finished after {seconds} s"
-        running = page.locator(".jp-NotebookPanel:visible .jp-InputPrompt", has_text="[*]").count()
-        settled = settled + 1 if running == 0 and kernel_status(page) == "idle" else 0
-        time.sleep(1)
+    while True:
+        state = notebook_state(page)
+        if state["unrun"] == 0 and state["kernel"] == "idle":
+            return
+        assert time.monotonic() < deadline, (
+            f"Run All not finished after {seconds} s: {state['unrun']} of {state['code']} code "
+            f"cells without an execution count, kernel {state['kernel']}"
+        )
+        time.sleep(0.5)
 
 
 def save(page) -> None:
@@ -252,9 +269,9 @@ def close_current(page) -> None:
 def test_notebook_runs_clean_in_jupyterlab(lab, page, folder: str, name: str):
     stem = Path(name).stem
     open_from_file_browser(page, folder, name)
-    wait_idle(page, 120)
-    time.sleep(2)  # the kernel's name and language arrive after it is idle
-    assert not current_tab_is_dirty(page), (
+    state = notebook_state(page)  # waits until its kernel's name and language have arrived
+    assert state["unrun"] == state["code"] > 0, f"{name} was committed with outputs: {state}"
+    assert not state["dirty"], (
         f"{name} shows as modified right after opening (are the settings of "
         "`python -m course_utils.tools.lab`, which make setup runs, installed?)"
     )

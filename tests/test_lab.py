@@ -15,14 +15,28 @@ import nbformat
 from course_utils.tools import lab
 
 
-def test_install_writes_the_kernel_and_both_settings(tmp_path):
+def test_install_writes_the_kernel_and_both_settings_keeping_the_users(tmp_path):
+    # Settings already in the environment stay: the user's JupyterLab overrides and server file.
+    own_overrides = {"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"}}
+    settings = tmp_path / "share/jupyter/lab/settings"
+    settings.mkdir(parents=True)
+    (settings / "overrides.json").write_text(json.dumps(own_overrides))
+    own_server = tmp_path / "etc/jupyter/jupyter_server_config.json"
+    own_server.parent.mkdir(parents=True)
+    own_server.write_text('{"ServerApp": {"open_browser": false}}')
     kernel, overrides, server = lab.install(tmp_path)
+    assert (
+        json.loads(overrides.read_text())["@jupyterlab/apputils-extension:themes"]
+        == (own_overrides["@jupyterlab/apputils-extension:themes"])
+    )
+    assert own_server.read_text() == '{"ServerApp": {"open_browser": false}}'
+
     spec = json.loads((kernel / "kernel.json").read_text())
     assert kernel.name == "python3" and spec["display_name"] == "Python 3"
     assert overrides == tmp_path / "share/jupyter/lab/settings/overrides.json"
     news = json.loads(overrides.read_text())["@jupyterlab/apputils-extension:notification"]
     assert news == {"fetchNews": "false", "checkForUpdates": False}
-    assert server == tmp_path / "etc/jupyter/jupyter_server_config.json"
+    assert server == tmp_path / "etc/jupyter/jupyter_server_config.d/course_utils.json"
     assert json.loads(server.read_text())["ServerApp"]["contents_manager_class"] == (
         "course_utils.tools.lab.CourseContentsManager"
     )

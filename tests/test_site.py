@@ -148,6 +148,17 @@ def test_the_check_reports_a_missing_image_and_a_broken_link(course, html, tmp_p
     assert "solutions/02_task_solution.html: a ../nowhere.html (no such file)" in problems
 
 
+def test_without_chromium_the_site_is_built_and_says_its_images_were_not_checked(course, html):
+    problems = site.check(html, site.page_paths(course), chromium="/nonexistent/chromium")
+    assert problems == [
+        "images not checked: Chromium not found at /nonexistent/chromium (Debian: apt-get "
+        "install chromium)"
+    ]
+    assert not site.failed(problems, required=False)  # said, not failed: the pages are there
+    assert site.failed(problems, required=True)  # CI: COURSE_REQUIRE_BROWSER=1
+    assert site.failed(["page missing: 01_lesson.html"], required=False)
+
+
 def test_without_executed_copies_the_build_says_to_run_the_course(course, tmp_path):
     with pytest.raises(site.SiteError, match="run `course run`"):
         site.prepare(course, tmp_path / "empty", tmp_path / "source")

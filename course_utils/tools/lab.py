@@ -83,9 +83,14 @@ def install(prefix: Path = Path(sys.prefix)) -> list[Path]:
         prefix=str(prefix),
         env={"PATH": f"{prefix / 'bin'}:${{PATH}}"},
     )
+    # JupyterLab reads one overrides.json: the course's settings are merged into what is there.
     overrides = prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
-    server = prefix / "etc" / "jupyter" / "jupyter_server_config.json"
-    for path, settings in ((overrides, LAB_OVERRIDES), (server, SERVER_CONFIG)):
+    merged = json.loads(overrides.read_text()) if overrides.exists() else {}
+    for plugin, values in LAB_OVERRIDES.items():
+        merged[plugin] = {**merged.get(plugin, {}), **values}
+    # Jupyter Server merges every file of jupyter_server_config.d: the course adds its own.
+    server = prefix / "etc" / "jupyter" / "jupyter_server_config.d" / "course_utils.json"
+    for path, settings in ((overrides, merged), (server, SERVER_CONFIG)):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(settings, indent=2) + "\n")
     return [Path(kernel), overrides, server]
