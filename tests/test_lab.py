@@ -29,14 +29,14 @@ def test_install_writes_the_kernel_and_both_settings_keeping_the_users(tmp_path)
         json.loads(overrides.read_text())["@jupyterlab/apputils-extension:themes"]
         == (own_overrides["@jupyterlab/apputils-extension:themes"])
     )
-    assert own_server.read_text() == '{"ServerApp": {"open_browser": false}}'
+    assert json.loads(own_server.read_text())["ServerApp"]["open_browser"] is False
 
     spec = json.loads((kernel / "kernel.json").read_text())
     assert kernel.name == "python3" and spec["display_name"] == "Python 3"
     assert overrides == tmp_path / "share/jupyter/lab/settings/overrides.json"
     news = json.loads(overrides.read_text())["@jupyterlab/apputils-extension:notification"]
     assert news == {"fetchNews": "false", "checkForUpdates": False}
-    assert server == tmp_path / "etc/jupyter/jupyter_server_config.d/course_utils.json"
+    assert server == own_server
     assert json.loads(server.read_text())["ServerApp"]["contents_manager_class"] == (
         "course_utils.tools.lab.CourseContentsManager"
     )

@@ -83,16 +83,16 @@ def install(prefix: Path = Path(sys.prefix)) -> list[Path]:
         prefix=str(prefix),
         env={"PATH": f"{prefix / 'bin'}:${{PATH}}"},
     )
-    # JupyterLab reads one overrides.json: the course's settings are merged into what is there.
+    # One file each (Jupyter Server reads only extension switches from jupyter_server_config.d):
+    # the course's settings are merged into what the files already hold.
     overrides = prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
-    merged = json.loads(overrides.read_text()) if overrides.exists() else {}
-    for plugin, values in LAB_OVERRIDES.items():
-        merged[plugin] = {**merged.get(plugin, {}), **values}
-    # Jupyter Server merges every file of jupyter_server_config.d: the course adds its own.
-    server = prefix / "etc" / "jupyter" / "jupyter_server_config.d" / "course_utils.json"
-    for path, settings in ((overrides, merged), (server, SERVER_CONFIG)):
+    server = prefix / "etc" / "jupyter" / "jupyter_server_config.json"
+    for path, settings in ((overrides, LAB_OVERRIDES), (server, SERVER_CONFIG)):
+        merged = json.loads(path.read_text()) if path.exists() else {}
+        for section, values in settings.items():
+            merged[section] = {**merged.get(section, {}), **values}
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(settings, indent=2) + "\n")
+        path.write_text(json.dumps(merged, indent=2) + "\n")
     return [Path(kernel), overrides, server]
 
 
