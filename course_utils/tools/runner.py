@@ -104,6 +104,11 @@ class RunOutcome:
     log_dropped: int = 0  # bytes of the kernel's own output left out of `log_path`
     notebook: object = None  # the executed copy
 
+    def record_timeout(self, cell, cell_index: int, execute_reply: dict) -> None:
+        """nbclient's `on_cell_error` hook: note the cells interrupted at their time limit."""
+        if execute_reply.get("content", {}).get("ename") == CELL_TIMEOUT_ERROR:
+            self.timed_out_cells.append(cell_index)
+
 
 class CappedLog(threading.Thread):
     """Copies a pipe (a kernel's stdout and stderr) into `path`, at most `limit` bytes, then a line
@@ -240,6 +245,7 @@ def _kernel_manager(
 def _client(
     notebook,
     km: AsyncKernelManager,
+    *,
     cwd: Path,
     limits: Limits,
     stop_on_error: bool,
@@ -297,12 +303,12 @@ def run_notebook(
     log_path: Path | None = None,
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
-    """Execute `notebook` (a NotebookNode, modified in place) in a fresh kernel in `cwd`.
+    """Execute `notebook` (a NotebookNode, modified in place) in a fresh kernel in `cwd`, with
+    `env` as the kernel's whole environment.
 
-    env: the kernel's whole environment.
     stop_on_error: stop at the first failing cell (like "Run All"); else every cell runs.
-    connection_dir: where the connection file and the kernel's sockets go (default: a private
-    temporary folder); a sandboxed kernel needs them inside a folder it can see.
+    connection_dir: where the kernel's connection file and sockets go (default: a private
+    temporary folder; a sandboxed kernel needs a folder it can see).
     wrap: turns the kernel's command line into the one to start (e.g. `sandbox.wrap`).
     extra_cell: code run after the last cell; its stdout goes to `extra_output`, not the notebook.
     progress: a label for a progress bar over the code cells.
@@ -315,13 +321,9 @@ def run_notebook(
     km = _kernel_manager(
         kernel_name, Path(connection_dir or private.name), wrap, Path(private.name)
     )
-    client = _client(notebook, km, cwd, limits, stop_on_error, log_path)
-
-    def on_cell_error(cell, cell_index, execute_reply):
-        if execute_reply.get("content", {}).get("ename") == CELL_TIMEOUT_ERROR:
-            outcome.timed_out_cells.append(cell_index)
-
-    client.on_cell_error = on_cell_error
+    client = _client(notebook, km, cwd=cwd, limits=limits, stop_on_error=stop_on_error,
+                     log_path=log_path)  # fmt: skip
+    client.on_cell_error = outcome.record_timeout
     bar = _progress_bar(client, notebook, progress)
     started = time.monotonic()
     pid = None
@@ -345,11 +347,7 @@ def run_notebook(
     finally:
         if bar is not None:
             bar.close()
-        _stop_kernel(client, km, pid)
-        if client.kernel_log is not None:
-            # the pipe ends with the kernel and everything it started (killed above)
-            client.kernel_log.join(timeout=10)
-            outcome.log_dropped = client.kernel_log.dropped
+        outcome.log_dropped = _stop_kernel(client, km, pid)
         private.cleanup()
     outcome.seconds = time.monotonic() - started
     _finish(notebook, limits, outcome, client.dropped)
@@ -383,8 +381,9 @@ def _run_watched(
     outcome.peak_mb = dog.peak_mb
 
 
-def _stop_kernel(client: _CappedClient, km: AsyncKernelManager, pid: int | None) -> None:
-    """Close the channels, kill the kernel and everything it left behind, remove its files."""
+def _stop_kernel(client: _CappedClient, km: AsyncKernelManager, pid: int | None) -> int:
+    """Close the channels, kill the kernel and everything it left behind, remove its files;
+    return the bytes of the kernel's own output left out of its log."""
     if client.kc is not None:
         client.kc.stop_channels()
     if pid is not None:
@@ -396,6 +395,11 @@ def _stop_kernel(client: _CappedClient, km: AsyncKernelManager, pid: int | None)
     # It is dead already (killed above), which is all that matters.
     except Exception:
         run_sync(km.cleanup_resources)()
+    if client.kernel_log is None:
+        return 0
+    # The pipe ends with the kernel and everything it started (killed above).
+    client.kernel_log.join(timeout=10)
+    return client.kernel_log.dropped
 
 
 def _run_cells(

@@ -300,7 +300,7 @@ def grade(
             except BaseException as exc:
                 # Ctrl-C, SIGTERM/SIGHUP (a closed session), Slurm or any other error: no task of
                 # this array may run on unwatched
-                _cancel_after(exc, b, submissions, todo, job, logs)
+                _cancel_after(exc, b, submissions=submissions, todo=todo, job=job, logs=logs)
                 raise
     grades = _all_grades(b, submissions, todo, states, job)
     batch.write_gradebooks(b, grades)
@@ -329,6 +329,7 @@ def _signals_raise() -> Iterator[None]:
 def _cancel_after(
     exc: BaseException,
     b: Batch,
+    *,
     submissions: list[Submission],
     todo: list[Submission],
     job: str,
