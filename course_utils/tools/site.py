@@ -407,7 +407,8 @@ def run(args: argparse.Namespace) -> int:
     if failed(problems, required=os.environ.get("COURSE_REQUIRE_BROWSER") == "1"):
         return 1
     pages = len(list(html.rglob("*.html")))
-    print(f"Site: {html / 'index.html'} ({pages} HTML files; pages, links and images checked)")
+    checked = "pages and links checked" if problems else "pages, links and images checked"
+    print(f"Site: {html / 'index.html'} ({pages} HTML files; {checked})")
     return 0
 
 
