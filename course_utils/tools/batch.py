@@ -63,7 +63,7 @@ from course_utils import data as course_data
 from course_utils.tools import exercise, report, sandbox
 from course_utils.tools.checker import CheckProcess, Verdict
 from course_utils.tools.checks import ARTIFACTS_NAME, DATASET
-from course_utils.tools.paths import course_root
+from course_utils.tools.paths import PACKAGE_ROOT, course_root
 from course_utils.tools.report import CheckResult, Grade
 from course_utils.tools.runner import KERNEL_LOG_KB, Limits, RunOutcome
 
@@ -76,7 +76,7 @@ PLAN_FOLDER = ".batch"
 #: Files and folders of the grades folder itself, never a student's name (compared ignoring case).
 RESERVED_NAMES = frozenset({"gradebook.csv", "canvas.csv", "moodle.csv", "checks.log"})
 #: The installed course package, watched for changes while submissions run unsandboxed.
-PACKAGE = Path(__file__).resolve().parents[1]
+PACKAGE = PACKAGE_ROOT / "course_utils"
 
 
 @dataclass(frozen=True)

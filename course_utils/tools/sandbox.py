@@ -36,6 +36,7 @@ from pathlib import Path
 
 from course_utils.settings import tfds_data_dir
 from course_utils.tools import checks
+from course_utils.tools.paths import PACKAGE_ROOT
 from course_utils.tools.runner import Limits, RunOutcome, run_notebook
 
 #: The flag that grades without a sandbox, named after what it risks.
@@ -158,11 +159,8 @@ def _tmpfs(folder: str | Path, size_mb: int) -> list[str]:
 
 def _read_only_keep() -> list[Path]:
     """Folders a sandboxed Python must read even when they sit under a hidden folder."""
-    import course_utils
-
-    package_parent = Path(course_utils.__file__).resolve().parents[1]
     keep = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parents[1]}
-    keep.add(package_parent)
+    keep.add(PACKAGE_ROOT)
     data_dir = str(tfds_data_dir())
     if Path(data_dir).is_dir():
         keep.add(Path(data_dir))
@@ -173,9 +171,7 @@ def course_private() -> list[Path]:
     """What a submission must not read in the course checkout it is graded from: the solutions,
     build/ (executed copies, benchmark results, grades kept there) and the git history (every
     version of the solution), also when .git is a file pointing elsewhere (a worktree)."""
-    import course_utils
-
-    root = Path(course_utils.__file__).resolve().parents[1]
+    root = PACKAGE_ROOT
     private = [root / "solutions", root / "build", root / ".git"]
     git = root / ".git"
     if git.is_file():
