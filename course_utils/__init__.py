@@ -1,18 +1,19 @@
 """Support package for the course on distributed training with TensorFlow and Keras.
 
-Every notebook starts with the same set-up cell, which must run before any TensorFlow operation:
+Every notebook starts with the same set-up cell, before any TensorFlow operation:
 
     >>> import course_utils
     >>> settings = course_utils.setup()
 
 It reads the COURSE_* variables (`settings`), keeps TensorFlow's start-up noise out of the outputs
-(`quiet`), creates the logical devices the strategy will use (`devices`) and prints what it did.
-The other modules: `data` (datasets, online or off), `timing` (speed and the noise rule), `plots`,
-`tables` and `cluster` (local multi-worker clusters). The `course` command and the instructors'
-tooling live in `course_utils.tools`, which students never need to open.
+(`quiet`), creates the devices the strategy will use (`devices`) and prints what it did. The other
+modules: `data`, `timing`, `plots`, `tables` and `cluster`. The `course` command and the
+instructors' tooling live in `course_utils.tools`, which students never need to open.
 """
 
 from __future__ import annotations
+
+import os
 
 from course_utils.quiet import set_log_environment
 from course_utils.settings import Settings, read_settings
@@ -23,7 +24,6 @@ __version__ = "0.1.0"
 # Before anything imports TensorFlow.
 set_log_environment()
 
-#: One line under the settings, saying what the profile's sizes are for.
 PROFILE_NOTES = {
     "full": "Sizes: the original course's (made for a GPU).",
     "cpu": "Sizes: fewer epochs (often fewer examples) than the original: minutes per notebook.",
@@ -39,35 +39,31 @@ def setup(
 ) -> Settings:
     """Configure this kernel for the course and return the settings in force.
 
-    Arguments override COURSE_DEVICES, COURSE_PROFILE and COURSE_DATA. Re-running it with the
-    same devices is harmless; asking for other devices after TensorFlow started raises
-    `devices.DeviceSetupTooLateError`, which says to restart the kernel.
+    Arguments override COURSE_DEVICES, COURSE_PROFILE and COURSE_DATA. Re-running it is harmless;
+    asking for other devices after TensorFlow started raises `devices.DeviceSetupTooLateError`.
     """
-    import os
-
     from course_utils.devices import simulate_devices
 
     asked = read_settings(devices=devices, profile=profile, data=data)
     names = simulate_devices(asked.devices)
-    has_gpu = any(":GPU:" in name for name in names)
-    chosen = ("full" if has_gpu else "cpu") if asked.profile == "auto" else asked.profile
-    settings = Settings(chosen, len(names), asked.data)
+    gpu = any(":GPU:" in name for name in names)
+    chosen = ("full" if gpu else "cpu") if asked.profile == "auto" else asked.profile
     # Written back, so that every module (e.g. data.load) and child process sees the same.
     os.environ.update(COURSE_PROFILE=chosen, COURSE_DATA=asked.data, COURSE_DEVICES=str(len(names)))
     if verbose:
         import keras
         import tensorflow as tf
 
-        where = f"{len(names)} logical {'GPU' if has_gpu else 'CPU'}"
-        if not has_gpu and len(names) > 1:
+        where = f"{len(names)} logical {'GPU' if gpu else 'CPU'}"
+        if not gpu and len(names) > 1:
             where += " (simulated: they share this machine's cores)"
         print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}")
-        print(f"profile={chosen}  data={settings.data}  devices={where}")
+        print(f"profile={chosen}  data={asked.data}  devices={where}")
         note = PROFILE_NOTES[chosen]
         if asked.profile == "auto":
-            other = "cpu forces the shorter run" if has_gpu else "full forces the original sizes"
+            forces = "cpu forces the shorter run" if gpu else "full forces the original sizes"
             note += (
-                f" Chosen because {'a' if has_gpu else 'no'} GPU was found; COURSE_PROFILE={other}."
+                f" Chosen because {'a' if gpu else 'no'} GPU was found; COURSE_PROFILE={forces}."
             )
         print(note)
-    return settings
+    return Settings(chosen, len(names), asked.data)

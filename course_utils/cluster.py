@@ -1,15 +1,15 @@
 """Run a small TensorFlow cluster on this machine, safely: `LocalCluster` and `run`.
 
-Notebook 4 first starts two workers with `subprocess.Popen`; this is the same, with safeguards.
-Each worker gets its TF_CONFIG and a log file; waiting means *reading the logs* for a line (never
-sleeping); when one worker fails, or at the deadline, or on Ctrl-C, every worker is stopped and
-the error ends with the failed worker's last log lines.
+Notebook 4 first starts two workers with `subprocess.Popen`; this does the same with safeguards.
+Each worker gets its TF_CONFIG and a log file; waiting means reading the logs for a line, never
+sleeping; when a worker fails, at the deadline, or on Ctrl-C, every worker is stopped and the
+error ends with the failed worker's last log lines.
 
 Why this module sends signals: each worker runs in its own process group, out of reach of the
 notebook's Ctrl-C, and one signal to the group stops it with all it started (SIGTERM asks, SIGKILL
 forces, as when a machine is lost). A kernel can also die without cleaning up (a crash, "Restart
-kernel" on a busy one): each cluster therefore starts a small guard process that waits while the
-kernel lives, then kills the workers' groups (`guard`).
+kernel" on a busy one), so each cluster starts a small guard process: it waits while the kernel
+lives, then kills the workers (`guard`).
 
 Example:
     >>> from course_utils import cluster
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import signal
@@ -36,44 +35,23 @@ from pathlib import Path
 
 import portpicker
 
-#: How often the waiting loops read the logs and look at the workers (seconds).
+#: How often the waiting loops read the logs (seconds).
 POLL_SECONDS = 0.05
 #: Between SIGTERM and SIGKILL when the cluster is stopped (seconds).
 STOP_GRACE_SECONDS = 3.0
-#: In each worker's environment: the pid of the process that started it (`course doctor` looks
-#: for workers that outlived it).
+#: In each worker's environment: the pid that started it (`course doctor` finds orphans by it).
 MARKER = "COURSE_CLUSTER_PARENT"
 
 # On the workers' PYTHONPATH, so that they (and the guard) import this package.
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 
 
-def cluster_spec(workers: int = 2, ports: Sequence[int] | None = None) -> dict[str, list[str]]:
-    """The `cluster` part of TF_CONFIG: "host:port" of each worker, on free ports unless given.
-
-    >>> cluster_spec(workers=2, ports=[2222, 2223])
-    {'worker': ['localhost:2222', 'localhost:2223']}
-    """
-    # portpicker never gives one process the same port twice.
-    ports = ports or [portpicker.pick_unused_port() for _ in range(workers)]
-    if workers < 1 or len(ports) != workers or len(set(ports)) != workers:
-        raise ValueError(f"Give 1 or more workers and as many distinct ports: {workers}, {ports}.")
-    return {"worker": [f"localhost:{port}" for port in ports]}
-
-
-def tf_config(spec: Mapping[str, Sequence[str]], index: int) -> dict:
-    """The TF_CONFIG of worker `index`: the whole cluster, plus which worker this process is."""
-    if not 0 <= index < len(spec["worker"]):
-        raise ValueError(f"No worker {index} in cluster {dict(spec)}.")
-    return {"cluster": dict(spec), "task": {"type": "worker", "index": index}}
-
-
 class ClusterError(RuntimeError):
-    """Something went wrong with a local cluster (the errors below are kinds of it)."""
+    """Something went wrong with a local cluster."""
 
 
 class ClusterTimeout(ClusterError):
-    """The cluster did not finish (or print what was awaited) before its deadline."""
+    """The cluster did not finish, or print what was awaited, before its deadline."""
 
 
 class WorkerFailed(ClusterError):
@@ -91,7 +69,7 @@ class WorkerFailed(ClusterError):
 
 
 def _tail(text: str, count: int) -> str:
-    """The last `count` lines of `text`, indented (for error messages)."""
+    """The last `count` lines of `text`, indented."""
     return "\n".join("    " + line for line in text.splitlines()[-count:]) or "    (empty)"
 
 
@@ -102,9 +80,8 @@ def signal_group(pgid: int, sig: int) -> None:
 
 
 def guard(parent: int, groups: Sequence[int]) -> None:
-    """The guard's whole program: wait while `parent` lives, then SIGKILL the process `groups`.
-    A LocalCluster runs it as `python -m course_utils.cluster PARENT GROUP...` and stops it
-    when the cluster stops normally."""
+    """The guard's whole program (`python -m course_utils.cluster PARENT GROUP...`): wait while
+    `parent` lives, then SIGKILL the process `groups`. A cluster that stops stops its guard."""
     while os.getppid() == parent:
         time.sleep(0.2)
     for group in groups:
@@ -112,15 +89,13 @@ def guard(parent: int, groups: Sequence[int]) -> None:
 
 
 class LocalCluster:
-    """One worker script run as `workers` processes on this machine.
+    """One worker script run as `workers` processes on this machine, named 0 to `workers - 1`.
 
-    Each worker runs `python script *args` in the script's folder, with its own TF_CONFIG, this
-    process's environment plus `env` (without COURSE_DEVICES: a worker is one device), and its
-    output in `log_dir/<script>-worker-<index>.log`. `start()` waits until each one printed
-    `ready` (a regular expression); `timeout` seconds after it, everything is stopped.
-
-    Use it in a `with` block (stopped when the block ends, whatever happens), or call `start()`,
-    `wait()` and `stop()`. Workers are named by their index, 0 to `workers - 1`.
+    Each runs `python script *args` in the script's folder with its TF_CONFIG, this environment
+    plus `env` (without COURSE_DEVICES: a worker is one device), and its output in
+    `log_dir/<script>-worker-<index>.log`. `start()` waits until each printed `ready` (a regular
+    expression); `timeout` seconds after the start, everything is stopped. Use it in a `with`
+    block (stopped when the block ends, whatever happens), or call `start()`, `wait()`, `stop()`.
     """
 
     def __init__(
@@ -142,7 +117,9 @@ class LocalCluster:
         self.log_dir = Path(log_dir) if log_dir is not None else self.script.parent / "logs"
         self.args, self.env = [str(a) for a in args], dict(env or {})
         self.ready, self.timeout = ready, timeout
-        self.spec = cluster_spec(workers)
+        # As notebook 4 builds it; portpicker never gives one process the same port twice.
+        ports = [portpicker.pick_unused_port() for _ in range(workers)]
+        self.spec = {"worker": [f"localhost:{port}" for port in ports]}
         self.workers = list(range(workers))
         self.log_paths = {
             i: self.log_dir / f"{self.script.stem}-worker-{i}.log" for i in self.workers
@@ -170,7 +147,7 @@ class LocalCluster:
         self._deadline = self._started + self.timeout
         try:
             for i in self.workers:
-                config = json.dumps(tf_config(self.spec, i))
+                config = json.dumps({"cluster": self.spec, "task": {"type": "worker", "index": i}})
                 # "wb" empties the log: no line of an earlier run can match.
                 with open(self.log_paths[i], "wb") as log:
                     self.processes[i] = subprocess.Popen(
@@ -221,22 +198,14 @@ class LocalCluster:
         path = self.log_paths[worker]
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def show_logs(self, match: str | None = None) -> None:
-        """Print the log of each worker under a header; with `match` (a regular expression), only
-        the lines that contain it."""
-        for i in self.workers:
-            shown = [s for s in self.log(i).splitlines() if not match or re.search(match, s)]
-            path = os.path.relpath(self.log_paths[i])
-            print(f"--- worker {i}  ({self.log_paths[i] if path.startswith('..') else path}) ---")
-            print("\n".join(shown) or "(empty)")
-
     def _watch(self, done: Callable, what: str, timeout: float | None, check: bool = True):
-        """Read the logs until `done(returncodes)` returns something true; return that. Any error
-        (a worker that fails with `check`, the deadline, Ctrl-C) stops every worker first."""
+        """Read the logs until `done(returncodes)` returns something true; return that. On any
+        error (a failed worker if `check`, the deadline, Ctrl-C) every worker is stopped first."""
         if not self.processes:
             raise ClusterError("Start the cluster first (start(), or a `with` block).")
-        limit = math.inf if timeout is None else timeout
-        deadline = min(self._deadline, time.monotonic() + limit)
+        deadline = self._deadline
+        if timeout is not None:
+            deadline = min(deadline, time.monotonic() + timeout)
         try:
             while True:
                 codes = self.returncodes  # before reading: a worker that ended wrote all its log
@@ -248,10 +217,9 @@ class LocalCluster:
                 if result:
                     return result
                 if time.monotonic() > deadline:
-                    whose = "the cluster's" if deadline == self._deadline else "this call's"
-                    message = f"Timed out waiting for {what} ({whose} timeout); all workers were "
-                    message += "stopped. A run longer than the timeout, or a worker that waits "
-                    message += "for a lost peer, ends like this."
+                    message = f"Timed out waiting for {what}; all workers were stopped. A run "
+                    message += "longer than the timeout, or a worker waiting for a lost peer, "
+                    message += "ends like this."
                     for i in [i for i, code in codes.items() if code is None]:
                         message += f"\nworker {i} (still running), last lines:\n"
                         message += _tail(self.log(i), 8)
@@ -266,7 +234,7 @@ class LocalCluster:
     ) -> re.Match:
         """Read the logs until the regular expression `pattern` is in the log of `worker` (of
         every worker with "all"); return the match. Fails clearly if that worker ends without
-        printing it, if any worker fails first (except a killed one), or at the deadline."""
+        printing it, if a worker (not a killed one) fails first, or at the deadline."""
         awaited = self.workers if worker == "all" else [self._worker(worker)]
         regex = re.compile(pattern, re.MULTILINE)
 
@@ -284,8 +252,8 @@ class LocalCluster:
         return self._watch(found, f"{pattern!r} in the log of {where}", timeout)
 
     def wait(self, timeout: float | None = None, check: bool = True) -> dict[int, int]:
-        """Wait until every worker has ended, stop the cluster, return the exit codes. A worker
-        that fails stops the others and raises WorkerFailed, unless `check=False` (after `kill`)."""
+        """Wait until every worker ended, stop, return the exit codes. A failed worker stops the
+        others and raises WorkerFailed, unless `check=False` (after `kill`)."""
         self._watch(lambda codes: None not in codes.values(), "every worker to end", timeout, check)
         self.stop()
         return self.returncodes
@@ -317,8 +285,8 @@ class LocalCluster:
 
 
 def run(script: str | os.PathLike, workers: int = 2, **kwargs) -> LocalCluster:
-    """Start a `LocalCluster(script, workers, **kwargs)`, `wait()` for it, and return it (for
-    `.log()`, `.show_logs()` and `.returncodes`)."""
+    """Start a `LocalCluster(script, workers, **kwargs)`, `wait()` for it, and return it (for its
+    `.log()` and `.returncodes`)."""
     with LocalCluster(script, workers, **kwargs) as cluster:
         cluster.wait()
     return cluster

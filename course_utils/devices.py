@@ -1,16 +1,13 @@
 """Simulate several devices on one machine, so distribution can be learned without a GPU cluster.
 
-TensorFlow can split one physical device into several *logical* devices. MirroredStrategy then
-treats each logical device as a replica: the code is exactly what runs on 4 real GPUs, only the
-speed differs (simulated CPU devices share the same cores).
-
-This must happen before TensorFlow runs its first operation; afterwards TensorFlow refuses
-("Virtual devices cannot be modified after being initialized"). `simulate_devices` turns that
-into an error that says what to do.
+TensorFlow can split one physical device into several *logical* devices, and MirroredStrategy
+makes each one a replica: the code is what runs on 4 real GPUs, only the speed differs (simulated
+CPU devices share the same cores). This must happen before TensorFlow's first operation; later,
+`simulate_devices` raises an error that says what to do.
 
 Example:
     >>> from course_utils import devices
-    >>> devices.simulate_devices(4)          # before any TensorFlow op
+    >>> devices.simulate_devices(4)  # before any TensorFlow op
     ['/device:CPU:0', '/device:CPU:1', '/device:CPU:2', '/device:CPU:3']
     >>> print(devices.device_table())
 """
@@ -40,14 +37,10 @@ def _too_late(wanted: int, kind: str, have: int) -> DeviceSetupTooLateError:
 
 
 def simulate_devices(count: int | None) -> list[str]:
-    """Make `count` logical devices for the strategy to use and return their names.
+    """Make `count` logical devices for the strategy and return their names (again: harmless).
 
-    - With GPUs: uses `count` of them; with one GPU and `count` > 1, splits it into `count`
-      logical GPUs of LOGICAL_GPU_MEMORY_MB each. `None` means all GPUs.
-    - Without a GPU: splits the CPU into `count` logical CPUs. `None` means 2.
-
-    Calling it again with the same count is harmless (re-running the set-up cell).
-    Raises DeviceSetupTooLateError when TensorFlow has already initialised other devices.
+    With GPUs, uses `count` of them (None: all), or splits a single GPU into `count` logical GPUs
+    of LOGICAL_GPU_MEMORY_MB each. Without, splits the CPU into `count` (None: 2).
     """
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:

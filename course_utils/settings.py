@@ -1,19 +1,13 @@
 """The course's three settings, read from the environment in one place.
 
-| variable         | values                      | default                                 |
-|------------------|-----------------------------|-----------------------------------------|
-| `COURSE_PROFILE` | `full`, `cpu`, `quick`      | `full` with a GPU, `cpu` without one    |
-| `COURSE_DEVICES` | a whole number >= 1         | the machine's GPUs, or 2 simulated CPUs |
-| `COURSE_DATA`    | `auto`, `tfds`, `synthetic` | `auto`                                  |
-
-The profile sets the sizes of every run: `full` is the original course's (made for a GPU), `cpu`
-has fewer epochs and examples (minutes per notebook on a laptop), `quick` is a small test run.
+- COURSE_PROFILE, the sizes of every run: `full` (the original course's, made for a GPU), `cpu`
+  (fewer epochs and examples: minutes per notebook on a laptop) or `quick` (a small test run).
+  Default: full with a GPU, cpu without one.
+- COURSE_DEVICES, how many replicas: a whole number. Default: the machine's GPUs, or 2 CPUs.
+- COURSE_DATA, where the datasets come from: `auto` (default), `tfds` or `synthetic` (`data`).
 
 Example:
     >>> from course_utils.settings import read_settings
-    >>> s = read_settings({"COURSE_PROFILE": "quick"})
-    >>> s.profile, s.pick(full=12, quick=2)
-    ('quick', 2)
     >>> read_settings({"COURSE_PROFILE": "cpu"}).pick(full=12, cpu=6, quick=2)
     6
 """
@@ -38,11 +32,8 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """What the notebooks and tests should do on this run.
-
-    Until `course_utils.setup()` resolves them, `profile` may be "auto" (full with a GPU, cpu
-    without) and `devices` None (the machine's GPUs, or 2 simulated CPUs).
-    """
+    """What this run does. Until `course_utils.setup()` resolves them, `profile` may be "auto"
+    and `devices` None (the defaults above)."""
 
     profile: str = "auto"
     devices: int | None = None
@@ -54,9 +45,7 @@ class Settings:
 
     def pick(self, *, full: T, quick: T, cpu: T | None = None) -> T:
         """The value for this profile: `EPOCHS = settings.pick(full=12, cpu=6, quick=3)`.
-
-        Without `cpu`, the cpu profile gets the `full` value; "auto" (not yet resolved) is full.
-        """
+        Without `cpu`, the cpu profile gets the `full` value; so does "auto"."""
         if self.quick:
             return quick
         return cpu if self.profile == "cpu" and cpu is not None else full
@@ -70,9 +59,7 @@ def read_settings(
     data: str | None = None,
 ) -> Settings:
     """Read COURSE_PROFILE, COURSE_DEVICES and COURSE_DATA; keyword arguments win over them.
-
-    Raises SettingsError with the accepted values when one is wrong.
-    """
+    A wrong value raises SettingsError, which lists the accepted ones."""
     env = os.environ if environ is None else environ
 
     def value(name: str, given: object) -> str:
@@ -93,7 +80,7 @@ def read_settings(
 
 
 def tfds_data_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where tensorflow-datasets keeps prepared datasets: TFDS_DATA_DIR, else the default of
-    tensorflow_datasets.core.constants, ~/tensorflow_datasets (read without importing tfds)."""
+    """Where tensorflow-datasets keeps its datasets: TFDS_DATA_DIR, else its default
+    ~/tensorflow_datasets (tensorflow_datasets.core.constants; read without importing tfds)."""
     env = os.environ if environ is None else environ
     return Path(env.get("TFDS_DATA_DIR") or Path.home() / "tensorflow_datasets")

@@ -8,15 +8,10 @@ The protocol, used wherever a notebook compares speeds:
 
 Example:
     >>> from course_utils import timing
-    >>> results = timing.measure({"fit": fit_steps, "custom loop": loop_steps},
-    ...                          steps=40, rounds=3, batch_size=GLOBAL_BATCH)
+    >>> results = timing.measure({"fit": fit_steps, "loop": loop_steps}, steps=40, rounds=3,
+    ...                          batch_size=GLOBAL_BATCH)
     >>> print(timing.results_table(results))
-    >>> verdict = timing.compare(results[1], results[0])
-    >>> print(verdict.sentence)   # "custom loop is 4% faster than fit: ..." or "... within noise"
-    >>> timing.record(verdict, ARTIFACTS / "conclusions.json")
-    >>> speed = timing.ThroughputCallback(batch_size=GLOBAL_BATCH)
-    >>> model.fit(train, epochs=3, callbacks=[speed])
-    >>> timing.RunResult.from_callback("MirroredStrategy fit", speed)
+    >>> print(timing.compare(results[1], results[0]).sentence)  # "loop is 4% faster than fit: ..."
 """
 
 from __future__ import annotations
@@ -50,9 +45,14 @@ class Timer:
 
 
 class ThroughputCallback(keras.callbacks.Callback):
-    """Records the wall time and optimizer steps of every epoch of `fit`; the first epoch
-    (tracing) is left out of the speed when there are more. Put it FIRST in the callbacks: what
-    runs between its hooks is timed. (No per-batch hook: it would copy every step's logs.)"""
+    """Records the wall time and optimizer steps of each epoch of `fit`. Put it first in the
+    callbacks: what runs between its hooks is timed. (No per-batch hook: it would copy every
+    step's logs.)
+
+    >>> speed = timing.ThroughputCallback(batch_size=GLOBAL_BATCH)
+    >>> model.fit(train, epochs=3, callbacks=[speed])
+    >>> timing.RunResult.from_callback("fit", speed)  # epochs 2 and 3: the first one traces
+    """
 
     def __init__(self, batch_size: int) -> None:
         super().__init__()
@@ -75,15 +75,15 @@ class ThroughputCallback(keras.callbacks.Callback):
 
     @property
     def examples_per_sec(self) -> float:
-        """Training throughput, first epoch excluded (a smaller last batch overestimates it)."""
+        """Throughput without the first epoch (a smaller last batch overestimates it)."""
         seconds, steps = self.measured()
         return self.batch_size * sum(steps) / sum(seconds) if sum(seconds) else 0.0
 
 
 @dataclass
 class RunResult:
-    """One timed run: `examples` trained in `seconds` (over `epochs` epochs). rounds: examples/s
-    of each round (the speed is their median; `compare` needs them). batch_size: for ms/step."""
+    """One timed run: `examples` trained in `seconds`, and the examples/s of each round (the
+    speed is their median). batch_size: the global batch, for ms/step."""
 
     name: str
     seconds: float
@@ -101,7 +101,7 @@ class RunResult:
 
     @property
     def step_ms(self) -> float:
-        """Milliseconds per training step at the median speed (0 when the batch is unknown)."""
+        """Milliseconds per step at the median speed (0 when the batch is unknown)."""
         speed = self.examples_per_sec
         return 1000 * self.batch_size / speed if self.batch_size and speed else 0.0
 
@@ -124,11 +124,11 @@ def measure(
 ) -> list[RunResult]:
     """Time several ways of training with the protocol above; one RunResult per run.
 
-    runs: name -> a function that trains exactly the steps it is given and returns when they
-        finished (e.g. after `float(loss)`), returning None (the call is timed) or the seconds
-        by its own clock (notebook 3's `fit` runs leave out each call's start-up that way).
+    runs: name -> a function that trains exactly the steps it is given and returns once they
+        finished (e.g. after `float(loss)`): None (the call is timed) or the seconds by its own
+        clock (notebook 3's `fit` runs leave out each call's start-up that way).
     batch_size: the global batch of every run, or of each run by name.
-    warmup_steps: trained once per run before the rounds, untimed (default: `steps`; 0: none).
+    warmup_steps: trained once per run first, untimed (default: `steps`; 0: none).
     """
     if steps < 1 or rounds < 1:
         raise ValueError(f"steps and rounds must be at least 1 (got {steps} and {rounds}).")
@@ -177,11 +177,8 @@ def _number(value: float) -> str:
 
 
 def compare(a: RunResult, b: RunResult) -> Verdict:
-    """Compare run `a` with run `b` from the examples/s of their rounds, in one sentence.
-
-    a is "faster" only when every round of a beats every round of b, "slower" when every round
-    of b beats every round of a, else "within noise" (NOISE_RULE). The percentage comes from the
-    medians. Needs at least 2 rounds per run: one round shows no spread.
+    """Compare run `a` with run `b` under NOISE_RULE, from the examples/s of their rounds (at
+    least 2 each: one round shows no spread). The percentage comes from the medians.
 
     >>> fit = RunResult("fit", 3.0, 3600, rounds=[1200, 1250, 1230])
     >>> loop = RunResult("loop", 3.0, 3000, rounds=[1000, 1010, 990])
@@ -196,35 +193,25 @@ def compare(a: RunResult, b: RunResult) -> Verdict:
                 "per run (measure with rounds >= 2)."
             )
     a_values, b_values = [float(v) for v in a.rounds], [float(v) for v in b.rounds]
-    a_median, b_median = statistics.median(a_values), statistics.median(b_values)
-    ratio = a_median / b_median
-    if min(a_values) > max(b_values):
-        word = "faster"
-    elif min(b_values) > max(a_values):
-        word = "slower"
-    else:
-        word = "within noise"
-    medians = f"median {_number(a_median)} vs {_number(b_median)} examples/s"
-    ranges = (
-        f"{_number(min(a_values))}-{_number(max(a_values))} vs "
-        f"{_number(min(b_values))}-{_number(max(b_values))}"
-    )
+    ratio = statistics.median(a_values) / statistics.median(b_values)
+    word = "within noise"
+    if min(a_values) > max(b_values) or min(b_values) > max(a_values):
+        word = "faster" if ratio > 1 else "slower"
+    medians = f"median {_number(statistics.median(a_values))} vs "
+    medians += f"{_number(statistics.median(b_values))} examples/s ({ratio:.2f}x)"
+    ranges = " vs ".join(f"{_number(min(v))}-{_number(max(v))}" for v in (a_values, b_values))
     if word == "within noise":
-        sentence = (
-            f"{a.name} and {b.name} are within noise of each other: {medians} ({ratio:.2f}x), "
-            f"but their rounds overlap ({ranges})."
-        )
+        sentence = f"{a.name} and {b.name} are within noise of each other: {medians}, but their "
+        sentence += f"rounds overlap ({ranges})."
     else:
-        sentence = (
-            f"{a.name} is {100 * abs(ratio - 1):.0f}% {word} than {b.name}: {medians} "
-            f"({ratio:.2f}x); every round agrees ({ranges})."
-        )
+        sentence = f"{a.name} is {100 * abs(ratio - 1):.0f}% {word} than {b.name}: {medians}; "
+        sentence += f"every round agrees ({ranges})."
     return Verdict(a.name, b.name, a_values, b_values, ratio, word, sentence)
 
 
 def record(verdict: Verdict, path: str | Path) -> Verdict:
-    """Append the verdict, with its samples, to a JSON list at `path` and return it: the tests
-    re-derive every recorded word from the samples behind it."""
+    """Append the verdict, samples included, to the JSON list at `path` (for the tests, which
+    re-derive each word from its samples); return it."""
     path = Path(path)
     saved = json.loads(path.read_text()) if path.exists() else []
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -233,21 +220,22 @@ def record(verdict: Verdict, path: str | Path) -> Verdict:
 
 
 def results_table(results: list[RunResult]) -> str:
-    """A text table of the runs (the first is the baseline of the 'vs' column), with the spread
-    of the rounds and ms/step when known."""
+    """A text table of the runs (the first is the baseline of the 'vs' column); the rounds and
+    ms/step columns only when some run has them."""
     if not results:
         return "(no runs)"
     base = results[0]
-    spread, per_step = any(r.rounds for r in results), any(r.batch_size for r in results)
-    header = ["run", "seconds", "examples/s"]
-    header += ["rounds (low-high)"] * spread + ["ms/step"] * per_step + [f"vs {base.name}"]
-    rows = []
-    for r in results:
-        row = [r.name, f"{r.seconds:.2f}", f"{r.examples_per_sec:,.0f}"]
-        if spread:
-            row.append(f"{min(r.rounds):,.0f}-{max(r.rounds):,.0f}" if r.rounds else "")
-        if per_step:
-            row.append(f"{r.step_ms:.1f}" if r.batch_size else "")
-        ratio = r.examples_per_sec / base.examples_per_sec if base.examples_per_sec else 0.0
-        rows.append([*row, f"{ratio:.2f}x"])
-    return format_table(header, rows)
+    header = ["run", "seconds", "examples/s", "rounds (low-high)", "ms/step", f"vs {base.name}"]
+    rows = [
+        [
+            r.name,
+            f"{r.seconds:.2f}",
+            f"{r.examples_per_sec:,.0f}",
+            f"{min(r.rounds):,.0f}-{max(r.rounds):,.0f}" if r.rounds else "",
+            f"{r.step_ms:.1f}" if r.batch_size else "",
+            f"{r.examples_per_sec / base.examples_per_sec:.2f}x" if base.examples_per_sec else "",
+        ]
+        for r in results
+    ]
+    shown = [i for i in range(len(header)) if any(row[i] for row in rows)]
+    return format_table([header[i] for i in shown], [[row[i] for i in shown] for row in rows])

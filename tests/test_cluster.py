@@ -60,22 +60,16 @@ def child_pids(c: cluster.LocalCluster) -> list[int]:
 # --- TF_CONFIG ------------------------------------------------------------------------------------
 
 
-def test_cluster_spec_and_tf_config():
-    spec = cluster.cluster_spec(workers=2, ports=[2001, 2002])
-    assert spec == {"worker": ["localhost:2001", "localhost:2002"]}
-    with pytest.raises(ValueError, match="distinct ports"):
-        cluster.cluster_spec(workers=2, ports=[2001, 2001])
-    config = cluster.tf_config(spec, 1)
-    assert config == {"cluster": spec, "task": {"type": "worker", "index": 1}}
-    ports = [int(a.rsplit(":", 1)[1]) for a in cluster.cluster_spec(workers=8)["worker"]]
-    assert len(set(ports)) == 8
+def test_each_worker_gets_the_cluster_and_its_own_index(tmp_path):
+    c = cluster.run(TINY, workers=3, log_dir=tmp_path, timeout=60)
+    ports = [int(address.rsplit(":", 1)[1]) for address in c.spec["worker"]]
+    assert c.spec["worker"] == [f"localhost:{port}" for port in ports] and len(set(ports)) == 3
+    for worker in c.workers:  # the tiny worker prints its task and cluster from TF_CONFIG
+        assert f"task worker {worker} pid" in c.log(worker)
+        assert f"cluster={json.dumps(c.spec)}" in c.log(worker)
     for port in ports:
         with socket.socket() as s:
-            s.bind(("localhost", port))  # raises if the port were taken
-    with pytest.raises(ValueError, match="distinct ports"):
-        cluster.cluster_spec(workers=2, ports=[2001, 2001])
-    with pytest.raises(ValueError, match="No worker 2"):
-        cluster.tf_config(spec, 2)
+            s.bind(("localhost", port))  # free again: raises if a worker still held it
 
 
 # --- running, failing, timing out -----------------------------------------------------------------
