@@ -9,13 +9,11 @@ Example:
     >>> from course_utils import devices
     >>> devices.simulate_devices(4)  # before any TensorFlow op
     ['/device:CPU:0', '/device:CPU:1', '/device:CPU:2', '/device:CPU:3']
-    >>> print(devices.device_table())
 """
 
 from __future__ import annotations
 
 from course_utils.quiet import import_tensorflow
-from course_utils.tables import format_table
 
 tf = import_tensorflow()  # `import tensorflow as tf`, without its start-up log lines
 
@@ -89,16 +87,3 @@ def _configure_gpus(gpus: list, count: int | None) -> list[str]:
 
 def _names(kind: str) -> list[str]:
     return [d.name for d in tf.config.list_logical_devices(kind)]
-
-
-def device_table(names: list[str] | None = None) -> str:
-    """A text table of the devices a strategy will use (default: logical GPUs, else CPUs)."""
-    names = names or _names("GPU") or _names("CPU")
-    physical = {d.device_type: d.name for d in tf.config.list_physical_devices()}
-    rows = []
-    for i, name in enumerate(names):
-        kind = "GPU" if ":GPU:" in name else "CPU"
-        shared = len(names) > len(tf.config.list_physical_devices(kind))
-        where = physical.get(kind, "?").replace("/physical_device:", "")
-        rows.append([i, name, where + (" (shared)" if shared else "")])
-    return format_table(["replica", "logical device", "runs on"], rows)
