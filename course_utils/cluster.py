@@ -134,7 +134,7 @@ class LocalCluster:
         self._stopped = False
 
     def start(self) -> LocalCluster:
-        """Start every worker, then (if `ready` was given) wait until each one printed it."""
+        """Start every worker, then wait until each printed `ready` (if given)."""
         if self._started:
             raise ClusterError("This cluster was started already: make a new LocalCluster.")
         self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ import keras  # noqa: E402
 
 
 class Timer:
-    """Wall-clock time of a `with` block, in seconds (`time.perf_counter`)."""
+    """Wall-clock seconds of a `with` block: `with Timer() as t: ...`, then `t.seconds`."""
 
     seconds = 0.0
 
@@ -68,16 +68,11 @@ class ThroughputCallback(keras.callbacks.Callback):
         self.epoch_seconds.append(time.perf_counter() - started)
         self.epoch_steps.append(int(self.model.optimizer.iterations.numpy()) - first_step)
 
-    def measured(self) -> tuple[list[float], list[int]]:
-        """(seconds, steps) of each epoch after the first (all epochs if there is only one)."""
-        skip = 1 if len(self.epoch_seconds) > 1 else 0
-        return self.epoch_seconds[skip:], self.epoch_steps[skip:]
-
     @property
     def examples_per_sec(self) -> float:
         """Throughput without the first epoch (a smaller last batch overestimates it)."""
-        seconds, steps = self.measured()
-        return self.batch_size * sum(steps) / sum(seconds) if sum(seconds) else 0.0
+        result = RunResult.from_epochs("", self.epoch_seconds, self.epoch_steps, self.batch_size)
+        return result.examples / result.seconds if result.seconds else 0.0
 
 
 @dataclass
@@ -106,12 +101,21 @@ class RunResult:
         return 1000 * self.batch_size / speed if self.batch_size and speed else 0.0
 
     @classmethod
+    def from_epochs(
+        cls, name: str, seconds: list[float], steps: list[int], batch_size: int
+    ) -> RunResult:
+        """Timed epochs, each one round; the first is left out when there are more (it traces)."""
+        skip = 1 if len(seconds) > 1 else 0
+        seconds, steps = seconds[skip:], steps[skip:]
+        rounds = [n * batch_size / s for s, n in zip(seconds, steps) if s > 0]
+        return cls(name, sum(seconds), sum(steps) * batch_size, len(seconds), rounds, batch_size)
+
+    @classmethod
     def from_callback(cls, name: str, callback: ThroughputCallback) -> RunResult:
-        """A ThroughputCallback's epochs after the first, each epoch one round."""
-        seconds, steps = callback.measured()
-        batch = callback.batch_size
-        rounds = [n * batch / s for s, n in zip(seconds, steps) if s > 0]
-        return cls(name, sum(seconds), sum(steps) * batch, len(seconds), rounds, batch)
+        """A ThroughputCallback's epochs (see `from_epochs`)."""
+        return cls.from_epochs(
+            name, callback.epoch_seconds, callback.epoch_steps, callback.batch_size
+        )
 
 
 def measure(
@@ -161,7 +165,7 @@ NOISE_RULE = (
 
 @dataclass
 class Verdict:
-    """What the rounds of two runs support under the noise rule (see `compare`)."""
+    """What the rounds of two runs support under NOISE_RULE (see `compare`)."""
 
     a: str
     b: str

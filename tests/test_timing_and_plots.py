@@ -38,6 +38,14 @@ def test_throughput_callback_records_epochs_and_steps():
     assert speed.examples_per_sec == pytest.approx(200 / sum(speed.epoch_seconds[1:]))
 
 
+def test_a_custom_loops_epochs_count_like_the_callbacks():
+    three = timing.RunResult.from_epochs("loop", [9.0, 2.0, 4.0], [10, 10, 10], batch_size=8)
+    assert (three.epochs, three.seconds, three.examples) == (2, 6.0, 160)  # tracing epoch left out
+    assert three.rounds == [40.0, 20.0] and three.step_ms == pytest.approx(1000 * 8 / 30)
+    one = timing.RunResult.from_epochs("loop", [2.0], [10], batch_size=8)
+    assert (one.epochs, one.rounds) == (1, [40.0])  # a single epoch is all there is
+
+
 def test_run_result_table_and_chart():
     results = [timing.RunResult("one device", 10.0, 1000), timing.RunResult("mirrored", 20.0, 1000)]
     assert results[1].examples_per_sec == 50.0
