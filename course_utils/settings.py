@@ -39,14 +39,10 @@ class Settings:
     devices: int | None = None
     data: str = "auto"
 
-    @property
-    def quick(self) -> bool:
-        return self.profile == "quick"
-
     def pick(self, *, full: T, quick: T, cpu: T | None = None) -> T:
         """The value for this profile: `EPOCHS = settings.pick(full=12, cpu=6, quick=3)`.
         Without `cpu`, the cpu profile gets the `full` value; so does "auto"."""
-        if self.quick:
+        if self.profile == "quick":
             return quick
         return cpu if self.profile == "cpu" and cpu is not None else full
 

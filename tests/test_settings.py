@@ -25,7 +25,7 @@ def test_environment_is_read_and_normalised():
     s = read_settings(
         {"COURSE_PROFILE": " Quick ", "COURSE_DEVICES": "4", "COURSE_DATA": "SYNTHETIC"}
     )
-    assert (s.profile, s.devices, s.data, s.quick) == ("quick", 4, "synthetic", True)
+    assert (s.profile, s.devices, s.data) == ("quick", 4, "synthetic")
     assert s.pick(full=12, quick=2) == 2
     assert Settings().pick(full=12, quick=2) == 12
 
