@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
@@ -53,8 +54,7 @@ class DatasetSpec:
 
     @property
     def download_address(self) -> tuple[str, int]:
-        """(host, port) of the download server: some serve plain HTTP only."""
-        url = urllib.parse.urlsplit(self.download_url)
+        url = urllib.parse.urlsplit(self.download_url)  # some serve plain HTTP only
         return url.hostname, url.port or (443 if url.scheme == "https" else 80)
 
 
@@ -76,11 +76,10 @@ SPECS = {
 
 
 class DataUnavailableError(RuntimeError):
-    """The real dataset was required (COURSE_DATA=tfds) but is neither on disk nor downloadable."""
+    """COURSE_DATA=tfds, but the real dataset is neither on disk nor downloadable."""
 
 
 def spec(name: str) -> DatasetSpec:
-    """The DatasetSpec of a course dataset; a clear error for any other name."""
     if name not in SPECS:
         raise ValueError(f"Unknown dataset {name!r}: the course uses {', '.join(SPECS)}.")
     return SPECS[name]
@@ -139,33 +138,27 @@ def use_real_data(name: str, source: str) -> bool:
     return ok
 
 
-# Asked once per process (offline, each status costs NETWORK_TIMEOUT_S); a restart asks again.
-_announced: set[str] = set()
-_status: dict[str, tuple[bool, str]] = {}
+_announced: set[str] = set()  # the datasets whose stand-in was announced
 
 
+# Once per process (offline, each answer costs NETWORK_TIMEOUT_S); a restart asks again.
+@functools.cache
 def real_data_status(name: str) -> tuple[bool, str]:
     """(True, where) when the real data is on disk or its server answers; else (False, why)."""
-    if name in _status:
-        return _status[name]
     host, port = spec(name).download_address
     try:
         prepared = is_prepared(name)
     # Any failure means tfds cannot serve the data (seen with mismatched protobuf versions).
     except Exception as exc:  # noqa: BLE001
         error = f"{type(exc).__name__}: {str(exc)[:160]}"
-        _status[name] = False, f"tensorflow-datasets does not work in this environment ({error})"
-    else:
-        if prepared or can_reach(host, port):
-            _status[name] = True, "prepared on disk" if prepared else f"{host} is reachable"
-        else:
-            why = f"it is not on disk and {host} did not answer within {NETWORK_TIMEOUT_S:.0f} s"
-            _status[name] = False, why
-    return _status[name]
+        return False, f"tensorflow-datasets does not work in this environment ({error})"
+    if prepared or can_reach(host, port):
+        return True, "prepared on disk" if prepared else f"{host} is reachable"
+    return False, f"it is not on disk and {host} did not answer within {NETWORK_TIMEOUT_S:.0f} s"
 
 
 def is_prepared(name: str) -> bool:
-    """Whether tensorflow-datasets has `name` prepared in its data folder (TFDS_DATA_DIR)."""
+    """Whether tensorflow-datasets has `name` in its data folder (TFDS_DATA_DIR)."""
     return tfds_builder(name).is_prepared()
 
 

@@ -19,7 +19,7 @@ def offline(monkeypatch):
     monkeypatch.setattr(data, "is_prepared", lambda name: False)
     monkeypatch.setattr(data, "can_reach", lambda host, port, **kw: False)
     data._announced.clear()
-    data._status.clear()
+    data.real_data_status.cache_clear()
 
 
 @pytest.mark.parametrize("name", sorted(data.SPECS))
@@ -97,7 +97,7 @@ def test_tfds_mode_offline_is_a_clear_error(offline):
 
 def test_offline_detection_on_this_machine_is_fast():
     """The real check, no mocks: whatever the network does, the answer comes within seconds."""
-    data._status.clear()
+    data.real_data_status.cache_clear()
     started = time.perf_counter()
     ok, reason = data.real_data_status("mnist")
     assert time.perf_counter() - started < data.NETWORK_TIMEOUT_S + 2
@@ -125,7 +125,7 @@ def test_tfds_code_path_with_tfds_mocking(monkeypatch, name):
     import tensorflow_datasets as tfds
 
     monkeypatch.setattr(data, "is_prepared", lambda name: True)
-    data._status.clear()
+    data.real_data_status.cache_clear()
     with tfds.testing.mock_data(num_examples=20):
         ds = data.load(name, "train", source="tfds", settings=Settings(profile="quick"))
         images, labels = next(iter(ds.batch(20)))
@@ -192,7 +192,7 @@ def test_a_broken_tensorflow_datasets_falls_back_with_the_reason(monkeypatch, ca
         raise AttributeError("module 'tensorflow_datasets' has no attribute 'builder'")
 
     monkeypatch.setattr(data, "is_prepared", broken)
-    data._status.clear()
+    data.real_data_status.cache_clear()
     data._announced.clear()
     ds = data.load("mnist", "test", settings=QUICK_AUTO)
     assert int(ds.cardinality()) == data.QUICK_EXAMPLES["test"]
@@ -208,7 +208,7 @@ def test_the_stand_in_looks_like_the_real_data(monkeypatch, name):
     import tensorflow_datasets as tfds
 
     monkeypatch.setattr(data, "is_prepared", lambda name: True)
-    data._status.clear()
+    data.real_data_status.cache_clear()
     with tfds.testing.mock_data(num_examples=20):
         real = data.load(name, "test", limit=8, source="auto")
     fake = data.load(name, "test", limit=8, source="synthetic")
