@@ -124,7 +124,6 @@ def measure(
     steps: int,
     rounds: int,
     batch_size: int | Mapping[str, int],
-    warmup_steps: int | None = None,
 ) -> list[RunResult]:
     """Time several ways of training with the protocol above; one RunResult per run.
 
@@ -132,7 +131,7 @@ def measure(
         finished (e.g. after `float(loss)`): None (the call is timed) or the seconds by its own
         clock (notebook 3's `fit` runs leave out each call's start-up that way).
     batch_size: the global batch of every run, or of each run by name.
-    warmup_steps: trained once per run first, untimed (default: `steps`; 0: none).
+    Each run first trains `steps` untimed (its warm-up).
     """
     if steps < 1 or rounds < 1:
         raise ValueError(f"steps and rounds must be at least 1 (got {steps} and {rounds}).")
@@ -142,8 +141,7 @@ def measure(
     results = {}
     for name, train in runs.items():
         with Timer() as warmup:
-            if warmup_steps != 0:
-                train(steps if warmup_steps is None else warmup_steps)
+            train(steps)
         results[name] = RunResult(name, 0.0, 0, 0, [], batches[name], warmup.seconds)
     for _ in range(rounds):
         for name, train in runs.items():
