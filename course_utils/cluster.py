@@ -1,15 +1,13 @@
 """Run a small TensorFlow cluster on this machine, safely: `LocalCluster` and `run`.
 
-Notebook 4 first starts two workers with `subprocess.Popen`; this does the same with safeguards.
-Each worker gets its TF_CONFIG and a log file; waiting means reading the logs for a line, never
-sleeping; when a worker fails, at the deadline, or on Ctrl-C, every worker is stopped and the
-error ends with the failed worker's last log lines.
+What notebook 4 first does with `subprocess.Popen`, with safeguards: waiting reads the logs for a
+line (never sleeps); a failed worker, the deadline or Ctrl-C stops every worker, and the error ends
+with the failed worker's last log lines.
 
 Why this module sends signals: each worker runs in its own process group, out of reach of the
 notebook's Ctrl-C, and one signal to the group stops it with all it started (SIGTERM asks, SIGKILL
-forces, as when a machine is lost). A kernel can also die without cleaning up (a crash, "Restart
-kernel" on a busy one), so each cluster starts a small guard process: it waits while the kernel
-lives, then kills the workers (`guard`).
+forces, as when a machine is lost). A kernel that dies without cleaning up (a crash, "Restart
+kernel" on a busy one) leaves that to a small guard process each cluster starts (`guard`).
 
 Example:
     >>> from course_utils import cluster
@@ -89,14 +87,11 @@ def guard(parent: int, groups: Sequence[int]) -> None:
 
 
 class LocalCluster:
-    """One worker script run as `workers` processes on this machine, named 0 to `workers - 1`.
-
-    Each runs `python script *args` in the script's folder with its TF_CONFIG, this environment
-    plus `env` (without COURSE_DEVICES: a worker is one device), and its output in
-    `log_dir/<script>-worker-<index>.log`. `start()` waits until each printed `ready` (a regular
-    expression); `timeout` seconds after the start, everything is stopped. Use it in a `with`
-    block (stopped when the block ends, whatever happens), or call `start()`, `wait()`, `stop()`.
-    """
+    """A script run as `workers` processes, workers 0 to `workers - 1`, in a `with` block (or
+    `start()`, `wait()`, `stop()`). Each runs `python script *args` in the script's folder with
+    its TF_CONFIG, this environment plus `env` minus COURSE_DEVICES (a worker is one device),
+    and its log in `log_dir`. `start()` waits until each printed `ready` (a regular expression);
+    `timeout` seconds after the start, everything is stopped."""
 
     def __init__(
         self,
