@@ -303,18 +303,15 @@ def run_notebook(
     log_path: Path | None = None,
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
-    """Execute `notebook` (a NotebookNode, modified in place) in a fresh kernel in `cwd`, with
+    """Execute `notebook` (a NotebookNode, changed in place) in a fresh kernel in `cwd`, with
     `env` as the kernel's whole environment.
 
     stop_on_error: stop at the first failing cell (like "Run All"); else every cell runs.
-    connection_dir: where the kernel's connection file and sockets go (default: a private
-    temporary folder; a sandboxed kernel needs a folder it can see).
-    wrap: turns the kernel's command line into the one to start (e.g. `sandbox.wrap`).
-    extra_cell: code run after the last cell; its stdout goes to `extra_output`, not the notebook.
-    progress: a label for a progress bar over the code cells.
-    log_path: the kernel process's own stdout/stderr (not the cells' outputs), the first
-    `KERNEL_LOG_KB` of it (`log_dropped`: the bytes left out); default discarded.
-    cancel: once set, the kernel is killed (status "killed"): the caller stopped.
+    connection_dir: for the kernel's connection file and sockets (default: a private temporary
+    folder; a sandboxed kernel needs one it can see). wrap: turns the kernel's command line into
+    the one to start (e.g. `sandbox.wrap`). extra_cell: run after the last cell, its stdout into
+    `extra_output`. progress: a progress bar's label. log_path: the first `KERNEL_LOG_KB` of the
+    kernel process's own output (default: discarded). cancel: once set, the kernel is killed.
     """
     outcome = RunOutcome(status="ran", notebook=notebook)
     private = tempfile.TemporaryDirectory(prefix="course-kernel-")
