@@ -1,17 +1,18 @@
-"""Measure training speed the same way in every notebook, and say what the numbers support.
+"""Training speed measured the same way in every notebook, and what the numbers support.
 
-The protocol, used wherever a notebook compares speeds:
+The protocol, wherever a notebook compares speeds (notebook 3's `measure` is it, as code):
 - warm-up first (tracing, graph building, filling the input pipeline), never timed;
 - interleaved rounds: each round times every run back to back, so outside load hits them alike;
-- the median over rounds, with the spread (lowest to highest round) beside it;
+- the median over rounds (`RunResult`), with the spread (lowest to highest round) beside it;
 - ONE noise rule (`compare`): two runs differ only when their rounds do not overlap.
 
 Example:
     >>> from course_utils import timing
-    >>> results = timing.measure({"fit": fit_steps, "loop": loop_steps}, steps=40, rounds=3,
-    ...                          batch_size=GLOBAL_BATCH)
-    >>> print(timing.results_table(results))
-    >>> print(timing.compare(results[1], results[0]).sentence)  # "loop is 4% faster than fit: ..."
+    >>> with timing.Timer() as timer:  # one round of a run
+    ...     train_steps(40)
+    >>> loop = timing.RunResult("loop", 3.1, 7680, rounds=[2480, 2510, 2440], batch_size=64)
+    >>> print(timing.results_table([fit, loop]))  # fit: another run's RunResult
+    >>> print(timing.compare(loop, fit).sentence)  # "loop is 4% faster than fit: ..."
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -116,43 +116,6 @@ class RunResult:
         return cls.from_epochs(
             name, callback.epoch_seconds, callback.epoch_steps, callback.batch_size
         )
-
-
-def measure(
-    runs: Mapping[str, Callable[[int], object]],
-    *,
-    steps: int,
-    rounds: int,
-    batch_size: int | Mapping[str, int],
-) -> list[RunResult]:
-    """Time several ways of training with the protocol above; one RunResult per run.
-
-    runs: name -> a function that trains exactly the steps it is given and returns once they
-        finished (e.g. after `float(loss)`): None (the call is timed) or the seconds by its own
-        clock (notebook 3's `fit` runs leave out each call's start-up that way).
-    batch_size: the global batch of every run, or of each run by name.
-    Each run first trains `steps` untimed (its warm-up).
-    """
-    if steps < 1 or rounds < 1:
-        raise ValueError(f"steps and rounds must be at least 1 (got {steps} and {rounds}).")
-    batches = {
-        name: batch_size if isinstance(batch_size, int) else batch_size[name] for name in runs
-    }
-    results = {}
-    for name, train in runs.items():
-        with Timer() as warmup:
-            train(steps)
-        results[name] = RunResult(name, 0.0, 0, 0, [], batches[name], warmup.seconds)
-    for _ in range(rounds):
-        for name, train in runs.items():
-            with Timer() as timer:
-                own_seconds = train(steps)
-            seconds = timer.seconds if own_seconds is None else float(own_seconds)
-            result = results[name]
-            result.rounds.append(steps * result.batch_size / seconds)
-            result.seconds += seconds
-            result.examples += steps * result.batch_size
-    return list(results.values())
 
 
 NOISE_RULE = (

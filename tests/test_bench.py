@@ -14,6 +14,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 from helpers import ROOT, assert_conclusions_consistent
@@ -156,3 +157,33 @@ def test_bad_options_get_a_clear_error():
         2,
         "course bench: --steps (7) must be a multiple of --steps-per-call (5).",
     )
+
+
+def test_notebook_3s_measure_warms_up_then_times_interleaved_rounds():
+    from course_utils import timing
+    from course_utils.tools.bench import measure  # notebook 3's (checked above)
+
+    calls = []
+
+    def train(name, seconds_per_step):
+        def run(steps):
+            calls.append((name, steps))
+            time.sleep(seconds_per_step * steps)
+
+        return run
+
+    results = measure(
+        {"slow": train("slow", 0.004), "fast": train("fast", 0.001)},
+        steps=10,
+        rounds=3,
+        batch_size={"slow": 8, "fast": 16},
+    )
+    assert calls == [("slow", 10), ("fast", 10)] * 4  # the warm-up, then 3 rounds
+    slow, fast = results
+    assert len(slow.rounds) == 3 and slow.batch_size == 8 and slow.examples == 240
+    assert slow.examples_per_sec == pytest.approx(statistics.median(slow.rounds))
+    assert 1.0 < slow.step_ms < 40.0 and fast.examples_per_sec > slow.examples_per_sec
+    assert slow.warmup_seconds >= 0.04
+    table = timing.results_table(results)
+    assert "rounds (low-high)" in table and "ms/step" in table
+    assert timing.compare(fast, slow).word == "faster"

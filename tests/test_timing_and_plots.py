@@ -82,33 +82,6 @@ def test_plot_history_draws_train_and_validation():
         plots.plot_history({"auc": [0.5]})
 
 
-def test_measure_times_interleaved_rounds_after_an_untimed_warm_up():
-    calls = []
-
-    def train(name, seconds_per_step):
-        def run(steps):
-            calls.append((name, steps))
-            time.sleep(seconds_per_step * steps)
-
-        return run
-
-    results = timing.measure(
-        {"slow": train("slow", 0.004), "fast": train("fast", 0.001)},
-        steps=10,
-        rounds=3,
-        batch_size={"slow": 8, "fast": 16},
-    )
-    assert calls == [("slow", 10), ("fast", 10)] * 4  # the warm-up, then 3 rounds
-    slow, fast = results
-    assert len(slow.rounds) == 3 and slow.batch_size == 8 and slow.examples == 240
-    assert slow.examples_per_sec == pytest.approx(np.median(slow.rounds))
-    assert 1.0 < slow.step_ms < 40.0 and fast.examples_per_sec > slow.examples_per_sec
-    assert slow.warmup_seconds >= 0.04
-    table = timing.results_table(results)
-    assert "rounds (low-high)" in table and "ms/step" in table
-    assert timing.compare(fast, slow).word == "faster"
-
-
 def test_compare_applies_one_noise_rule_both_ways():
     faster = timing.compare(run("a", [10, 11, 12]), run("b", [5, 6, 7]))
     assert (faster.word, round(faster.speed_ratio, 3)) == ("faster", 1.833)

@@ -5,7 +5,7 @@ model, input pipeline and trainers: they are written out in the notebook and rep
 tests/test_bench.py fails when the two copies differ. For each replica count a new Python
 process builds ONE `tf.distribute.MirroredStrategy` over that many devices (TensorFlow numbers the
 collective groups of every MirroredStrategy from the same start, so two sizes in one process would
-share groups) and times, with `course_utils.timing.measure` (warm-up, interleaved rounds, medians):
+share groups) and times, with the notebook's `measure` (warm-up, interleaved rounds, medians):
 
 1. no strategy + fit                                   the single-device baseline
 2. MirroredStrategy(n) + fit                           n replicas (n = 1: the strategy's own cost)
@@ -158,6 +158,29 @@ def custom_loop_trainer(strategy, dataset, global_batch, steps_per_call, learnin
     return train
 
 
+def measure(runs, steps, rounds, batch_size):
+    # Times each run's train(steps): once untimed, then in interleaved rounds. One
+    # timing.RunResult per run. batch_size: the global batch, or a dict of them by run name.
+    batches = batch_size if isinstance(batch_size, dict) else dict.fromkeys(runs, batch_size)
+    results = {}
+    for name, train in runs.items():
+        with timing.Timer() as warmup:
+            train(steps)  # tracing, graph building, filling the pipeline: never timed
+        results[name] = timing.RunResult(
+            name, 0.0, 0, batch_size=batches[name], warmup_seconds=warmup.seconds
+        )
+    for _round in range(rounds):
+        for name, train in runs.items():  # back to back: a burst of load hits every run alike
+            with timing.Timer() as timer:
+                own_seconds = train(steps)  # fit's trainer returns its own clock's seconds
+            seconds = timer.seconds if own_seconds is None else own_seconds
+            result = results[name]
+            result.rounds.append(steps * result.batch_size / seconds)
+            result.seconds += seconds
+            result.examples += steps * result.batch_size
+    return list(results.values())
+
+
 #: The names above that must stay identical to notebook 3's cells.
 NOTEBOOK_CODE = (
     "make_model",
@@ -165,6 +188,7 @@ NOTEBOOK_CODE = (
     "StepClock",
     "fit_trainer",
     "custom_loop_trainer",
+    "measure",
 )
 
 
@@ -205,7 +229,7 @@ def measure_here(replicas: int, sizes: Sizes) -> list[timing.RunResult]:
             f"steps ({sizes.steps}) must be a multiple of steps per call ({sizes.steps_per_call})."
         )
     trainers = _trainers(replicas, sizes)
-    return timing.measure(
+    return measure(
         trainers,
         steps=sizes.steps,
         rounds=sizes.rounds,
