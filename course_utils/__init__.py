@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import os
 
-from course_utils.quiet import set_log_environment
 from course_utils.settings import Settings, read_settings
 
 __all__ = ["Settings", "read_settings", "setup"]
 __version__ = "0.1.0"
-
-# Before anything imports TensorFlow.
-set_log_environment()
 
 PROFILE_NOTES = {
     "full": "Sizes: the original course's (made for a GPU).",

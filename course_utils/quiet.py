@@ -32,14 +32,9 @@ HIDDEN_WARNINGS = (
 )
 
 
-def set_log_environment() -> None:
-    """Set what must be in the environment before TensorFlow is imported."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
 def import_tensorflow() -> ModuleType:
     """Import TensorFlow (and list its devices once) without the start-up noise."""
-    set_log_environment()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # read when TensorFlow loads
     if os.environ["TF_CPP_MIN_LOG_LEVEL"].strip() == "0":
         import tensorflow as tf
 
