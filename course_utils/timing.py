@@ -23,12 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from course_utils.quiet import import_tensorflow
 from course_utils.tables import format_table
-
-# Before Keras, which imports TensorFlow: its start-up lines stay out.
-import_tensorflow()
-import keras  # noqa: E402
 
 
 class Timer:
@@ -42,37 +37,6 @@ class Timer:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.start
-
-
-class ThroughputCallback(keras.callbacks.Callback):
-    """Records the wall time and optimizer steps of each epoch of `fit`. Put it first in the
-    callbacks: what runs between its hooks is timed. (No per-batch hook: it would copy every
-    step's logs.)
-
-    >>> speed = timing.ThroughputCallback(batch_size=GLOBAL_BATCH)
-    >>> model.fit(train, epochs=3, callbacks=[speed])
-    >>> timing.RunResult.from_callback("fit", speed)  # epochs 2 and 3: the first one traces
-    """
-
-    def __init__(self, batch_size: int) -> None:
-        super().__init__()
-        self.batch_size = batch_size
-        self.epoch_seconds: list[float] = []
-        self.epoch_steps: list[int] = []
-
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._start = time.perf_counter(), int(self.model.optimizer.iterations.numpy())
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        started, first_step = self._start
-        self.epoch_seconds.append(time.perf_counter() - started)
-        self.epoch_steps.append(int(self.model.optimizer.iterations.numpy()) - first_step)
-
-    @property
-    def examples_per_sec(self) -> float:
-        """Throughput without the first epoch (a smaller last batch overestimates it)."""
-        result = RunResult.from_epochs("", self.epoch_seconds, self.epoch_steps, self.batch_size)
-        return result.examples / result.seconds if result.seconds else 0.0
 
 
 @dataclass
@@ -109,13 +73,6 @@ class RunResult:
         seconds, steps = seconds[skip:], steps[skip:]
         rounds = [n * batch_size / s for s, n in zip(seconds, steps) if s > 0]
         return cls(name, sum(seconds), sum(steps) * batch_size, len(seconds), rounds, batch_size)
-
-    @classmethod
-    def from_callback(cls, name: str, callback: ThroughputCallback) -> RunResult:
-        """A ThroughputCallback's epochs (see `from_epochs`)."""
-        return cls.from_epochs(
-            name, callback.epoch_seconds, callback.epoch_steps, callback.batch_size
-        )
 
 
 NOISE_RULE = (
