@@ -107,6 +107,8 @@ class LocalCluster:
         self.script = Path(script).resolve()
         if not self.script.is_file():
             raise FileNotFoundError(f"No script {self.script}: write it first (%%writefile).")
+        if workers < 1:
+            raise ValueError(f"A cluster needs at least 1 worker, not {workers}.")
         if os.name != "posix":
             raise ClusterError("LocalCluster needs Linux or macOS: on Windows use WSL or Colab.")
         self.log_dir = Path(log_dir) if log_dir is not None else self.script.parent / "logs"

@@ -232,6 +232,8 @@ def test_two_clusters_back_to_back_and_side_by_side(tmp_path):
 def test_bad_input_is_refused_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match="%%writefile"):
         cluster.LocalCluster(tmp_path / "missing.py")
+    with pytest.raises(ValueError, match="at least 1 worker, not 0"):
+        cluster.LocalCluster(TINY, workers=0)
     c = cluster.LocalCluster(TINY, workers=1, log_dir=tmp_path)
     with pytest.raises(cluster.ClusterError, match="Start the cluster first"):
         c.wait()
