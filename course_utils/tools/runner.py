@@ -318,8 +318,9 @@ def run_notebook(
     km = _kernel_manager(
         kernel_name, Path(connection_dir or private.name), wrap, Path(private.name)
     )
-    client = _client(notebook, km, cwd=cwd, limits=limits, stop_on_error=stop_on_error,
-                     log_path=log_path)  # fmt: skip
+    client = _client(
+        notebook, km, cwd=cwd, limits=limits, stop_on_error=stop_on_error, log_path=log_path
+    )
     client.on_cell_error = outcome.record_timeout
     bar = _progress_bar(client, notebook, progress)
     started = time.monotonic()

@@ -74,7 +74,7 @@ COVER_MB = 1
 #: Only that: the probe still runs in the submission's own Python, after its code (see `batch`).
 FRESH_CHECKS = """
 import importlib.util as _util, sys as _sys
-_spec = _util.spec_from_file_location("course_utils.tools.checks", PATH)
+_spec = _util.spec_from_file_location("course_utils.tools.checks", {path!r})
 _checks = _util.module_from_spec(_spec)
 _spec.loader.exec_module(_checks)
 _sys.modules["course_utils.tools.checks"] = _checks
@@ -296,7 +296,7 @@ def run_submission(
     marker = f"@@facts-{secrets.token_hex(8)}@@"
     probe = ""
     if probe_source:
-        fresh = FRESH_CHECKS.replace("PATH", repr(str(Path(checks.__file__).resolve())))
+        fresh = FRESH_CHECKS.format(path=str(Path(checks.__file__).resolve()))
         probe = (
             f"{fresh}\n{probe_source}\nimport json as _json\nprint({marker!r} + _json.dumps(FACTS))"
         )
