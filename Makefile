@@ -31,7 +31,7 @@ TEST_WORKERS ?= 2
 
 # The environment is rebuilt when the wanted Python differs from the one .venv was made with.
 # Last, the course's kernel under the name the notebooks carry, and JupyterLab's settings for
-# the course (no news box, notebooks that open unmodified): course_utils/tools/lab.py.
+# the course (no news box, notebooks that open unmodified): course_tools/lab.py.
 $(STAMP): pyproject.toml constraints.txt
 	@test -n "$(PYTHON_EXE)" || { echo "$(PYTHON) not found: install Python 3.10-3.13, or run make PYTHON=python3.12 ..." >&2; exit 1; }
 	@$(PYTHON_EXE) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 13) else "The course needs Python 3.10 to 3.13, found %d.%d: run make PYTHON=python3.12 ..." % v)'
@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	$(if $(filter 1,$(GPU)),touch $(VENV)/.with-gpu)
-	$(BIN)/python -m course_utils.tools.lab >/dev/null
+	$(BIN)/python -m course_tools.lab >/dev/null
 	rm -f $(VENV)/.installed-py*
 	touch $(STAMP)
 
@@ -60,12 +60,12 @@ test: $(STAMP)
 
 # The course as a website: every notebook run as `make course` runs it (ARGS passed on), then
 # static pages built from the executed copies into build/site/html, and checked (every page,
-# every link inside the site, every image shown in Chromium): course_utils/tools/site.py.
+# every link inside the site, every image shown in Chromium): course_tools/site.py.
 # CHROMIUM: the browser for the check (Debian's by default; e.g. CHROMIUM=$$(which google-chrome)).
 CHROMIUM ?= /usr/bin/chromium
 site: $(STAMP)
 	$(BIN)/course run $(ARGS)
-	$(BIN)/python -m course_utils.tools.site --chromium "$(CHROMIUM)"
+	$(BIN)/python -m course_tools.site --chromium "$(CHROMIUM)"
 
 doctor: $(STAMP)
 	$(BIN)/course doctor

@@ -14,7 +14,7 @@ import nbformat
 import psutil
 from helpers import ROOT
 
-from course_utils.tools import exercise
+from course_tools import exercise
 
 SOLUTION = ROOT / "solutions" / "05_svhn_solution.ipynb"
 EXERCISE = ROOT / "exercises" / "05_svhn_exercise.ipynb"
@@ -144,7 +144,7 @@ for target in [package / "tools" / "checks.py", package / "__init__.py",
     except OSError as exc:
         attempts[target.name] = type(exc).__name__
 print("TAMPER", json.dumps(attempts))
-import course_utils.tools.checks as checks
+import course_tools.checks as checks
 checks.CheckError = Warning
 checks.own_model = lambda *args, **kwargs: None
 # made-up facts for the grader's probe: fit_model "mirrored" over 2 devices (there is no fit_model)

@@ -1,4 +1,4 @@
-"""`course bench`: the single-device vs distributed benchmark (course_utils.tools.bench).
+"""`course bench`: the single-device vs distributed benchmark (course_tools.bench).
 
 The benchmark measures each replica count in a fresh process. No test asserts a speed: timings
 depend on the machine and its load. They check what a user relies on: the command finishes, prints
@@ -19,7 +19,7 @@ import time
 import pytest
 from helpers import ROOT, assert_conclusions_consistent
 
-COURSE = [sys.executable, "-m", "course_utils.tools.cli"]
+COURSE = [sys.executable, "-m", "course_tools.cli"]
 CONFIGURATIONS = {
     "1": [
         "no strategy + fit",
@@ -122,7 +122,7 @@ def _definitions(source: str) -> dict[str, str]:
 def test_bench_runs_the_code_of_notebook_3():
     # course bench must time what notebook 3 teaches: the model, the input pipeline and the
     # trainers, as the notebook's cells define them.
-    from course_utils.tools import bench
+    from course_tools import bench
 
     notebook = json.loads((ROOT / "notebooks" / "03_single_vs_distributed.ipynb").read_text())
     in_notebook = {}
@@ -135,7 +135,7 @@ def test_bench_runs_the_code_of_notebook_3():
     for name in bench.NOTEBOOK_CODE:
         assert name in in_notebook, f"notebook 3 no longer defines {name}: update course bench"
         assert in_bench[name] == in_notebook[name], (
-            f"{name} in course_utils/tools/bench.py differs from notebook 3's cell: copy the "
+            f"{name} in course_tools/bench.py differs from notebook 3's cell: copy the "
             "notebook's version into bench.py"
         )
 
@@ -160,8 +160,8 @@ def test_bad_options_get_a_clear_error():
 
 
 def test_notebook_3s_measure_warms_up_then_times_interleaved_rounds():
+    from course_tools.bench import measure  # notebook 3's (checked above)
     from course_utils import timing
-    from course_utils.tools.bench import measure  # notebook 3's (checked above)
 
     calls = []
 

@@ -42,7 +42,7 @@ import psutil
 import pytest
 from helpers import ARTIFACT_DIRS, EXPECTED_ARTIFACTS, ROOT, assert_conclusions_consistent
 
-from course_utils.tools import browser
+from course_tools import browser
 
 DEVICES = 3
 #: The notebooks, in the order a student meets them: (folder, file).
@@ -273,7 +273,7 @@ def test_notebook_runs_clean_in_jupyterlab(lab, page, folder: str, name: str):
     assert state["unrun"] == state["code"] > 0, f"{name} was committed with outputs: {state}"
     assert not state["dirty"], (
         f"{name} shows as modified right after opening (are the settings of "
-        "`python -m course_utils.tools.lab`, which make setup runs, installed?)"
+        "`python -m course_tools.lab`, which make setup runs, installed?)"
     )
 
     menu(page, "Run", "Run All Cells")

@@ -13,8 +13,8 @@ from dataclasses import asdict
 
 import pytest
 
+from course_tools import checks
 from course_utils import timing
-from course_utils.tools import checks
 
 GLOBAL_BATCH = 128
 

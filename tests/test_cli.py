@@ -10,7 +10,7 @@ import nbformat
 from helpers import ROOT
 from nbformat.v4 import new_code_cell, new_notebook
 
-COURSE = [sys.executable, "-m", "course_utils.tools.cli"]
+COURSE = [sys.executable, "-m", "course_tools.cli"]
 
 
 def test_doctor_reports_four_devices_and_exits_0():
@@ -80,7 +80,7 @@ def _processes_in(folder):
 
 def test_commands_that_need_no_tensorflow_do_not_import_it():
     code = (
-        "import sys; from course_utils.tools.cli import main; main(['exercise', '--check']); "
+        "import sys; from course_tools.cli import main; main(['exercise', '--check']); "
         "print('TF', 'tensorflow' in sys.modules)"
     )
     proc = subprocess.run(

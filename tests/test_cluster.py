@@ -21,8 +21,8 @@ import psutil
 import pytest
 from helpers import ROOT
 
+from course_tools import doctor
 from course_utils import cluster
-from course_utils.tools import doctor
 
 WORKERS = Path(__file__).parent / "workers"
 TINY = WORKERS / "tiny_worker.py"
@@ -244,7 +244,7 @@ def test_bad_input_is_refused_clearly(tmp_path):
 PARENT = """
 import json, re, sys, time
 from course_utils import cluster
-from course_utils.tools import doctor
+from course_tools import doctor
 c = cluster.LocalCluster({script!r}, workers=2, args={args!r}, log_dir={log_dir!r}, timeout=120)
 c.start()
 c.wait_for("ready", worker="all")

@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
-from course_utils.tools import colab
+from course_tools import colab
 
 
 @pytest.mark.parametrize("path", colab.notebooks(), ids=lambda p: p.name)

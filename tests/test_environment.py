@@ -96,7 +96,7 @@ def test_only_one_tensorflow_distribution_is_installed():
 
 
 def test_doctor_names_versions_outside_the_tested_range():
-    from course_utils.tools.doctor import TESTED, untested_versions
+    from course_tools.doctor import TESTED, untested_versions
 
     assert untested_versions({"Python": "3.13.15", "TensorFlow": "2.20.0", "Keras": "3.13.2"}) == []
     assert untested_versions(
@@ -110,7 +110,7 @@ def test_doctor_names_versions_outside_the_tested_range():
 
 def test_what_the_tests_run_is_inside_the_tested_range():
     """`course doctor` must not call a version untested when the pins (or Colab) are what run."""
-    from course_utils.tools.doctor import untested_versions
+    from course_tools.doctor import untested_versions
 
     for python in ("3.10", "3.11", "3.12", "3.13"):
         pins = constraints({"python_version": python, "python_full_version": f"{python}.0"})

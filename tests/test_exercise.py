@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from helpers import ROOT
 
-from course_utils.tools import exercise
+from course_tools import exercise
 
 SOLUTION = ROOT / "solutions" / "05_svhn_solution.ipynb"
 EXERCISE = ROOT / "exercises" / "05_svhn_exercise.ipynb"

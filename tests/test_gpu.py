@@ -1,4 +1,4 @@
-"""`course doctor`'s GPU rows (course_utils/tools/gpu.py): build, libraries, driver, advice."""
+"""`course doctor`'s GPU rows (course_tools/gpu.py): build, libraries, driver, advice."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.tools import gpu
+from course_tools import gpu
 
 
 def fake_nvidia_smi(folder: Path, output: str, exit_code: int = 0) -> None:
@@ -57,7 +57,7 @@ def test_doctor_rows_on_this_machine(python_subprocess):
     proc = python_subprocess(
         """
         import tensorflow as tf
-        from course_utils.tools import gpu
+        from course_tools import gpu
 
         rows = {}
         gpu.report(lambda label, value: rows.__setitem__(label, value))

@@ -60,10 +60,10 @@ from grading_submissions import (
     write,
 )
 
-from course_utils.tools import batch as grading_batch
-from course_utils.tools import checks, cli, grading, report, sandbox
-from course_utils.tools.report import Grade
-from course_utils.tools.runner import Limits
+from course_tools import batch as grading_batch
+from course_tools import checks, cli, grading, report, sandbox
+from course_tools.report import Grade
+from course_tools.runner import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -571,7 +571,7 @@ def test_the_sandbox_in_memory_folders_are_capped(tmp_path, sandboxed, monkeypat
 def test_the_kernel_log_is_capped_and_the_report_says_so(tmp_path, monkeypatch):
     """A cell writing to file descriptors 1 and 2 bypasses the output caps: only the first
     KERNEL_LOG_KB of the kernel's own output reach kernel.log, with a line saying what was cut."""
-    from course_utils.tools import runner
+    from course_tools import runner
 
     flood = notebook_of(
         FD_FLOOD,
@@ -618,10 +618,10 @@ def test_the_probe_ignores_checks_the_notebook_replaced(tmp_path, sandboxed):
     """The probe reloads the checks from the read-only course: a notebook that replaces
     `checks.probe` in its kernel does not choose the facts (patching TensorFlow or Python itself
     still could: the README says so)."""
-    tamper = TAMPER[TAMPER.index("import course_utils.tools.checks") :].split("artifacts =")[0]
+    tamper = TAMPER[TAMPER.index("import course_tools.checks") :].split("artifacts =")[0]
     probe = grading_batch.exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
     outcome, facts, error = sandbox.run_submission(
-        notebook_of(tamper, "import course_utils.tools.checks as c\nprint(c.probe(1)['models'])"),
+        notebook_of(tamper, "import course_tools.checks as c\nprint(c.probe(1)['models'])"),
         tmp_path,
         {**os.environ, **ENV},
         Limits(60, 120),
@@ -635,7 +635,7 @@ def test_the_probe_ignores_checks_the_notebook_replaced(tmp_path, sandboxed):
 def test_ctrl_c_or_an_error_stops_the_batch_and_its_running_kernels(tmp_path, monkeypatch, error):
     """Grading stops at Ctrl-C or an error in the batch: queued submissions never start, the
     running ones are told to stop (their kernels are killed through `cancel`), and it raises."""
-    from course_utils.tools import processes, report
+    from course_tools import processes, report
 
     started, cancelled = [], []
 

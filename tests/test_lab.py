@@ -1,4 +1,4 @@
-"""The course's JupyterLab settings (course_utils/tools/lab.py), as `make setup` installs them.
+"""The course's JupyterLab settings (course_tools/lab.py), as `make setup` installs them.
 
 tests/test_browser.py checks their effect in a real browser; these check the files and the
 contents manager without one.
@@ -12,7 +12,7 @@ import platform
 
 import nbformat
 
-from course_utils.tools import lab
+from course_tools import lab
 
 
 def test_install_writes_the_kernel_and_both_settings_keeping_the_users(tmp_path):
@@ -38,7 +38,7 @@ def test_install_writes_the_kernel_and_both_settings_keeping_the_users(tmp_path)
     assert news == {"fetchNews": "false", "checkForUpdates": False}
     assert server == own_server
     assert json.loads(server.read_text())["ServerApp"]["contents_manager_class"] == (
-        "course_utils.tools.lab.CourseContentsManager"
+        "course_tools.lab.CourseContentsManager"
     )
 
 

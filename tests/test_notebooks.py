@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, run_notebook_under_nbval
 
-from course_utils.tools import browser
+from course_tools import browser
 
 FOLDERS = ("notebooks", "solutions", "exercises")
 

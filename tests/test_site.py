@@ -1,4 +1,4 @@
-"""The website builder (course_utils/tools/site.py) on a small course of its own.
+"""The website builder (course_tools/site.py) on a small course of its own.
 
 A repository with a README, one lesson, a solution and an exercise, and executed copies as
 `course run` writes them (one with a plot), is built into a site with Sphinx; the test reads the
@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.tools import browser, site
+from course_tools import browser, site
 
 REPOSITORY = "https://github.com/example-org/example-course"
 #: Skipped without Chromium, except in CI (.ci/run sets COURSE_REQUIRE_BROWSER=1).

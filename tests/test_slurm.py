@@ -5,7 +5,7 @@ whole module. With it, notebook 4 itself runs under nbval (its one nbval run: wi
 the machine has Slurm, so that its Slurm cell submits a real 2-task `sbatch` job of the notebook's
 worker script; without Slurm the same run checks that it skips). The last test stops the cluster and
 checks that no daemon, job or worker survived. The TF_CONFIG derivation
-(course_utils/tools/cluster_tf_config.py) and the Kubernetes manifests (k8s/) need no Slurm.
+(course_utils/cluster_tf_config.py) and the Kubernetes manifests (k8s/) need no Slurm.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import slurm
 import yaml
 from helpers import run_notebook_under_nbval
 
-from course_utils.tools import cluster_tf_config, doctor
+from course_utils import cluster_tf_config, doctor
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "04_multi_worker.ipynb"

@@ -40,8 +40,8 @@ from grading_submissions import (
     write,
 )
 
-from course_utils.tools import batch, sandbox, slurm_array
-from course_utils.tools.runner import Limits
+from course_tools import batch, sandbox, slurm_array
+from course_tools.runner import Limits
 
 NO_SLURM = slurm.missing_programs()
 LIMITS = Limits(cell_timeout=90, timeout=600)

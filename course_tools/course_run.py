@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from course_utils.tools.paths import course_root
-from course_utils.tools.runner import ExecutionResult, execute
+from course_tools.paths import course_root
+from course_tools.runner import ExecutionResult, execute
 
 #: Folders `course run` executes, in this order.
 RUN_FOLDERS = ("notebooks", "solutions")

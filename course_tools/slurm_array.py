@@ -42,9 +42,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_utils.tools import batch, report
-from course_utils.tools.batch import Batch, Submission
-from course_utils.tools.report import Grade
+from course_tools import batch, report
+from course_tools.batch import Batch, Submission
+from course_tools.report import Grade
 
 #: Slurm states of a task that has not ended yet.
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
@@ -120,7 +120,7 @@ def batch_script(b: Batch, plan: Path, count: int, options: SlurmOptions) -> str
     # The task's work folders live in a node-local folder removed however the task ends.
     lines += [
         'work=$(mktemp -d "${TMPDIR:-/tmp}/course-grade-XXXXXX")',
-        f"TMPDIR=$work {shlex.quote(sys.executable)} -m course_utils.tools.slurm_array "
+        f"TMPDIR=$work {shlex.quote(sys.executable)} -m course_tools.slurm_array "
         f'{shlex.quote(str(plan))} "$SLURM_ARRAY_TASK_ID"',
         "code=$?",
         'rm -rf "$work"',

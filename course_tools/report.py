@@ -6,7 +6,7 @@ both routes give the same reports and the same gradebook. For a learning platfor
 also exported in Canvas's and Moodle's grade-import CSV formats.
 
 Example:
-    >>> from course_utils.tools import report
+    >>> from course_tools import report
     >>> g = report.Grade("alice", Path("alice.ipynb"), status="graded", max_score=12)
     >>> report.write_report(g, Path("grades/alice/report.md"))
     >>> report.write_gradebook([g], Path("grades/gradebook.csv"), questions=["Q1", "Q2"])

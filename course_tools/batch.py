@@ -33,7 +33,7 @@ sandbox, student code runs with your rights: a changed solution file or course f
 in the report (and the solution as it was at the start is kept).
 
 Example:
-    >>> from course_utils.tools import batch
+    >>> from course_tools import batch
     >>> grades = batch.grade(["submissions/"], out="grades", limits=Limits(cell_timeout=300))
     >>> [(g.student, g.score, g.max_score) for g in grades]
     [('alice', 12.0, 12.0), ('bob', 9.0, 12.0)]
@@ -59,13 +59,13 @@ from pathlib import Path
 import nbformat
 from tqdm.auto import tqdm
 
+from course_tools import exercise, report, sandbox
+from course_tools.checker import CheckProcess, Verdict
+from course_tools.checks import ARTIFACTS_NAME, DATASET
+from course_tools.paths import PACKAGE_ROOT, course_root
+from course_tools.report import CheckResult, Grade
+from course_tools.runner import KERNEL_LOG_KB, Limits, RunOutcome
 from course_utils import data as course_data
-from course_utils.tools import exercise, report, sandbox
-from course_utils.tools.checker import CheckProcess, Verdict
-from course_utils.tools.checks import ARTIFACTS_NAME, DATASET
-from course_utils.tools.paths import PACKAGE_ROOT, course_root
-from course_utils.tools.report import CheckResult, Grade
-from course_utils.tools.runner import KERNEL_LOG_KB, Limits, RunOutcome
 
 #: The SVHN exercise's solution notebook (under the course root), where the hidden tests come from.
 DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"

@@ -17,7 +17,7 @@ batch x n) for the same number of steps. Each comparison is judged by `timing.co
 
 Example:
     $ course bench --quick --output bench.json
-    >>> from course_utils.tools import bench
+    >>> from course_tools import bench
     >>> report = bench.run_benchmark(bench.QUICK, devices=2)   # spawns one process per count
     >>> print(bench.report_text(report))
 """
@@ -249,7 +249,7 @@ def measure_in_fresh_process(replicas: int, devices: int, sizes: Sizes) -> list[
         command = [
             sys.executable,
             "-m",
-            "course_utils.tools.bench",
+            "course_tools.bench",
             "--in-process",
             str(replicas),
             "--devices",
@@ -441,7 +441,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m course_utils.tools.bench [--quick] ...`: the same as `course bench`."""
+    """`python -m course_tools.bench [--quick] ...`: the same as `course bench`."""
     parser = argparse.ArgumentParser(
         prog="course bench", description="Time single-device vs distributed training."
     )

@@ -2,10 +2,10 @@
 
 course doctor                 versions, devices, settings, data and network
 course run [--profile P]      execute every notebook in order into build/, with progress
-course bench [--quick]        single device vs distributed throughput (course_utils.tools.bench)
-course exercise [--check]     generate exercises/ from solutions/ (course_utils.tools.exercise)
-course colab [--check]        Open in Colab badges and install cells (course_utils.tools.colab)
-course grade SUBMISSION...    grade exercise submissions (course_utils.tools.grading)
+course bench [--quick]        single device vs distributed throughput (course_tools.bench)
+course exercise [--check]     generate exercises/ from solutions/ (course_tools.exercise)
+course colab [--check]        Open in Colab badges and install cells (course_tools.colab)
+course grade SUBMISSION...    grade exercise submissions (course_tools.grading)
 """
 
 from __future__ import annotations
@@ -19,22 +19,22 @@ from course_utils.settings import SettingsError
 #: Each subcommand: name -> (its module, help). Every module has `add_arguments(parser)` and
 #: `run(args) -> int`.
 COMMANDS = {
-    "doctor": ("course_utils.tools.doctor", "versions, devices, settings, data and network"),
-    "run": ("course_utils.tools.course_run", "execute the notebooks in order into build/"),
+    "doctor": ("course_tools.doctor", "versions, devices, settings, data and network"),
+    "run": ("course_tools.course_run", "execute the notebooks in order into build/"),
     "bench": (
-        "course_utils.tools.bench",
+        "course_tools.bench",
         "time single device vs distributed training and print the ratios",
     ),
     "exercise": (
-        "course_utils.tools.exercise",
+        "course_tools.exercise",
         "generate exercises/ from solutions/ (or --check they match)",
     ),
     "colab": (
-        "course_utils.tools.colab",
+        "course_tools.colab",
         "write the Open in Colab badge and install cell into every notebook (or --check them)",
     ),
     "grade": (
-        "course_utils.tools.grading",
+        "course_tools.grading",
         "grade exercise submissions, here or as a Slurm job array: reports and gradebooks",
     ),
 }
@@ -42,7 +42,7 @@ COMMANDS = {
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser. Only the module of `command` is imported (by name, with importlib),
-    for its arguments: course_utils.tools.bench imports TensorFlow, which `course exercise` or
+    for its arguments: course_tools.bench imports TensorFlow, which `course exercise` or
     `course run` (whose kernels are separate processes) should not pay for."""
     parser = argparse.ArgumentParser(
         prog="course", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -17,7 +17,7 @@ A solution notebook (solutions/*_solution.ipynb) marks what students must not se
     <!-- HIDDEN -->                                        first line of a markdown cell:
     instructors only
 
-Hidden cells are left out of the exercise; the grader (`course_utils.tools.batch`) reads them from
+Hidden cells are left out of the exercise; the grader (`course_tools.batch`) reads them from
 the solution. Visible
 checks (ordinary cells) stay, so students can test themselves. In the exercise, the stub cells
 and the
@@ -26,7 +26,7 @@ nbclient run past them instead of stopping.
 
 Example:
     >>> import nbformat
-    >>> from course_utils.tools import exercise
+    >>> from course_tools import exercise
     >>> solution = nbformat.read("solutions/05_svhn_solution.ipynb", as_version=4)
     >>> notebook = exercise.make_exercise(solution)      # a new notebook; the solution is unchanged
     >>> [t.question for t in exercise.parse_solution(solution).tests][:2]
@@ -48,8 +48,8 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.tools import colab
-from course_utils.tools.paths import course_root
+from course_tools import colab
+from course_tools.paths import course_root
 
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 ANSWER_PLACEHOLDER = "YOUR ANSWER HERE"

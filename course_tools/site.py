@@ -14,11 +14,11 @@ anything again:
 `check` then opens the built site as a reader would: every page is present, every link inside the
 site resolves (file and #anchor), and every image of the site loads in Chromium (Playwright).
 
-    $ python -m course_utils.tools.site             # build/ -> build/site/html, then check it
-    $ python -m course_utils.tools.site --check-only
+    $ python -m course_tools.site             # build/ -> build/site/html, then check it
+    $ python -m course_tools.site --check-only
 
 Example:
-    >>> from course_utils.tools import site
+    >>> from course_tools import site
     >>> html = site.build(Path("."), Path("build"))    # doctest: +SKIP
     >>> site.check(html, site.page_paths(Path(".")))   # [] when all is well  # doctest: +SKIP
     []
@@ -40,9 +40,9 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import nbformat
 
-from course_utils.tools import browser
-from course_utils.tools.colab import BRANCH, repository_url
-from course_utils.tools.paths import PACKAGE_ROOT as ROOT
+from course_tools import browser
+from course_tools.colab import BRANCH, repository_url
+from course_tools.paths import PACKAGE_ROOT as ROOT
 
 #: The pages, in reading order: the executed folders (as `course run` runs them), then the
 #: exercise as handed out.
@@ -63,7 +63,7 @@ PROFILE_WORDS = {
     "full": "the original course's sizes",
 }
 CONF = """\
-# Written by course_utils/tools/site.py: the site is built from executed copies, never run here.
+# Written by course_tools/site.py: the site is built from executed copies, never run here.
 project = {title!r}
 html_title = {title!r}
 extensions = ["myst_nb"]

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 
+from course_tools import gpu
 from course_utils import cluster
-from course_utils.tools import gpu
 
 #: The versions the course is tested with: constraints.txt locally, Colab's runtime in CI.
 TESTED = {"Python": ("3.10", "3.13"), "TensorFlow": ("2.20", "2.21"), "Keras": ("3.12", "3.15")}
@@ -141,7 +141,7 @@ def leftover_workers() -> list[psutil.Process]:
 
 def check_processes() -> None:
     """Cluster workers left running, and whether the grader's sandbox works here."""
-    from course_utils.tools import sandbox
+    from course_tools import sandbox
 
     leftovers = leftover_workers()
     pids = f": pids {[p.pid for p in leftovers]}" if leftovers else ""

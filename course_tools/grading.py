@@ -10,7 +10,7 @@ same files: <out>/<student>/report.md, <out>/gradebook.csv, and the gradebook as
 without a grade yet (--regrade: all).
 
 Example:
-    >>> from course_utils.tools import grading
+    >>> from course_tools import grading
     >>> grading.default_jobs(devices=2, memory_mb=4096)
     (1, '2 cores / 2 devices per submission = 1; 20,480 MB free / 4,096 MB per notebook = 5')
 """
@@ -27,12 +27,12 @@ from pathlib import Path
 
 import psutil
 
+from course_tools import batch, exercise, sandbox, slurm_array
+from course_tools.batch import DEFAULT_SOLUTION, Settings
+from course_tools.paths import course_root
+from course_tools.report import Grade
+from course_tools.runner import Limits
 from course_utils.tables import format_table
-from course_utils.tools import batch, exercise, sandbox, slurm_array
-from course_utils.tools.batch import DEFAULT_SOLUTION, Settings
-from course_utils.tools.paths import course_root
-from course_utils.tools.report import Grade
-from course_utils.tools.runner import Limits
 
 #: Under --out: the benchmark's grades folders (the compute nodes of --slurm must see them).
 BENCHMARK_FOLDER = ".benchmark"

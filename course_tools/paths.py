@@ -1,7 +1,7 @@
 """Where the course's files are: the one way the tools find the course checkout.
 
 Example:
-    >>> from course_utils.tools.paths import course_root
+    >>> from course_tools.paths import course_root
     >>> (course_root() / "notebooks").is_dir()
     True
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: The checkout this package was imported from (an installed package: its site-packages parent).
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def course_root(start: Path | None = None) -> Path:

@@ -8,14 +8,14 @@ talking to this process over Unix sockets placed next to its connection file (no
 - interrupt a cell past its time limit, and kill the kernel when the interrupt is ignored (a cell
   that catches KeyboardInterrupt or blocks SIGINT) instead of letting it hold up the next cells;
 - kill the kernel and everything it started past a memory or notebook time limit
-  (`course_utils.tools.processes.Watchdog`);
+  (`course_tools.processes.Watchdog`);
 - cap what it keeps of the outputs (each cell, the whole notebook), with a note where it cut;
 - start the kernel through a wrapper, such as the grader's bubblewrap sandbox (`wrap`).
 
 `execute` runs a notebook file into an executed copy, as `course run` does.
 
 Example:
-    >>> from course_utils.tools.runner import Limits, execute, run_notebook
+    >>> from course_tools.runner import Limits, execute, run_notebook
     >>> result = execute("notebooks/01_keras_fit_mnist.ipynb", "build/01_keras_fit_mnist.ipynb",
     ...                  env={"COURSE_PROFILE": "quick"})
     >>> result.ok, result.seconds
@@ -48,7 +48,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from tqdm.auto import tqdm
 
-from course_utils.tools.processes import Deadline, Watchdog, kill_tree
+from course_tools.processes import Deadline, Watchdog, kill_tree
 
 ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 #: The error recorded in a cell interrupted at its time limit.

@@ -6,7 +6,7 @@ clock behind every time limit here, and `Watchdog` kills a tree past a memory or
 
 Example:
     >>> import subprocess
-    >>> from course_utils.tools.processes import Deadline, Watchdog, kill_tree
+    >>> from course_tools.processes import Deadline, Watchdog, kill_tree
     >>> child = subprocess.Popen(["sleep", "60"], start_new_session=True)
     >>> with Watchdog(child.pid, memory_mb=500, seconds=5, what="the child") as dog:
     ...     child.wait()

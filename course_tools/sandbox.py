@@ -15,7 +15,7 @@ there).
 then the solution's hidden probe in the same kernel.
 
 Example:
-    >>> from course_utils.tools import sandbox
+    >>> from course_tools import sandbox
     >>> sandbox.status()
     (True, '/usr/bin/bwrap (bubblewrap 0.8.0)')
     >>> argv = sandbox.wrap(["python", "-c", "print(1)"], writable=[Path("/tmp/grade-alice")],
@@ -34,10 +34,10 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+from course_tools import checks
+from course_tools.paths import PACKAGE_ROOT
+from course_tools.runner import Limits, RunOutcome, run_notebook
 from course_utils.settings import tfds_data_dir
-from course_utils.tools import checks
-from course_utils.tools.paths import PACKAGE_ROOT
-from course_utils.tools.runner import Limits, RunOutcome, run_notebook
 
 #: The flag that grades without a sandbox, named after what it risks.
 NO_SANDBOX_FLAG = "--no-sandbox-i-trust-these-notebooks"
@@ -69,16 +69,16 @@ SHM_MB = 64
 COVER_MB = 1
 
 
-#: Run before the probe: `course_utils.tools.checks` loaded again from its (read-only) file, so
+#: Run before the probe: `course_tools.checks` loaded again from its (read-only) file, so
 #: that functions the notebook replaced in its copy of the module are not the ones the probe calls.
 #: Only that: the probe still runs in the submission's own Python, after its code (see `batch`).
 FRESH_CHECKS = """
 import importlib.util as _util, sys as _sys
-_spec = _util.spec_from_file_location("course_utils.tools.checks", {path!r})
+_spec = _util.spec_from_file_location("course_tools.checks", {path!r})
 _checks = _util.module_from_spec(_spec)
 _spec.loader.exec_module(_checks)
-_sys.modules["course_utils.tools.checks"] = _checks
-import course_utils.tools as _tools
+_sys.modules["course_tools.checks"] = _checks
+import course_tools as _tools
 _tools.checks = _checks
 """
 

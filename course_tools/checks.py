@@ -8,7 +8,7 @@ they run in the notebook's own kernel. A `CheckError` message is what the studen
 report, so each one says what is wrong and what to do.
 
 Example (a hidden test):
-    >>> from course_utils.tools import checks
+    >>> from course_tools import checks
     >>> results = checks.load_results(ARTIFACTS)
     >>> saved = checks.own_model(ARTIFACTS, "fit_model", FACTS)  # the model this run trained
     >>> scores = checks.evaluate(saved)  # measured by the grader, not the notebook

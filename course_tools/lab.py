@@ -16,10 +16,10 @@ Two things a student would otherwise meet on every notebook:
 
 Install the kernel and both settings into this Python's environment (what `make setup` does):
 
-    $ python -m course_utils.tools.lab
+    $ python -m course_tools.lab
 
 Example:
-    >>> from course_utils.tools.lab import python_language_info
+    >>> from course_tools.lab import python_language_info
     >>> python_language_info()["pygments_lexer"]
     'ipython3'
 """
@@ -41,9 +41,7 @@ LAB_OVERRIDES = {
     }
 }
 #: Jupyter Server configuration: notebooks load with this environment's language_info.
-SERVER_CONFIG = {
-    "ServerApp": {"contents_manager_class": "course_utils.tools.lab.CourseContentsManager"}
-}
+SERVER_CONFIG = {"ServerApp": {"contents_manager_class": "course_tools.lab.CourseContentsManager"}}
 #: The kernel name and display name the course's notebooks carry in their metadata.
 KERNEL_NAME, KERNEL_DISPLAY_NAME = "python3", "Python 3"
 

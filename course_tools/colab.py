@@ -10,7 +10,7 @@ repository with pip: its dependency ranges admit Colab's TensorFlow, Keras and t
 Jupyter packages are extras, so pip keeps Colab's own.
 
 Example:
-    >>> from course_utils.tools import colab
+    >>> from course_tools import colab
     >>> colab.badge("notebooks/01_keras_fit_mnist.ipynb")
     '[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://...)'
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.tools.paths import PACKAGE_ROOT, course_root
+from course_tools.paths import PACKAGE_ROOT, course_root
 
 ROOT = PACKAGE_ROOT
 FOLDERS = ("notebooks", "solutions", "exercises")

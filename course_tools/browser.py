@@ -4,7 +4,7 @@ Playwright's own browser download is not used: `executable_path` points at an in
 (Debian: `apt-get install chromium`). The flags let it run headless as root and offline.
 
 Example:
-    >>> from course_utils.tools import browser
+    >>> from course_tools import browser
     >>> browser.missing()          # "" when Chromium and Playwright are both there
     ''
     >>> from playwright.sync_api import sync_playwright
