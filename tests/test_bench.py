@@ -131,7 +131,7 @@ def test_bench_runs_the_code_of_notebook_3():
         magic = any(line.lstrip().startswith("%") for line in source.splitlines())
         if cell["cell_type"] == "code" and not magic:  # IPython magics are not Python
             in_notebook |= _definitions(source)
-    in_bench = _definitions((ROOT / "course_utils" / "tools" / "bench.py").read_text())
+    in_bench = _definitions((ROOT / "course_tools" / "bench.py").read_text())
     for name in bench.NOTEBOOK_CODE:
         assert name in in_notebook, f"notebook 3 no longer defines {name}: update course bench"
         assert in_bench[name] == in_notebook[name], (
@@ -141,7 +141,7 @@ def test_bench_runs_the_code_of_notebook_3():
 
 
 def test_the_benchmark_uses_no_private_tensorflow_attribute():
-    source = (ROOT / "course_utils" / "tools" / "bench.py").read_text()
+    source = (ROOT / "course_tools" / "bench.py").read_text()
     assert "tf.distribute.MirroredStrategy(devices[:replicas])" in source
     assert "._" not in source.replace("self._", "")
 

@@ -24,7 +24,8 @@ import slurm
 import yaml
 from helpers import run_notebook_under_nbval
 
-from course_utils import cluster_tf_config, doctor
+from course_tools import doctor
+from course_utils import cluster_tf_config
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "04_multi_worker.ipynb"
