@@ -31,6 +31,7 @@ def setup(
     devices: int | None = None,
     profile: str | None = None,
     data: str | None = None,
+    *,
     verbose: bool = True,
 ) -> Settings:
     """Configure this kernel for the course and return the settings in force.
