@@ -8,13 +8,14 @@ Example:
     >>> import subprocess
     >>> from course_tools.processes import Deadline, Watchdog, kill_tree
     >>> child = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    >>> with Watchdog(child.pid, memory_mb=500, seconds=5, what="the child") as dog:
+    >>> with Watchdog(child.pid, memory_mb=500, seconds=1, what="the child") as dog:
     ...     child.wait()
     -9
     >>> dog.reason
-    'time limit: the child ran longer than 5 s and was stopped'
+    'time limit: the child ran longer than 1 s and was stopped'
     >>> Deadline(30).left() <= 30
     True
+    >>> kill_tree(child.pid)  # a tree already gone: nothing to do
 """
 
 from __future__ import annotations

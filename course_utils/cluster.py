@@ -9,13 +9,15 @@ notebook's Ctrl-C, and one signal to the group stops it with all it started (SIG
 forces, as when a machine is lost). A kernel that dies without cleaning up (a crash, "Restart
 kernel" on a busy one) leaves that to a small guard process each cluster starts (`guard`).
 
-Example:
-    >>> from course_utils import cluster
-    >>> done = cluster.run("worker.py", workers=2, timeout=300)  # start, wait, stop
-    >>> with cluster.LocalCluster("train.py", workers=2, ready=r"replicas: 2") as c:
-    ...     c.wait_for(r"saved step (\\d+)", worker=0)  # read worker 0's log until this appears
-    ...     c.kill(1)  # lose worker 1
-    ...     c.wait(check=False)  # watch what the other does
+Example (with the worker scripts a notebook writes):
+
+    from course_utils import cluster
+
+    done = cluster.run("worker.py", workers=2, timeout=300)  # start, wait, stop
+    with cluster.LocalCluster("train.py", workers=2, ready=r"replicas: 2") as c:
+        c.wait_for(r"saved step (\\d+)", worker=0)  # read worker 0's log until this appears
+        c.kill(1)  # lose worker 1
+        c.wait(check=False)  # watch what the other does
 """
 
 from __future__ import annotations
