@@ -183,6 +183,7 @@ def test_the_pages_workflow_publishes_a_real_data_build_of_this_site():
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "pages.yml").read_text())
     build = workflow["jobs"]["build"]
     assert build["env"]["COURSE_DATA"] == "tfds"  # real data, or the run fails
+    assert build["env"]["COURSE_REQUIRE"] == "browser"  # every image checked, or the run fails
     commands = [step.get("run", "") for step in build["steps"]]
     assert any(command.startswith("make site") for command in commands)
     uploads = [s for s in build["steps"] if "upload-pages-artifact" in s.get("uses", "")]
