@@ -40,7 +40,9 @@ def missing(chromium: str = CHROMIUM) -> str:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "Playwright is not installed (pip install -c constraints.txt -e '.[test]')"
+        return (
+            "Playwright is not installed (pip install -c constraints.txt -e './course_tools[test]')"
+        )
     return ""
 
 
