@@ -15,6 +15,8 @@ from helpers import ROOT
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
+from course_tools.paths import course_notebooks
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:
@@ -118,8 +120,8 @@ def test_no_student_code_imports_the_tools():
     importing = re.compile(r"^\s*(from|import)\s+course_tools\b", re.M)
     sources = {p: p.read_text() for p in (ROOT / "course_utils").glob("*.py")}
     sources |= {p: p.read_text() for p in (ROOT / "tests" / "workers").glob("*.py")}
-    for folder in ("notebooks", "exercises"):
-        for path in (ROOT / folder).glob("*.ipynb"):
+    for path in course_notebooks(ROOT):
+        if path.parent.name != "solutions":
             cells = json.loads(path.read_text())["cells"]
             sources[path] = "\n".join("".join(cell["source"]) for cell in cells)
     offenders = [
