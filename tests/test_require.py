@@ -127,3 +127,12 @@ def test_with_the_browser_test_in_the_session_its_runs_are_not_made_twice():
     skipped = skipped_runs("tests/test_notebooks.py", "tests/test_browser.py")
     reason = "run in JupyterLab by tests/test_browser.py in this session"
     assert skipped == {reason: len(BROWSER_RUNS_INSTEAD)}
+
+
+def test_ci_requires_every_tool_the_switch_knows():
+    """.ci/run installs the programs, so nothing may be skipped there for want of one."""
+    exported = re.findall(
+        r"^export COURSE_REQUIRE=(\S+)$", (ROOT / ".ci" / "run").read_text(), re.M
+    )
+    assert exported and set(exported[0].split(",")) == set(require.TOOLS)
+    assert "COURSE_REQUIRE_BROWSER" not in (ROOT / ".ci" / "run").read_text()
