@@ -30,6 +30,7 @@ def chromium() -> None:
 
 
 needs_chromium = pytest.mark.usefixtures("chromium")
+#: What `course run` records in an executed copy's metadata.
 RECORD = {
     "profile": "quick",
     "devices": 3,
