@@ -4,7 +4,10 @@
 #   make site     run the notebooks, then build and check the course website (build/site/html)
 #   make setup GPU=1   the same .venv with TensorFlow's CUDA libraries (Linux, NVIDIA GPU)
 # Both create the virtual environment on first use and reuse it afterwards. The versions come from
-# constraints.txt (verified together); pyproject.toml only declares the supported ranges.
+# constraints.txt (verified together); the two pyproject.toml files only declare the supported
+# ranges. .venv holds both distributions of the repository, editable: course-utils (pyproject.toml:
+# the package the notebooks import, with a local JupyterLab) and course-tools
+# (course_tools/pyproject.toml: the `course` command and the tests' tools).
 
 # The first Python the course supports (3.10-3.13) found on PATH; override with `make PYTHON=python3.13 ...`.
 PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3.10 python3; do command -v $$p >/dev/null 2>&1 && { echo $$p; break; }; done)
@@ -19,7 +22,7 @@ BIN    := $(VENV)/bin
 # without them.
 GPU    ?= $(if $(wildcard $(VENV)/.with-gpu),1,)
 comma  := ,
-EXTRAS := jupyter,test$(if $(filter 1,$(GPU)),$(comma)gpu)
+EXTRAS := jupyter$(if $(filter 1,$(GPU)),$(comma)gpu)
 # One stamp per Python version (and GPU route): asking for another Python rebuilds .venv for it.
 STAMP  := $(VENV)/.installed-py$(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)$(if $(filter 1,$(GPU)),-gpu)
 # pytest-xdist: two workers keep both cores busy while one test waits on a kernel or a process.
@@ -32,7 +35,7 @@ TEST_WORKERS ?= 2
 # The environment is rebuilt when the wanted Python differs from the one .venv was made with.
 # Last, the course's kernel under the name the notebooks carry, and JupyterLab's settings for
 # the course (no news box, notebooks that open unmodified): course_tools/lab.py.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml course_tools/pyproject.toml constraints.txt
 	@test -n "$(PYTHON_EXE)" || { echo "$(PYTHON) not found: install Python 3.10-3.13, or run make PYTHON=python3.12 ..." >&2; exit 1; }
 	@$(PYTHON_EXE) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 13) else "The course needs Python 3.10 to 3.13, found %d.%d: run make PYTHON=python3.12 ..." % v)'
 	@want=$$($(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
@@ -41,7 +44,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@if [ "$(GPU)" != 1 ] && [ -e $(VENV)/.with-gpu ]; then echo "GPU=$(GPU): rebuilding $(VENV) without TensorFlow's CUDA libraries"; rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON_EXE) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]" -e "./course_tools[test]"
 	$(if $(filter 1,$(GPU)),touch $(VENV)/.with-gpu)
 	$(BIN)/python -m course_tools.lab >/dev/null
 	rm -f $(VENV)/.installed-py*

@@ -1,5 +1,6 @@
 """Instructor and CI tooling: the `course` command, headless notebook runs, the benchmark report,
-exercise generation and grading. Students never need to open this subpackage; the notebooks
-import only the modules one level up, except notebook 4, which copies `cluster_tf_config.py` (the
-Slurm launcher) next to its worker scripts.
+exercise generation and grading, the Colab cells and the website. Its own distribution,
+course-tools (pyproject.toml in this folder), which `make setup` installs beside the student
+package, course_utils; the notebooks never import it (the solution's hidden tests aside: they are
+the grader's checks).
 """

@@ -4,12 +4,14 @@ Playwright's own browser download is not used: `executable_path` points at an in
 (Debian: `apt-get install chromium`). The flags let it run headless as root and offline.
 
 Example:
-    >>> from course_tools import browser
-    >>> browser.missing()          # "" when Chromium and Playwright are both there
-    ''
-    >>> from playwright.sync_api import sync_playwright
-    >>> with sync_playwright() as playwright:                       # doctest: +SKIP
-    ...     chromium = browser.launch(playwright)
+
+    from playwright.sync_api import sync_playwright
+
+    from course_tools import browser
+
+    if not browser.missing():  # "" when Chromium and Playwright are both there, else why not
+        with sync_playwright() as playwright:
+            chromium = browser.launch(playwright)
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ def missing(chromium: str = CHROMIUM) -> str:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "Playwright is not installed (pip install -c constraints.txt -e '.[test]')"
+        return (
+            "Playwright is not installed (pip install -c constraints.txt -e './course_tools[test]')"
+        )
     return ""
 
 

@@ -5,29 +5,37 @@ instructor who forks the course changes it there and runs `course colab`; the ba
 each notebook and the install cell below it are derived from it. `course colab --check` (and the
 test suite) fail when a notebook disagrees.
 
-The install cell does nothing outside Colab. Inside Colab it installs this package from the
-repository with pip: its dependency ranges admit Colab's TensorFlow, Keras and tf_keras, and the
-Jupyter packages are extras, so pip keeps Colab's own.
+The install cell does nothing outside Colab. Inside Colab it installs the student package,
+course-utils, from the repository with pip: its dependency ranges admit Colab's TensorFlow, Keras
+and tf_keras, and the Jupyter packages are extras, so pip keeps Colab's own. The solution's cell
+adds this package, course-tools (from the repository's course_tools/ folder): its hidden tests
+are the grader's checks.
 
 Example:
     >>> from course_tools import colab
-    >>> colab.badge("notebooks/01_keras_fit_mnist.ipynb")
-    '[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://...)'
+    >>> badge = colab.badge("notebooks/01_keras_fit_mnist.ipynb")
+    >>> badge.startswith("[![Open In Colab](https://colab.research.google.com/assets/")
+    True
+    >>> badge.split("](")[-1]  # doctest: +ELLIPSIS
+    'https://colab.research.google.com/github/.../blob/main/notebooks/01_keras_fit_mnist.ipynb)'
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 import nbformat
 
-from course_tools.paths import PACKAGE_ROOT, course_root
+from course_tools.paths import PACKAGE_ROOT, course_notebooks, course_root
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
 
 ROOT = PACKAGE_ROOT
-FOLDERS = ("notebooks", "solutions", "exercises")
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BRANCH = "main"
 INSTALL_MARK = "# Colab only:"
@@ -35,14 +43,15 @@ INSTALL_MARK = "# Colab only:"
 
 def repository_url(root: Path = ROOT) -> str:
     """The repository's address, from pyproject.toml ([project.urls] Repository)."""
-    text = (root / "pyproject.toml").read_text()
-    match = re.search(r'^Repository\s*=\s*"(https://github\.com/[^"]+?)/?"\s*$', text, re.M)
-    if not match:
+    with open(root / "pyproject.toml", "rb") as file:
+        project = tomllib.load(file).get("project", {})
+    url = project.get("urls", {}).get("Repository", "")
+    if not url.startswith("https://github.com/") or url.count("/") < 4:
         raise ValueError(
             "pyproject.toml has no [project.urls] Repository = "
             '"https://github.com/OWNER/NAME": the Colab badges and install cells need it'
         )
-    return match[1].removesuffix(".git")
+    return url.rstrip("/").removesuffix(".git")
 
 
 def badge(relative_path: str, root: Path = ROOT) -> str:
@@ -52,13 +61,25 @@ def badge(relative_path: str, root: Path = ROOT) -> str:
     return f"[![Open In Colab]({BADGE_IMAGE})]({link})"
 
 
-def install_cell_source(root: Path = ROOT) -> str:
-    """The code of the install cell: pip in Colab, nothing anywhere else."""
+def requirements(relative_path: str, root: Path = ROOT) -> list[str]:
+    """What the install cell of the notebook at `relative_path` gives pip: the student package;
+    for a solution, the tools too (its hidden tests import the grader's checks)."""
+    url = repository_url(root)
+    student = f"course-utils @ git+{url}"
+    if relative_path.split("/")[0] == "solutions":
+        return [student, f"course-tools @ git+{url}#subdirectory=course_tools"]
+    return [student]
+
+
+def install_cell_source(relative_path: str, root: Path = ROOT) -> str:
+    """The code of the install cell of the notebook at `relative_path`: pip in Colab, nothing
+    anywhere else."""
+    packages = " ".join(f'"{requirement}"' for requirement in requirements(relative_path, root))
     return (
         f"{INSTALL_MARK} install the course package (TensorFlow, Keras and Jupyter stay "
         f"Colab's).\nimport sys\n\n"
         'if "google.colab" in sys.modules:\n'
-        f'    %pip install --quiet "course-utils @ git+{repository_url(root)}"'
+        f"    %pip install --quiet {packages}"
     )
 
 
@@ -71,7 +92,7 @@ def apply(notebook: nbformat.NotebookNode, relative_path: str, root: Path = ROOT
         and not (c.cell_type == "code" and c.source.startswith(INSTALL_MARK))
     ]
     top = nbformat.v4.new_markdown_cell(badge(relative_path, root))
-    install = nbformat.v4.new_code_cell(install_cell_source(root))
+    install = nbformat.v4.new_code_cell(install_cell_source(relative_path, root))
     for cell, name in ((top, "colab-badge"), (install, "colab-install")):
         cell.id = name
     # Keep the notebook's title first, then the badge; the install cell goes before the first code.
@@ -89,14 +110,9 @@ def problems(path: Path, root: Path = ROOT) -> list[str]:
     found = []
     if badge(relative, root) not in sources:
         found.append(f"{relative}: no badge for {repository_url(root)} (or it points elsewhere)")
-    if install_cell_source(root) not in sources:
+    if install_cell_source(relative, root) not in sources:
         found.append(f"{relative}: no Colab install cell for {repository_url(root)}")
     return found
-
-
-def notebooks(root: Path = ROOT) -> list[Path]:
-    """Every course notebook, in order."""
-    return [p for folder in FOLDERS for p in sorted((root / folder).glob("*.ipynb"))]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,14 +125,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """`course colab [--check]`: write (or check) every notebook's badge and install cell."""
     root = course_root()
-    wrong = [problem for path in notebooks(root) for problem in problems(path, root)]
+    wrong = [problem for path in course_notebooks(root) for problem in problems(path, root)]
     if args.check:
         for problem in wrong:
             print(problem, file=sys.stderr)
         return 1 if wrong else 0
     # exercises/ too: `course exercise` applies the same cells to what it generates, so writing
     # them here gives the file it would write.
-    for path in notebooks(root):
+    for path in course_notebooks(root):
         notebook = nbformat.read(path, as_version=4)
         apply(notebook, path.relative_to(root).as_posix(), root)
         nbformat.write(notebook, path)

@@ -17,17 +17,14 @@ import json
 import sys
 from pathlib import Path
 
-from course_tools.paths import course_root
+from course_tools.paths import course_root, executed_notebooks
 from course_tools.runner import ExecutionResult, execute
-
-#: Folders `course run` executes, in this order.
-RUN_FOLDERS = ("notebooks", "solutions")
 
 
 def notebooks_to_run(root: Path, only: list[str] | None = None) -> list[Path]:
-    """The course notebooks in order; `only` keeps those whose file name contains one of the
-    strings."""
-    paths = [p for folder in RUN_FOLDERS for p in sorted((root / folder).glob("*.ipynb"))]
+    """The notebooks that run clean, in course order (`paths.executed_notebooks`); `only` keeps
+    those whose file name contains one of the strings."""
+    paths = executed_notebooks(root)
     if only:
         paths = [p for p in paths if any(key in p.name for key in only)]
     return paths
@@ -62,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         env["COURSE_DEVICES"] = str(args.devices)
     paths = notebooks_to_run(root, args.only)
     if not paths:
-        print(f"No notebooks found under {root} ({', '.join(RUN_FOLDERS)}).", file=sys.stderr)
+        which = f" whose name contains {' or '.join(args.only)}" if args.only else ""
+        print(f"No notebooks{which} found under {root}.", file=sys.stderr)
         return 1
     print(f"Running {len(paths)} notebook(s) with COURSE_PROFILE={args.profile} into {build}")
     results = []

@@ -7,8 +7,13 @@ the NVIDIA packages that `pip install "tensorflow[and-cuda]"` brings (the course
 the CPU and says so only in its start-up log, which the course keeps quiet. These rows say it.
 
 Example:
-    >>> from course_tools.gpu import report
-    >>> report(lambda label, value: print(f"{label:<21}{value}"))   # doctest: +SKIP
+
+    from course_tools.gpu import report
+
+    report(lambda label, value: print(f"{label:<21}{value}"))
+
+prints, on a Linux machine without an NVIDIA driver, rows like these:
+
     TensorFlow build     CUDA 12.5.1, cuDNN 9
     CUDA libraries       not installed (make setup GPU=1 installs them)
     NVIDIA driver        none found (no working nvidia-smi)

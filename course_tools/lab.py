@@ -58,7 +58,8 @@ class CourseContentsManager(AsyncLargeFileManager):
     whose `language_info` is only a name is given the kernel's full `language_info` as it loads,
     so that the kernel's start changes nothing in it and it opens unmodified."""
 
-    async def get(self, path, content=True, type=None, format=None, **kwargs):
+    # Jupyter Server's own signature, which its callers use positionally: FBT002 cannot apply.
+    async def get(self, path, content=True, type=None, format=None, **kwargs):  # noqa: FBT002
         model = await super().get(path, content=content, type=type, format=format, **kwargs)
         if model["type"] == "notebook" and model.get("content"):
             metadata = model["content"]["metadata"]

@@ -8,13 +8,14 @@ Example:
     >>> import subprocess
     >>> from course_tools.processes import Deadline, Watchdog, kill_tree
     >>> child = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    >>> with Watchdog(child.pid, memory_mb=500, seconds=5, what="the child") as dog:
+    >>> with Watchdog(child.pid, memory_mb=500, seconds=1, what="the child") as dog:
     ...     child.wait()
     -9
     >>> dog.reason
-    'time limit: the child ran longer than 5 s and was stopped'
+    'time limit: the child ran longer than 1 s and was stopped'
     >>> Deadline(30).left() <= 30
     True
+    >>> kill_tree(child.pid)  # a tree already gone: nothing to do
 """
 
 from __future__ import annotations
@@ -66,10 +67,14 @@ def kill_tree(pid: int) -> None:
 
 class Watchdog:
     """In a `with` block, kills a process tree (`kill_tree`) once it uses more than `memory_mb`
-    of resident memory, or `seconds` after the watchdog was made; a thread looks every `interval`
-    seconds. `reason` says why it killed ("" if it did not), `peak_mb` is the most memory seen.
-    It also kills the tree once `cancel` is set (the caller gives up on it, e.g. on Ctrl-C).
-    (Not `setrlimit(RLIMIT_AS)`: TensorFlow reserves far more address space than it uses.)"""
+    of resident memory, or `seconds` after the watchdog was made; a thread looks every
+    `INTERVAL` seconds. `reason` says why it killed ("" if it did not), `peak_mb` is the most
+    memory seen. It also kills the tree once `cancel` is set (the caller gives up on it, e.g. on
+    Ctrl-C). (Not `setrlimit(RLIMIT_AS)`: TensorFlow reserves far more address space than it
+    uses.)"""
+
+    #: Seconds between two looks at the tree's memory.
+    INTERVAL = 0.2
 
     def __init__(
         self,
@@ -77,11 +82,10 @@ class Watchdog:
         memory_mb: float,
         seconds: float,
         *,
-        interval: float = 0.2,
         what: str = "it",
         cancel: threading.Event | None = None,
     ) -> None:
-        self.pid, self.memory_mb, self.interval, self.what = pid, memory_mb, interval, what
+        self.pid, self.memory_mb, self.what = pid, memory_mb, what
         self.cancel = cancel
         self.deadline = Deadline(seconds)
         self.reason, self.peak_mb = "", 0.0
@@ -102,7 +106,7 @@ class Watchdog:
         kill_tree(self.pid)
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.interval) and psutil.pid_exists(self.pid):
+        while not self._stop.wait(self.INTERVAL) and psutil.pid_exists(self.pid):
             rss = 0.0
             for process in process_tree(self.pid):
                 # It may end while we look.

@@ -17,11 +17,12 @@ site resolves (file and #anchor), and every image of the site loads in Chromium 
     $ python -m course_tools.site             # build/ -> build/site/html, then check it
     $ python -m course_tools.site --check-only
 
-Example:
-    >>> from course_tools import site
-    >>> html = site.build(Path("."), Path("build"))    # doctest: +SKIP
-    >>> site.check(html, site.page_paths(Path(".")))   # [] when all is well  # doctest: +SKIP
-    []
+From Python (after `course run`), the same two steps:
+
+    from course_tools import site
+
+    html = site.build(Path("."), Path("build"))
+    problems = site.check(html, site.page_paths(Path(".")))  # [] when all is well
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from __future__ import annotations
 import argparse
 import functools
 import http.server
-import os
 import re
 import shutil
 import sys
@@ -40,14 +40,11 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import nbformat
 
-from course_tools import browser
+from course_tools import browser, require
 from course_tools.colab import BRANCH, repository_url
+from course_tools.paths import HANDOUT_FOLDER, course_notebooks
 from course_tools.paths import PACKAGE_ROOT as ROOT
 
-#: The pages, in reading order: the executed folders (as `course run` runs them), then the
-#: exercise as handed out.
-EXECUTED_FOLDERS = ("notebooks", "solutions")
-HANDOUT_FOLDERS = ("exercises",)
 TITLE = "Distributed training with TensorFlow and Keras"
 #: The notice a note cell starts with (the check looks for it on every notebook page).
 NOTE_MARK = "About this page."
@@ -88,19 +85,21 @@ class SiteError(RuntimeError):
     """The site cannot be built as asked (with what to do)."""
 
 
-#: Reading order of the folders: the lessons, the exercise as handed out, then its solution.
-READING_ORDER = ("notebooks", "exercises", "solutions")
 #: Titles in the table of contents where a notebook's own title would repeat another's.
 TOC_TITLES = {"exercises": "Exercise (as handed out)", "solutions": "Exercise: the solution"}
 
 
 def page_paths(root: Path = ROOT) -> list[str]:
-    """The notebooks of the site, as paths relative to the repository, in reading order."""
-    return [
-        f"{folder}/{path.name}"
-        for folder in READING_ORDER
-        for path in sorted((root / folder).glob("*.ipynb"))
-    ]
+    """The notebooks of the site, as paths relative to the repository, in reading order: the
+    course's order (`paths.course_notebooks`), except that the exercise as handed out comes
+    before its solution."""
+    paths = [f"{p.parent.name}/{p.name}" for p in course_notebooks(root)]
+    return sorted(paths, key=lambda page: page.startswith("solutions/"))
+
+
+def is_handout(page: str) -> bool:
+    """Whether the site shows `page` as handed out (no executed copy, no outputs)."""
+    return page.split("/")[0] == HANDOUT_FOLDER
 
 
 def colab_url(relative_path: str, repository: str) -> str:
@@ -181,11 +180,7 @@ def prepare(root: Path, executed: Path, source: Path) -> list[str]:
     """Write the Sphinx project into `source` from the executed copies in `executed`."""
     repository = repository_url(root)
     pages = page_paths(root)
-    missing = [
-        p
-        for p in pages
-        if p.split("/")[0] in EXECUTED_FOLDERS and not (executed / Path(p).name).exists()
-    ]
+    missing = [p for p in pages if not is_handout(p) and not (executed / Path(p).name).exists()]
     if missing:
         raise SiteError(
             f"No executed copy of {', '.join(missing)} in {executed}: run `course run` (or "
@@ -195,7 +190,7 @@ def prepare(root: Path, executed: Path, source: Path) -> list[str]:
         shutil.rmtree(source)
     for page in pages:
         folder = page.split("/")[0]
-        if folder in EXECUTED_FOLDERS:
+        if not is_handout(page):
             notebook = nbformat.read(executed / Path(page).name, as_version=4)
             record = notebook.metadata.get("course_run", {})
             if not record:
@@ -347,8 +342,8 @@ def images_not_shown(
     return problems
 
 
-#: The one problem `make site` reports without failing when no browser is there (CI, which sets
-#: COURSE_REQUIRE_BROWSER=1, fails on it).
+#: The one problem `make site` reports without failing when no browser is there (CI, whose
+#: COURSE_REQUIRE names the browser, fails on it).
 IMAGES_NOT_CHECKED = "images not checked"
 
 
@@ -378,10 +373,10 @@ def check(html: Path, pages: list[str], chromium: str = browser.CHROMIUM) -> lis
     return problems
 
 
-def failed(problems: list[str], required: bool) -> bool:
+def failed(problems: list[str], *, browser_required: bool) -> bool:
     """Whether `make site` fails: on any problem, except the images left unchecked for want of a
-    browser (said, not failed) unless a browser is `required` (CI)."""
-    return any(required or not p.startswith(IMAGES_NOT_CHECKED) for p in problems)
+    browser (said, not failed) unless a browser is required (CI: COURSE_REQUIRE=browser,...)."""
+    return any(browser_required or not p.startswith(IMAGES_NOT_CHECKED) for p in problems)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -401,10 +396,15 @@ def run(args: argparse.Namespace) -> int:
     except SiteError as exc:
         print(f"site: {exc}", file=sys.stderr)
         return 1
+    try:
+        browser_required = require.is_required("browser")
+    except require.RequireError as exc:
+        print(f"site: {exc}", file=sys.stderr)
+        return 2
     problems = check(html, page_paths(ROOT), args.chromium)
     for problem in problems:
         print(f"site: {problem}", file=sys.stderr)
-    if failed(problems, required=os.environ.get("COURSE_REQUIRE_BROWSER") == "1"):
+    if failed(problems, browser_required=browser_required):
         return 1
     pages = len(list(html.rglob("*.html")))
     checked = "pages and links checked" if problems else "pages, links and images checked"

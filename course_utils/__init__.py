@@ -2,8 +2,9 @@
 
 Every notebook starts with the same set-up cell, before any TensorFlow operation:
 
-    >>> import course_utils
-    >>> settings = course_utils.setup()
+    import course_utils
+
+    settings = course_utils.setup()
 
 It reads the COURSE_* variables (`settings`), keeps TensorFlow's start-up noise out of the outputs
 (`quiet`), creates the devices the strategy will use (`devices`) and prints what it did. The other
@@ -31,6 +32,7 @@ def setup(
     devices: int | None = None,
     profile: str | None = None,
     data: str | None = None,
+    *,
     verbose: bool = True,
 ) -> Settings:
     """Configure this kernel for the course and return the settings in force.

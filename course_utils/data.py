@@ -10,8 +10,10 @@ the pipeline. COURSE_DATA says where the data comes from:
   synthetic  always the stand-in: same shapes, dtypes and classes, learnable by a small CNN.
 
 Example:
-    >>> from course_utils import data
-    >>> train = data.load("mnist", "train")  # quick profile: the first 2,048 examples
+
+    from course_utils import data
+
+    train = data.load("mnist", "train")  # quick profile: the first 2,048 examples
 """
 
 from __future__ import annotations

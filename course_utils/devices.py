@@ -5,10 +5,11 @@ makes each one a replica: the code is what runs on 4 real GPUs, only the speed d
 CPU devices share the same cores). This must happen before TensorFlow's first operation; later,
 `simulate_devices` raises an error that says what to do.
 
-Example:
-    >>> from course_utils import devices
-    >>> devices.simulate_devices(4)  # before any TensorFlow op
-    ['/device:CPU:0', '/device:CPU:1', '/device:CPU:2', '/device:CPU:3']
+Example, in a fresh kernel (before any TensorFlow op):
+
+    from course_utils import devices
+
+    names = devices.simulate_devices(4)  # on a CPU: '/device:CPU:0' ... '/device:CPU:3'
 """
 
 from __future__ import annotations

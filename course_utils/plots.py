@@ -1,11 +1,13 @@
 """Charts, in the spirit of `tensorflow_docs.plots`: learning curves and training speeds.
 
-Example:
-    >>> history = model.fit(train, validation_data=test, epochs=5)
-    >>> from course_utils import plots
-    >>> plots.plot_history(history)                       # loss and accuracy, train vs validation
-    >>> plots.plot_history({"loss": losses, "accuracy": accs})   # a custom loop's own records
-    >>> plots.plot_comparison(results)      # timing.RunResults: speed bars, each round a dot
+Example (with a notebook's model, datasets and records):
+
+    from course_utils import plots
+
+    history = model.fit(train, validation_data=test, epochs=5)
+    plots.plot_history(history)  # loss and accuracy, train vs validation
+    plots.plot_history({"loss": losses, "accuracy": accs})  # a custom loop's own records
+    plots.plot_comparison(results)  # timing.RunResults: speed bars, each round a dot
 """
 
 from __future__ import annotations

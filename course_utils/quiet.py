@@ -11,8 +11,10 @@ themselves), and the two warnings in HIDDEN_WARNINGS, which no student code can 
 To see everything, set TF_CPP_MIN_LOG_LEVEL=0 before the set-up cell runs.
 
 Example:
-    >>> from course_utils.quiet import import_tensorflow
-    >>> tf = import_tensorflow()  # the module `import tensorflow as tf` gives, minus the noise
+
+    from course_utils.quiet import import_tensorflow
+
+    tf = import_tensorflow()  # the module `import tensorflow as tf` gives, minus the noise
 """
 
 from __future__ import annotations

@@ -6,13 +6,15 @@ The protocol, wherever a notebook compares speeds (notebook 3's `measure` is it,
 - the median over rounds (`RunResult`), with the spread (lowest to highest round) beside it;
 - ONE noise rule (`compare`): two runs differ only when their rounds do not overlap.
 
-Example:
-    >>> from course_utils import timing
-    >>> with timing.Timer() as timer:  # one round of a run
-    ...     train_steps(40)
-    >>> loop = timing.RunResult("loop", 3.1, 7680, rounds=[2480, 2510, 2440], batch_size=64)
-    >>> print(timing.results_table([fit, loop]))  # fit: another run's RunResult
-    >>> print(timing.compare(loop, fit).sentence)  # "loop is 4% faster than fit: ..."
+Example (`train_steps` and `fit` stand for a notebook's own):
+
+    from course_utils import timing
+
+    with timing.Timer() as timer:  # one round of a run
+        train_steps(40)
+    loop = timing.RunResult("loop", 3.1, 7680, rounds=[2480, 2510, 2440], batch_size=64)
+    print(timing.results_table([fit, loop]))  # fit: another run's RunResult
+    print(timing.compare(loop, fit).sentence)  # "loop is 4% faster than fit: ..."
 """
 
 from __future__ import annotations

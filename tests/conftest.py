@@ -1,5 +1,6 @@
-"""pytest configuration: the `python_subprocess` fixture and the order and grouping of tests on
-the pytest-xdist workers. Code the tests share lives in tests/helpers.py.
+"""pytest configuration: COURSE_REQUIRE checked at the start, the `python_subprocess` fixture,
+the notebook runs the browser test makes instead, and the order and grouping of tests on the
+pytest-xdist workers. Code the tests share lives in tests/helpers.py.
 """
 
 from __future__ import annotations
@@ -7,13 +8,27 @@ from __future__ import annotations
 import pytest
 from helpers import run_python
 
+from course_tools import browser, require
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A COURSE_REQUIRE that names an unknown tool stops the run before any test."""
+    try:
+        require.required()
+    except require.RequireError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
 
 @pytest.fixture
 def python_subprocess():
     """`python_subprocess(code, env)` -> CompletedProcess; a failure fails the test, with stderr."""
 
     def run(
-        code: str, env: dict[str, str] | None = None, timeout: float = 300, expect_ok: bool = True
+        code: str,
+        env: dict[str, str] | None = None,
+        timeout: float = 300,
+        *,
+        expect_ok: bool = True,
     ):
         proc = run_python(code, env, timeout)
         if expect_ok:
@@ -49,9 +64,24 @@ def _rank(item: pytest.Item) -> int:
     return len(LONGEST_FIRST)
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they deselect
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Hand the longest work out first (see LONGEST_FIRST)."""
+    """Hand the longest work out first (see LONGEST_FIRST); skip the notebook runs the browser
+    test makes instead, when it runs (`browser_runs_instead`)."""
     items.sort(key=_rank)
+    browser_runs_instead(items)
+
+
+def browser_runs_instead(items: list[pytest.Item]) -> None:
+    """Skip the notebook runs marked `browser_runs_instead` (tests/test_notebooks.py) when this
+    session also runs tests/test_browser.py, which makes them in JupyterLab, and a browser is
+    there to run it. Otherwise (`pytest tests/test_notebooks.py`, or no Chromium) they run."""
+    if browser.missing() or not any(item.path.name == "test_browser.py" for item in items):
+        return
+    skip = pytest.mark.skip(reason="run in JupyterLab by tests/test_browser.py in this session")
+    for item in items:
+        if item.get_closest_marker("browser_runs_instead"):
+            item.add_marker(skip)
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown when xdist is off

@@ -1,5 +1,6 @@
-"""Code the tests share: the course root, a fresh Python, a notebook run under nbval, and the
-checkers that re-derive the conclusions a notebook printed from the numbers it recorded.
+"""Code the tests share: the course root, a fresh Python, a notebook run under nbval, the
+checkers that re-derive the conclusions a notebook printed from the numbers it recorded, and the
+one way a test skips for want of a program (`require_or_skip`, which COURSE_REQUIRE makes fail).
 
 Simulated devices are fixed once TensorFlow starts in a process, so anything that depends on
 the device count runs in a fresh Python subprocess (`run_python`, `run_notebook_under_nbval`).
@@ -21,7 +22,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from course_tools import require
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def require_or_skip(tool: str, missing: str | None) -> None:
+    """Skip the calling test or fixture because `missing` says a program is missing ("" or None:
+    nothing is, go on), unless COURSE_REQUIRE names `tool` (one of browser, sandbox, slurm):
+    then fail it with that message, so a run that must test `tool` cannot pass without it."""
+    if not missing:
+        return
+    if require.is_required(tool):
+        pytest.fail(require.failure(tool, missing), pytrace=False)
+    pytest.skip(missing)
 
 
 def run_python(

@@ -110,7 +110,7 @@ def compute_loss(labels, per_example_loss, regularization_losses):
     return loss + tf.nn.scale_regularization_loss(tf.add_n(regularization_losses))
 
 
-def run_loop(strategy, make_optimizer=sgd, wrong_mean: bool = False):
+def run_loop(strategy, make_optimizer=sgd, *, wrong_mean: bool = False):
     model, optimizer = build(strategy, make_optimizer)
 
     def replica_step(x, y):

@@ -19,7 +19,7 @@ the quick profile. The test then checks what a student would look at:
 Screenshots go to build/browser/ (the notebook after its run, and its first plot).
 Where Chromium or Playwright is missing the test skips with the reason, and tests/test_notebooks.py
 runs those notebooks under nbval instead; CI (.ci/run) installs Chromium and sets
-COURSE_REQUIRE_BROWSER=1, and there a missing browser fails the test.
+COURSE_REQUIRE=browser,..., and there a missing browser fails the test.
 
 Run it alone:  pytest tests/test_browser.py
 """
@@ -40,35 +40,26 @@ import nbformat
 import portpicker
 import psutil
 import pytest
-from helpers import ARTIFACT_DIRS, EXPECTED_ARTIFACTS, ROOT, assert_conclusions_consistent
+from helpers import (
+    ARTIFACT_DIRS,
+    EXPECTED_ARTIFACTS,
+    ROOT,
+    assert_conclusions_consistent,
+    require_or_skip,
+)
 
 from course_tools import browser
+from course_tools.paths import course_notebooks
 
 DEVICES = 3
-#: The notebooks, in the order a student meets them: (folder, file).
-NOTEBOOKS = [
-    ("notebooks", "01_keras_fit_mnist.ipynb"),
-    ("notebooks", "02_custom_loop_fashion_mnist.ipynb"),
-    ("notebooks", "03_single_vs_distributed.ipynb"),
-    ("notebooks", "04_multi_worker.ipynb"),
-    ("solutions", "05_svhn_solution.ipynb"),
-    ("exercises", "05_svhn_exercise.ipynb"),
-]
+#: Every notebook, in course order: (folder, file).
+NOTEBOOKS = [(path.parent.name, path.name) for path in course_notebooks(ROOT)]
 RUN_TIMEOUT_S = 900  # one notebook's Run All
 SCREENSHOTS = ROOT / "build" / "browser"
 NEWS_PROMPT = "official Jupyter news"
 
 
-#: Why this machine cannot run the test ("" when it can).
-BROWSER_MISSING = browser.missing()
-#: CI (.ci/run, which installs Chromium) sets COURSE_REQUIRE_BROWSER=1: there the test must run.
-REQUIRED = os.environ.get("COURSE_REQUIRE_BROWSER") == "1"
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(len(NOTEBOOKS) * RUN_TIMEOUT_S),
-    pytest.mark.skipif(bool(BROWSER_MISSING) and not REQUIRED, reason=BROWSER_MISSING),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(len(NOTEBOOKS) * RUN_TIMEOUT_S)]
 
 
 class Lab:
@@ -144,8 +135,7 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    if BROWSER_MISSING:  # only with COURSE_REQUIRE_BROWSER=1: skipped elsewhere
-        pytest.fail(f"CI must run the browser test: {BROWSER_MISSING}")
+    require_or_skip("browser", browser.missing())  # CI (COURSE_REQUIRE=browser,...): fails
     root = tmp_path_factory.mktemp("course")
     for folder in {folder for folder, _ in NOTEBOOKS}:
         shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("artifacts"))

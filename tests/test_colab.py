@@ -8,9 +8,10 @@ import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
 from course_tools import colab
+from course_tools.paths import course_notebooks
 
 
-@pytest.mark.parametrize("path", colab.notebooks(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", course_notebooks(), ids=lambda p: p.name)
 def test_badge_and_install_cell_follow_the_repository_address(path):
     assert colab.problems(path) == []
 
@@ -21,9 +22,11 @@ def test_the_address_is_written_once():
     assert colab.badge("notebooks/01_keras_fit_mnist.ipynb") in readme
 
 
-def run_install_cell(monkeypatch, in_colab: bool) -> list[tuple[str, str]]:
-    """Execute the install cell as IPython would, recording the magics it runs."""
-    python = TransformerManager().transform_cell(colab.install_cell_source())
+def run_install_cell(
+    monkeypatch, *, in_colab: bool, notebook: str = "notebooks/01_keras_fit_mnist.ipynb"
+) -> list[tuple[str, str]]:
+    """Execute the install cell of `notebook` as IPython would, recording the magics it runs."""
+    python = TransformerManager().transform_cell(colab.install_cell_source(notebook))
     calls = []
     shell = types.SimpleNamespace(run_line_magic=lambda name, line: calls.append((name, line)))
     if in_colab:
@@ -37,10 +40,22 @@ def test_install_cell_does_nothing_outside_colab(monkeypatch):
     assert run_install_cell(monkeypatch, in_colab=False) == []
 
 
-def test_install_cell_pip_installs_only_the_course_in_colab(monkeypatch):
-    ((name, line),) = run_install_cell(monkeypatch, in_colab=True)
-    assert name == "pip"
-    assert line == f'install --quiet "course-utils @ git+{colab.repository_url()}"'
+def test_install_cell_pip_installs_only_the_student_package_in_colab(monkeypatch):
+    for notebook in ("notebooks/01_keras_fit_mnist.ipynb", "exercises/05_svhn_exercise.ipynb"):
+        ((name, line),) = run_install_cell(monkeypatch, in_colab=True, notebook=notebook)
+        assert name == "pip"
+        assert line == f'install --quiet "course-utils @ git+{colab.repository_url()}"'
+
+
+def test_the_solutions_install_cell_adds_the_tools_for_its_hidden_tests(monkeypatch):
+    notebook = "solutions/05_svhn_solution.ipynb"
+    ((name, line),) = run_install_cell(monkeypatch, in_colab=True, notebook=notebook)
+    url = colab.repository_url()
+    assert (name, line) == (
+        "pip",
+        f'install --quiet "course-utils @ git+{url}" '
+        f'"course-tools @ git+{url}#subdirectory=course_tools"',
+    )
 
 
 def test_a_fork_changes_the_address_in_one_place(tmp_path):
@@ -59,7 +74,13 @@ def test_links_into_the_repository_use_its_address():
     import re
 
     link = r"(https://github\.com/[\w.-]+/[\w.-]+)/blob/[\w.-]+/([\w./-]+)"
-    for path in [*colab.notebooks(), colab.ROOT / "README.md"]:
+    for path in [*course_notebooks(), colab.ROOT / "README.md"]:
         for repo, file in re.findall(link, path.read_text()):
             if (colab.ROOT / file).exists():  # a file of this course, not of another project
                 assert repo == colab.repository_url(), f"{path.name}: {repo}/.../{file}"
+
+
+def test_without_a_repository_address_it_says_where_to_write_it(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "course-utils"\n')
+    with pytest.raises(ValueError, match=r"\[project.urls\] Repository"):
+        colab.repository_url(tmp_path)

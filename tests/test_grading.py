@@ -59,6 +59,7 @@ from grading_submissions import (
     survivors,
     write,
 )
+from helpers import require_or_skip
 
 from course_tools import batch as grading_batch
 from course_tools import checks, cli, grading, report, sandbox
@@ -73,7 +74,7 @@ def sandboxed():
     """Grading needs bubblewrap (as `course grade` does by default); skip with the reason."""
     available, detail = sandbox.status()
     if not available:
-        pytest.skip(f"no grading sandbox: {detail}")
+        require_or_skip("sandbox", f"no grading sandbox: {detail}")
 
 
 @pytest.fixture(scope="module")

@@ -44,9 +44,9 @@ def test_install_writes_the_kernel_and_both_settings_keeping_the_users(tmp_path)
 
 def test_the_notebooks_carry_what_the_installed_kernel_reports():
     """JupyterLab compares the notebook's kernelspec with the kernel's: they must be equal."""
-    from helpers import ROOT
+    from course_tools.paths import course_notebooks
 
-    for path in sorted(ROOT.glob("*/*.ipynb")):
+    for path in course_notebooks():
         metadata = nbformat.read(path, as_version=4).metadata
         assert metadata["kernelspec"] == {
             "display_name": lab.KERNEL_DISPLAY_NAME,

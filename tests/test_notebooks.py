@@ -6,8 +6,9 @@ subprocess with COURSE_PROFILE=quick and COURSE_DEVICES=N (devices are fixed per
 kernel inherits the environment), then checks the files the notebook promises to write under
 artifacts/. The course package comes from the installed (editable) checkout.
 
-Where Chromium is installed, tests/test_browser.py runs the notebooks in JupyterLab instead of
-some of these runs (BROWSER_RUNS_INSTEAD); they are skipped here with that reason.
+When the same session runs tests/test_browser.py (and Chromium is there for it), that test runs
+the notebooks in JupyterLab instead of some of these runs (BROWSER_RUNS_INSTEAD); they are skipped
+here with that reason (tests/conftest.py). `pytest tests/test_notebooks.py` alone runs them all.
 
 Run one notebook:  pytest tests/test_notebooks.py -k 01_keras
 """
@@ -17,11 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, run_notebook_under_nbval
+from helpers import run_notebook_under_nbval
 
-from course_tools import browser
-
-FOLDERS = ("notebooks", "solutions", "exercises")
+from course_tools.paths import course_notebooks
 
 #: Which device counts each notebook runs with, and why. Every extra count costs a full run, so a
 #: count is here only when it takes the notebook down a path the others do not.
@@ -48,10 +47,11 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     # Its stubs raise before any device-dependent code.
     "05_svhn_exercise": (2,),
 }
-#: Runs that tests/test_browser.py makes instead when it can (Chromium and Playwright present):
-#: it runs every notebook in JupyterLab with 3 devices (more replicas than cores, as 4 does) and
-#: checks the same (no error outside `raises-exception` cells, the artifacts, the conclusions)
-#: and more. Without Chromium they run here, so that no notebook goes unchecked.
+#: Runs that tests/test_browser.py makes instead when the session runs it and it can (Chromium
+#: and Playwright present): it runs every notebook in JupyterLab with 3 devices (more replicas
+#: than cores, as 4 does) and checks the same (no error outside `raises-exception` cells, the
+#: artifacts, the conclusions) and more. Otherwise they run here, so that no notebook goes
+#: unchecked.
 BROWSER_RUNS_INSTEAD = {
     ("01_keras_fit_mnist", 4),
     ("02_custom_loop_fashion_mnist", 4),
@@ -62,17 +62,15 @@ BROWSER_RUNS_INSTEAD = {
 
 
 def _cases():
-    for folder in FOLDERS:
-        for path in sorted((ROOT / folder).glob("*.ipynb")):
-            for devices in DEVICE_COUNTS.get(path.stem, (2,)):
-                instead = (path.stem, devices) in BROWSER_RUNS_INSTEAD and not browser.missing()
-                skip = pytest.mark.skip(reason="run in JupyterLab by test_browser.py")
-                marks = [skip] if instead else []
-                yield pytest.param(path, devices, id=f"{path.stem}-{devices}dev", marks=marks)
+    for path in course_notebooks():
+        for devices in DEVICE_COUNTS.get(path.stem, (2,)):
+            instead = (path.stem, devices) in BROWSER_RUNS_INSTEAD
+            marks = [pytest.mark.browser_runs_instead] if instead else []
+            yield pytest.param(path, devices, id=f"{path.stem}-{devices}dev", marks=marks)
 
 
 def test_every_notebook_has_a_device_plan():
-    notebooks = {p.stem for folder in FOLDERS for p in (ROOT / folder).glob("*.ipynb")}
+    notebooks = {path.stem for path in course_notebooks()}
     assert notebooks == set(DEVICE_COUNTS), "add new notebooks to DEVICE_COUNTS, with the reason"
 
 

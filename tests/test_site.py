@@ -11,21 +11,26 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import require_or_skip
 
 from course_tools import browser, site
 
 REPOSITORY = "https://github.com/example-org/example-course"
-#: Skipped without Chromium, except in CI (.ci/run sets COURSE_REQUIRE_BROWSER=1).
-needs_chromium = pytest.mark.skipif(
-    bool(browser.missing()) and os.environ.get("COURSE_REQUIRE_BROWSER") != "1",
-    reason=browser.missing() or "-",
-)
+
+
+@pytest.fixture
+def chromium() -> None:
+    """Skipped without Chromium, failed instead in CI (.ci/run sets COURSE_REQUIRE=browser,...)."""
+    require_or_skip("browser", browser.missing())
+
+
+needs_chromium = pytest.mark.usefixtures("chromium")
+#: What `course run` records in an executed copy's metadata.
 RECORD = {
     "profile": "quick",
     "devices": 3,
@@ -154,9 +159,9 @@ def test_without_chromium_the_site_is_built_and_says_its_images_were_not_checked
         "images not checked: Chromium not found at /nonexistent/chromium (Debian: apt-get "
         "install chromium)"
     ]
-    assert not site.failed(problems, required=False)  # said, not failed: the pages are there
-    assert site.failed(problems, required=True)  # CI: COURSE_REQUIRE_BROWSER=1
-    assert site.failed(["page missing: 01_lesson.html"], required=False)
+    assert not site.failed(problems, browser_required=False)  # said, not failed: pages are there
+    assert site.failed(problems, browser_required=True)  # CI: COURSE_REQUIRE=browser,...
+    assert site.failed(["page missing: 01_lesson.html"], browser_required=False)
 
 
 def test_without_executed_copies_the_build_says_to_run_the_course(course, tmp_path):
@@ -179,6 +184,7 @@ def test_the_pages_workflow_publishes_a_real_data_build_of_this_site():
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "pages.yml").read_text())
     build = workflow["jobs"]["build"]
     assert build["env"]["COURSE_DATA"] == "tfds"  # real data, or the run fails
+    assert build["env"]["COURSE_REQUIRE"] == "browser"  # every image checked, or the run fails
     commands = [step.get("run", "") for step in build["steps"]]
     assert any(command.startswith("make site") for command in commands)
     uploads = [s for s in build["steps"] if "upload-pages-artifact" in s.get("uses", "")]

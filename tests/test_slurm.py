@@ -22,7 +22,7 @@ import nbformat
 import pytest
 import slurm
 import yaml
-from helpers import run_notebook_under_nbval
+from helpers import require_or_skip, run_notebook_under_nbval
 
 from course_tools import doctor
 from course_utils import cluster_tf_config
@@ -58,7 +58,7 @@ def cluster(tmp_path_factory):
 @pytest.fixture
 def slurm_cluster(cluster) -> slurm.SlurmCluster:
     if cluster[0] is None:
-        pytest.skip(NO_SLURM)
+        require_or_skip("slurm", NO_SLURM)
     return cluster[0]
 
 
@@ -310,7 +310,7 @@ def test_no_slurm_daemon_job_or_worker_left(cluster):
     """Runs last in this module: stop the cluster and look for survivors in the process table."""
     slurm_cluster, stack = cluster
     if slurm_cluster is None:
-        pytest.skip(NO_SLURM)
+        require_or_skip("slurm", NO_SLURM)
     stack.close()  # cancels jobs, stops slurmd, slurmctld and munged; raises if anything is left
     assert all(proc.poll() is not None for proc in slurm_cluster.daemons.values())
     assert not slurm.leftover_processes(slurm_cluster.folder)

@@ -39,6 +39,7 @@ from grading_submissions import (
     survivors,
     write,
 )
+from helpers import require_or_skip
 
 from course_tools import batch, sandbox, slurm_array
 from course_tools.runner import Limits
@@ -58,10 +59,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    if NO_SLURM:
-        pytest.skip(NO_SLURM)
+    require_or_skip("slurm", NO_SLURM)
     if not sandbox.status()[0]:
-        pytest.skip(f"no grading sandbox: {sandbox.status()[1]}")
+        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
     with slurm.single_node_slurm(tmp_path_factory.mktemp("slurm")) as cluster:
         yield cluster
 

@@ -1,9 +1,14 @@
 """Formatting and lint are habits: ruff (configured in pyproject.toml) over the whole repository,
 notebooks included. Fix with `ruff format . && ruff check --fix .`."""
 
+import doctest
+import importlib
+import io
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from helpers import ROOT
 
 
@@ -22,14 +27,42 @@ def test_ruff_format_is_clean():
     assert proc.returncode == 0, f"ruff format would change these files:\n{proc.stdout[-4000:]}"
 
 
-def test_docstring_examples_that_show_an_output_print_it():
-    """The examples a student can paste as they are (no notebook variables) give what they show."""
-    import doctest
+def _modules_with_examples() -> list[str]:
+    """Every module of both packages whose source holds a `>>>` example."""
+    names = []
+    for package in ("course_utils", "course_tools"):
+        for path in sorted((ROOT / package).glob("*.py")):
+            if ">>>" in path.read_text():
+                names.append(package if path.stem == "__init__" else f"{package}.{path.stem}")
+    return names
 
-    from course_utils import settings, tables, timing
 
-    for target in (settings, tables, timing.compare):
-        finder = doctest.DocTestFinder(recurse=False)
-        for test in finder.find(target, globs=vars(timing) if target is timing.compare else None):
-            result = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE).run(test)
-            assert result.attempted and not result.failed, test.name
+#: Modules whose examples (with outputs invented or not run) other work in progress rewrites, the
+#: grader's and the benchmark's: they join the run when it is merged, and this set goes.
+NOT_YET_RUN = {
+    "course_tools.batch",
+    "course_tools.bench",
+    "course_tools.checker",
+    "course_tools.checks",
+    "course_tools.grading",
+    "course_tools.runner",
+    "course_tools.slurm_array",
+}
+
+
+@pytest.mark.parametrize("name", [n for n in _modules_with_examples() if n not in NOT_YET_RUN])
+def test_every_docstring_example_runs_and_prints_what_it_shows(name):
+    """A `>>>` example is a doctest, run here: what it shows is what it prints. Code that cannot
+    run on its own (a notebook's variables, a cluster, a download) is written without prompts."""
+    module = importlib.import_module(name)
+    source = Path(module.__file__).read_text()
+    assert "doctest: +SKIP" not in source, f"{name}: write a skipped example as plain code"
+    tests = [t for t in doctest.DocTestFinder().find(module) if t.examples]
+    prompts = sum(line.lstrip().startswith(">>>") for line in source.splitlines())
+    found = sum(len(t.examples) for t in tests)
+    assert found == prompts, f"{name}: {prompts - found} `>>>` outside any docstring doctest finds"
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    for test in tests:
+        report = io.StringIO()
+        result = runner.run(test, out=report.write)
+        assert not result.failed, f"{test.name}:\n{report.getvalue()}"
