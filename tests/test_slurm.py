@@ -24,7 +24,8 @@ import slurm
 import yaml
 from helpers import run_notebook_under_nbval
 
-from course_utils import cluster_tf_config, doctor
+from course_tools import doctor
+from course_utils import cluster_tf_config
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "04_multi_worker.ipynb"
@@ -228,6 +229,26 @@ def test_killed_worker_resumes_from_the_chief_checkpoint(notebook4):
         assert re.search(restored, resumed, re.MULTILINE)
         assert f"finished at step {3 * steps_per_epoch(killed)}" in resumed
     assert not list((notebook4 / "loop_checkpoints").glob("workertemp_*"))
+
+
+@pytest.mark.slow
+def test_resumed_run_ends_where_an_uninterrupted_run_does(notebook4):
+    """Section 4's comparison: same seed, one run killed and resumed, one not. The checkpoint plus
+    the skip (steps x local replicas) and the seeded shuffle rebuild the whole state, so every
+    epoch's mean loss, as printed, is the same in both."""
+    logs = notebook4 / "logs"
+    pattern = re.compile(r"^epoch (\d+) saved.*mean loss ([\d.]+)$", re.MULTILINE)
+
+    def losses(*names: str) -> dict[int, str]:
+        found: dict[int, str] = {}
+        for name in names:
+            found |= dict((int(e), loss) for e, loss in pattern.findall(read(logs / name)))
+        return found
+
+    straight = losses("uninterrupted/loop_worker-worker-0.log")
+    resumed = losses("killed/loop_worker-worker-0.log", "resumed/loop_worker-worker-0.log")
+    assert sorted(straight) == [1, 2, 3] and resumed == straight
+    assert (notebook4 / "uninterrupted_checkpoints" / "checkpoint").is_file()
 
 
 @pytest.mark.slow
