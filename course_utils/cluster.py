@@ -18,6 +18,14 @@ Example (with the worker scripts a notebook writes):
         c.wait_for(r"saved step (\\d+)", worker=0)  # read worker 0's log until this appears
         c.kill(1)  # lose worker 1
         c.wait(check=False)  # watch what the other does
+
+    # Parameter-server training: a coordinator ("chief"), 2 workers and 1 parameter server; the
+    # servers never end by themselves, so wait for the chief, then stop them.
+    with cluster.LocalCluster("ps.py", workers=2, jobs={"chief": 1, "ps": 1}) as c:
+        c.wait(until=["chief"])
+
+Tasks are named by their worker index (0, 1, ...) for the `worker` job, and by "type index" (or
+just "type" for index 0) for the other jobs: "chief", "ps 0", "ps 1".
 """
 
 from __future__ import annotations
@@ -54,15 +62,24 @@ class ClusterTimeout(ClusterError):
     """The cluster did not finish, or print what was awaited, before its deadline."""
 
 
-class WorkerFailed(ClusterError):
-    """A worker exited with an error; the message ends with the last lines of its log."""
+#: A task: the index of a worker, or "type index" for a task of another job ("chief 0", "ps 1").
+Task = int | str
 
-    def __init__(self, worker: int, returncode: int, log_path: Path, log: str):
+
+def task_name(task: Task) -> str:
+    """ "worker 1" for worker 1, the name itself for other jobs' tasks."""
+    return f"worker {task}" if isinstance(task, int) else task
+
+
+class WorkerFailed(ClusterError):
+    """A task exited with an error; the message ends with the last lines of its log."""
+
+    def __init__(self, worker: Task, returncode: int, log_path: Path, log: str):
         self.worker, self.returncode, self.log_path = worker, returncode, log_path
         how = f"exited with code {returncode}"
         if returncode < 0:
             how = f"was killed by {signal.Signals(-returncode).name}"
-        message = f"worker {worker} {how}; the other workers were stopped.\n"
+        message = f"{task_name(worker)} {how}; the other tasks were stopped.\n"
         if re.search("Could not start gRPC server|Address already in use", log):
             message += "Hint: the worker could not listen on its port (taken meanwhile): retry.\n"
         super().__init__(f"{message}Last lines of its log ({log_path}):\n{_tail(log, 25)}")
@@ -92,8 +109,9 @@ class LocalCluster:
     """A script run as `workers` processes, workers 0 to `workers - 1`, in a `with` block (or
     `start()`, `wait()`, `stop()`). Each runs `python script *args` in the script's folder with
     its TF_CONFIG, this environment plus `env` minus COURSE_DEVICES (a worker is one device),
-    and its log in `log_dir`. `start()` waits until each printed `ready` (a regular expression);
-    `timeout` seconds after the start, everything is stopped."""
+    and its log in `log_dir`. `jobs` adds tasks of other jobs running the same script, e.g.
+    `{"chief": 1, "ps": 1}` for parameter-server training. `start()` waits until each task printed
+    `ready` (a regular expression); `timeout` seconds after the start, everything is stopped."""
 
     # PLR0913 counts keyword-only options too: each of these is a keyword with a default that
     # notebook 4 writes out where the lesson is about it (ready=, timeout=, env=); an options
@@ -108,29 +126,46 @@ class LocalCluster:
         log_dir: str | os.PathLike | None = None,
         ready: str | None = None,
         timeout: float = 600.0,
+        jobs: Mapping[str, int] | None = None,
     ):
         self.script = Path(script).resolve()
         if not self.script.is_file():
             raise FileNotFoundError(f"No script {self.script}: write it first (%%writefile).")
         if workers < 1:
             raise ValueError(f"A cluster needs at least 1 worker, not {workers}.")
+        jobs = dict(jobs or {})
+        for job, count in jobs.items():
+            if job == "worker" or not re.fullmatch(r"[a-z]+", job) or count < 1:
+                raise ValueError(
+                    f"jobs={jobs!r}: give other jobs than 'worker' (lower-case names such as "
+                    "'chief' or 'ps') with 1 task or more; the workers are counted by `workers`."
+                )
         if os.name != "posix":
             raise ClusterError("LocalCluster needs Linux or macOS: on Windows use WSL or Colab.")
         self.log_dir = Path(log_dir) if log_dir is not None else self.script.parent / "logs"
         self.args, self.env = [str(a) for a in args], dict(env or {})
         self.ready, self.timeout = ready, timeout
         # As notebook 4 builds it; portpicker never gives one process the same port twice.
-        ports = [portpicker.pick_unused_port() for _ in range(workers)]
-        self.spec = {"worker": [f"localhost:{port}" for port in ports]}
-        self.workers = list(range(workers))
-        self.log_paths = {
-            i: self.log_dir / f"{self.script.stem}-worker-{i}.log" for i in self.workers
+        counts = {"worker": workers, **jobs}
+        self.spec = {
+            job: [f"localhost:{portpicker.pick_unused_port()}" for _ in range(count)]
+            for job, count in counts.items()
         }
-        #: Each worker's log as it was when the cluster stopped (a later run may reuse the file).
-        self._final_logs: dict[int, str] = {}
-        #: The running (or finished) process of each worker.
-        self.processes: dict[int, subprocess.Popen] = {}
-        self._killed: set[int] = set()
+        self.workers = list(range(workers))
+        #: Every task: the workers, then the other jobs' tasks ("chief 0", "ps 0", ...).
+        self.tasks: list[Task] = [
+            *self.workers,
+            *(f"{job} {i}" for job, count in jobs.items() for i in range(count)),
+        ]
+        self.log_paths = {
+            t: self.log_dir / f"{self.script.stem}-{task_name(t).replace(' ', '-')}.log"
+            for t in self.tasks
+        }
+        #: Each task's log as it was when the cluster stopped (a later run may reuse the file).
+        self._final_logs: dict[Task, str] = {}
+        #: The running (or finished) process of each task.
+        self.processes: dict[Task, subprocess.Popen] = {}
+        self._killed: set[Task] = set()
         self._guard: subprocess.Popen | None = None
         self._started = self._deadline = 0.0
         self._stopped = False
@@ -148,8 +183,11 @@ class LocalCluster:
         self._started = time.monotonic()
         self._deadline = self._started + self.timeout
         try:
-            for i in self.workers:
-                config = json.dumps({"cluster": self.spec, "task": {"type": "worker", "index": i}})
+            for i in self.tasks:
+                job, index = task_name(i).split()
+                config = json.dumps(
+                    {"cluster": self.spec, "task": {"type": job, "index": int(index)}}
+                )
                 # "wb" empties the log: no line of an earlier run can match.
                 with open(self.log_paths[i], "wb") as log:
                     self.processes[i] = subprocess.Popen(
@@ -181,23 +219,32 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _worker(self, worker: int) -> int:
-        if worker not in self.workers:
+    def _worker(self, worker: Task) -> Task:
+        """The task `worker` names (an index, "chief", "ps 1"...), or a clear error."""
+        task: Task = worker
+        if isinstance(worker, str):
+            job, _, index = worker.partition(" ")
+            task = int(index or 0) if job == "worker" else f"{job} {index or 0}"
+        if task not in self.tasks:
+            others = ", ".join(repr(t) for t in self.tasks if isinstance(t, str))
+            name = f"worker {worker}" if isinstance(worker, int) else f"task {worker!r}"
             raise ValueError(
-                f"No worker {worker!r}: this cluster has workers 0-{self.workers[-1]}."
+                f"No {name}: this cluster has workers 0-{self.workers[-1]}"
+                + (f" and {others}." if others else ".")
             )
-        return worker
+        return task
 
     @property
-    def returncodes(self) -> dict[int, int | None]:
-        """Exit code of each worker: None while it runs, negative when killed by that signal."""
+    def returncodes(self) -> dict[Task, int | None]:
+        """Exit code of each task: None while it runs, negative when killed by that signal."""
         return {i: process.poll() for i, process in self.processes.items()}
 
-    def log(self, worker: int = 0) -> str:
-        """The log of one worker so far (as it was at `stop()` once stopped)."""
-        if self._worker(worker) in self._final_logs:
-            return self._final_logs[worker]
-        path = self.log_paths[worker]
+    def log(self, worker: Task = 0) -> str:
+        """The log of one task so far (as it was at `stop()` once stopped)."""
+        task = self._worker(worker)
+        if task in self._final_logs:
+            return self._final_logs[task]
+        path = self.log_paths[task]
         return path.read_text(errors="replace") if path.exists() else ""
 
     def _watch(self, done: Callable, what: str, timeout: float | None, *, check: bool = True):
@@ -223,7 +270,7 @@ class LocalCluster:
                     message += "longer than the timeout, or a worker waiting for a lost peer, "
                     message += "ends like this."
                     for i in [i for i, code in codes.items() if code is None]:
-                        message += f"\nworker {i} (still running), last lines:\n"
+                        message += f"\n{task_name(i)} (still running), last lines:\n"
                         message += _tail(self.log(i), 8)
                     raise ClusterTimeout(message)
                 time.sleep(POLL_SECONDS)
@@ -231,13 +278,11 @@ class LocalCluster:
             self.stop()
             raise
 
-    def wait_for(
-        self, pattern: str, worker: int | str = 0, timeout: float | None = None
-    ) -> re.Match:
-        """Read the logs until the regular expression `pattern` is in the log of `worker` (of
-        every worker with "all"); return the match. Fails clearly if that worker ends without
-        printing it, if a worker (not a killed one) fails first, or at the deadline."""
-        awaited = self.workers if worker == "all" else [self._worker(worker)]
+    def wait_for(self, pattern: str, worker: Task = 0, timeout: float | None = None) -> re.Match:
+        """Read the logs until the regular expression `pattern` is in the log of `worker` (a task;
+        every task with "all"); return the match. Fails clearly if that task ends without
+        printing it, if a task (not a killed one) fails first, or at the deadline."""
+        awaited = self.tasks if worker == "all" else [self._worker(worker)]
         regex = re.compile(pattern, re.MULTILINE)
 
         def found(codes: dict[int, int | None]) -> re.Match | None:
@@ -245,28 +290,40 @@ class LocalCluster:
             for i, match in zip(awaited, matches):
                 if not match and codes[i] is not None:
                     raise ClusterError(
-                        f"worker {i} exited (code {codes[i]}) without printing {pattern!r}. "
+                        f"{task_name(i)} exited (code {codes[i]}) without printing {pattern!r}. "
                         f"Last lines of its log:\n{_tail(self.log(i), 25)}"
                     )
             return matches[-1] if all(matches) else None
 
-        where = "every worker" if worker == "all" else f"worker {worker}"
+        where = "every task" if worker == "all" else task_name(self._worker(worker))
         return self._watch(found, f"{pattern!r} in the log of {where}", timeout)
 
-    def wait(self, timeout: float | None = None, *, check: bool = True) -> dict[int, int]:
-        """Wait until every worker ended, stop, return the exit codes. A failed worker stops the
-        others and raises WorkerFailed, unless `check=False` (after `kill`)."""
-        self._watch(
-            lambda codes: None not in codes.values(), "every worker to end", timeout, check=check
-        )
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        check: bool = True,
+        until: Sequence[Task] | None = None,
+    ) -> dict[Task, int]:
+        """Wait until every task ended (or the tasks `until`, e.g. ["chief"]: servers never end
+        by themselves), stop the rest, return the exit codes. A failed task stops the others and
+        raises WorkerFailed, unless `check=False` (after `kill`)."""
+        awaited = self.tasks if until is None else [self._worker(t) for t in until]
+        what = "every task" if until is None else ", ".join(map(task_name, awaited))
+
+        def ended(codes: dict[Task, int | None]) -> bool:
+            return all(codes[t] is not None for t in awaited)
+
+        self._watch(ended, f"{what} to end", timeout, check=check)
         self.stop()
         return self.returncodes
 
-    def kill(self, worker: int) -> None:
-        """Kill one worker at once with SIGKILL, as when a machine is lost; the others go on."""
-        self._killed.add(self._worker(worker))
-        signal_group(self.processes[worker].pid, signal.SIGKILL)
-        self.processes[worker].wait()
+    def kill(self, worker: Task) -> None:
+        """Kill one task at once with SIGKILL, as when a machine is lost; the others go on."""
+        task = self._worker(worker)
+        self._killed.add(task)
+        signal_group(self.processes[task].pid, signal.SIGKILL)
+        self.processes[task].wait()
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
         """Stop every worker: SIGTERM to each process group, SIGKILL `grace` seconds later."""
@@ -285,14 +342,20 @@ class LocalCluster:
         if self._guard is not None:
             self._guard.kill()
             self._guard.wait()
-        self._final_logs = {i: self.log(i) for i in self.workers}
+        self._final_logs = {i: self.log(i) for i in self.tasks}
 
 
-def run(script: str | os.PathLike, workers: int = 2, **kwargs) -> LocalCluster:
-    """Start a `LocalCluster(script, workers, **kwargs)`, `wait()` for it, and return it (for its
-    `.log()` and `.returncodes`)."""
+def run(
+    script: str | os.PathLike,
+    workers: int = 2,
+    *,
+    until: Sequence[Task] | None = None,
+    **kwargs,
+) -> LocalCluster:
+    """Start a `LocalCluster(script, workers, **kwargs)`, `wait(until=until)` for it, and return
+    it (for its `.log()` and `.returncodes`)."""
     with LocalCluster(script, workers, **kwargs) as cluster:
-        cluster.wait()
+        cluster.wait(until=until)
     return cluster
 
 

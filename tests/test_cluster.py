@@ -210,6 +210,45 @@ def test_kill_one_worker_and_watch_the_rest(tmp_path):
         c.kill(5)
 
 
+def test_other_jobs_get_their_tasks_and_waiting_for_the_chief_stops_the_servers(tmp_path):
+    """Parameter-server training's shape: a chief that ends, workers and a ps that serve forever."""
+    args = ["--hang-job", "worker", "--hang-job", "ps", "--sleep", "0.3"]
+    c = cluster.run(
+        TINY, workers=2, jobs={"chief": 1, "ps": 1}, args=args, log_dir=tmp_path, timeout=60,
+        until=["chief"],
+    )  # fmt: skip
+    assert c.tasks == [0, 1, "chief 0", "ps 0"]
+    assert set(c.spec) == {"worker", "chief", "ps"}
+    addresses = [a for job in c.spec.values() for a in job]
+    assert len(addresses) == len(set(addresses)) == 4
+    for task, (job, index) in zip(c.tasks, [("worker", 0), ("worker", 1), ("chief", 0), ("ps", 0)]):
+        assert f"task {job} {index} pid" in c.log(task)
+        assert c.log_paths[task].name == f"tiny_worker-{job}-{index}.log"
+    assert c.log("chief") == c.log("chief 0") and c.log("worker 1") == c.log(1)
+    assert "done" in c.log("chief") and "done" not in c.log("ps")
+    codes = c.returncodes
+    assert codes["chief 0"] == 0 and all(codes[t] == -signal.SIGTERM for t in (0, 1, "ps 0"))
+    assert_gone(pids(c))
+
+
+def test_a_failing_parameter_server_stops_the_cluster(tmp_path):
+    with pytest.raises(cluster.WorkerFailed, match="ps 0 exited with code 3") as failed:
+        cluster.run(
+            TINY, workers=1, jobs={"chief": 1, "ps": 1}, args=["--fail", "ps 0", "--hang"],
+            log_dir=tmp_path, timeout=60, until=["chief"],
+        )  # fmt: skip
+    assert failed.value.worker == "ps 0" and "fails on purpose" in str(failed.value)
+
+
+def test_bad_jobs_are_refused_clearly(tmp_path):
+    for jobs in ({"worker": 1}, {"ps": 0}, {"PS": 1}):
+        with pytest.raises(ValueError, match="give other jobs than 'worker'"):
+            cluster.LocalCluster(TINY, workers=1, jobs=jobs)
+    c = cluster.LocalCluster(TINY, workers=1, jobs={"ps": 1}, log_dir=tmp_path)
+    with pytest.raises(ValueError, match="No task 'evaluator'.* workers 0-0 and 'ps 0'"):
+        c.log("evaluator")
+
+
 def test_two_clusters_back_to_back_and_side_by_side(tmp_path):
     first = cluster.run(TINY, workers=2, log_dir=tmp_path, timeout=60)
     second = cluster.run(TINY, workers=2, log_dir=tmp_path, timeout=60)  # same log files

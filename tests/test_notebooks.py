@@ -41,6 +41,9 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     # tests/test_slurm.py with its test Slurm cluster up (when the machine has Slurm), so that the
     # notebook's Slurm cell submits a real job instead of skipping.
     "04_multi_worker": (),
+    # Every task of its clusters is a process with one CPU device of its own (LocalCluster drops
+    # COURSE_DEVICES); the kernel only reads logs: one run, with the cheapest kernel.
+    "appendix_a_parameter_server_and_backup": (1,),
     # The grader's checks depend on the replica count through GLOBAL_BATCH only, and
     # tests/test_grading.py grades the solution once more through the grader.
     "05_svhn_solution": (2,),

@@ -232,6 +232,26 @@ def test_killed_worker_resumes_from_the_chief_checkpoint(notebook4):
 
 
 @pytest.mark.slow
+def test_resumed_run_ends_where_an_uninterrupted_run_does(notebook4):
+    """Section 4's comparison: same seed, one run killed and resumed, one not. The checkpoint plus
+    the skip (steps x local replicas) and the seeded shuffle rebuild the whole state, so every
+    epoch's mean loss, as printed, is the same in both."""
+    logs = notebook4 / "logs"
+    pattern = re.compile(r"^epoch (\d+) saved.*mean loss ([\d.]+)$", re.MULTILINE)
+
+    def losses(*names: str) -> dict[int, str]:
+        found: dict[int, str] = {}
+        for name in names:
+            found |= dict((int(e), loss) for e, loss in pattern.findall(read(logs / name)))
+        return found
+
+    straight = losses("uninterrupted/loop_worker-worker-0.log")
+    resumed = losses("killed/loop_worker-worker-0.log", "resumed/loop_worker-worker-0.log")
+    assert sorted(straight) == [1, 2, 3] and resumed == straight
+    assert (notebook4 / "uninterrupted_checkpoints" / "checkpoint").is_file()
+
+
+@pytest.mark.slow
 def test_slurm_job_trains_with_tf_config_from_slurm(slurm_cluster, notebook4):
     """Section 7: a 2-task job of the loop worker, TF_CONFIG from Slurm's variables."""
     logs = notebook4 / "logs"

@@ -1,7 +1,8 @@
 """A worker without TensorFlow, for fast tests of course_utils.cluster.
 
-It prints its task and pid, then does what its flags say: sleep, fail, hang, start a child process
-(which must die with its process group) or ignore SIGTERM (so stop() has to use SIGKILL).
+It prints its task and pid, then does what its flags say: sleep, fail, hang (all tasks, or those of
+one job, as parameter servers do), start a child process (which must die with its process group) or
+ignore SIGTERM (so stop() has to use SIGKILL).
 """
 
 import argparse
@@ -20,6 +21,9 @@ parser.add_argument(
     "--message", default="ValueError: this worker fails on purpose", help="last line before failing"
 )
 parser.add_argument("--hang", action="store_true", help="never exit")
+parser.add_argument(
+    "--hang-job", action="append", default=[], help="tasks of this job never exit, e.g. 'ps'"
+)
 parser.add_argument("--child", action="store_true", help="start a long-sleeping child process")
 parser.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM")
 args = parser.parse_args()
@@ -38,7 +42,7 @@ if task == args.fail:
     time.sleep(args.fail_after)
     print(f"Traceback (most recent call last):\n{args.message}")
     sys.exit(3)
-while args.hang:
+while args.hang or config["task"]["type"] in args.hang_job:
     time.sleep(1)
 time.sleep(args.sleep)
 print("done")
