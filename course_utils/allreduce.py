@@ -97,7 +97,9 @@ def time_all_reduce(
 
 def _summing(strategy: tf.distribute.Strategy):
     def replica_sum(value):
-        summed = tf.distribute.get_replica_context().all_reduce("SUM", value)
+        # identity: placed on this replica's device (with one replica the value is a plain
+        # tensor without a device, which all_reduce refuses); it forwards, not copies, the data
+        summed = tf.distribute.get_replica_context().all_reduce("SUM", tf.identity(value))
         return summed[0]  # one element back: the sum itself stays on the replicas
 
     @tf.function

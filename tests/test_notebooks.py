@@ -38,6 +38,9 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     # Timings: one run. Its code path does not change with the count (checked by hand with 1, 2
     # and 3); `course bench` covers several replica counts, each in a fresh process.
     "03_single_vs_distributed": (2,),
+    # 1: the all-reduce over one replica hands the tensor back (no bandwidth to fit) and the
+    #    tables must say so; 3: more replicas than cores, the all-reduce a real ring.
+    "03b_where_time_goes": (1, 3),
     # Each worker process has one device whatever COURSE_DEVICES says: one run, made by
     # tests/test_slurm.py with its test Slurm cluster up (when the machine has Slurm), so that the
     # notebook's Slurm cell submits a real job instead of skipping.
