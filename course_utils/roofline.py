@@ -67,9 +67,9 @@ def measure_rate(
     return limit
 
 
-def peak_flops(size: int = 1024, repeats: int = 10, rounds: int = 5) -> Limit:
-    """FLOP/s of `size` x `size` float32 matrix products (2 size^3 FLOPs each) on the default
-    device: close to the arithmetic peak, as a large product does little else."""
+def matrix_products(size: int = 1024) -> tuple[Callable[[int], None], float]:
+    """work(count) computes `count` `size` x `size` float32 matrix products on the default
+    device and waits for the last; returns (work, FLOPs of one product = 2 size^3)."""
     a, b = tf.random.normal((size, size)), tf.random.normal((size, size))
 
     @tf.function
@@ -82,13 +82,13 @@ def peak_flops(size: int = 1024, repeats: int = 10, rounds: int = 5) -> Limit:
     def work(count: int) -> None:
         float(products(tf.constant(count)))  # waits for the last product
 
-    return measure_rate("peak (matrix product)", "FLOP/s", work, 2 * size**3, repeats, rounds)
+    return work, 2 * size**3
 
 
-def memory_bandwidth(megabytes: float = 256, repeats: int = 10, rounds: int = 5) -> Limit:
-    """Bytes/s of `total.assign_add(addend)` on two float32 tensors of `megabytes` each: every
-    element is read twice (both tensors) and written once, 3 x megabytes per call, and the sizes
-    are far larger than a CPU's caches (choose more than 4x its last-level cache)."""
+def additions(megabytes: float = 256) -> tuple[Callable[[int], None], float]:
+    """work(count) runs `count` x `total.assign_add(addend)` on two float32 tensors of
+    `megabytes` each and waits for the last; returns (work, bytes moved by one: each element is
+    read twice and written once)."""
     elements = int(megabytes * 1e6 / FLOAT32_BYTES)
     if elements < 1:
         raise ValueError(f"megabytes must be positive (got {megabytes}).")
@@ -96,15 +96,29 @@ def memory_bandwidth(megabytes: float = 256, repeats: int = 10, rounds: int = 5)
     addend = tf.ones([elements])
 
     @tf.function
-    def additions(count):
+    def add(count):
         for _ in tf.range(count):
             total.assign_add(addend)
         return total[0]
 
     def work(count: int) -> None:
-        float(additions(tf.constant(count)))  # waits for the last addition
+        float(add(tf.constant(count)))  # waits for the last addition
 
-    moved = 3 * elements * FLOAT32_BYTES
+    return work, 3 * elements * FLOAT32_BYTES
+
+
+def peak_flops(size: int = 1024, repeats: int = 10, rounds: int = 5) -> Limit:
+    """FLOP/s of float32 matrix products (`matrix_products`) on the default device: close to
+    the arithmetic peak, as a large product does little else."""
+    work, flops = matrix_products(size)
+    return measure_rate("peak (matrix product)", "FLOP/s", work, flops, repeats, rounds)
+
+
+def memory_bandwidth(megabytes: float = 256, repeats: int = 10, rounds: int = 5) -> Limit:
+    """Bytes/s of large additions (`additions`): about one FLOP per 12 bytes, so memory sets
+    their speed, when the tensors are far larger than the caches (choose more than 4x the
+    processor's last-level cache)."""
+    work, moved = additions(megabytes)
     return measure_rate("memory bandwidth (a + b)", "B/s", work, moved, repeats, rounds)
 
 

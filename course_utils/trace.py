@@ -24,7 +24,7 @@ from pathlib import Path
 from course_utils.tables import format_table
 
 CATEGORIES = ("compute", "all-reduce", "input pipeline", "idle")
-_OP = re.compile(r"^[^:]+:([A-Za-z][A-Za-z0-9_]*)$")  # "while/body/conv2d/Conv2D:Conv2D"
+_OP = re.compile(r"^[^:]+:([A-Za-z_][A-Za-z0-9_]*)$")  # "while/body/conv2d/Conv2D:Conv2D"
 
 
 def category(op_type: str) -> str:
