@@ -49,8 +49,9 @@ def test_the_step_count_matches_a_hand_count():
     macs = 26 * 26 * 32 * 9 + 11 * 11 * 64 * 9 * 32 + 1600 * 64 + 64 * 10
     assert cost.flops == 10 * 6 * macs
     # First convolution: reads 784 inputs x3, writes 26x26x32 outputs x2, float32.
-    assert cost.rows[0] == ("conv2d", 6 * 26 * 26 * 32 * 9, 4 * (3 * 784 + 2 * 26 * 26 * 32))
-    assert dict((n, b) for n, _, b in cost.rows)["flatten"] == 0  # a reshape moves nothing
+    # (Layer names depend on what else the process built: the rows are read by position.)
+    assert cost.rows[0][1:] == (6 * 26 * 26 * 32 * 9, 4 * (3 * 784 + 2 * 26 * 26 * 32))
+    assert cost.rows[4][0].startswith("flatten") and cost.rows[4][2] == 0  # a reshape: no bytes
     assert cost.weight_bytes == 10 * 4 * model.count_params()  # Adam: 10 passes
     bigger = roofline.training_step_cost(model, batch=1000)
     assert bigger.intensity > cost.intensity  # the weights' traffic is shared by more examples
