@@ -26,9 +26,11 @@ Example:
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,7 +104,9 @@ def notebook_code(path: Path = NOTEBOOK, tag: str = TAG) -> dict:
     header = (
         "import time\n\nimport keras\nimport tensorflow as tf\n\nfrom course_utils import timing\n"
     )
-    module_path = Path(tempfile.mkdtemp(prefix="course_bench_")) / "notebook_03_bench.py"
+    folder = tempfile.mkdtemp(prefix="course_bench_")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # needed until the process ends
+    module_path = Path(folder) / "notebook_03_bench.py"
     module_path.write_text("\n\n".join([header, *sources]) + "\n")
     spec = importlib.util.spec_from_file_location("notebook_03_bench", module_path)
     module = importlib.util.module_from_spec(spec)
