@@ -1,11 +1,12 @@
 """`course bench`: single device vs distributed training, each replica count in a fresh process.
 
 It measures what notebook 3's section 2 measures, outside any notebook, with the notebook's own
-model, input pipeline and trainers: they are written out in the notebook and repeated below, and
-tests/test_bench.py fails when the two copies differ. For each replica count a new Python
-process builds ONE `tf.distribute.MirroredStrategy` over that many devices (TensorFlow numbers the
-collective groups of every MirroredStrategy from the same start, so two sizes in one process would
-share groups) and times, with the notebook's `measure` (warm-up, interleaved rounds, medians):
+model, input pipeline and trainers: the notebook's code cells tagged "bench" are read from the
+notebook and run (`notebook_code`), so there is no copy to keep in step. For each replica count
+a new Python process builds ONE `tf.distribute.MirroredStrategy` over that many devices
+(TensorFlow numbers the collective groups of every MirroredStrategy from the same start, so two
+sizes in one process would share groups) and times, with the notebook's `measure` (warm-up,
+interleaved rounds, medians):
 
 1. no strategy + fit                                   the single-device baseline
 2. MirroredStrategy(n) + fit                           n replicas (n = 1: the strategy's own cost)
@@ -25,19 +26,21 @@ Example:
 from __future__ import annotations
 
 import argparse
+import atexit
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from course_utils import timing
 from course_utils.quiet import import_tensorflow
 
 tf = import_tensorflow()  # quietly, before Keras imports it
-import keras  # noqa: E402
 
 #: Per-replica batch of the course's notebooks (global batch = this x replicas).
 PER_REPLICA_BATCH = 64
@@ -60,128 +63,13 @@ QUICK = Sizes(steps=10, rounds=3, steps_per_call=5, examples=2048)
 
 
 # ----------------------------------------------------------------------------------------------
-# The code of notebook 3, cell by cell (tests/test_bench.py checks that it is the notebook's)
+# The code of notebook 3: its cells tagged "bench", read from the notebook itself
 # ----------------------------------------------------------------------------------------------
 
-
-def make_model() -> keras.Model:
-    return keras.Sequential(
-        [
-            keras.Input(shape=(28, 28, 1)),
-            keras.layers.Conv2D(32, 3, activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Conv2D(64, 3, activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Flatten(),
-            keras.layers.Dense(64, activation="relu"),
-            keras.layers.Dense(10),
-        ]
-    )
-
-
-# As in notebook 3, the cache is not filled by a first complete pass (notebooks 1 and 2 do that):
-# an example lost to TensorFlow's incomplete-cache bug changes which images a step sees, not how
-# much work the step does, so the timings stand.
-def training_pipeline(images: tf.data.Dataset, global_batch: int) -> tf.data.Dataset:
-    return (
-        images.cache()
-        .shuffle(4096)
-        .batch(global_batch, drop_remainder=True)
-        .repeat()
-        .prefetch(tf.data.AUTOTUNE)
-    )
-
-
-class StepClock(keras.callbacks.Callback):
-    # Seconds from the start of the second step to the end of training.
-    def on_train_batch_begin(self, batch, logs=None):
-        if batch == 1:
-            self.start = time.perf_counter()
-
-    def on_train_end(self, logs=None):
-        self.seconds = time.perf_counter() - self.start
-
-
-def fit_trainer(strategy, dataset, jit_compile="auto"):
-    # Returns train(steps): that many timed steps of model.fit (plus one untimed first step).
-    with strategy.scope():
-        model = make_model()
-        model.compile(
-            optimizer=keras.optimizers.Adam(1e-3),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            jit_compile=jit_compile,
-        )
-    clock = StepClock()
-
-    def train(steps: int) -> float:
-        model.fit(dataset, epochs=1, steps_per_epoch=steps + 1, verbose=0, callbacks=[clock])
-        return clock.seconds
-
-    train.model = model
-    return train
-
-
-def custom_loop_trainer(strategy, dataset, global_batch, steps_per_call, learning_rate=1e-3):
-    # Returns train(steps): that many custom-loop steps (steps must divide by steps_per_call).
-    with strategy.scope():
-        model = make_model()
-        optimizer = keras.optimizers.Adam(learning_rate)
-        optimizer.build(model.trainable_variables)  # Adam's slots, before the first step
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-
-    def replica_step(images, labels):
-        with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            per_example = loss_fn(labels, logits)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return loss
-
-    @tf.function
-    def train_steps(iterator, count):
-        total = tf.constant(0.0)
-        for _ in tf.range(count):
-            per_replica_loss = strategy.run(replica_step, args=next(iterator))
-            total += strategy.reduce("SUM", per_replica_loss, axis=None)
-        return total / tf.cast(count, tf.float32)
-
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    count = tf.constant(steps_per_call)
-
-    def train(steps: int) -> None:
-        for _ in range(steps // steps_per_call):
-            loss = train_steps(iterator, count)
-        float(loss)  # waits until the last step has finished
-
-    train.model = model
-    return train
-
-
-def measure(runs, steps, rounds, batch_size):
-    # Times each run's train(steps): once untimed, then in interleaved rounds. One
-    # timing.RunResult per run. batch_size: the global batch, or a dict of them by run name.
-    batches = batch_size if isinstance(batch_size, dict) else dict.fromkeys(runs, batch_size)
-    results = {}
-    for name, train in runs.items():
-        with timing.Timer() as warmup:
-            train(steps)  # tracing, graph building, filling the pipeline: never timed
-        results[name] = timing.RunResult(
-            name, 0.0, 0, batch_size=batches[name], warmup_seconds=warmup.seconds
-        )
-    for _round in range(rounds):
-        for name, train in runs.items():  # back to back: a burst of load hits every run alike
-            with timing.Timer() as timer:
-                own_seconds = train(steps)  # fit's trainer returns its own clock's seconds
-            seconds = timer.seconds if own_seconds is None else own_seconds
-            result = results[name]
-            result.rounds.append(steps * result.batch_size / seconds)
-            result.seconds += seconds
-            result.examples += steps * result.batch_size
-    return list(results.values())
-
-
-#: The names above that must stay identical to notebook 3's cells.
+#: The notebook whose tagged cells `course bench` runs, and the tag.
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_single_vs_distributed.ipynb"
+TAG = "bench"
+#: What the tagged cells must define.
 NOTEBOOK_CODE = (
     "make_model",
     "training_pipeline",
@@ -192,15 +80,53 @@ NOTEBOOK_CODE = (
 )
 
 
+def notebook_code(path: Path = NOTEBOOK, tag: str = TAG) -> dict:
+    """Import the code cells of `path` tagged `tag` (cell metadata "tags") as a module, with the
+    notebook's imports (time, tf, keras, timing), and return its namespace: `course bench`
+    times exactly what notebook 3 teaches, with no copy to keep in step.
+
+    >>> code = notebook_code()
+    >>> model = code["make_model"]()
+    """
+    if not path.exists():
+        raise FileNotFoundError(
+            f"course bench runs notebook 3's cells, but {path} is missing: run it from a clone "
+            "of the course repository (pip install -e .)."
+        )
+    notebook = json.loads(path.read_text())
+    sources = [
+        "".join(cell["source"])
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "code" and tag in cell.get("metadata", {}).get("tags", [])
+    ]
+    # Written to a module file and imported, as d2l does: AutoGraph (tf.function) reads the
+    # source of the functions it converts, which code run by exec() does not have.
+    header = (
+        "import time\n\nimport keras\nimport tensorflow as tf\n\nfrom course_utils import timing\n"
+    )
+    folder = tempfile.mkdtemp(prefix="course_bench_")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # needed until the process ends
+    module_path = Path(folder) / "notebook_03_bench.py"
+    module_path.write_text("\n\n".join([header, *sources]) + "\n")
+    spec = importlib.util.spec_from_file_location("notebook_03_bench", module_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    namespace = vars(module)
+    missing = [name for name in NOTEBOOK_CODE if name not in namespace]
+    if missing:
+        raise RuntimeError(
+            f"{path.name}'s cells tagged {tag!r} no longer define {', '.join(missing)}: tag the "
+            f'cells that define them (cell metadata "tags": ["{tag}"]).'
+        )
+    return namespace
+
+
 # ----------------------------------------------------------------------------------------------
 # One process: one strategy size
 # ----------------------------------------------------------------------------------------------
 
 
-def _trainers(replicas: int, sizes: Sizes) -> dict:
-    """The four configurations of notebook 3's section 2 for `replicas` replicas."""
-    from course_utils import data
-
+def _strategy(replicas: int) -> tf.distribute.MirroredStrategy:
     devices = [d.name for d in tf.config.list_logical_devices("GPU")] or [
         d.name for d in tf.config.list_logical_devices("CPU")
     ]
@@ -209,32 +135,86 @@ def _trainers(replicas: int, sizes: Sizes) -> dict:
             f"{replicas} replicas asked for, but this process has {len(devices)} logical "
             f"device(s). Set COURSE_DEVICES={replicas} (or pass --devices {replicas})."
         )
+    return tf.distribute.MirroredStrategy(devices[:replicas])
+
+
+def _trainers(code: dict, mirrored, sizes: Sizes) -> dict:
+    """The four configurations of notebook 3's section 2, with the notebook's code."""
+    from course_utils import data
+
+    replicas = mirrored.num_replicas_in_sync
     batch = PER_REPLICA_BATCH * replicas
-    mirrored = tf.distribute.MirroredStrategy(devices[:replicas])
-    pipeline = training_pipeline(data.load("fashion_mnist", "train", limit=sizes.examples), batch)
+    images = data.load("fashion_mnist", "train", limit=sizes.examples)
+    pipeline = code["training_pipeline"](images, batch)
+    fit, loop = code["fit_trainer"], code["custom_loop_trainer"]
     k = sizes.steps_per_call
     m = f"MirroredStrategy({replicas})"
     return {
-        "no strategy + fit": fit_trainer(tf.distribute.get_strategy(), pipeline),
-        f"{m} + fit": fit_trainer(mirrored, pipeline),
-        f"{m} + custom loop, 1 step/call": custom_loop_trainer(mirrored, pipeline, batch, 1),
-        f"{m} + custom loop, {k} steps/call": custom_loop_trainer(mirrored, pipeline, batch, k),
+        "no strategy + fit": fit(tf.distribute.get_strategy(), pipeline),
+        f"{m} + fit": fit(mirrored, pipeline),
+        f"{m} + custom loop, 1 step/call": loop(mirrored, pipeline, batch, 1),
+        f"{m} + custom loop, {k} steps/call": loop(mirrored, pipeline, batch, k),
     }
 
 
-def measure_here(replicas: int, sizes: Sizes) -> list[timing.RunResult]:
-    """Measure the four configurations for `replicas` replicas in THIS process (call it once)."""
+#: All-reduce sizes (bytes) for the alpha-beta fit: 4 KB to 16 MB.
+ALL_REDUCE_SIZES = (4_096, 65_536, 1 << 20, 4 << 20, 16 << 20)
+
+
+def machine_figures(code: dict, mirrored, sizes: Sizes) -> dict:
+    """This machine's roofline figures (notebook 3b's): peak FLOP/s, memory bandwidth, the
+    all-reduce's alpha and beta over the strategy's replicas, and the model's intensity."""
+    from course_utils import allreduce, roofline
+
+    quick = sizes.rounds < FULL.rounds
+    peak = roofline.peak_flops(1024, repeats=3 if quick else 10, rounds=sizes.rounds)
+    bandwidth = roofline.memory_bandwidth(
+        64 if quick else 256, repeats=2 if quick else 5, rounds=sizes.rounds
+    )
+    byte_sizes, seconds = allreduce.time_all_reduce(
+        mirrored, ALL_REDUCE_SIZES, repeats=5 if quick else 20, rounds=sizes.rounds
+    )
+    fit = allreduce.fit_alpha_beta(byte_sizes, seconds)
+    model = code["make_model"]()
+    cost = roofline.training_step_cost(model, PER_REPLICA_BATCH)
+    return {
+        "peak_flops": peak.value,
+        "memory_bandwidth": bandwidth.value,
+        "ridge_flop_per_byte": roofline.ridge(peak.value, bandwidth.value),
+        "all_reduce": {
+            "replicas": mirrored.num_replicas_in_sync,
+            "sizes_bytes": byte_sizes,
+            "seconds": seconds,
+            "alpha_seconds": fit.alpha,
+            "beta_seconds_per_byte": fit.beta,
+        },
+        "model": {
+            "per_replica_batch": PER_REPLICA_BATCH,
+            "flops_per_step": cost.flops,
+            "bytes_per_step": cost.bytes,
+            "intensity_flop_per_byte": cost.intensity,
+            "gradient_bytes": 4 * model.count_params(),
+        },
+    }
+
+
+def measure_here(replicas: int, sizes: Sizes, machine: bool = False) -> dict:
+    """Measure the four configurations for `replicas` replicas in THIS process (call it once);
+    with `machine`, this machine's roofline figures too. Returns {"results": [...], "machine"}."""
     if sizes.steps % sizes.steps_per_call:
         raise ValueError(
             f"steps ({sizes.steps}) must be a multiple of steps per call ({sizes.steps_per_call})."
         )
-    trainers = _trainers(replicas, sizes)
-    return measure(
-        trainers,
+    code = notebook_code()
+    mirrored = _strategy(replicas)
+    results = code["measure"](
+        _trainers(code, mirrored, sizes),
         steps=sizes.steps,
         rounds=sizes.rounds,
         batch_size=PER_REPLICA_BATCH * replicas,
     )
+    figures = machine_figures(code, mirrored, sizes) if machine else None
+    return {"results": [asdict(r) for r in results], "machine": figures}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -242,8 +222,11 @@ def measure_here(replicas: int, sizes: Sizes) -> list[timing.RunResult]:
 # ----------------------------------------------------------------------------------------------
 
 
-def measure_in_fresh_process(replicas: int, devices: int, sizes: Sizes) -> list[timing.RunResult]:
-    """Run `measure_here(replicas, sizes)` in a new Python process with `devices` devices."""
+def measure_in_fresh_process(
+    replicas: int, devices: int, sizes: Sizes, machine: bool = False
+) -> tuple[list[timing.RunResult], dict | None]:
+    """Run `measure_here(replicas, sizes, machine)` in a new Python process with `devices`
+    devices; return its runs and (with `machine`) this machine's roofline figures."""
     with tempfile.TemporaryDirectory() as folder:
         output = os.path.join(folder, "results.json")
         command = [
@@ -264,6 +247,7 @@ def measure_in_fresh_process(replicas: int, devices: int, sizes: Sizes) -> list[
             str(sizes.examples),
             "--output",
             output,
+            *(["--machine"] if machine else []),
         ]
         proc = subprocess.run(command, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -272,7 +256,8 @@ def measure_in_fresh_process(replicas: int, devices: int, sizes: Sizes) -> list[
                 f"(exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
             )
         with open(output) as f:
-            return [timing.RunResult(**row) for row in json.load(f)]
+            measured = json.load(f)
+        return [timing.RunResult(**row) for row in measured["results"]], measured["machine"]
 
 
 def _verdict(results: list[timing.RunResult], a: str, b: str) -> dict:
@@ -315,7 +300,7 @@ def target_rows(verdicts: dict) -> list[dict]:
 
 def run_benchmark(sizes: Sizes = FULL, devices: int = 2, verbose: bool = True) -> dict:
     """Measure 1 and `devices` replicas, each in a fresh process; return a JSON-ready report."""
-    results_by_replicas = {}
+    results_by_replicas, machine = {}, None
     for n in sorted({1, devices}):
         if verbose:
             print(
@@ -323,7 +308,11 @@ def run_benchmark(sizes: Sizes = FULL, devices: int = 2, verbose: bool = True) -
                 f"steps per configuration, in a fresh process...",
                 flush=True,
             )
-        results_by_replicas[n] = measure_in_fresh_process(n, devices, sizes)
+        # The machine's figures with the most replicas: its all-reduce is the one to price.
+        results_by_replicas[n], figures = measure_in_fresh_process(
+            n, devices, sizes, machine=n == devices
+        )
+        machine = figures or machine
     verdicts = comparisons(results_by_replicas, sizes)
     return {
         "replicas": sorted(results_by_replicas),
@@ -335,6 +324,7 @@ def run_benchmark(sizes: Sizes = FULL, devices: int = 2, verbose: bool = True) -
         },
         "comparisons": verdicts,
         "targets": target_rows(verdicts),
+        "machine": machine,
     }
 
 
@@ -364,6 +354,22 @@ def report_text(report: dict) -> str:
     lines.append(
         "\nSimulated CPU devices share the same cores: there, this measures overhead, not speed-up."
     )
+    machine = report.get("machine")
+    if machine:
+        reduce, model = machine["all_reduce"], machine["model"]
+        lines += [
+            "",
+            "This machine (notebook 3b's roofline figures):",
+            f"- peak {machine['peak_flops'] / 1e9:,.1f} GFLOP/s (matrix product), memory "
+            f"bandwidth {machine['memory_bandwidth'] / 1e9:,.1f} GB/s, ridge "
+            f"{machine['ridge_flop_per_byte']:.1f} FLOP/byte",
+            f"- all-reduce over {reduce['replicas']} replica(s): alpha "
+            f"{reduce['alpha_seconds'] * 1e6:,.0f} us, beta "
+            f"{reduce['beta_seconds_per_byte'] * 1e12:,.1f} ps/byte",
+            f"- model at {model['per_replica_batch']}/replica: intensity "
+            f"{model['intensity_flop_per_byte']:.1f} FLOP/byte, gradients "
+            f"{model['gradient_bytes'] / 1e6:.2f} MB",
+        ]
     return "\n".join(lines)
 
 
@@ -392,6 +398,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--output", help="also write the report as JSON to this file")
     parser.add_argument("--in-process", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument("--machine", action="store_true", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -427,9 +434,9 @@ def run(args: argparse.Namespace) -> int:
         verbose=args.in_process is None,
     )
     if args.in_process is not None:  # one replica count, in this (fresh) process
-        results = measure_here(args.in_process, sizes)
+        measured = measure_here(args.in_process, sizes, machine=args.machine)
         with open(args.output, "w") as f:
-            json.dump([asdict(r) for r in results], f)
+            json.dump(measured, f)
         return 0
     report = run_benchmark(sizes, devices=settings.devices)  # setup() counted the devices
     print(report_text(report))

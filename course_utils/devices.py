@@ -2,7 +2,9 @@
 
 TensorFlow can split one physical device into several *logical* devices, and MirroredStrategy
 makes each one a replica: the code is what runs on 4 real GPUs, only the speed differs (simulated
-CPU devices share the same cores). This must happen before TensorFlow's first operation; later,
+CPU devices share the same cores, and one pool of compute threads: TensorFlow gives every local
+device its global intra-op thread pool unless TF_OVERRIDE_GLOBAL_THREADPOOL is set, so N devices do
+not start N pools). This must happen before TensorFlow's first operation; later,
 `simulate_devices` raises an error that says what to do.
 
 Example, in a fresh kernel (before any TensorFlow op):

@@ -84,19 +84,20 @@ def assert_conclusions_consistent(path: Path) -> list[dict]:
 
 
 def expected_regime(results: dict) -> str:
-    """The verdict notebook 3's rule gives for a sweep: a line fitted through (batch, ms/step)."""
+    """The verdict notebooks 3 and 3b give for a sweep: a line fitted through (batch, ms/step)
+    decides overhead-bound (fixed part over half a step); otherwise notebook 3 says
+    per-example-bound, and notebook 3b (which records the step's intensity and the machine's
+    measured peak and bandwidth) names the roof above the point."""
     batches = [point["global_batch"] for point in results["sweep"]]
     step_ms = [point["step_ms"] for point in results["sweep"]]
     per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
     fixed_share = min(max(fixed_ms / step_ms[batches.index(results["batch"])], 0.0), 1.0)
     if fixed_share > 0.5 or per_example_ms <= 0:
         return "overhead-bound"
-    marginal_flops = results["flops_per_example"] / (per_example_ms / 1000)
-    return (
-        "compute-bound"
-        if marginal_flops >= 0.5 * results["peak_flops"]
-        else ("memory-bandwidth-bound")
-    )
+    if "intensity" not in results:
+        return "per-example-bound"
+    ridge = results["peak_flops"] / results["memory_bandwidth"]
+    return "memory-bandwidth-bound" if results["intensity"] < ridge else "compute-bound"
 
 
 def assert_regime_consistent(path: Path) -> None:
@@ -124,6 +125,7 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
         "conclusions.json",
     ],
     "03_single_vs_distributed": ["results.json", "conclusions.json"],
+    "03b_where_time_goes": ["results.json", "conclusions.json"],
     "05_svhn_solution": [
         "fit_model.keras",
         "custom_model.keras",
@@ -172,5 +174,5 @@ def run_notebook_under_nbval(notebook: Path, devices: int, tmp_path: Path) -> No
     assert not missing, f"{notebook.name} did not write {missing} under {artifacts}"
     if (artifacts / "conclusions.json").exists():  # printed conclusions vs their own samples
         assert_conclusions_consistent(artifacts / "conclusions.json")
-    if notebook.stem == "03_single_vs_distributed":  # the printed regime vs its own sweep
+    if notebook.stem in ("03_single_vs_distributed", "03b_where_time_goes"):  # regime vs sweep
         assert_regime_consistent(artifacts / "results.json")

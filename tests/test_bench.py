@@ -8,7 +8,6 @@ rounds, uses no private TensorFlow attribute, and refuses bad options with a cle
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import statistics
@@ -98,6 +97,20 @@ def test_quick_bench_verdicts_and_targets_follow_from_its_rounds(quick_report, t
 
 
 @pytest.mark.slow
+def test_quick_bench_reports_the_machine_s_roofline_figures(quick_report):
+    proc, report = quick_report
+    machine = report["machine"]
+    assert 1e8 < machine["peak_flops"] < 1e15  # FLOP/s: from a slow laptop to a large GPU
+    assert 1e8 < machine["memory_bandwidth"] < 1e13  # bytes/s
+    reduce, model = machine["all_reduce"], machine["model"]
+    assert reduce["replicas"] == 2 and len(reduce["sizes_bytes"]) >= 4
+    assert 0 < reduce["alpha_seconds"] < 0.1 or reduce["beta_seconds_per_byte"] > 0
+    assert model["gradient_bytes"] == 4 * 121_930  # the notebook's CNN, float32
+    assert 5 < model["intensity_flop_per_byte"] < 50
+    assert "This machine (notebook 3b's roofline figures)" in proc.stdout
+
+
+@pytest.mark.slow
 def test_quick_bench_prints_the_tables_and_the_verdicts(quick_report):
     proc, report = quick_report
     for names in CONFIGURATIONS.values():
@@ -110,34 +123,37 @@ def test_quick_bench_prints_the_tables_and_the_verdicts(quick_report):
     assert "Traceback" not in proc.stderr
 
 
-def _definitions(source: str) -> dict[str, str]:
-    """Top-level functions and classes of `source`: name -> ast.dump (comments and layout aside)."""
-    return {
-        node.name: ast.dump(node)
-        for node in ast.parse(source).body
-        if isinstance(node, ast.FunctionDef | ast.ClassDef)
-    }
-
-
-def test_bench_runs_the_code_of_notebook_3():
-    # course bench must time what notebook 3 teaches: the model, the input pipeline and the
-    # trainers, as the notebook's cells define them.
+def test_bench_runs_the_tagged_cells_of_notebook_3():
+    # course bench must time what notebook 3 teaches: it runs the notebook's cells tagged
+    # "bench", so the model, the pipeline, the trainers and `measure` are the notebook's own.
     from course_tools import bench
 
-    notebook = json.loads((ROOT / "notebooks" / "03_single_vs_distributed.ipynb").read_text())
-    in_notebook = {}
-    for cell in notebook["cells"]:
-        source = "".join(cell["source"])
-        magic = any(line.lstrip().startswith("%") for line in source.splitlines())
-        if cell["cell_type"] == "code" and not magic:  # IPython magics are not Python
-            in_notebook |= _definitions(source)
-    in_bench = _definitions((ROOT / "course_tools" / "bench.py").read_text())
+    code = bench.notebook_code()
+    notebook = json.loads(bench.NOTEBOOK.read_text())
+    tagged = [
+        "".join(cell["source"])
+        for cell in notebook["cells"]
+        if "bench" in cell.get("metadata", {}).get("tags", [])
+    ]
     for name in bench.NOTEBOOK_CODE:
-        assert name in in_notebook, f"notebook 3 no longer defines {name}: update course bench"
-        assert in_bench[name] == in_notebook[name], (
-            f"{name} in course_tools/bench.py differs from notebook 3's cell: copy the "
-            "notebook's version into bench.py"
-        )
+        assert callable(code[name]), name
+        keyword = "class" if name == "StepClock" else "def"
+        assert any(f"{keyword} {name}(" in source for source in tagged), name
+    assert code["make_model"]().count_params() > 100_000
+
+
+def test_an_untagged_notebook_gets_a_clear_error(tmp_path):
+    from course_tools import bench
+
+    notebook = json.loads(bench.NOTEBOOK.read_text())
+    for cell in notebook["cells"]:
+        cell.get("metadata", {}).pop("tags", None)
+    path = tmp_path / "03.ipynb"
+    path.write_text(json.dumps(notebook))
+    with pytest.raises(RuntimeError, match="no longer define make_model.*tag the cells"):
+        bench.notebook_code(path)
+    with pytest.raises(FileNotFoundError, match="missing"):
+        bench.notebook_code(tmp_path / "absent.ipynb")
 
 
 def test_the_benchmark_uses_no_private_tensorflow_attribute():
@@ -160,7 +176,9 @@ def test_bad_options_get_a_clear_error():
 
 
 def test_notebook_3s_measure_warms_up_then_times_interleaved_rounds():
-    from course_tools.bench import measure  # notebook 3's (checked above)
+    from course_tools.bench import notebook_code
+
+    measure = notebook_code()["measure"]  # notebook 3's own
     from course_utils import timing
 
     calls = []

@@ -5,8 +5,9 @@ samples, to artifacts/<notebook>/conclusions.json (`timing.record`).
 `assert_conclusions_consistent` re-derives every word and percentage from those samples with code
 of its own (all pairs of samples, numpy medians), so a sentence such as "slower" over rounds that
 overlap fails the test whoever wrote it.
-`assert_regime_consistent` does the same for notebook 3's verdict on where a step's time goes
-(overhead-, memory-bandwidth- or compute-bound), from the batch sweep in its results.json.
+`assert_regime_consistent` does the same for notebooks 3 and 3b's verdict on where a step's time
+goes (overhead- or per-example-bound; 3b: overhead-, memory-bandwidth- or compute-bound), from
+the batch sweep (and 3b's measured roofline) in their results.json.
 Both checkers live in tests/helpers.py; tests/test_notebooks.py calls them right after each nbval
 run, and the tests below check the checkers.
 """
@@ -22,22 +23,33 @@ from course_utils import timing
 
 
 @pytest.mark.parametrize(
-    "sweep, regime",
+    "sweep, roofline, regime",
     [
-        ([(64, 10.0), (128, 10.5)], "overhead-bound"),  # the step hardly grows with the batch
-        ([(64, 10.0), (128, 19.5)], "compute-bound"),  # ~0.15 ms/example: 100 GFLOP/s of 150
-        ([(64, 40.0), (128, 79.0)], "memory-bandwidth-bound"),  # 0.6 ms/example: 25 GFLOP/s
+        ([(64, 10.0), (96, 10.2), (128, 10.5), (192, 10.9)], {}, "overhead-bound"),
+        ([(64, 10.0), (96, 14.8), (128, 19.5), (192, 29.1)], {}, "per-example-bound"),
+        # notebook 3b: the same sweep, and the roof above the point (ridge 150/10 = 15 FLOP/B)
+        (
+            [(64, 10.0), (96, 14.8), (128, 19.5), (192, 29.1)],
+            {"intensity": 8.0},
+            "memory-bandwidth-bound",
+        ),
+        ([(64, 10.0), (96, 14.8), (128, 19.5), (192, 29.1)], {"intensity": 20.0}, "compute-bound"),
+        ([(64, 10.0), (96, 10.2), (128, 10.5), (192, 10.9)], {"intensity": 20.0}, "overhead-bound"),
     ],
 )
-def test_the_regime_follows_from_the_sweep(tmp_path, sweep, regime):
+def test_the_regime_follows_from_the_sweep(tmp_path, sweep, roofline, regime):
     points = [{"global_batch": b, "step_ms": ms} for b, ms in sweep]
-    results = {"batch": 64, "sweep": points, "flops_per_example": 15e6, "peak_flops": 150e9}
+    results = {"batch": 64, "sweep": points, "flops_per_example": 15e6}
+    if roofline:
+        results |= {"peak_flops": 150e9, "memory_bandwidth": 10e9, **roofline}
     assert expected_regime(results) == regime
     path = tmp_path / "results.json"
-    path.write_text(json.dumps({**results, "regime": "compute-bound"}))
-    if regime != "compute-bound":
-        with pytest.raises(AssertionError):
-            assert_regime_consistent(path)
+    wrong = "overhead-bound" if regime != "overhead-bound" else "compute-bound"
+    path.write_text(json.dumps({**results, "regime": wrong}))
+    with pytest.raises(AssertionError):
+        assert_regime_consistent(path)
+    path.write_text(json.dumps({**results, "regime": regime}))
+    assert_regime_consistent(path)
 
 
 def _run(name: str, rounds: list[float]) -> timing.RunResult:

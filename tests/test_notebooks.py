@@ -34,9 +34,12 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     # Loss scaling: the reduce_mean mistake is N times too large, invisible with 1 replica, and
     # the optimizer-not-built failure needs 2+ replicas: 1 and 4 take both sides of each.
     "02_custom_loop_fashion_mnist": (1, 4),
-    # Timings: one run. Its code path does not change with the count (checked by hand with 1, 2
-    # and 3); `course bench` covers several replica counts, each in a fresh process.
+    # Timings: one run. Its code path does not change with the count (run by hand with 1, 2, 3,
+    # 5 and 8); `course bench` covers several replica counts, each in a fresh process.
     "03_single_vs_distributed": (2,),
+    # 1: the all-reduce over one replica hands the tensor back (no bandwidth to fit) and the
+    #    tables must say so; 3: more replicas than cores, the all-reduce a real ring.
+    "03b_where_time_goes": (1, 3),
     # Each worker process has one device whatever COURSE_DEVICES says: one run, made by
     # tests/test_slurm.py with its test Slurm cluster up (when the machine has Slurm), so that the
     # notebook's Slurm cell submits a real job instead of skipping.
