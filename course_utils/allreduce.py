@@ -4,11 +4,12 @@
 cross-replica sum that `apply_gradients` does on the gradients), `fit_alpha_beta` fits the
 latency alpha (seconds) and the inverse bandwidth beta (seconds per byte) by least squares.
 
-Example:
-    >>> from course_utils import allreduce
-    >>> sizes, seconds = allreduce.time_all_reduce(strategy, [4_096, 65_536, 1 << 20, 1 << 23])
-    >>> fit = allreduce.fit_alpha_beta(sizes, seconds)
-    >>> print(f"{fit.alpha * 1e6:.0f} us + {1 / fit.beta / 1e9:.1f} GB/s")
+Example (in a notebook, with its strategy and model):
+
+        from course_utils import allreduce
+        sizes, seconds = allreduce.time_all_reduce(strategy, [4_096, 65_536, 1 << 20, 1 << 23])
+        fit = allreduce.fit_alpha_beta(sizes, seconds)
+        print(f"{fit.alpha * 1e6:.0f} us + {1 / fit.beta / 1e9:.1f} GB/s")
 """
 
 from __future__ import annotations

@@ -7,13 +7,14 @@ are measured here with the course's timing protocol (warm-up, then rounds), neve
 data sheet. Outside load can only slow a round, so a limit is its fastest round; the slowest
 round shows the spread.
 
-Example:
-    >>> from course_utils import roofline
-    >>> peak = roofline.peak_flops(size=512, repeats=5, rounds=3)   # a matrix product
-    >>> bandwidth = roofline.memory_bandwidth(megabytes=64, repeats=5, rounds=3)
-    >>> cost = roofline.training_step_cost(model, batch=64)         # FLOPs and bytes, counted
-    >>> print(cost.intensity, roofline.attainable(cost.intensity, peak.value, bandwidth.value))
-    >>> roofline.plot_roofline(peak.value, bandwidth.value, {"64/replica": (8.1, 2.3e9)})
+Example (in a notebook, with its strategy and model):
+
+        from course_utils import roofline
+        peak = roofline.peak_flops(size=512, repeats=5, rounds=3)   # a matrix product
+        bandwidth = roofline.memory_bandwidth(megabytes=64, repeats=5, rounds=3)
+        cost = roofline.training_step_cost(model, batch=64)         # FLOPs and bytes, counted
+        print(cost.intensity, roofline.attainable(cost.intensity, peak.value, bandwidth.value))
+        roofline.plot_roofline(peak.value, bandwidth.value, {"64/replica": (8.1, 2.3e9)})
 """
 
 from __future__ import annotations

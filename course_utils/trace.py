@@ -8,12 +8,13 @@ with TensorFlow's own protocol buffer (`xplane_pb2`), keeps the events of Tensor
 as the union of its intervals over all threads (so parallel threads are not counted twice); idle
 is the rest of the traced window.
 
-Example:
-    >>> tf.profiler.experimental.start("logs/profile")
-    >>> train(5)
-    >>> tf.profiler.experimental.stop()
-    >>> from course_utils import trace
-    >>> print(trace.shares_table(trace.time_shares("logs/profile")))
+Example (in a notebook, with its strategy and model):
+
+        tf.profiler.experimental.start("logs/profile")
+        train(5)
+        tf.profiler.experimental.stop()
+        from course_utils import trace
+        print(trace.shares_table(trace.time_shares("logs/profile")))
 """
 
 from __future__ import annotations
