@@ -114,7 +114,7 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
         "checkpoints/ckpt_1.weights.h5",
         "mnist_model.keras",
         "logs/train/events.out.tfevents.*",
-        "fault_tolerance/ckpt_*.keras",
+        "fault_tolerance/*/ckpt_*.keras",
         "learning_curves.png",
     ],
     "02_custom_loop_fashion_mnist": [
