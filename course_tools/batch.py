@@ -41,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -59,7 +60,7 @@ from pathlib import Path
 import nbformat
 from tqdm.auto import tqdm
 
-from course_tools import exercise, report, sandbox
+from course_tools import exercise, report, sandbox, submission
 from course_tools.checker import CheckProcess, Verdict
 from course_tools.checks import ARTIFACTS_NAME, DATASET
 from course_tools.paths import PACKAGE_ROOT, course_root
@@ -75,6 +76,9 @@ CHECK_TIMEOUT_S = 300
 PLAN_FOLDER = ".batch"
 #: Files and folders of the grades folder itself, never a student's name (compared ignoring case).
 RESERVED_NAMES = frozenset({"gradebook.csv", "canvas.csv", "moodle.csv", "checks.log"})
+#: What is copied of a submission's artifacts, in MB (the course's files take a few tens of MB in
+#: the full profile); the rest is left out, with a note in the report.
+ARTIFACTS_MB = 64
 #: The installed course package, watched for changes while submissions run unsandboxed.
 PACKAGE = PACKAGE_ROOT / "course_utils"
 
@@ -138,7 +142,9 @@ class Batch:
 
     def key(self, path: Path) -> str:
         """What a grade depends on: the submission, the solution, the settings and the limits."""
-        digest = hashlib.sha256(Path(path).read_bytes() if Path(path).is_file() else b"")
+        digest = hashlib.sha256()
+        for file in several_notebooks(path) or [Path(path)]:
+            digest.update(file.read_bytes() if file.is_file() else b"")
         digest.update(self.solution_bytes)
         settings = [dataclasses.asdict(self.settings), dataclasses.asdict(self.limits)]
         digest.update(json.dumps([*settings, self.sandboxed], sort_keys=True).encode())
@@ -177,53 +183,80 @@ def load_plan(path: Path) -> tuple[Batch, list[Submission]]:
     return batch, [Submission(name, Path(p)) for name, p in plan["submissions"]]
 
 
-def student_name(path: Path) -> str:
-    """The student a notebook is from: its file name without .ipynb, or its folder's name when the
-    file is still called like the exercise (submissions/alice/05_svhn_exercise.ipynb -> alice).
-    Characters other than letters, digits, ".", "-" and "_" become "_"; leading dots go (the name
-    is a folder of the grades: never ".", ".." or hidden), and so does a trailing .ipynb."""
-    exercise_named = path.stem.endswith("_exercise") and path.parent.name
-    name = re.sub(r"[^\w.-]+", "_", path.parent.name if exercise_named else path.stem)
-    # "x.ipynb.ipynb" -> "x": a name ending in .ipynb could be the solution kept by `TamperWatch`
+def _folder_name(name: str) -> str:
+    """A name as a folder of the grades: characters other than letters, digits, ".", "-" and "_"
+    become "_"; leading dots go (never ".", ".." or hidden), and so does a trailing .ipynb (a name
+    ending in .ipynb could be the solution kept by `TamperWatch`)."""
+    name = re.sub(r"[^\w.-]+", "_", name)
     while name.lower().endswith(".ipynb"):
         name = name[: -len(".ipynb")]
     return name.lstrip(".") or "submission"
 
 
+def _notebooks(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+
+
+def student_name(path: Path, given: Path | None = None) -> str:
+    """The student a submission is from, from where the instructor put it, never from a name the
+    student chose: a notebook given by itself, or lying directly in a given folder, is named by
+    its file (submissions/alice.ipynb -> alice); anything deeper by its folder directly under the
+    given one (submissions/alice/**/*.ipynb -> alice), whatever the file is called inside."""
+    if given is None or path.parent == given:
+        return _folder_name(path.stem)
+    return _folder_name(path.relative_to(given).parts[0])
+
+
 def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
-    """The notebooks given, or found in a given folder (each file once), each with a unique
-    student name (`student_name`; "-2", "-3", ... added to a name already used, or to one of
-    `RESERVED_NAMES`).
+    """One submission per student (`student_name`) in the notebooks or folders given. A student
+    folder holding several notebooks is one submission (graded only when exactly one notebook is
+    in it: `several_notebooks`). ValueError when two submissions come out with the same name, or
+    one named like a file of the grades (`RESERVED_NAMES`): the instructor renames one.
     """
-    found: list[Path] = []
+    found: dict[str, list[Path]] = {}
+    origin: dict[str, Path] = {}
+    seen: set[Path] = set()
     for given in map(Path, paths):
         if given.is_dir():
-            found += sorted(
-                p for p in given.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
-            )
+            entries = [(p, student_name(p, given)) for p in _notebooks(given)]
         elif given.exists():
-            found.append(given)
+            entries = [(given, student_name(given))]
         else:
             raise FileNotFoundError(
                 f"{given} does not exist: give notebooks or folders of notebooks"
             )
+        for path, name in entries:
+            if path.resolve() in seen:  # the same file given twice (or in a folder given too)
+                continue
+            seen.add(path.resolve())
+            # the file, or the student's folder
+            inside = given.is_dir() and path.parent != given
+            where = given / path.relative_to(given).parts[0] if inside else path
+            key = name.lower()
+            if key in RESERVED_NAMES:
+                raise ValueError(
+                    f"{where} would be graded as {name!r}, a file of the grades folder: rename it"
+                )
+            if key in origin and origin[key] != where:
+                raise ValueError(
+                    f"{origin[key]} and {where} are both the submission of {name!r}: rename one "
+                    "(a student's name is the name of the notebook or of its folder)"
+                )
+            origin[key] = where
+            found.setdefault(key, []).append(path)
     if not found:
         raise FileNotFoundError(f"no .ipynb file in {', '.join(map(str, paths))}: nothing to grade")
-    used = set(RESERVED_NAMES)
-    seen: set[Path] = set()
     out = []
-    for path in found:
-        if path.resolve() in seen:  # the same file given twice (or in a folder given too)
-            continue
-        seen.add(path.resolve())
-        name = student_name(path)
-        candidate, n = name, 1
-        while candidate.lower() in used:
-            n += 1
-            candidate = f"{name}-{n}"
-        used.add(candidate.lower())
-        out.append(Submission(candidate, path))
+    for key, files in found.items():
+        where = origin[key]
+        name = student_name(files[0], where.parent)
+        out.append(Submission(name, files[0] if len(files) == 1 else where))
     return out
+
+
+def several_notebooks(path: Path) -> list[Path]:
+    """The notebooks of a submission that is a student's folder with more than one ([] else)."""
+    return _notebooks(path) if Path(path).is_dir() else []
 
 
 def batch_data(data: str) -> str:
@@ -244,14 +277,28 @@ def batch_data(data: str) -> str:
     return data
 
 
+#: Fewer simulated devices than this cannot tell a loss averaged over each replica's own examples
+#: from one scaled by the global batch (with one replica they are the same number).
+MIN_DEVICES = 2
+
+
 def prepare(
     out: str | os.PathLike,
     solution: Path,
     settings: Settings,
     limits: Limits,
+    *,
     sandboxed: bool = True,
 ) -> Batch:
-    """Read the solution's hidden tests and make `out`; ValueError when it has none."""
+    """Read the solution's hidden tests and make `out`; ValueError when it has none, or when
+    `settings` simulate fewer than `MIN_DEVICES` devices."""
+    if settings.devices < MIN_DEVICES:
+        raise ValueError(
+            f"--devices {settings.devices}: the exercise is graded on at least {MIN_DEVICES} "
+            "simulated devices (with one replica a loss averaged per replica, the classic "
+            "mistake, gives the right number and would earn its point): use "
+            f"--devices {MIN_DEVICES} or more"
+        )
     if sandboxed:
         sandbox.require()
     solution_path = Path(solution).resolve()
@@ -303,7 +350,9 @@ def _same_code(a, b) -> bool:
     return code(a) == code(b)
 
 
-def _copy_artifacts(source: Path, target: Path, within: Path, limit_mb: int = 2048) -> list[str]:
+def copy_artifacts(
+    source: Path, target: Path, within: Path, limit_mb: int = ARTIFACTS_MB
+) -> list[str]:
     """Copy the regular files under `source` (a folder the submission wrote, inside `within`) to
     `target`, up to limit_mb; notes on what was skipped. Symbolic links are never followed: not in
     the path from `within` to `source`, not inside it (they could point at the grader's files)."""
@@ -373,7 +422,7 @@ def _run(
             "COURSE_ARTIFACTS": str(workdir / "artifacts"),
             "MPLBACKEND": "Agg",
         }
-        outcome, facts, probe_error = sandbox.run_submission(
+        outcome, facts, probe_error = submission.run(
             notebook,
             workdir,
             env,
@@ -386,10 +435,12 @@ def _run(
             cancel=cancel,
         )
         artifacts = workdir / "artifacts" / ARTIFACTS_NAME
-        g.notes += _copy_artifacts(artifacts, folder / "artifacts", within=workdir)
+        g.notes += copy_artifacts(artifacts, folder / "artifacts", within=workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    nbformat.write(outcome.notebook, folder / "executed.ipynb")
+    # its outputs may hold lone surrogates: written escaped
+    text = nbformat.writes(outcome.notebook)
+    (folder / "executed.ipynb").write_text(text, encoding="utf-8", errors="backslashreplace")
     g.cell_errors = outcome.cell_errors
     if outcome.status != "ran":
         g.status, g.reason = outcome.status, outcome.reason
@@ -441,6 +492,13 @@ def _grade_notebook(
 ) -> Grade:
     parts = batch.parts
     g = Grade(submission.student, Path(submission.path), status="graded")
+    several = several_notebooks(submission.path)
+    if several:
+        g.status = "several notebooks"
+        names = ", ".join(str(p.relative_to(submission.path)) for p in several)
+        g.reason = f"the folder holds {len(several)} notebooks ({names}): keep the one to grade"
+        g.results = zero_results(parts, "not graded: which notebook is the submission?")
+        return g
     notebook = _read_notebook(g, parts)
     if notebook is None:
         return g
@@ -467,28 +525,42 @@ def grade_one(
     checks: CheckProcess,
     base: Path,
     cancel: threading.Event | None = None,
+    *,
+    watch: TamperWatch | None = None,
 ) -> Grade:
-    """Grade one submission into <out>/<student>/ (its folder is emptied first); never raises for
-    a bad submission: a grader failure becomes a "grader error" grade for this one only.
-    cancel: once set, its kernel is killed and `Cancelled` raised (no grade: the caller stops)."""
+    """Grade one submission and save its grade and report into <out>/<student>/ (emptied first).
+    Never raises for anything a submission does: a failure becomes a "grader error" grade for
+    this one only, saved all the same (the batch goes on).
+    cancel: once set, its kernel is killed and `Cancelled` raised (no grade: the caller stops).
+    watch: notes on the course and the solution changing while it ran (unsandboxed batches)."""
     if cancel is not None and cancel.is_set():
         raise Cancelled("grading stopped before this submission ran")
     started = time.monotonic()
     folder = batch.out / submission.student
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
     try:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
         g = _grade_notebook(batch, submission, checks, base, cancel)
+        if watch is not None:
+            g.notes += watch.notes()
+        _finish(batch, submission, g, started)
+        report.save(g, folder)
     except Cancelled:
         raise
-    except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - whatever went wrong, this submission's only
+        reason = f"{type(exc).__name__}: {str(exc)[:500]}"
         g = Grade(submission.student, Path(submission.path), "grader error", reason)
         g.results = zero_results(batch.parts, "not graded: grader error")
+        _finish(batch, submission, g, started)
+        with contextlib.suppress(OSError):  # a full disk: the gradebook still gets its row
+            report.save(g, folder)
+    return g
+
+
+def _finish(batch: Batch, submission: Submission, g: Grade, started: float) -> None:
     g.seconds = time.monotonic() - started
     g.max_score = batch.parts.max_points
     g.key = batch.key(submission.path)
-    return g
 
 
 # --- what unsandboxed code changed ----------------------------------------------------------------
@@ -498,17 +570,22 @@ class TamperWatch:
     """Notes on the course package and the solution changing while submissions run (possible only
     without the sandbox); the solution as it was at the start is kept beside the gradebook."""
 
-    def __init__(self, batch: Batch) -> None:
-        self.batch = batch
+    def __init__(self, batch: Batch, suspects: str = "this submission") -> None:
+        self.batch, self.suspects = batch, suspects
         self.solution_bytes = batch.solution_bytes
         self.hashes = self._hash()
+        self.lock = threading.Lock()
 
     @staticmethod
     def _hash() -> dict[Path, str]:
         paths = sorted(PACKAGE.rglob("*.py"))
         return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.exists()}
 
-    def notes(self, suspects: str) -> list[str]:
+    def notes(self) -> list[str]:
+        with self.lock:
+            return self._notes(self.suspects)
+
+    def _notes(self, suspects: str) -> list[str]:
         notes = []
         solution = self.batch.solution_path
         if solution.read_bytes() != self.solution_bytes:
@@ -568,17 +645,17 @@ def grade_here(batch: Batch, submissions: list[Submission], jobs: int, progress:
     before it raises (grades saved so far stay)."""
     base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
     checks = start_checks(batch, base)
-    watch = TamperWatch(batch)
     suspects = "this submission" + (" or one running at the same time" if jobs > 1 else "")
+    watch = TamperWatch(batch, suspects)
     bar = tqdm(total=len(submissions), desc="grading", unit="notebook", disable=not progress)
     cancel = threading.Event()
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        futures = [pool.submit(grade_one, batch, s, checks, base, cancel) for s in submissions]
+        futures = [
+            pool.submit(grade_one, batch, s, checks, base, cancel, watch=watch) for s in submissions
+        ]
         for future in as_completed(futures):
             g = future.result()
-            g.notes += watch.notes(suspects)
-            report.save(g, batch.out / g.student)
             bar.set_postfix_str(f"{g.student}: {g.score:g}/{g.max_score:g}")
             bar.update()
     finally:
@@ -617,7 +694,7 @@ def grade(
     collect_submissions(paths)
     solution = Path(solution or course_root() / DEFAULT_SOLUTION)
     settings = settings or Settings(data=os.environ.get("COURSE_DATA") or "auto")
-    b = prepare(out, solution, settings, limits or Limits(), sandboxed)
+    b = prepare(out, solution, settings, limits or Limits(), sandboxed=sandboxed)
     return grade_batch(b, paths, jobs, progress=progress, regrade=regrade)
 
 

@@ -172,7 +172,7 @@ def _prepare(args: argparse.Namespace, out: str, sandboxed: bool) -> batch.Batch
     data = args.data or os.environ.get("COURSE_DATA") or "auto"
     settings = Settings(profile=args.profile, devices=args.devices, data=data)
     solution = Path(args.solution or course_root() / DEFAULT_SOLUTION)
-    return batch.prepare(out, solution, settings, limits, sandboxed)
+    return batch.prepare(out, solution, settings, limits, sandboxed=sandboxed)
 
 
 def _grade(args: argparse.Namespace, b: batch.Batch, jobs: int, slurm: bool) -> list[Grade]:

@@ -370,11 +370,9 @@ def run_task(plan: Path, index: int) -> int:
     base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
     # its own log: tasks on several nodes would write one file over each other
     checks = batch.start_checks(b, base, f"{batch.PLAN_FOLDER}/checks-{index}.log")
-    watch = batch.TamperWatch(b)
+    watch = batch.TamperWatch(b, "this submission or one graded at the same time")
     try:
-        g = batch.grade_one(b, submission, checks, base)
-        g.notes += watch.notes("this submission or one graded at the same time")
-        report.save(g, b.out / g.student)
+        g = batch.grade_one(b, submission, checks, base, watch=watch)
     finally:
         checks.stop()
         shutil.rmtree(base, ignore_errors=True)

@@ -61,7 +61,7 @@ from grading_submissions import (
 )
 
 from course_tools import batch as grading_batch
-from course_tools import checks, cli, grading, report, sandbox
+from course_tools import checks, cli, grading, report, sandbox, submission
 from course_tools.report import Grade
 from course_tools.runner import Limits
 
@@ -370,7 +370,7 @@ def test_memory_limit_kills_the_kernel_and_its_children(tmp_path, sandboxed):
         "hog = []\nwhile True:\n    hog.append(bytearray(20 * 2**20))",
         "print('never')",
     )
-    outcome, _, _ = sandbox.run_submission(
+    outcome, _, _ = submission.run(
         notebook, tmp_path, {**os.environ, **ENV}, Limits(60, 120, memory_mb=400)
     )
     assert outcome.status == "killed" and "memory limit" in outcome.reason
@@ -379,16 +379,12 @@ def test_memory_limit_kills_the_kernel_and_its_children(tmp_path, sandboxed):
 
 def test_an_interrupted_cell_lets_the_next_cells_run_and_a_crash_is_reported(tmp_path, sandboxed):
     loop = notebook_of("while True:\n    pass", "print('next cell ran')")
-    outcome, _, _ = sandbox.run_submission(
-        loop, tmp_path / "loop", {**os.environ, **ENV}, Limits(3, 60)
-    )
+    outcome, _, _ = submission.run(loop, tmp_path / "loop", {**os.environ, **ENV}, Limits(3, 60))
     assert outcome.status == "ran" and outcome.timed_out_cells == [0]
     assert "next cell ran" in _outputs(outcome)
     assert any("KeyboardInterrupt" in error for error in outcome.cell_errors)
     crash = notebook_of("import os\nos.kill(os.getpid(), 9)", "print('never')")
-    outcome, _, _ = sandbox.run_submission(
-        crash, tmp_path / "crash", {**os.environ, **ENV}, Limits(30, 60)
-    )
+    outcome, _, _ = submission.run(crash, tmp_path / "crash", {**os.environ, **ENV}, Limits(30, 60))
     assert outcome.status == "kernel died" and "kernel died" in outcome.reason
 
 
@@ -481,32 +477,87 @@ def test_the_default_jobs_fit_the_cores_the_devices_and_the_memory(monkeypatch, 
     assert "missing.ipynb does not exist" in err
 
 
-def test_student_names_are_unique_folders_that_spare_the_gradebook(tmp_path):
-    """A student's name is a folder of the grades: never ".", hidden, or one of the grades' own
-    files; a name already taken gets the next free "-N", and a file given twice is graded once."""
-    names = ["..ipynb", ".batch.ipynb", "gradebook.csv.ipynb", "x.ipynb.ipynb", "x.ipynb"]
-    names += ["a.ipynb", "a-2.ipynb"]
-    for name in names:
+def test_student_names_come_from_where_the_instructor_put_the_submissions(tmp_path):
+    """A notebook given by itself or lying in the given folder is named by its file; anything
+    deeper by its folder under the given one, whatever the student called the file. A folder with
+    several notebooks is one submission (graded as "several notebooks"); a name taken twice, or
+    one of the grades' own files, is an error for the instructor, never a silent "-2"."""
+    for name in ["..ipynb", "x.ipynb.ipynb", "carol.ipynb", "alice/bob.ipynb"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("{}")
-    (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "a.ipynb").write_text("{}")
-    (tmp_path / "c").mkdir()
-    (tmp_path / "c" / "a.ipynb").write_text("{}")
-    given = [tmp_path, tmp_path / "a.ipynb", tmp_path / "b" / ".." / "a.ipynb"]
+    for name in ["bob/05_svhn_exercise.ipynb", "dan/a.ipynb", "dan/deep/b.ipynb"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    given = [tmp_path, tmp_path / "carol.ipynb", tmp_path / "alice" / ".." / "carol.ipynb"]
     found = grading_batch.collect_submissions(given)
-    by_file = {s.path.relative_to(tmp_path).as_posix(): s.student for s in found}
-    assert by_file == {
-        "..ipynb": "submission",
-        ".batch.ipynb": "batch",
-        "a-2.ipynb": "a-2",
-        "a.ipynb": "a",
-        "b/a.ipynb": "a-3",
-        "c/a.ipynb": "a-4",
-        "gradebook.csv.ipynb": "gradebook.csv-2",
-        "x.ipynb": "x",
-        "x.ipynb.ipynb": "x-2",
+    by_name = {s.student: s.path.relative_to(tmp_path).as_posix() for s in found}
+    assert by_name == {
+        "submission": "..ipynb",
+        "x": "x.ipynb.ipynb",
+        "carol": "carol.ipynb",
+        "alice": "alice/bob.ipynb",
+        "bob": "bob/05_svhn_exercise.ipynb",
+        "dan": "dan",
     }
-    assert len(found) == len(by_file), "each file once"
+    assert grading_batch.several_notebooks(tmp_path / "dan") == [
+        tmp_path / "dan" / "a.ipynb",
+        tmp_path / "dan" / "deep" / "b.ipynb",
+    ]
+    (tmp_path / "carol").mkdir()
+    (tmp_path / "carol" / "mine.ipynb").write_text("{}")
+    with pytest.raises(ValueError, match="are both the submission of 'carol'"):
+        grading_batch.collect_submissions([tmp_path])
+    (tmp_path / "carol" / "mine.ipynb").unlink()
+    (tmp_path / "carol").rmdir()
+    (tmp_path / "gradebook.csv").mkdir()
+    (tmp_path / "gradebook.csv" / "x.ipynb").write_text("{}")
+    with pytest.raises(ValueError, match="a file of the grades folder"):
+        grading_batch.collect_submissions([tmp_path])
+
+
+def test_course_grade_refuses_one_device_and_a_name_clash_with_exit_2(tmp_path, capsys):
+    """One replica cannot tell a per-replica mean loss from the right one: `course grade` says so
+    (exit 2) instead of giving that mistake its point; a name clash is bad input too."""
+    notebook = write(notebook_of("1"), tmp_path / "a.ipynb")
+    out = tmp_path / "grades"
+    assert cli.main(["grade", str(notebook), f"--out={out}", "--devices=1", "--jobs=1"]) == 2
+    assert "graded on at least 2 simulated devices" in capsys.readouterr().err
+    (tmp_path / "a").mkdir()
+    write(notebook_of("1"), tmp_path / "a" / "mine.ipynb")
+    assert cli.main(["grade", str(tmp_path), f"--out={out}", "--jobs=1"]) == 2
+    assert "are both the submission of 'a'" in capsys.readouterr().err
+
+
+def test_one_submission_failing_to_save_is_its_own_grader_error(tmp_path, monkeypatch):
+    """The batch-level promise: whatever happens while one submission is graded, saved or
+    reported (here its report cannot be written), every other submission is graded and the
+    gradebook and its exports are written."""
+    real = report.write_report
+
+    def failing(g, path):
+        if g.student == "b" and g.status != "grader error":
+            raise OSError("cannot write here")
+        real(g, path)
+
+    monkeypatch.setattr(report, "write_report", failing)
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name in "abc":
+        (folder / f"{name}.ipynb").write_text('{"cells": [')
+    b = grading_batch.Batch(
+        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
+    )
+    b.out.mkdir()
+    monkeypatch.setattr(
+        grading_batch,
+        "start_checks",
+        lambda b, base: type("C", (), {"close": lambda self: None, "stop": lambda self: None})(),
+    )
+    grades = grading_batch.grade_batch(b, [folder], 2, progress=False, regrade=True)
+    statuses = {g.student: g.status for g in grades}
+    assert statuses == {"a": "invalid notebook", "b": "grader error", "c": "invalid notebook"}
+    for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
+        assert all(s in (b.out / name).read_text() for s in "abc"), name
 
 
 def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
@@ -521,7 +572,7 @@ def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
     (work / "artifacts" / "05_svhn").symlink_to(host)
     target = tmp_path / "copied"
     source = work / "artifacts" / "05_svhn"
-    notes = grading_batch._copy_artifacts(source, target, within=work)
+    notes = grading_batch.copy_artifacts(source, target, within=work)
     assert notes == ["artifact folder artifacts/05_svhn is a symbolic link: ignored"]
     assert not target.exists()
     source.unlink()
@@ -529,14 +580,14 @@ def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
     (work / "artifacts").symlink_to(work / "real")  # a linked folder higher up
     assert (
         "artifact folder artifacts is a symbolic link"
-        in grading_batch._copy_artifacts(source, target, within=work)[0]
+        in grading_batch.copy_artifacts(source, target, within=work)[0]
     )
     (work / "artifacts").unlink()
     (source / "sub").mkdir(parents=True)
     (source / "sub" / "model.keras").write_text("weights")
     (source / "sub" / "file").symlink_to(host / "secret.txt")
     (source / "folder").symlink_to(host / "secrets")
-    notes = grading_batch._copy_artifacts(source, target, within=work)
+    notes = grading_batch.copy_artifacts(source, target, within=work)
     assert sorted(notes) == [
         "artifact folder is a symbolic link: ignored",
         "artifact sub/file is a symbolic link: ignored",
@@ -560,11 +611,12 @@ def test_the_sandbox_in_memory_folders_are_capped(tmp_path, sandboxed, monkeypat
     argv = sandbox.wrap(["sh", "-c", script], hidden=[hidden])
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     sizes = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
-    caps = {"/tmp/x": 4, "/dev/shm/x": sandbox.SHM_MB, str(hidden / "x"): sandbox.COVER_MB}
+    caps = {"/tmp/x": 4, "/dev/shm/x": sandbox.SHM_MB}
     for path, cap in caps.items():
         written = int(sizes[path] or 0)
         assert 0 < written <= cap * 2**20, (path, written)
     assert sizes["/dev/x"] == "", "/dev is read-only"
+    assert sizes[str(hidden / "x")] == "", "the hidden folder is not in the sandbox at all"
     assert not (hidden / "x").exists()
 
 
@@ -578,7 +630,8 @@ def test_the_kernel_log_is_capped_and_the_report_says_so(tmp_path, monkeypatch):
         "print('next cell ran')",
     )
     log = tmp_path / "kernel.log"
-    outcome = runner.run_notebook(flood, tmp_path, {**os.environ, **ENV}, log_path=log)
+    options = runner.RunOptions(log_path=log)
+    outcome = runner.run_notebook(flood, tmp_path, {**os.environ, **ENV}, options)
     assert outcome.status == "ran" and "next cell ran" in _outputs(outcome)
     cap = runner.KERNEL_LOG_KB * 1024
     assert outcome.log_dropped >= 20_000_000 - cap
@@ -614,14 +667,15 @@ def test_the_course_solutions_build_and_git_history_are_hidden(sandboxed):
             build.rmdir()
 
 
-def test_the_probe_ignores_checks_the_notebook_replaced(tmp_path, sandboxed):
-    """The probe reloads the checks from the read-only course: a notebook that replaces
-    `checks.probe` in its kernel does not choose the facts (patching TensorFlow or Python itself
-    still could: the README says so)."""
+def test_the_probe_ignores_a_probe_the_notebook_replaced(tmp_path, sandboxed):
+    """The probe reloads itself from the read-only course: a notebook that replaces
+    `probe.collect` in its kernel does not choose the facts (taking over IPython, TensorFlow or
+    Python itself still could: the README says so)."""
     tamper = TAMPER[TAMPER.index("import course_tools.checks") :].split("artifacts =")[0]
+    tamper += "import course_tools.probe as p\np.collect = checks.probe\n"
     probe = grading_batch.exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
-    outcome, facts, error = sandbox.run_submission(
-        notebook_of(tamper, "import course_tools.checks as c\nprint(c.probe(1)['models'])"),
+    outcome, facts, error = submission.run(
+        notebook_of(tamper, "import course_tools.probe as c\nprint(c.collect(1)['models'])"),
         tmp_path,
         {**os.environ, **ENV},
         Limits(60, 120),
@@ -633,9 +687,10 @@ def test_the_probe_ignores_checks_the_notebook_replaced(tmp_path, sandboxed):
 
 @pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
 def test_ctrl_c_or_an_error_stops_the_batch_and_its_running_kernels(tmp_path, monkeypatch, error):
-    """Grading stops at Ctrl-C or an error in the batch: queued submissions never start, the
-    running ones are told to stop (their kernels are killed through `cancel`), and it raises."""
-    from course_tools import processes, report
+    """Grading stops at Ctrl-C or an error of the grader's own (`grade_one` turns anything a
+    submission does into that submission's grade): queued submissions never start, the running
+    ones are told to stop (their kernels are killed through `cancel`), and it raises."""
+    from course_tools import processes
 
     started, cancelled = [], []
 
@@ -646,19 +701,15 @@ def test_ctrl_c_or_an_error_stops_the_batch_and_its_running_kernels(tmp_path, mo
         def stop(self):
             pass
 
-    def fake_grade_one(b, submission, checks, base, cancel):
+    def fake_grade_one(b, submission, checks, base, cancel, *, watch):
         started.append(submission.student)
         if submission.student == "a":
-            return Grade("a", submission.path, "graded", max_score=12)
+            raise error("disk full")  # Ctrl-C, or a bug of the grader's own outside a submission
         cancelled.append(cancel.wait(30))
         raise grading_batch.Cancelled("stopped")
 
-    def failing_save(g, folder):
-        raise error("disk full")
-
     monkeypatch.setattr(grading_batch, "start_checks", lambda b, base: Checks())
     monkeypatch.setattr(grading_batch, "grade_one", fake_grade_one)
-    monkeypatch.setattr(report, "save", failing_save)
     b = grading_batch.Batch(
         tmp_path, SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
     )
