@@ -2,10 +2,10 @@
 
 For each submission (a notebook; in a folder, every *.ipynb):
 1. Read it. Not a notebook (invalid JSON, ...): score 0. Unchanged exercise: score 0, not run.
-2. Run a copy in a fresh kernel inside the sandbox (`sandbox.run_submission`: bubblewrap; the
-   machine read-only, only the submission's work folder writable, private /tmp, no network, its own
-   PID namespace), with COURSE_ARTIFACTS in that folder and limits per cell (the cell is
-   interrupted, later cells still run), per notebook and on memory (the kernel is killed), and on
+2. Run a copy in a fresh kernel inside the sandbox (`submission.run`: bubblewrap; only the
+   system, Python and the course read-only, the submission's work folder writable, private /tmp,
+   no network, its own PID namespace), with COURSE_ARTIFACTS in that folder and limits per cell
+   (the cell is interrupted, later cells still run), per notebook and on memory (the kernel is killed), and on
    outputs kept. The solution's HIDDEN PROBE then runs in that kernel and only collects facts
    about the objects in memory.
 3. Copy the artifacts out (regular files only, size-capped), delete the work folder.
@@ -24,19 +24,16 @@ never given to the kernel), how they run (another process, which never runs stud
 course, the solution, other submissions and the grades (read-only or hidden in the sandbox). What it
 does control is its own evidence: the files it saves, which the checks measure themselves (a saved
 model is evaluated by the grader; recorded numbers must match those measurements), and the probe's
-facts, which come from its own kernel. The probe loads `checks` afresh from the read-only course,
-so replacing its functions in the notebook changes nothing, but it runs in the submission's Python
-after the submission's code: a notebook that patches TensorFlow or Python itself can make it
-report made-up facts, and earn the points of checks that rest on facts alone (the pipelines, which
-variables are mirrored). Read the executed notebook when a score looks too good. Without the
+facts, which come from its own kernel (`course_tools.submission` says what they can and cannot
+prove). Read the executed notebook when a score looks too good. Without the
 sandbox, student code runs with your rights: a changed solution file or course file is then noted
 in the report (and the solution as it was at the start is kept).
 
 Example:
-    >>> from course_tools import batch
-    >>> grades = batch.grade(["submissions/"], out="grades", limits=Limits(cell_timeout=300))
-    >>> [(g.student, g.score, g.max_score) for g in grades]
-    [('alice', 12.0, 12.0), ('bob', 9.0, 12.0)]
+
+    from course_tools import batch
+    grades = batch.grade(["submissions/"], out="grades", limits=Limits(cell_timeout=300))
+    print([(g.student, g.score, g.max_score) for g in grades])  # [('alice', 12.0, 12.0), ...]
 """
 
 from __future__ import annotations
@@ -61,7 +58,7 @@ import nbformat
 from tqdm.auto import tqdm
 
 from course_tools import exercise, report, sandbox, submission
-from course_tools.checker import CheckProcess, Verdict
+from course_tools.checker import CheckProcess, CheckVerdict
 from course_tools.checks import ARTIFACTS_NAME, DATASET
 from course_tools.paths import PACKAGE_ROOT, course_root
 from course_tools.report import CheckResult, Grade
@@ -84,7 +81,7 @@ PACKAGE = PACKAGE_ROOT / "course_utils"
 
 
 @dataclass(frozen=True)
-class Settings:
+class GradingSettings:
     """The COURSE_* settings every submission of a batch runs with (and the checks use)."""
 
     profile: str = "quick"
@@ -117,7 +114,7 @@ class Batch:
     out: Path
     solution_path: Path
     solution_bytes: bytes
-    settings: Settings
+    settings: GradingSettings
     limits: Limits
     sandboxed: bool = True
     assignment: str = "05_svhn"
@@ -175,7 +172,7 @@ def load_plan(path: Path) -> tuple[Batch, list[Submission]]:
         out=Path(plan["out"]),
         solution_path=Path(plan["solution_path"]),
         solution_bytes=(Path(path).parent / "solution.ipynb").read_bytes(),
-        settings=Settings(**plan["settings"]),
+        settings=GradingSettings(**plan["settings"]),
         limits=Limits(**plan["limits"]),
         sandboxed=plan["sandboxed"],
         assignment=plan["assignment"],
@@ -285,7 +282,7 @@ MIN_DEVICES = 2
 def prepare(
     out: str | os.PathLike,
     solution: Path,
-    settings: Settings,
+    settings: GradingSettings,
     limits: Limits,
     *,
     sandboxed: bool = True,
@@ -472,7 +469,7 @@ def _answer_result(answer: exercise.Answer, text: str | None) -> CheckResult:
     return CheckResult(answer.question, answer.title, answer.points, earned, message, True)
 
 
-def _score(g: Grade, parts: exercise.SolutionParts, verdicts: list[Verdict]) -> None:
+def _score(g: Grade, parts: exercise.SolutionParts, verdicts: list[CheckVerdict]) -> None:
     for test, (passed, message) in zip(parts.tests, verdicts):
         earned = test.points if passed else 0.0
         g.results.append(CheckResult(test.question, test.title, test.points, earned, message))
@@ -675,7 +672,7 @@ def grade(
     *,
     solution: str | os.PathLike | None = None,
     limits: Limits | None = None,
-    settings: Settings | None = None,
+    settings: GradingSettings | None = None,
     jobs: int = 1,
     progress: bool = True,
     sandboxed: bool = True,
@@ -693,7 +690,7 @@ def grade(
     # bad paths: a clear error before anything is written
     collect_submissions(paths)
     solution = Path(solution or course_root() / DEFAULT_SOLUTION)
-    settings = settings or Settings(data=os.environ.get("COURSE_DATA") or "auto")
+    settings = settings or GradingSettings(data=os.environ.get("COURSE_DATA") or "auto")
     b = prepare(out, solution, settings, limits or Limits(), sandboxed=sandboxed)
     return grade_batch(b, paths, jobs, progress=progress, regrade=regrade)
 

@@ -20,9 +20,10 @@ Ctrl-C, SIGTERM, SIGHUP or an error while waiting cancels the array (`scancel`) 
 Slurm has ended every task.
 
 Example:
-    >>> b = batch.prepare("grades", solution, batch.Settings(devices=2), Limits())
-    >>> options = SlurmOptions(partition="gpu", time="01:00:00", mem="8G")
-    >>> grades = grade(b, ["submissions/"], options)
+
+    b = batch.prepare("grades", solution, batch.GradingSettings(devices=2), Limits())
+    options = SlurmOptions(partition="gpu", time="01:00:00", mem="8G")
+    grades = grade(b, ["submissions/"], options)
 """
 
 from __future__ import annotations

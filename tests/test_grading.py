@@ -158,7 +158,7 @@ def batch(tmp_path_factory, sandboxed):
 
 
 def _settings() -> dict:
-    settings = grading_batch.Settings(
+    settings = grading_batch.GradingSettings(
         profile=ENV["COURSE_PROFILE"], devices=int(ENV["COURSE_DEVICES"]), data=ENV["COURSE_DATA"]
     )
     return {"settings": settings}
@@ -475,6 +475,13 @@ def test_the_default_jobs_fit_the_cores_the_devices_and_the_memory(monkeypatch, 
     out, err = capsys.readouterr()
     assert "--jobs 4 (8 cores / 2 devices per submission = 4; 10,240 MB free" in out
     assert "missing.ipynb does not exist" in err
+    # macOS has no sched_getaffinity: every core counts
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert grading.default_jobs(devices=2, memory_mb=1024) == (
+        3,
+        "6 cores / 2 devices per submission = 3; 10,240 MB free / 1,024 MB per notebook = 10",
+    )
 
 
 def test_student_names_come_from_where_the_instructor_put_the_submissions(tmp_path):
@@ -740,7 +747,7 @@ def test_grader_failures_are_graded_again_and_make_the_exit_status_1(tmp_path, m
     """A grader-side failure is no final grade: a re-run tries it again, and `course grade` says
     so with exit status 1 (after writing the gradebook); a low score is not a failure."""
     b = grading_batch.Batch(
-        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), grading_batch.Settings(), Limits()
+        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), grading_batch.GradingSettings(), Limits()
     )
     submissions = []
     for name, status in [
@@ -767,8 +774,10 @@ def test_grader_failures_are_graded_again_and_make_the_exit_status_1(tmp_path, m
     for status, code in [("grader error", 1), ("could not start", 1), ("kernel died", 0)]:
         bug["status"] = status
         assert cli.main(argv) == code, status
-        err = capsys.readouterr().err
+        captured = capsys.readouterr()
+        err = captured.err
         assert ("grader failed on 1 submission(s) (bug)" in err) == (code == 1), err
+        assert "course grade: grading here, sandboxed (bubblewrap)" in captured.out
     with pytest.raises(SystemExit):
         cli.main(["grade", "--help"])
     assert "Exit status: 0 when every submission got a grade" in capsys.readouterr().out
@@ -788,7 +797,7 @@ def test_the_benchmark_grades_under_the_out_folder(tmp_path, monkeypatch, capsys
         grading,
         "_prepare",
         lambda args, out, sandboxed: grading_batch.Batch(
-            Path(out), SOLUTION, b"", grading_batch.Settings(), Limits()
+            Path(out), SOLUTION, b"", grading_batch.GradingSettings(), Limits()
         ),
     )
     monkeypatch.setattr(grading, "_grade", fake_grade)

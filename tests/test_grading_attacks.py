@@ -81,7 +81,7 @@ def attacks(tmp_path_factory):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         write(notebook, folder / name)
     (where / f"{TOKEN}.txt").write_text("another course's secret")
-    settings = grading_batch.Settings(
+    settings = grading_batch.GradingSettings(
         profile=ENV["COURSE_PROFILE"], devices=int(ENV["COURSE_DEVICES"]), data=ENV["COURSE_DATA"]
     )
     try:

@@ -157,7 +157,9 @@ def graded(cluster, tmp_path_factory):
     }
     for name, notebook in submissions.items():
         write(notebook, folder / f"{name}.ipynb")
-    settings = batch.Settings(ENV["COURSE_PROFILE"], int(ENV["COURSE_DEVICES"]), ENV["COURSE_DATA"])
+    settings = batch.GradingSettings(
+        ENV["COURSE_PROFILE"], int(ENV["COURSE_DEVICES"]), ENV["COURSE_DATA"]
+    )
     started = time.monotonic()
     with releasing():
         batch.grade([folder], local, settings=settings, limits=LIMITS, jobs=2, progress=False)
@@ -257,7 +259,7 @@ def test_ctrl_c_cancels_the_array_and_leaves_nothing(cluster, tmp_path):
 
 def _batch(out: Path) -> batch.Batch:
     solution = SOLUTION
-    return batch.Batch(out, solution, solution.read_bytes(), batch.Settings(), LIMITS)
+    return batch.Batch(out, solution, solution.read_bytes(), batch.GradingSettings(), LIMITS)
 
 
 def test_the_sbatch_script_passes_the_options_and_records_each_exit_code(tmp_path):
