@@ -5,9 +5,9 @@ For each submission (a notebook; in a folder, every *.ipynb):
 2. Run a copy in a fresh kernel inside the sandbox (`submission.run`: bubblewrap; only the
    system, Python and the course read-only, the submission's work folder writable, private /tmp,
    no network, its own PID namespace), with COURSE_ARTIFACTS in that folder and limits per cell
-   (the cell is interrupted, later cells still run), per notebook and on memory (the kernel is killed), and on
-   outputs kept. The solution's HIDDEN PROBE then runs in that kernel and only collects facts
-   about the objects in memory.
+   (the cell is interrupted, later cells still run), per notebook, on memory and on the work
+   folder's disk use (the kernel is killed), and on outputs kept. The solution's HIDDEN PROBE
+   then runs in that kernel and only collects facts about the objects in memory.
 3. Copy the artifacts out (regular files only, size-capped), delete the work folder.
 4. Score it: the solution's HIDDEN TESTS run in the check process (`checker`), sandboxed as well,
    which never runs student code: it loads the saved files with limits and compares them with
