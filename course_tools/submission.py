@@ -40,14 +40,14 @@ from course_tools.runner import Limits, RunOptions, RunOutcome, run_notebook
 MAX_FACTS_CHARS = 2**20
 
 #: Step 1: IPython's input and AST transformers back to a fresh shell's; the manager installed is
-#: remembered under a random name (`{key}`) so that step 2 can tell it was not replaced.
+#: remembered under a random name (`{key}_manager`) so that step 2 can tell it was not replaced.
 RESET = """
 import IPython.core.inputtransformer2 as _it2
 _shell = get_ipython()
 _shell.input_transformers_post = []
 _shell.ast_transformers = []
 _shell.input_transformer_manager = _it2.TransformerManager()
-globals()[{key!r}] = _shell.input_transformer_manager
+globals()[{key!r} + "_manager"] = _shell.input_transformer_manager
 """
 
 #: Step 2: the checks on step 1's reset, then the probe from the course's own file; the answer is
@@ -63,7 +63,7 @@ _tampered = [name for name in ("run_cell", "run_cell_async", "transform_cell", "
              "run_ast_nodes", "run_code", "should_run_async") if not _own(name)]
 if _shell.input_transformers_post or _shell.ast_transformers:
     _tampered.append("transformers")
-if _shell.input_transformer_manager is not globals().get({key!r}):
+if _shell.input_transformer_manager is not globals().pop({key!r} + "_manager", None):
     _tampered.append("input_transformer_manager")
 _spec = _util.spec_from_file_location("course_tools.probe", {path!r})
 _probe = _util.module_from_spec(_spec)

@@ -44,7 +44,7 @@ from grading_submissions import (
 )
 
 from course_tools import batch as grading_batch
-from course_tools import sandbox
+from course_tools import sandbox, submission
 from course_tools.runner import Limits
 
 pytestmark = pytest.mark.slow
@@ -199,7 +199,7 @@ def test_the_work_folder_disk_use_is_capped(tmp_path):
     available, detail = sandbox.status()
     if not available:
         pytest.skip(detail)
-    outcome, _, _ = sandbox.run_submission(
+    outcome, _, _ = submission.run(
         notebook_of(DISK_FILL, "print('next')"),
         tmp_path,
         {**os.environ, **ENV},
