@@ -466,7 +466,7 @@ def _answer_result(answer: exercise.Answer, text: str | None) -> CheckResult:
     else:
         message = "answered: points given for now, the instructor reads it"
         earned = answer.points
-    return CheckResult(answer.question, answer.title, answer.points, earned, message, True)
+    return CheckResult(answer.question, answer.title, answer.points, earned, message, manual=True)
 
 
 def _score(g: Grade, parts: exercise.SolutionParts, verdicts: list[CheckVerdict]) -> None:
@@ -609,7 +609,7 @@ class TamperWatch:
 # --- a batch, here --------------------------------------------------------------------------------
 
 
-def to_grade(batch: Batch, submissions: list[Submission], regrade: bool) -> list[Submission]:
+def to_grade(batch: Batch, submissions: list[Submission], *, regrade: bool) -> list[Submission]:
     """The submissions without a saved grade for their current notebook and settings, or whose
     saved grade is a grader failure (`Grade.grader_failed`: tried again)."""
     if regrade:
@@ -636,7 +636,7 @@ def saved_grades(batch: Batch, submissions: list[Submission]) -> dict[str, Grade
     return {student: g for student, g in found.items() if g is not None}
 
 
-def grade_here(batch: Batch, submissions: list[Submission], jobs: int, progress: bool) -> None:
+def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progress: bool) -> None:
     """Grade `submissions` on this machine, `jobs` at a time; save each grade as it comes. On
     Ctrl-C or an error, the submissions not started are dropped and the running kernels killed
     before it raises (grades saved so far stay)."""
@@ -700,7 +700,7 @@ def grade_batch(
 ) -> list[Grade]:
     """`grade` for a prepared batch."""
     submissions = collect_submissions(paths)
-    grade_here(b, to_grade(b, submissions, regrade), jobs, progress)
+    grade_here(b, to_grade(b, submissions, regrade=regrade), jobs, progress=progress)
     found = saved_grades(b, submissions)
     grades = [found[s.student] for s in submissions if s.student in found]
     write_gradebooks(b, grades)

@@ -427,7 +427,7 @@ def _labels(split: str) -> dict:
 
         labels = [int(label) for _, label in data.load(DATASET, split)]
         _cache[key] = {"count": len(labels), "in_order": checksum(labels)}
-        _cache[key]["sorted"] = checksum(labels, False)
+        _cache[key]["sorted"] = checksum(labels, in_order=False)
     return _cache[key]
 
 

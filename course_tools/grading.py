@@ -170,7 +170,7 @@ def _slurm_options(args: argparse.Namespace) -> slurm_array.SlurmOptions:
     )
 
 
-def _prepare(args: argparse.Namespace, out: str, sandboxed: bool) -> batch.Batch:
+def _prepare(args: argparse.Namespace, out: str, *, sandboxed: bool) -> batch.Batch:
     limits = Limits(cell_timeout=args.cell_timeout, timeout=args.timeout, memory_mb=args.memory_mb)
     data = args.data or os.environ.get("COURSE_DATA") or "auto"
     settings = GradingSettings(profile=args.profile, devices=args.devices, data=data)
@@ -178,7 +178,7 @@ def _prepare(args: argparse.Namespace, out: str, sandboxed: bool) -> batch.Batch
     return batch.prepare(out, solution, settings, limits, sandboxed=sandboxed)
 
 
-def _grade(args: argparse.Namespace, b: batch.Batch, jobs: int, slurm: bool) -> list[Grade]:
+def _grade(args: argparse.Namespace, b: batch.Batch, jobs: int, *, slurm: bool) -> list[Grade]:
     if slurm:
         return slurm_array.grade(
             b,
@@ -213,9 +213,9 @@ def benchmark(args: argparse.Namespace, jobs: int) -> int:
     bench.mkdir(parents=True, exist_ok=True)
     for sandboxed, n, slurm in routes:
         with tempfile.TemporaryDirectory(prefix="route-", dir=bench) as out:
-            b = _prepare(args, out, sandboxed)
+            b = _prepare(args, out, sandboxed=sandboxed)
             started = time.monotonic()
-            grades = _grade(args, b, n, slurm)
+            grades = _grade(args, b, n, slurm=slurm)
             per = (time.monotonic() - started) / count
             gradebook = (Path(out) / "gradebook.csv").read_text()
         where = "slurm" if slurm else f"here, {n} at a time"
@@ -254,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
             return benchmark(args, jobs or 1)
         b = _prepare(args, args.out, sandboxed=not args.no_sandbox)
         print(f"course grade: {route(slurm=args.slurm, sandboxed=not args.no_sandbox)}")
-        grades = _grade(args, b, jobs or 1, args.slurm)
+        grades = _grade(args, b, jobs or 1, slurm=args.slurm)
     except (
         FileNotFoundError,
         ValueError,

@@ -33,7 +33,7 @@ def fingerprint(model: keras.Model) -> str:
     return digest.hexdigest()
 
 
-def checksum(labels: list, in_order: bool = True) -> str:
+def checksum(labels: list, *, in_order: bool = True) -> str:
     values = labels if in_order else sorted(labels)
     return hashlib.sha256(",".join(map(str, values)).encode()).hexdigest()[:16]
 

@@ -1,4 +1,4 @@
-"""What grading writes: one submission's grade, its report, the gradebook and its exports.
+r"""What grading writes: one submission's grade, its report, the gradebook and its exports.
 
 A `Grade` is saved as `<out>/<student>/result.json` next to the student's `report.md`; the batch
 (local or a Slurm job array) reads those files back and writes `<out>/gradebook.csv` from them, so

@@ -150,10 +150,10 @@ class CappedLog(threading.Thread):
     saying how much was left out; the rest is read and dropped, so the writer never blocks.
 
     Example:
-        >>> log = CappedLog(process.stdout, Path("kernel.log"), limit=2**20)
-        >>> log.start(); process.wait(); log.join()
-        >>> log.dropped
-        0
+
+        log = CappedLog(process.stdout, Path("kernel.log"), limit=2**20)
+        log.start(); process.wait(); log.join()
+        print(log.dropped)  # 0 when everything fitted
     """
 
     def __init__(self, pipe, path: Path, limit: int) -> None:

@@ -233,7 +233,7 @@ def _counts(b: Batch, submissions: list[Submission], states: dict[int, str]) -> 
     return counts
 
 
-def wait(b: Batch, submissions: list[Submission], job: str, progress: bool) -> dict[int, str]:
+def wait(b: Batch, submissions: list[Submission], job: str, *, progress: bool) -> dict[int, str]:
     """Poll Slurm until no task is pending or running; print the counts when they change."""
     logs, shown, failures = b.out / batch.PLAN_FOLDER, None, 0
     while True:
@@ -286,7 +286,7 @@ def grade(
     if why:
         raise SlurmError(why)
     submissions = batch.collect_submissions(paths)
-    todo = batch.to_grade(b, submissions, regrade)
+    todo = batch.to_grade(b, submissions, regrade=regrade)
     states: dict[int, str] = {}
     job = ""
     if todo:
@@ -297,7 +297,7 @@ def grade(
                     print(
                         f"Submitted Slurm job {job}: {len(todo)} of {len(submissions)} submissions"
                     )
-                states = wait(b, todo, job, progress)
+                states = wait(b, todo, job, progress=progress)
             except BaseException as exc:
                 # Ctrl-C, SIGTERM/SIGHUP (a closed session), Slurm or any other error: no task of
                 # this array may run on unwatched

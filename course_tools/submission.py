@@ -48,6 +48,7 @@ _shell.input_transformers_post = []
 _shell.ast_transformers = []
 _shell.input_transformer_manager = _it2.TransformerManager()
 globals()[{key!r} + "_manager"] = _shell.input_transformer_manager
+globals()[{key!r}] = "reset"
 """
 
 #: Step 2: the checks on step 1's reset, then the probe from the course's own file; the answer is
