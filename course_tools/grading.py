@@ -28,9 +28,9 @@ from pathlib import Path
 
 import psutil
 
-from course_tools import batch, exercise, sandbox, slurm_array
-from course_tools.batch import DEFAULT_SOLUTION, GradingSettings
+from course_tools import batch, exercise, plan, roster, sandbox, slurm_array
 from course_tools.paths import course_root
+from course_tools.plan import DEFAULT_SOLUTION, GradingSettings
 from course_tools.report import Grade
 from course_tools.runner import Limits
 from course_utils.tables import format_table
@@ -170,15 +170,15 @@ def _slurm_options(args: argparse.Namespace) -> slurm_array.SlurmOptions:
     )
 
 
-def _prepare(args: argparse.Namespace, out: str, *, sandboxed: bool) -> batch.Batch:
+def _prepare(args: argparse.Namespace, out: str, *, sandboxed: bool) -> plan.Batch:
     limits = Limits(cell_timeout=args.cell_timeout, timeout=args.timeout, memory_mb=args.memory_mb)
     data = args.data or os.environ.get("COURSE_DATA") or "auto"
     settings = GradingSettings(profile=args.profile, devices=args.devices, data=data)
     solution = Path(args.solution or course_root() / DEFAULT_SOLUTION)
-    return batch.prepare(out, solution, settings, limits, sandboxed=sandboxed)
+    return plan.prepare(out, solution, settings, limits, sandboxed=sandboxed)
 
 
-def _grade(args: argparse.Namespace, b: batch.Batch, jobs: int, *, slurm: bool) -> list[Grade]:
+def _grade(args: argparse.Namespace, b: plan.Batch, jobs: int, *, slurm: bool) -> list[Grade]:
     if slurm:
         return slurm_array.grade(
             b,
@@ -199,7 +199,7 @@ def _grade(args: argparse.Namespace, b: batch.Batch, jobs: int, *, slurm: bool) 
 def benchmark(args: argparse.Namespace, jobs: int) -> int:
     """`course grade SUBMISSION... --benchmark`: grade the same batch by each route (sandbox on and
     off here, 1 and `jobs` at a time; Slurm with --slurm); print seconds per submission."""
-    count = len(batch.collect_submissions(args.submissions))
+    count = len(roster.collect_submissions(args.submissions))
     routes = [(True, n, False) for n in sorted({1, jobs})]
     if args.slurm:
         routes.append((True, 0, True))
@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"course grade: --jobs {jobs} ({why})")
     try:
         # bad paths: a clear error before anything is written
-        batch.collect_submissions(args.submissions)
+        roster.collect_submissions(args.submissions)
         if args.benchmark:
             return benchmark(args, jobs or 1)
         b = _prepare(args, args.out, sandboxed=not args.no_sandbox)

@@ -74,7 +74,18 @@ from grading_submissions import (
 )
 
 from course_tools import batch as grading_batch
-from course_tools import checks, cli, grading, report, sandbox, submission
+from course_tools import (
+    checks,
+    cli,
+    exercise,
+    grading,
+    one_submission,
+    plan,
+    report,
+    roster,
+    sandbox,
+    submission,
+)
 from course_tools.report import Grade
 from course_tools.runner import Limits
 
@@ -113,8 +124,7 @@ def batch(tmp_path_factory, sandboxed):
         write(
             edit(
                 done,
-                "return tf.nn.compute_average_loss(per_example_loss, "
-                "global_batch_size=GLOBAL_BATCH)",
+                "return tf.nn.compute_average_loss(per_example_loss, global_batch_size=examples)",
                 "return tf.reduce_mean(per_example_loss)",
             ),
             folder / "reduce_mean.ipynb",
@@ -171,7 +181,7 @@ def batch(tmp_path_factory, sandboxed):
 
 
 def _settings() -> dict:
-    settings = grading_batch.GradingSettings(
+    settings = plan.GradingSettings(
         profile=ENV["COURSE_PROFILE"], devices=int(ENV["COURSE_DEVICES"]), data=ENV["COURSE_DATA"]
     )
     return {"settings": settings}
@@ -464,14 +474,14 @@ def test_real_data_is_prepared_once_before_the_batch(monkeypatch):
     monkeypatch.setattr(data, "real_data_status", lambda name: (True, "reachable"))
     monkeypatch.setattr(data, "is_prepared", lambda name: bool(prepared))
     monkeypatch.setattr(data, "tfds_builder", lambda name: Builder())
-    assert grading_batch.batch_data("auto") == "tfds" and prepared == [True]
-    assert grading_batch.batch_data("tfds") == "tfds" and prepared == [True]  # once
+    assert plan.batch_data("auto") == "tfds" and prepared == [True]
+    assert plan.batch_data("tfds") == "tfds" and prepared == [True]  # once
     monkeypatch.setattr(data, "real_data_status", lambda name: (False, "offline"))
-    assert grading_batch.batch_data("auto") == "synthetic"
-    assert grading_batch.batch_data("synthetic") == "synthetic"
+    assert plan.batch_data("auto") == "synthetic"
+    assert plan.batch_data("synthetic") == "synthetic"
     prepared.clear()
     with pytest.raises(data.DataUnavailableError, match="COURSE_DATA=tfds needs the real"):
-        grading_batch.batch_data("tfds")
+        plan.batch_data("tfds")
 
 
 def test_the_default_jobs_fit_the_cores_the_devices_and_the_memory(monkeypatch, capsys, tmp_path):
@@ -509,7 +519,7 @@ def test_student_names_come_from_where_the_instructor_put_the_submissions(tmp_pa
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("{}")
     given = [tmp_path, tmp_path / "carol.ipynb", tmp_path / "alice" / ".." / "carol.ipynb"]
-    found = grading_batch.collect_submissions(given)
+    found = roster.collect_submissions(given)
     by_name = {s.student: s.path.relative_to(tmp_path).as_posix() for s in found}
     assert by_name == {
         "submission": "..ipynb",
@@ -519,20 +529,20 @@ def test_student_names_come_from_where_the_instructor_put_the_submissions(tmp_pa
         "bob": "bob/05_svhn_exercise.ipynb",
         "dan": "dan",
     }
-    assert grading_batch.several_notebooks(tmp_path / "dan") == [
+    assert roster.several_notebooks(tmp_path / "dan") == [
         tmp_path / "dan" / "a.ipynb",
         tmp_path / "dan" / "deep" / "b.ipynb",
     ]
     (tmp_path / "carol").mkdir()
     (tmp_path / "carol" / "mine.ipynb").write_text("{}")
     with pytest.raises(ValueError, match="are both the submission of 'carol'"):
-        grading_batch.collect_submissions([tmp_path])
+        roster.collect_submissions([tmp_path])
     (tmp_path / "carol" / "mine.ipynb").unlink()
     (tmp_path / "carol").rmdir()
     (tmp_path / "gradebook.csv").mkdir()
     (tmp_path / "gradebook.csv" / "x.ipynb").write_text("{}")
     with pytest.raises(ValueError, match="a file of the grades folder"):
-        grading_batch.collect_submissions([tmp_path])
+        roster.collect_submissions([tmp_path])
 
 
 def test_course_grade_refuses_one_device_and_a_name_clash_with_exit_2(tmp_path, capsys):
@@ -564,7 +574,7 @@ def test_one_submission_failing_to_save_is_its_own_grader_error(tmp_path, monkey
     folder.mkdir()
     for name in "abc":
         (folder / f"{name}.ipynb").write_text('{"cells": [')
-    b = grading_batch.Batch(
+    b = plan.Batch(
         tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
     )
     b.out.mkdir()
@@ -592,7 +602,7 @@ def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
     (work / "artifacts" / "05_svhn").symlink_to(host)
     target = tmp_path / "copied"
     source = work / "artifacts" / "05_svhn"
-    notes = grading_batch.copy_artifacts(source, target, within=work)
+    notes = one_submission.copy_artifacts(source, target, within=work)
     assert notes == ["artifact folder artifacts/05_svhn is a symbolic link: ignored"]
     assert not target.exists()
     source.unlink()
@@ -600,14 +610,14 @@ def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
     (work / "artifacts").symlink_to(work / "real")  # a linked folder higher up
     assert (
         "artifact folder artifacts is a symbolic link"
-        in grading_batch.copy_artifacts(source, target, within=work)[0]
+        in one_submission.copy_artifacts(source, target, within=work)[0]
     )
     (work / "artifacts").unlink()
     (source / "sub").mkdir(parents=True)
     (source / "sub" / "model.keras").write_text("weights")
     (source / "sub" / "file").symlink_to(host / "secret.txt")
     (source / "folder").symlink_to(host / "secrets")
-    notes = grading_batch.copy_artifacts(source, target, within=work)
+    notes = one_submission.copy_artifacts(source, target, within=work)
     assert sorted(notes) == [
         "artifact folder is a symbolic link: ignored",
         "artifact sub/file is a symbolic link: ignored",
@@ -693,7 +703,7 @@ def test_the_probe_ignores_a_probe_the_notebook_replaced(tmp_path, sandboxed):
     Python itself still could: the README says so)."""
     tamper = TAMPER[TAMPER.index("import course_tools.checks") :].split("artifacts =")[0]
     tamper += "import course_tools.probe as p\np.collect = checks.probe\n"
-    probe = grading_batch.exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
+    probe = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
     outcome, facts, error = submission.run(
         notebook_of(tamper, "import course_tools.probe as c\nprint(c.collect(1)['models'])"),
         tmp_path,
@@ -726,14 +736,12 @@ def test_ctrl_c_or_an_error_stops_the_batch_and_its_running_kernels(tmp_path, mo
         if submission.student == "a":
             raise error("disk full")  # Ctrl-C, or a bug of the grader's own outside a submission
         cancelled.append(cancel.wait(30))
-        raise grading_batch.Cancelled("stopped")
+        raise one_submission.Cancelled("stopped")
 
     monkeypatch.setattr(grading_batch, "start_checks", lambda b, base: Checks())
     monkeypatch.setattr(grading_batch, "grade_one", fake_grade_one)
-    b = grading_batch.Batch(
-        tmp_path, SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
-    )
-    submissions = [grading_batch.Submission(n, tmp_path / f"{n}.ipynb") for n in "abcdef"]
+    b = plan.Batch(tmp_path, SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits())
+    submissions = [roster.Submission(n, tmp_path / f"{n}.ipynb") for n in "abcdef"]
     began = time.monotonic()
     with pytest.raises(error, match="disk full"):
         grading_batch.grade_here(b, submissions, jobs=2, progress=False)
@@ -759,8 +767,8 @@ def _saved(b, student: str, status: str, path: Path) -> None:
 def test_grader_failures_are_graded_again_and_make_the_exit_status_1(tmp_path, monkeypatch, capsys):
     """A grader-side failure is no final grade: a re-run tries it again, and `course grade` says
     so with exit status 1 (after writing the gradebook); a low score is not a failure."""
-    b = grading_batch.Batch(
-        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), grading_batch.GradingSettings(), Limits()
+    b = plan.Batch(
+        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), plan.GradingSettings(), Limits()
     )
     submissions = []
     for name, status in [
@@ -770,9 +778,9 @@ def test_grader_failures_are_graded_again_and_make_the_exit_status_1(tmp_path, m
         ("slurm", "task failed"),
     ]:
         path = write(notebook_of(name), tmp_path / f"{name}.ipynb")
-        submissions.append(grading_batch.Submission(name, path))
+        submissions.append(roster.Submission(name, path))
         _saved(b, name, status, path)
-    todo = grading_batch.to_grade(b, submissions, regrade=False)
+    todo = plan.to_grade(b, submissions, regrade=False)
     assert [s.student for s in todo] == ["bug", "slurm"]
 
     bug = {"status": ""}
@@ -809,8 +817,8 @@ def test_the_benchmark_grades_under_the_out_folder(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(
         grading,
         "_prepare",
-        lambda args, out, sandboxed: grading_batch.Batch(
-            Path(out), SOLUTION, b"", grading_batch.GradingSettings(), Limits()
+        lambda args, out, sandboxed: plan.Batch(
+            Path(out), SOLUTION, b"", plan.GradingSettings(), Limits()
         ),
     )
     monkeypatch.setattr(grading, "_grade", fake_grade)
@@ -874,7 +882,7 @@ def attacks(tmp_path_factory):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         write(notebook, folder / name)
     (where / f"{TOKEN}.txt").write_text("another course's secret")
-    settings = grading_batch.GradingSettings(
+    settings = plan.GradingSettings(
         profile=ENV["COURSE_PROFILE"], devices=int(ENV["COURSE_DEVICES"]), data=ENV["COURSE_DATA"]
     )
     try:
