@@ -47,7 +47,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from course_tools.one_submission import grade_one
+from course_tools.one_submission import Workspace, grade_one
 from course_tools.paths import course_root
 from course_tools.plan import (
     DEFAULT_SOLUTION,
@@ -78,7 +78,8 @@ def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progre
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         futures = [
-            pool.submit(grade_one, batch, s, checks, base, cancel, watch=watch) for s in submissions
+            pool.submit(grade_one, batch, s, Workspace(checks, base, cancel, watch))
+            for s in submissions
         ]
         for future in as_completed(futures):
             g = future.result()

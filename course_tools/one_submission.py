@@ -11,6 +11,7 @@ import shutil
 import stat
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -66,6 +67,8 @@ def copy_artifacts(
                     return notes
                 (target / relative).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, target / relative, follow_symlinks=False)
+                # its times too: the checks compare the checkpoints' times with the timings
+                shutil.copystat(path, target / relative, follow_symlinks=False)
         folders.sort()
     return notes
 
@@ -109,18 +112,14 @@ def _run(
             "COURSE_ARTIFACTS": str(workdir / "artifacts"),
             "MPLBACKEND": "Agg",
         }
-        outcome, facts, probe_error = submission.run(
-            notebook,
-            workdir,
-            env,
+        setup = submission.RunSetup(
             batch.limits,
             probe_source=batch.parts.probe,
             log_path=folder / "kernel.log",
             sandboxed=batch.sandboxed,
-            hidden=(base, batch.out),
-            hidden_files=(batch.solution_path,),
-            cancel=cancel,
+            hidden=(base, batch.out, batch.solution_path),
         )
+        outcome, facts, probe_error = submission.run(notebook, workdir, env, setup, cancel=cancel)
         artifacts = workdir / "artifacts" / ARTIFACTS_NAME
         g.notes += copy_artifacts(artifacts, folder / "artifacts", within=workdir)
     finally:
@@ -170,13 +169,20 @@ class Cancelled(Exception):
     """Grading stopped (Ctrl-C, an error elsewhere in the batch) before this submission's grade."""
 
 
-def _grade_notebook(
-    batch: Batch,
-    submission: Submission,
-    checks: CheckProcess,
-    base: Path,
-    cancel: threading.Event | None,
-) -> Grade:
+@dataclass(frozen=True)
+class Workspace:
+    """What grading one submission uses besides the batch: the check process, the folder its work
+    folder goes in, the event that cancels it (its kernel is killed, `Cancelled` raised) and the
+    watch on the course and the solution (unsandboxed batches)."""
+
+    checks: CheckProcess
+    base: Path
+    cancel: threading.Event | None = None
+    watch: TamperWatch | None = None
+
+
+def _grade_notebook(batch: Batch, submission: Submission, where: Workspace) -> Grade:
+    checks, base, cancel = where.checks, where.base, where.cancel
     parts = batch.parts
     g = Grade(submission.student, Path(submission.path), status="graded")
     several = several_notebooks(submission.path)
@@ -206,30 +212,21 @@ def _grade_notebook(
     return g
 
 
-def grade_one(
-    batch: Batch,
-    submission: Submission,
-    checks: CheckProcess,
-    base: Path,
-    cancel: threading.Event | None = None,
-    *,
-    watch: TamperWatch | None = None,
-) -> Grade:
+def grade_one(batch: Batch, submission: Submission, where: Workspace) -> Grade:
     """Grade one submission and save its grade and report into <out>/<student>/ (emptied first).
     Never raises for anything a submission does: a failure becomes a "grader error" grade for
-    this one only, saved all the same (the batch goes on).
-    cancel: once set, its kernel is killed and `Cancelled` raised (no grade: the caller stops).
-    watch: notes on the course and the solution changing while it ran (unsandboxed batches)."""
-    if cancel is not None and cancel.is_set():
+    this one only, saved all the same (the batch goes on). Once `where.cancel` is set, its kernel
+    is killed and `Cancelled` raised (no grade: the caller stops)."""
+    if where.cancel is not None and where.cancel.is_set():
         raise Cancelled("grading stopped before this submission ran")
     started = time.monotonic()
     folder = batch.out / submission.student
     try:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        g = _grade_notebook(batch, submission, checks, base, cancel)
-        if watch is not None:
-            g.notes += watch.notes()
+        g = _grade_notebook(batch, submission, where)
+        if where.watch is not None:
+            g.notes += where.watch.notes()
         _finish(batch, submission, g, started)
         report.save(g, folder)
     except Cancelled:

@@ -209,8 +209,7 @@ def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> Chec
             return sandbox.wrap(
                 argv,
                 read_only=[batch.out],
-                hidden=[base],
-                hidden_files=[batch.solution_path],
+                hidden=[base, batch.solution_path],
                 cwd=batch.out,
             )
 

@@ -212,16 +212,15 @@ def wrap(
     writable: Sequence[Path] = (),
     read_only: Sequence[Path] = (),
     hidden: Sequence[Path] = (),
-    hidden_files: Sequence[Path] = (),
     cwd: Path | None = None,
 ) -> list[str]:
     """`argv` prefixed with the bwrap command line of the sandbox described in this module.
 
     writable: folders bound read-write (the submission's work folder), at the same path.
     read_only: folders bound read-only (the grades, for the check process).
-    hidden: folders that must look empty should they lie inside a bound folder (other
-    submissions' work folders, the grades); hidden_files: files that must read as empty there
-    (the solution with its hidden tests). `course_private()` is always among them.
+    hidden: folders that must look empty, and files that must read as empty, should they lie
+    inside a bound folder (other submissions' work folders, the grades, the solution with its
+    hidden tests). `course_private()` is always among them.
     """
     bwrap = require()
     args = [bwrap, *_namespace_flags(), *_system(), "--dev", "/dev", "--proc", "/proc"]
@@ -234,7 +233,7 @@ def wrap(
     for folder in writable:
         args += ["--bind", str(folder), str(folder)]
     seen = bound + writable + [Path(p) for p in SYSTEM_FOLDERS]
-    for path in [*hidden, *course_private(), *hidden_files]:
+    for path in [*hidden, *course_private()]:
         path = Path(path).resolve()
         if not any(path.is_relative_to(folder) and path != folder for folder in seen):
             continue  # not in the sandbox at all
@@ -242,6 +241,9 @@ def wrap(
             args += _tmpfs(path, COVER_MB)
         elif path.is_file():
             args += ["--ro-bind", "/dev/null", str(path)]
+    # the sandbox's own root (a tmpfs holding the mount points) read-only: not a place to store
+    # data out of the memory limit's sight
+    args += ["--remount-ro", "/"]
     if cwd is not None:
         args += ["--chdir", str(Path(cwd).resolve())]
     return [*args, *argv]

@@ -311,7 +311,7 @@ def grade(
             except BaseException as exc:
                 # Ctrl-C, SIGTERM/SIGHUP (a closed session), Slurm or any other error: no task of
                 # this array may run on unwatched
-                _cancel_after(exc, b, submissions=submissions, todo=todo, job=job, logs=logs)
+                _cancel_after(exc, b, submissions=submissions, todo=todo, job=job)
                 raise
     grades = _all_grades(b, submissions, todo, states, job)
     write_gradebooks(b, grades)
@@ -344,9 +344,9 @@ def _cancel_after(
     submissions: list[Submission],
     todo: list[Submission],
     job: str,
-    logs: Path,
 ) -> None:
     """scancel the array after `exc` stopped `grade`, and write the gradebook of what finished."""
+    logs = b.out / PLAN_FOLDER
     if isinstance(exc, KeyboardInterrupt):
         why = "Ctrl-C"
     elif isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:
@@ -383,7 +383,8 @@ def run_task(plan: Path, index: int) -> int:
     checks = start_checks(b, base, f"{PLAN_FOLDER}/checks-{index}.log")
     watch = tamper.TamperWatch(b, "this submission or one graded at the same time")
     try:
-        g = one_submission.grade_one(b, submission, checks, base, watch=watch)
+        where = one_submission.Workspace(checks, base, watch=watch)
+        g = one_submission.grade_one(b, submission, where)
     finally:
         checks.stop()
         shutil.rmtree(base, ignore_errors=True)

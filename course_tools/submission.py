@@ -19,9 +19,8 @@ for what no file records; a tampered shell found by `PROBE` fails every check th
 Example:
 
     from course_tools import submission
-    outcome, facts, why_none = submission.run(
-        notebook, Path("/tmp/work/alice"), env, Limits(), probe_source=parts.probe
-    )
+    setup = submission.RunSetup(Limits(), probe_source=parts.probe)
+    outcome, facts, why_none = submission.run(notebook, Path("/tmp/work/alice"), env, setup)
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import ast
 import json
 import secrets
 import threading
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from course_tools import probe, sandbox
@@ -103,54 +102,69 @@ def read_facts(outcome: RunOutcome) -> tuple[dict, str]:
     return value, ""
 
 
+@dataclass(frozen=True)
+class RunSetup:
+    """How `run` runs one submission.
+
+    limits: what the notebook may use (`Limits`; its work folder capped at `limits.disk_mb`).
+    probe_source: the solution's HIDDEN PROBE cell ("" for none).
+    log_path: where the kernel process's own output goes (capped).
+    sandboxed: the kernel runs in the sandbox, where only the work folder is writable.
+    hidden: folders and files that must stay out of the sandbox's sight.
+    """
+
+    limits: Limits = Limits()
+    probe_source: str = ""
+    log_path: Path | None = None
+    sandboxed: bool = True
+    hidden: tuple[Path, ...] = ()
+
+
 def run(
     notebook,
     workdir: Path,
     env: dict[str, str],
-    limits: Limits,
+    setup: RunSetup = RunSetup(),
     *,
-    probe_source: str = "",
-    log_path: Path | None = None,
-    sandboxed: bool = True,
-    hidden: Sequence[Path] = (),
-    hidden_files: Sequence[Path] = (),
     cancel: threading.Event | None = None,
 ) -> tuple[RunOutcome, dict, str]:
-    """Execute `notebook` in a fresh kernel in `workdir` (errors allowed), then the probe there.
+    """Execute `notebook` in a fresh kernel in `workdir` (errors allowed), then the probe there,
+    as `setup` says; its connection file and sockets go in `workdir/.kernel`. cancel: once set,
+    the kernel is killed.
 
     Returns the run's outcome, the facts the probe found and why it found none ("" if it did).
-    sandboxed: the kernel runs in the sandbox, where only `workdir` is writable (capped at
-    `limits.disk_mb`); `hidden` folders and `hidden_files` stay out of sight; its connection file
-    and sockets go in `workdir/.kernel`. cancel: once set, the kernel is killed.
     """
     workdir = Path(workdir).resolve()
     connection = workdir / ".kernel"
     connection.mkdir(parents=True, exist_ok=True)
     kernel_wrap = None
-    if sandboxed:
+    if setup.sandboxed:
         env = sandbox.kernel_env(env, home=workdir)
 
         def kernel_wrap(argv: list[str]) -> list[str]:
             return sandbox.wrap(
-                argv, writable=[workdir], hidden=hidden, hidden_files=hidden_files, cwd=workdir
+                argv,
+                writable=[workdir],
+                hidden=setup.hidden,
+                cwd=workdir,
             )
 
     expressions: tuple[str, ...] = ()
-    if probe_source:
+    if setup.probe_source:
         key = f"_grader_{secrets.token_hex(8)}"
         path = str(Path(probe.__file__).resolve())
         expressions = (
             expression(RESET.format(key=key), key),
-            expression(PROBE.format(key=key, path=path, source=probe_source), key),
+            expression(PROBE.format(key=key, path=path, source=setup.probe_source), key),
         )
     options = RunOptions(
-        limits=limits,
+        limits=setup.limits,
         connection_dir=connection,
         wrap=kernel_wrap,
         extra_expressions=expressions,
-        log_path=log_path,
+        log_path=setup.log_path,
         watch_folder=workdir,
     )
     outcome = run_notebook(notebook, workdir, env, options, cancel=cancel)
-    facts, probe_error = read_facts(outcome) if probe_source else ({}, "")
+    facts, probe_error = read_facts(outcome) if setup.probe_source else ({}, "")
     return outcome, facts, probe_error

@@ -394,7 +394,10 @@ def test_memory_limit_kills_the_kernel_and_its_children(tmp_path, sandboxed):
         "print('never')",
     )
     outcome, _, _ = submission.run(
-        notebook, tmp_path, {**os.environ, **ENV}, Limits(60, 120, memory_mb=400)
+        notebook,
+        tmp_path,
+        {**os.environ, **ENV},
+        submission.RunSetup(Limits(60, 120, memory_mb=400)),
     )
     assert outcome.status == "killed" and "memory limit" in outcome.reason
     assert survivors() == [], "the process the kernel started is gone"
@@ -402,12 +405,16 @@ def test_memory_limit_kills_the_kernel_and_its_children(tmp_path, sandboxed):
 
 def test_an_interrupted_cell_lets_the_next_cells_run_and_a_crash_is_reported(tmp_path, sandboxed):
     loop = notebook_of("while True:\n    pass", "print('next cell ran')")
-    outcome, _, _ = submission.run(loop, tmp_path / "loop", {**os.environ, **ENV}, Limits(3, 60))
+    outcome, _, _ = submission.run(
+        loop, tmp_path / "loop", {**os.environ, **ENV}, submission.RunSetup(Limits(3, 60))
+    )
     assert outcome.status == "ran" and outcome.timed_out_cells == [0]
     assert "next cell ran" in _outputs(outcome)
     assert any("KeyboardInterrupt" in error for error in outcome.cell_errors)
     crash = notebook_of("import os\nos.kill(os.getpid(), 9)", "print('never')")
-    outcome, _, _ = submission.run(crash, tmp_path / "crash", {**os.environ, **ENV}, Limits(30, 60))
+    outcome, _, _ = submission.run(
+        crash, tmp_path / "crash", {**os.environ, **ENV}, submission.RunSetup(Limits(30, 60))
+    )
     assert outcome.status == "kernel died" and "kernel died" in outcome.reason
 
 
@@ -708,8 +715,7 @@ def test_the_probe_ignores_a_probe_the_notebook_replaced(tmp_path, sandboxed):
         notebook_of(tamper, "import course_tools.probe as c\nprint(c.collect(1)['models'])"),
         tmp_path,
         {**os.environ, **ENV},
-        Limits(60, 120),
-        probe_source=probe,
+        submission.RunSetup(Limits(60, 120), probe_source=probe),
     )
     assert "'replicas': 2, 'fingerprint': 'forged'" in _outputs(outcome), "the patch was made"
     assert error == "" and facts["models"]["fit_model"] is None, facts
@@ -731,11 +737,11 @@ def test_ctrl_c_or_an_error_stops_the_batch_and_its_running_kernels(tmp_path, mo
         def stop(self):
             pass
 
-    def fake_grade_one(b, submission, checks, base, cancel, *, watch):
+    def fake_grade_one(b, submission, where):
         started.append(submission.student)
         if submission.student == "a":
             raise error("disk full")  # Ctrl-C, or a bug of the grader's own outside a submission
-        cancelled.append(cancel.wait(30))
+        cancelled.append(where.cancel.wait(30))
         raise one_submission.Cancelled("stopped")
 
     monkeypatch.setattr(grading_batch, "start_checks", lambda b, base: Checks())
@@ -1042,6 +1048,6 @@ def test_the_work_folder_disk_use_is_capped(tmp_path):
         notebook_of(DISK_FILL, "print('next')"),
         tmp_path,
         {**os.environ, **ENV},
-        Limits(60, 120, disk_mb=64),
+        submission.RunSetup(Limits(60, 120, disk_mb=64)),
     )
     assert outcome.status == "killed" and "disk" in outcome.reason, (outcome.status, outcome.reason)
