@@ -86,7 +86,7 @@ from course_tools import (
     sandbox,
     submission,
 )
-from course_tools.report import Grade
+from course_tools.report import Grade, escape
 from course_tools.runner import Limits
 
 pytestmark = pytest.mark.slow
@@ -201,7 +201,7 @@ def test_the_solution_scores_full_marks(batch, student):
     # Others may edit course_utils.
     assert not [note for note in g.notes if "course_utils/" not in note], g.notes
     report = (out / student / "report.md").read_text()
-    assert report.startswith(f"# {student}: 12 / 12") and "to read" in report, (
+    assert report.startswith(f"# {escape(student)}: 12 / 12") and "to read" in report, (
         "the written answer is flagged for reading"
     )
     for name in (
@@ -273,7 +273,7 @@ def test_mistakes_lose_the_points_they_deserve(batch, student, score, failing):
         assert words in failed(g)[title], failed(g)[title]
     assert g.score == score
     report = (out / student / "report.md").read_text()
-    assert all(title in report and "FAILED" in report for title in failing)
+    assert all(escape(title) in report and "FAILED" in report for title in failing)
 
 
 def test_a_file_that_is_not_a_notebook_gets_a_report_and_zero(batch):
@@ -344,7 +344,8 @@ def test_no_network_and_no_writes_outside_the_work_folder(batch):
     assert (report["dns"], report["ip"], report["host"]) == ("blocked",) * 3, report
     for folder in (Path.home(), out, ROOT, Path("/tmp"), Path("/var/tmp")):
         assert not (folder / TOKEN).exists(), f"a submission wrote into {folder}"
-    assert report[str(ROOT)] == "OSError" and report["/var/tmp"] == "OSError", report
+    # read-only, or not in the sandbox at all
+    assert report[str(ROOT)] != "written" and report["/var/tmp"] != "written", report
 
 
 def test_a_print_flood_costs_only_its_cell(batch):
