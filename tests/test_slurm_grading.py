@@ -321,16 +321,16 @@ def _fake_array(monkeypatch, tmp_path, wait) -> tuple[grading_plan.Batch, list, 
     return b, [folder], cancelled
 
 
-def _sigterm_myself(*args):
+def _sigterm_myself(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)
 
 
-def _slurm_fails(*args):
+def _slurm_fails(*args, **kwargs):
     raise slurm_array.SlurmError("squeue failed: slurmctld is down")
 
 
-def _ctrl_c(*args):
+def _ctrl_c(*args, **kwargs):
     raise KeyboardInterrupt
 
 
