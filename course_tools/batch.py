@@ -2,12 +2,12 @@
 
 For each submission (a notebook; in a folder, every *.ipynb):
 1. Read it. Not a notebook (invalid JSON, ...): score 0. Unchanged exercise: score 0, not run.
-2. Run a copy in a fresh kernel inside the sandbox (`sandbox.run_submission`: bubblewrap; the
-   machine read-only, only the submission's work folder writable, private /tmp, no network, its own
-   PID namespace), with COURSE_ARTIFACTS in that folder and limits per cell (the cell is
-   interrupted, later cells still run), per notebook and on memory (the kernel is killed), and on
-   outputs kept. The solution's HIDDEN PROBE then runs in that kernel and only collects facts
-   about the objects in memory.
+2. Run a copy in a fresh kernel inside the sandbox (`submission.run`: bubblewrap; only the
+   system, Python and the course read-only, the submission's work folder writable, private /tmp,
+   no network, its own PID namespace), with COURSE_ARTIFACTS in that folder and limits per cell
+   (the cell is interrupted, later cells still run), per notebook, on memory and on the work
+   folder's disk use (the kernel is killed), and on outputs kept. The solution's HIDDEN PROBE
+   then runs in that kernel and only collects facts about the objects in memory.
 3. Copy the artifacts out (regular files only, size-capped), delete the work folder.
 4. Score it: the solution's HIDDEN TESTS run in the check process (`checker`), sandboxed as well,
    which never runs student code: it loads the saved files with limits and compares them with
@@ -24,561 +24,65 @@ never given to the kernel), how they run (another process, which never runs stud
 course, the solution, other submissions and the grades (read-only or hidden in the sandbox). What it
 does control is its own evidence: the files it saves, which the checks measure themselves (a saved
 model is evaluated by the grader; recorded numbers must match those measurements), and the probe's
-facts, which come from its own kernel. The probe loads `checks` afresh from the read-only course,
-so replacing its functions in the notebook changes nothing, but it runs in the submission's Python
-after the submission's code: a notebook that patches TensorFlow or Python itself can make it
-report made-up facts, and earn the points of checks that rest on facts alone (the pipelines, which
-variables are mirrored). Read the executed notebook when a score looks too good. Without the
+facts, which come from its own kernel (`course_tools.submission` says what they can and cannot
+prove). Read the executed notebook when a score looks too good. Without the
 sandbox, student code runs with your rights: a changed solution file or course file is then noted
 in the report (and the solution as it was at the start is kept).
 
 Example:
-    >>> from course_tools import batch
-    >>> grades = batch.grade(["submissions/"], out="grades", limits=Limits(cell_timeout=300))
-    >>> [(g.student, g.score, g.max_score) for g in grades]
-    [('alice', 12.0, 12.0), ('bob', 9.0, 12.0)]
+
+    from course_tools import batch
+    grades = batch.grade(["submissions/"], out="grades", limits=Limits(cell_timeout=300))
+    print([(g.student, g.score, g.max_score) for g in grades])  # [('alice', 12.0, 12.0), ...]
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import os
-import re
 import shutil
-import stat
 import tempfile
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
-import nbformat
 from tqdm.auto import tqdm
 
-from course_tools import exercise, report, sandbox
-from course_tools.checker import CheckProcess, Verdict
-from course_tools.checks import ARTIFACTS_NAME, DATASET
-from course_tools.paths import PACKAGE_ROOT, course_root
-from course_tools.report import CheckResult, Grade
-from course_tools.runner import KERNEL_LOG_KB, Limits, RunOutcome
-from course_utils import data as course_data
-
-#: The SVHN exercise's solution notebook (under the course root), where the hidden tests come from.
-DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
-#: Extra seconds the hidden tests of one submission may take (loading models, evaluating them).
-CHECK_TIMEOUT_S = 300
-#: Where a batch keeps its plan (for Slurm tasks) under the grades folder.
-PLAN_FOLDER = ".batch"
-#: Files and folders of the grades folder itself, never a student's name (compared ignoring case).
-RESERVED_NAMES = frozenset({"gradebook.csv", "canvas.csv", "moodle.csv", "checks.log"})
-#: The installed course package, watched for changes while submissions run unsandboxed.
-PACKAGE = PACKAGE_ROOT / "course_utils"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The COURSE_* settings every submission of a batch runs with (and the checks use)."""
-
-    profile: str = "quick"
-    devices: int = 2
-    # "auto" is decided once per batch (`batch_data`): "tfds" or "synthetic"
-    data: str = "auto"
-
-    def env(self) -> dict[str, str]:
-        pythonpath = os.pathsep.join(
-            filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])
-        )
-        return {
-            "COURSE_PROFILE": self.profile,
-            "COURSE_DEVICES": str(self.devices),
-            "COURSE_DATA": self.data,
-            "PYTHONPATH": pythonpath,
-        }
-
-
-@dataclass(frozen=True)
-class Submission:
-    student: str
-    path: Path
-
-
-@dataclass
-class Batch:
-    """Everything fixed for a whole batch: where grades go, the hidden tests, settings, limits."""
-
-    out: Path
-    solution_path: Path
-    solution_bytes: bytes
-    settings: Settings
-    limits: Limits
-    sandboxed: bool = True
-    assignment: str = "05_svhn"
-
-    @cached_property
-    def solution(self) -> nbformat.NotebookNode:
-        return nbformat.reads(self.solution_bytes.decode("utf-8"), as_version=4)
-
-    @cached_property
-    def parts(self) -> exercise.SolutionParts:
-        return exercise.parse_solution(self.solution)
-
-    @cached_property
-    def handed_out(self) -> nbformat.NotebookNode:
-        """The exercise as handed out (to recognise an unchanged submission)."""
-        return exercise.make_exercise(self.solution)
-
-    @property
-    def questions(self) -> list[str]:
-        parts = self.parts
-        return sorted({t.question for t in parts.tests} | {a.question for a in parts.answers})
-
-    def key(self, path: Path) -> str:
-        """What a grade depends on: the submission, the solution, the settings and the limits."""
-        digest = hashlib.sha256(Path(path).read_bytes() if Path(path).is_file() else b"")
-        digest.update(self.solution_bytes)
-        settings = [dataclasses.asdict(self.settings), dataclasses.asdict(self.limits)]
-        digest.update(json.dumps([*settings, self.sandboxed], sort_keys=True).encode())
-        return digest.hexdigest()
-
-    def save_plan(self, submissions: list[Submission]) -> Path:
-        """Write the batch (with a copy of the solution) where a Slurm task reads it back."""
-        folder = self.out / PLAN_FOLDER
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "solution.ipynb").write_bytes(self.solution_bytes)
-        plan = {
-            "out": str(self.out),
-            "solution_path": str(self.solution_path),
-            "settings": dataclasses.asdict(self.settings),
-            "limits": dataclasses.asdict(self.limits),
-            "sandboxed": self.sandboxed,
-            "assignment": self.assignment,
-            "submissions": [[s.student, str(s.path)] for s in submissions],
-        }
-        (folder / "plan.json").write_text(json.dumps(plan, indent=1))
-        return folder / "plan.json"
-
-
-def load_plan(path: Path) -> tuple[Batch, list[Submission]]:
-    """The batch and submissions `Batch.save_plan` wrote."""
-    plan = json.loads(Path(path).read_text())
-    batch = Batch(
-        out=Path(plan["out"]),
-        solution_path=Path(plan["solution_path"]),
-        solution_bytes=(Path(path).parent / "solution.ipynb").read_bytes(),
-        settings=Settings(**plan["settings"]),
-        limits=Limits(**plan["limits"]),
-        sandboxed=plan["sandboxed"],
-        assignment=plan["assignment"],
-    )
-    return batch, [Submission(name, Path(p)) for name, p in plan["submissions"]]
-
-
-def student_name(path: Path) -> str:
-    """The student a notebook is from: its file name without .ipynb, or its folder's name when the
-    file is still called like the exercise (submissions/alice/05_svhn_exercise.ipynb -> alice).
-    Characters other than letters, digits, ".", "-" and "_" become "_"; leading dots go (the name
-    is a folder of the grades: never ".", ".." or hidden), and so does a trailing .ipynb."""
-    exercise_named = path.stem.endswith("_exercise") and path.parent.name
-    name = re.sub(r"[^\w.-]+", "_", path.parent.name if exercise_named else path.stem)
-    # "x.ipynb.ipynb" -> "x": a name ending in .ipynb could be the solution kept by `TamperWatch`
-    while name.lower().endswith(".ipynb"):
-        name = name[: -len(".ipynb")]
-    return name.lstrip(".") or "submission"
-
-
-def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
-    """The notebooks given, or found in a given folder (each file once), each with a unique
-    student name (`student_name`; "-2", "-3", ... added to a name already used, or to one of
-    `RESERVED_NAMES`).
-    """
-    found: list[Path] = []
-    for given in map(Path, paths):
-        if given.is_dir():
-            found += sorted(
-                p for p in given.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
-            )
-        elif given.exists():
-            found.append(given)
-        else:
-            raise FileNotFoundError(
-                f"{given} does not exist: give notebooks or folders of notebooks"
-            )
-    if not found:
-        raise FileNotFoundError(f"no .ipynb file in {', '.join(map(str, paths))}: nothing to grade")
-    used = set(RESERVED_NAMES)
-    seen: set[Path] = set()
-    out = []
-    for path in found:
-        if path.resolve() in seen:  # the same file given twice (or in a folder given too)
-            continue
-        seen.add(path.resolve())
-        name = student_name(path)
-        candidate, n = name, 1
-        while candidate.lower() in used:
-            n += 1
-            candidate = f"{name}-{n}"
-        used.add(candidate.lower())
-        out.append(Submission(candidate, path))
-    return out
-
-
-def batch_data(data: str) -> str:
-    """The COURSE_DATA of every kernel and check of a batch ("tfds" or "synthetic"), decided once.
-
-    Real data is prepared here, before the batch starts: sandboxed kernels have no network, and
-    kernels running side by side must not each download it into the same folder. Raises
-    `DataUnavailableError` (saying what to do) when "tfds" is asked for and cannot be had.
-    """
-    if data == "auto":
-        data = "tfds" if course_data.real_data_status(DATASET)[0] else "synthetic"
-    if data == "tfds" and not course_data.is_prepared(DATASET):
-        # the clear error when it cannot be had
-        course_data.use_real_data(DATASET, "tfds")
-        builder = course_data.tfds_builder(DATASET)
-        print(f"Preparing {DATASET} once for the whole batch, into {builder.data_dir} ...")
-        builder.download_and_prepare()
-    return data
-
-
-def prepare(
-    out: str | os.PathLike,
-    solution: Path,
-    settings: Settings,
-    limits: Limits,
-    sandboxed: bool = True,
-) -> Batch:
-    """Read the solution's hidden tests and make `out`; ValueError when it has none."""
-    if sandboxed:
-        sandbox.require()
-    solution_path = Path(solution).resolve()
-    batch = Batch(
-        out=Path(out).resolve(),
-        solution_path=solution_path,
-        solution_bytes=solution_path.read_bytes(),
-        settings=dataclasses.replace(settings, data=batch_data(settings.data)),
-        limits=limits,
-        sandboxed=sandboxed,
-        assignment=solution_path.stem.removesuffix("_solution"),
-    )
-    if not batch.parts.tests:
-        raise ValueError(f"{solution_path} has no HIDDEN TESTS cells: nothing to grade with")
-    batch.out.mkdir(parents=True, exist_ok=True)
-    return batch
-
-
-def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> CheckProcess:
-    """The batch's check process, sandboxed: it reads the grades, never the work folders. Its
-    log is `log_name` in the grades folder (a path under it: one per Slurm task)."""
-    env = {**os.environ, **batch.settings.env()}
-    wrap = None
-    if batch.sandboxed:
-        env = sandbox.kernel_env(env, home=Path("/tmp"))
-
-        def wrap(argv: list[str]) -> list[str]:
-            return sandbox.wrap(
-                argv,
-                read_only=[batch.out],
-                hidden=[base],
-                hidden_files=[batch.solution_path],
-                cwd=batch.out,
-            )
-
-    log = batch.out / log_name
-    checks = CheckProcess(env, batch.out, log, batch.limits.memory_mb, wrap)
-    checks.start()
-    return checks
-
-
-# --- one submission -------------------------------------------------------------------------------
-
-
-def _same_code(a, b) -> bool:
-    def code(nb) -> list[str]:
-        return [c.source.strip() for c in nb.cells if c.cell_type == "code" and c.source.strip()]
-
-    return code(a) == code(b)
-
-
-def _copy_artifacts(source: Path, target: Path, within: Path, limit_mb: int = 2048) -> list[str]:
-    """Copy the regular files under `source` (a folder the submission wrote, inside `within`) to
-    `target`, up to limit_mb; notes on what was skipped. Symbolic links are never followed: not in
-    the path from `within` to `source`, not inside it (they could point at the grader's files)."""
-    notes, total = [], 0
-    for folder in [source, *source.parents]:
-        if folder == within:
-            break
-        if folder.is_symlink():
-            note = f"artifact folder {folder.relative_to(within)} is a symbolic link: ignored"
-            return [note]
-    if not source.is_dir():
-        return notes
-    for root, folders, files in os.walk(source):  # os.walk does not enter linked folders
-        for name in sorted(folders + files):
-            path = Path(root) / name
-            relative = path.relative_to(source)
-            mode = path.lstat().st_mode
-            if stat.S_ISLNK(mode):
-                notes.append(f"artifact {relative} is a symbolic link: ignored")
-            elif stat.S_ISREG(mode):
-                total += path.lstat().st_size
-                if total > limit_mb * 2**20:
-                    notes.append(f"artifacts larger than {limit_mb} MB: the rest was ignored")
-                    return notes
-                (target / relative).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target / relative, follow_symlinks=False)
-        folders.sort()
-    return notes
-
-
-def zero_results(parts: exercise.SolutionParts, message: str = "") -> list[CheckResult]:
-    """Every test and written answer of the solution at 0 points, with `message`."""
-    results = [CheckResult(t.question, t.title, t.points, 0.0, message) for t in parts.tests]
-    results += [
-        CheckResult(a.question, a.title, a.points, 0.0, message, manual=True) for a in parts.answers
-    ]
-    return results
-
-
-def _read_notebook(g: Grade, parts: exercise.SolutionParts) -> nbformat.NotebookNode | None:
-    """The submission as a notebook, or None (and `g` says why) when it is not one."""
-    try:
-        notebook = nbformat.read(g.path, as_version=4)
-        if not isinstance(notebook.get("cells"), list):
-            raise ValueError("it has no list of cells")
-        return notebook
-    except Exception as exc:
-        g.status = "invalid notebook"
-        g.reason = (
-            f"{g.path.name} cannot be read as a notebook: {type(exc).__name__}: {str(exc)[:300]}"
-        )
-        g.results = zero_results(parts, "not graded: the file is not a valid notebook")
-        return None
-
-
-def _run(
-    batch: Batch, g: Grade, notebook, base: Path, cancel: threading.Event | None
-) -> tuple[RunOutcome, dict]:
-    """Run the notebook and the probe in a work folder under `base`; note how it went in `g`."""
-    folder = batch.out / g.student
-    workdir = base / g.student
-    workdir.mkdir()
-    try:
-        env = {
-            **os.environ,
-            **batch.settings.env(),
-            "COURSE_ARTIFACTS": str(workdir / "artifacts"),
-            "MPLBACKEND": "Agg",
-        }
-        outcome, facts, probe_error = sandbox.run_submission(
-            notebook,
-            workdir,
-            env,
-            batch.limits,
-            probe_source=batch.parts.probe,
-            log_path=folder / "kernel.log",
-            sandboxed=batch.sandboxed,
-            hidden=(base, batch.out),
-            hidden_files=(batch.solution_path,),
-            cancel=cancel,
-        )
-        artifacts = workdir / "artifacts" / ARTIFACTS_NAME
-        g.notes += _copy_artifacts(artifacts, folder / "artifacts", within=workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    nbformat.write(outcome.notebook, folder / "executed.ipynb")
-    g.cell_errors = outcome.cell_errors
-    if outcome.status != "ran":
-        g.status, g.reason = outcome.status, outcome.reason
-    if outcome.timed_out_cells:
-        g.notes.append(
-            f"cell(s) {', '.join(map(str, outcome.timed_out_cells))} ran longer than "
-            f"{batch.limits.cell_timeout} s and were interrupted"
-        )
-    g.notes += [f"outputs cut in {note}" for note in outcome.output_notes]
-    if outcome.log_dropped:
-        g.notes.append(
-            f"kernel.log cut: the kernel process wrote {outcome.log_dropped:,} bytes more than "
-            f"the {KERNEL_LOG_KB} KB kept (a cell writing to its file descriptors 1 or 2)"
-        )
-    if probe_error and outcome.status == "ran":
-        g.notes.append(f"the probe could not read the notebook's memory: {probe_error}")
-    g.run_seconds, g.peak_mb = outcome.seconds, outcome.peak_mb
-    return outcome, facts
-
-
-def _answer_result(answer: exercise.Answer, text: str | None) -> CheckResult:
-    if text is None:
-        message, earned = "the answer cell is missing", 0.0
-    elif len(text.split()) < 5:
-        message, earned = "no answer written", 0.0
-    else:
-        message = "answered: points given for now, the instructor reads it"
-        earned = answer.points
-    return CheckResult(answer.question, answer.title, answer.points, earned, message, True)
-
-
-def _score(g: Grade, parts: exercise.SolutionParts, verdicts: list[Verdict]) -> None:
-    for test, (passed, message) in zip(parts.tests, verdicts):
-        earned = test.points if passed else 0.0
-        g.results.append(CheckResult(test.question, test.title, test.points, earned, message))
-    g.results += [_answer_result(a, g.answers.get(a.question)) for a in parts.answers]
-
-
-class Cancelled(Exception):
-    """Grading stopped (Ctrl-C, an error elsewhere in the batch) before this submission's grade."""
-
-
-def _grade_notebook(
-    batch: Batch,
-    submission: Submission,
-    checks: CheckProcess,
-    base: Path,
-    cancel: threading.Event | None,
-) -> Grade:
-    parts = batch.parts
-    g = Grade(submission.student, Path(submission.path), status="graded")
-    notebook = _read_notebook(g, parts)
-    if notebook is None:
-        return g
-    g.answers = {a.question: exercise.find_answer(notebook, a) for a in parts.answers}
-    if _same_code(notebook, batch.handed_out) and not any(g.answers.values()):
-        g.status = "unchanged exercise"
-        g.reason = "the submission is the exercise as handed out: no code and no answer to grade"
-        g.results = zero_results(parts, "not graded: nothing was changed in the exercise")
-        return g
-    _, facts = _run(batch, g, notebook, base, cancel)
-    if cancel is not None and cancel.is_set():
-        raise Cancelled("grading stopped while this submission ran")
-    started = time.monotonic()
-    artifacts = batch.out / g.student / "artifacts"
-    verdicts = checks.run(artifacts, facts, parts.tests, CHECK_TIMEOUT_S)
-    g.check_seconds = time.monotonic() - started
-    _score(g, parts, verdicts)
-    return g
-
-
-def grade_one(
-    batch: Batch,
-    submission: Submission,
-    checks: CheckProcess,
-    base: Path,
-    cancel: threading.Event | None = None,
-) -> Grade:
-    """Grade one submission into <out>/<student>/ (its folder is emptied first); never raises for
-    a bad submission: a grader failure becomes a "grader error" grade for this one only.
-    cancel: once set, its kernel is killed and `Cancelled` raised (no grade: the caller stops)."""
-    if cancel is not None and cancel.is_set():
-        raise Cancelled("grading stopped before this submission ran")
-    started = time.monotonic()
-    folder = batch.out / submission.student
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    try:
-        g = _grade_notebook(batch, submission, checks, base, cancel)
-    except Cancelled:
-        raise
-    except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}"
-        g = Grade(submission.student, Path(submission.path), "grader error", reason)
-        g.results = zero_results(batch.parts, "not graded: grader error")
-    g.seconds = time.monotonic() - started
-    g.max_score = batch.parts.max_points
-    g.key = batch.key(submission.path)
-    return g
-
-
-# --- what unsandboxed code changed ----------------------------------------------------------------
-
-
-class TamperWatch:
-    """Notes on the course package and the solution changing while submissions run (possible only
-    without the sandbox); the solution as it was at the start is kept beside the gradebook."""
-
-    def __init__(self, batch: Batch) -> None:
-        self.batch = batch
-        self.solution_bytes = batch.solution_bytes
-        self.hashes = self._hash()
-
-    @staticmethod
-    def _hash() -> dict[Path, str]:
-        paths = sorted(PACKAGE.rglob("*.py"))
-        return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.exists()}
-
-    def notes(self, suspects: str) -> list[str]:
-        notes = []
-        solution = self.batch.solution_path
-        if solution.read_bytes() != self.solution_bytes:
-            # It may be the submission, or your own edit during a long batch: keep both versions.
-            kept = self.batch.out / f"{solution.stem}.at-batch-start.ipynb"
-            kept.write_bytes(self.solution_bytes)
-            # report each change once
-            self.solution_bytes = solution.read_bytes()
-            notes.append(
-                f"{solution.name} changed while {suspects} ran (tampering, or an edit of yours?). "
-                "Grades are unaffected: the hidden tests were read before the batch. The file was "
-                f"left as it is; {kept} is the version the batch started with."
-            )
-        after = self._hash()
-        notes += [
-            f"{p.relative_to(PACKAGE.parent)} changed while {suspects} ran (tampering?)"
-            for p in after
-            if self.hashes.get(p) != after[p]
-        ]
-        self.hashes = after
-        return notes
-
-
-# --- a batch, here --------------------------------------------------------------------------------
-
-
-def to_grade(batch: Batch, submissions: list[Submission], regrade: bool) -> list[Submission]:
-    """The submissions without a saved grade for their current notebook and settings, or whose
-    saved grade is a grader failure (`Grade.grader_failed`: tried again)."""
-    if regrade:
-        return list(submissions)
-    return [
-        s
-        for s in submissions
-        if (saved := report.load(batch.out / s.student)) is None
-        or saved.key != batch.key(s.path)
-        or saved.grader_failed
-    ]
-
-
-def write_gradebooks(batch: Batch, grades: list[Grade]) -> None:
-    """gradebook.csv, and its Canvas and Moodle import files, in `batch.out`."""
-    report.write_gradebook(grades, batch.out / "gradebook.csv", batch.questions)
-    report.write_canvas(grades, batch.out / "canvas.csv", batch.assignment)
-    report.write_moodle(grades, batch.out / "moodle.csv", batch.assignment)
-
-
-def saved_grades(batch: Batch, submissions: list[Submission]) -> dict[str, Grade]:
-    """The grades saved in `batch.out` for these submissions, by student."""
-    found = {s.student: report.load(batch.out / s.student) for s in submissions}
-    return {student: g for student, g in found.items() if g is not None}
-
-
-def grade_here(batch: Batch, submissions: list[Submission], jobs: int, progress: bool) -> None:
+from course_tools.one_submission import Workspace, grade_one
+from course_tools.paths import course_root
+from course_tools.plan import (
+    DEFAULT_SOLUTION,
+    Batch,
+    GradingSettings,
+    prepare,
+    saved_grades,
+    start_checks,
+    to_grade,
+    write_gradebooks,
+)
+from course_tools.report import Grade
+from course_tools.roster import Submission, collect_submissions
+from course_tools.runner import Limits
+from course_tools.tamper import TamperWatch
+
+
+def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progress: bool) -> None:
     """Grade `submissions` on this machine, `jobs` at a time; save each grade as it comes. On
     Ctrl-C or an error, the submissions not started are dropped and the running kernels killed
     before it raises (grades saved so far stay)."""
     base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
     checks = start_checks(batch, base)
-    watch = TamperWatch(batch)
     suspects = "this submission" + (" or one running at the same time" if jobs > 1 else "")
+    watch = TamperWatch(batch, suspects)
     bar = tqdm(total=len(submissions), desc="grading", unit="notebook", disable=not progress)
     cancel = threading.Event()
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        futures = [pool.submit(grade_one, batch, s, checks, base, cancel) for s in submissions]
+        futures = [
+            pool.submit(grade_one, batch, s, Workspace(checks, base, cancel, watch))
+            for s in submissions
+        ]
         for future in as_completed(futures):
             g = future.result()
-            g.notes += watch.notes(suspects)
-            report.save(g, batch.out / g.student)
             bar.set_postfix_str(f"{g.student}: {g.score:g}/{g.max_score:g}")
             bar.update()
     finally:
@@ -598,7 +102,7 @@ def grade(
     *,
     solution: str | os.PathLike | None = None,
     limits: Limits | None = None,
-    settings: Settings | None = None,
+    settings: GradingSettings | None = None,
     jobs: int = 1,
     progress: bool = True,
     sandboxed: bool = True,
@@ -616,8 +120,8 @@ def grade(
     # bad paths: a clear error before anything is written
     collect_submissions(paths)
     solution = Path(solution or course_root() / DEFAULT_SOLUTION)
-    settings = settings or Settings(data=os.environ.get("COURSE_DATA") or "auto")
-    b = prepare(out, solution, settings, limits or Limits(), sandboxed)
+    settings = settings or GradingSettings(data=os.environ.get("COURSE_DATA") or "auto")
+    b = prepare(out, solution, settings, limits or Limits(), sandboxed=sandboxed)
     return grade_batch(b, paths, jobs, progress=progress, regrade=regrade)
 
 
@@ -626,7 +130,7 @@ def grade_batch(
 ) -> list[Grade]:
     """`grade` for a prepared batch."""
     submissions = collect_submissions(paths)
-    grade_here(b, to_grade(b, submissions, regrade), jobs, progress)
+    grade_here(b, to_grade(b, submissions, regrade=regrade), jobs, progress=progress)
     found = saved_grades(b, submissions)
     grades = [found[s.student] for s in submissions if s.student in found]
     write_gradebooks(b, grades)

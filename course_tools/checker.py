@@ -7,11 +7,12 @@ Everything else the tests or TensorFlow print goes to stderr (the check log), no
 `CheckProcess` restarts it when it crashes, takes too long or uses too much memory.
 
 Example:
-    >>> checks = CheckProcess(env, cwd=out, log_path=out / "checks.log")
-    >>> checks.start()  # TensorFlow loads while the first notebook runs
-    >>> checks.run(Path("grades/alice/artifacts"), facts, parts.tests, timeout=300)
-    [(True, ''), (False, 'the fit model was not saved: ...')]
-    >>> checks.stop()
+
+    checks = CheckProcess(env, cwd=out, log_path=out / "checks.log")
+    checks.start()  # TensorFlow loads while the first notebook runs
+    verdicts = checks.run(Path("grades/alice/artifacts"), facts, parts.tests, timeout=300)
+    # [(True, ''), (False, 'the fit model was not saved: ...')]
+    checks.stop()
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from course_tools.exercise import HiddenTest
 from course_tools.processes import Watchdog, kill_tree
 
 #: (passed, message) for one hidden test.
-Verdict = tuple[bool, str]
+CheckVerdict = tuple[bool, str]
 
 
 def _run_tests(job: dict, settings) -> list[dict]:
@@ -142,7 +143,7 @@ class CheckProcess:
 
     def run(
         self, artifacts: Path, facts: dict, tests: list[HiddenTest], timeout: float
-    ) -> list[Verdict]:
+    ) -> list[CheckVerdict]:
         """(passed, message) for each test; all failed with the reason when the process fails."""
         with self.lock:
             if self.closed:

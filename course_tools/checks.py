@@ -3,22 +3,27 @@
 
 The hidden tests (in `solutions/05_svhn_solution.ipynb`) run in the grader's check process, which
 never runs student code, with three names defined: `settings`, `ARTIFACTS` (the submission's
-artifacts folder) and `FACTS` (what `probe` found in the student's kernel). In the solution itself
-they run in the notebook's own kernel. A `CheckError` message is what the student reads in the
-report, so each one says what is wrong and what to do.
+artifacts folder) and `FACTS` (what `course_tools.probe` found in the student's kernel). In the
+solution itself they run in the notebook's own kernel. A `CheckError` message is what the student
+reads in the report, so each one says what is wrong and what to do.
+
+Whatever the saved files hold is measured from them here (accuracies, losses, optimizer steps,
+per-epoch checkpoints, whether the models differ); the kernel's facts are used only for what no
+file records (mirrored variables, the input pipelines, which weights the kernel holds), and not at
+all once the probe found the kernel's shell tampered with (`assert_kernel_trusted`).
 
 Example (a hidden test):
-    >>> from course_tools import checks
-    >>> results = checks.load_results(ARTIFACTS)
-    >>> saved = checks.own_model(ARTIFACTS, "fit_model", FACTS)  # the model this run trained
-    >>> scores = checks.evaluate(saved)  # measured by the grader, not the notebook
-    >>> recorded = checks.get(results, "fit", "test_accuracy")
-    >>> checks.assert_accuracy_matches(recorded, scores, "fit test accuracy")
+
+    from course_tools import checks
+    results = checks.load_results(ARTIFACTS)
+    saved = checks.own_model(ARTIFACTS, "fit_model", FACTS)  # the model this run trained
+    scores = checks.evaluate(saved)  # measured by the grader, not the notebook
+    recorded = checks.get(results, "fit", "test_accuracy")
+    checks.assert_accuracy_matches(recorded, scores, "fit test accuracy")
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -26,6 +31,8 @@ import re
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from course_tools.probe import checksum, fingerprint
 
 if TYPE_CHECKING:
     import keras
@@ -74,8 +81,7 @@ def safe_file(path: Path, max_mb: float = MAX_FILE_MB) -> Path:
 
     The sizes a zip archive declares are the ones Python's zipfile (and so Keras) will unpack: it
     stops at the declared size of each member, so a decompression bomb is refused here, unopened.
-
-    >>> model = keras.models.load_model(safe_file(ARTIFACTS / "fit_model.keras"))
+    For example: `keras.models.load_model(safe_file(ARTIFACTS / "fit_model.keras"))`.
     """
     path = Path(path)
     name = path.name
@@ -147,18 +153,6 @@ def positive(value: Any) -> bool:
     return _is_number(value) and value > 0
 
 
-def fingerprint(model: keras.Model) -> str:
-    """A hash of a Keras model's weights (same weights, same hash; mirrored variables included)."""
-    import numpy as np
-
-    digest = hashlib.sha256()
-    for variable in model.weights:
-        array = np.asarray(variable.numpy())
-        digest.update(str(array.shape).encode())
-        digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()
-
-
 def load_model(path: Path) -> keras.Model:
     """Load a .keras file safely (no Lambda code); compiled when possible, to read its optimizer."""
     import keras
@@ -193,6 +187,7 @@ def own_model(artifacts: Path, name: str, facts: dict) -> keras.Model:
             f'{name}.save(ARTIFACTS / "{name}.keras")'
         )
     model = load_model(path)
+    assert_kernel_trusted(facts)
     fact = (facts or {}).get("models", {}).get(name)
     if not fact:
         raise CheckError(
@@ -210,6 +205,7 @@ def own_model(artifacts: Path, name: str, facts: dict) -> keras.Model:
 def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
     """The model's variables were mirrored over `replicas` devices (it was built under the
     strategy)."""
+    assert_kernel_trusted(facts)
     fact = (facts or {}).get("models", {}).get(name)
     if not fact:
         raise CheckError(
@@ -226,6 +222,133 @@ def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
             f"{name}'s variables are mirrored over {fact['replicas']} device(s), "
             f"expected {replicas}"
         )
+
+
+def assert_kernel_trusted(facts: dict) -> None:
+    """The probe found IPython's shell as IPython made it (no transformer, no replaced method that
+    runs code): else none of the kernel's facts can be trusted."""
+    tampered = (facts or {}).get("tampered")
+    if tampered:
+        raise CheckError(
+            f"the notebook changed how its kernel runs code ({', '.join(map(str, tampered))}): the "
+            "grader cannot trust what it finds in memory; remove those changes"
+        )
+
+
+def train_steps(facts: dict, global_batch: int) -> int:
+    """Optimizer steps in one epoch: the batches of one pass over train_ds (the probe's facts),
+    else the training set in batches of `global_batch`."""
+    passes = ((facts or {}).get("datasets", {}).get("train_ds") or {}).get("passes")
+    if passes and passes[0].get("batch_sizes"):
+        return len(passes[0]["batch_sizes"])
+    return math.ceil(_labels("train")["count"] / global_batch)
+
+
+def optimizer_steps(path: Path) -> int | None:
+    """The optimizer's step count saved in a .keras model, a .weights.h5 file or a tf.train
+    checkpoint prefix (None when the file holds no optimizer)."""
+    import io
+
+    import h5py
+
+    path = Path(path)
+    if path.name.endswith((".keras", ".h5")):
+        safe_file(path)
+        if path.suffix == ".keras":
+            with zipfile.ZipFile(path) as archive:
+                handle = io.BytesIO(archive.read("model.weights.h5"))
+        else:
+            handle = io.BytesIO(path.read_bytes())
+        try:
+            with h5py.File(handle, "r") as weights:
+                if "optimizer/vars/0" not in weights:
+                    return None
+                return int(weights["optimizer/vars/0"][()])
+        except (OSError, KeyError, ValueError, TypeError) as exc:
+            raise CheckError(f"{path.name} cannot be read: {type(exc).__name__}") from None
+    _safe_checkpoint(path)
+    try:
+        reader = _tf().train.load_checkpoint(str(path))
+        return int(reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"))
+    except Exception:  # noqa: BLE001 - no optimizer in it, or not a checkpoint
+        return None
+
+
+def assert_steps(path: Path, expected: int, what: str) -> None:
+    """The optimizer saved in `path` made `expected` steps."""
+    steps = optimizer_steps(path)
+    if steps != expected:
+        raise CheckError(
+            f"{Path(path).name}: the optimizer saved with {what} made {steps} steps, but "
+            f"{expected} make the epochs asked for: train it (and save it) as the question says"
+        )
+
+
+def assert_epochs_trained(
+    files: dict[int, Path], epochs: int, steps: int, model: keras.Model, what: str
+) -> None:
+    """`files` ({epoch: checkpoint}) holds one checkpoint per epoch 1..epochs, each saved after
+    its epoch's `steps` optimizer steps, with weights that changed from one epoch to the next."""
+    if sorted(files) != list(range(1, epochs + 1)):
+        raise CheckError(
+            f"expected a checkpoint of {what} for each of the {epochs} epochs, found epochs "
+            f"{sorted(files)}: train for EPOCHS epochs and save once per epoch"
+        )
+    previous = None
+    for epoch, path in sorted(files.items()):
+        assert_steps(path, epoch * steps, f"the checkpoint of epoch {epoch}")
+        weights = fingerprint(restore(model, path))
+        if weights == previous:
+            raise CheckError(
+                f"the checkpoints of epochs {epoch - 1} and {epoch} of {what} hold the same "
+                "weights: the model did not train in between"
+            )
+        previous = weights
+
+
+def assert_models_differ(models: dict[str, keras.Model]) -> None:
+    """The models were trained separately: no two hold the same weights."""
+    seen: dict[str, str] = {}
+    for name, model in models.items():
+        weights = fingerprint(model)
+        if weights in seen:
+            raise CheckError(
+                f"{seen[weights]} and {name} hold the same weights: train each model itself"
+            )
+        seen[weights] = name
+
+
+def assert_timings_consistent(
+    results: dict, artifacts: Path, epochs: int, epoch_examples: int
+) -> None:
+    """Each run in results' comparison has a round (examples/s) per timed epoch (the first left
+    out) and rounds of its own; for the runs with per-epoch checkpoints (fit, the custom loop),
+    the timed epochs' seconds (`epoch_examples` / each round) fit in the time between the first
+    and the last checkpoint, which spans exactly those epochs (and their saves), to a factor 3."""
+    runs = get(results, "comparison")
+    rounds = [run.get("rounds") if isinstance(run, dict) else None for run in runs]
+    for run, found in zip(runs, rounds):
+        if not isinstance(found, list) or len(found) != max(1, epochs - 1):
+            raise CheckError(
+                f"{run.get('run')!r} has {len(found or [])} timed rounds, but {epochs} epochs "
+                f"give {max(1, epochs - 1)} (the first left out): time the runs' own epochs"
+            )
+    for i, a in enumerate(rounds):
+        for b in rounds[i + 1 :]:
+            if a == b:
+                raise CheckError("two runs have the very same epochs' timings: time each run")
+    folders = {1: ("fit_ckpt", "ckpt_*.weights.h5"), 2: ("custom_ckpt", "ckpt-*.index")}
+    for index, (folder, pattern) in folders.items():
+        times = sorted(p.stat().st_mtime for p in (Path(artifacts) / folder).glob(pattern))
+        if len(times) != epochs or epochs < 2 or not all(positive(r) for r in rounds[index]):
+            continue  # the checkpoint checks say what is wrong
+        span = times[-1] - times[0]
+        recorded = sum(epoch_examples / r for r in rounds[index])
+        if not span / 3 <= recorded <= span * 3 + 1:
+            raise CheckError(
+                f"{runs[index].get('run')!r} records {recorded:.1f} s for its timed epochs, but "
+                f"their checkpoints were written {span:.1f} s apart: record the run's own timings"
+            )
 
 
 def assert_trained(scores: dict, name: str) -> None:
@@ -262,18 +385,12 @@ def assert_accuracy_matches(recorded: Any, scores: dict, what: str) -> None:
 def assert_pipeline(facts: dict, name: str, split: str, global_batch: int) -> None:
     """`name` (the probe's facts) yields every example of `split` once per pass, in batches of
     `global_batch`: the training set in a new order each pass, the test set in its own order."""
+    assert_kernel_trusted(facts)
     found = facts.get("datasets", {}).get(name)
     if not found or "error" in found:
         why = found["error"] if found else "it is not defined"
         raise CheckError(f"`{name}` could not be read as (images, labels) batches: {why}")
-    key = ("labels", split)
-    if key not in _cache:
-        from course_utils import data
-
-        labels = [int(label) for _, label in data.load(DATASET, split)]
-        _cache[key] = {"count": len(labels), "in_order": _checksum(labels)}
-        _cache[key]["sorted"] = _checksum(labels, False)
-    expected = _cache[key]
+    expected = _labels(split)
     first, second = found["passes"]
     sizes = first["batch_sizes"]
     if sum(sizes) != expected["count"] or first["sorted"] != expected["sorted"]:
@@ -300,6 +417,18 @@ def assert_pipeline(facts: dict, name: str, split: str, global_batch: int) -> No
         raise CheckError(
             f"`{name}` changes the order of the test examples: the test set needs no shuffle"
         )
+
+
+def _labels(split: str) -> dict:
+    """The count and checksums of the labels of `split` (as the course loads it)."""
+    key = ("labels", split)
+    if key not in _cache:
+        from course_utils import data
+
+        labels = [int(label) for _, label in data.load(DATASET, split)]
+        _cache[key] = {"count": len(labels), "in_order": checksum(labels)}
+        _cache[key]["sorted"] = checksum(labels, in_order=False)
+    return _cache[key]
 
 
 def assert_comparison(results: dict, artifacts: Path) -> None:
@@ -444,57 +573,3 @@ def assert_checkpoint_holds(checkpoint: Path, model: keras.Model) -> None:
         raise CheckError(
             f"{Path(checkpoint).name} does not hold the final weights of the saved model"
         )
-
-
-def _checksum(labels: list, in_order: bool = True) -> str:
-    values = labels if in_order else sorted(labels)
-    return hashlib.sha256(",".join(map(str, values)).encode()).hexdigest()[:16]
-
-
-def pipeline_facts(dataset: Any) -> dict:
-    """What two passes over a pipeline of (images, labels) batches yield: the batch sizes, and a
-    checksum of the labels in the order they came and sorted (the same examples in any order)."""
-    passes = []
-    for _ in range(2):
-        sizes, labels, batches = [], [], []
-        for _, batch_labels in dataset:
-            values = [int(label) for label in batch_labels.numpy().reshape(-1)]
-            sizes.append(len(values))
-            labels += values
-            batches.append(_checksum(values, in_order=False))
-        passes.append(
-            {
-                "batch_sizes": sizes,
-                "in_order": _checksum(labels),
-                "sorted": _checksum(labels, in_order=False),
-                "batches": _checksum(batches, in_order=False),  # which examples go together
-            }
-        )
-    return {"passes": passes}
-
-
-def probe(namespace: dict, models: list[str], datasets: tuple[str, ...] = ()) -> dict:
-    """Facts about the models and input pipelines in a kernel's memory (run by the HIDDEN PROBE
-    cell, in the student's kernel)."""
-    tf = _tf()
-    facts: dict = {"models": {}, "datasets": {}}
-    for name in datasets:
-        dataset = namespace.get(name)
-        try:
-            facts["datasets"][name] = pipeline_facts(dataset)
-        except Exception as exc:  # noqa: BLE001 - anything the student's pipeline raises
-            facts["datasets"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    for name in models:
-        model = namespace.get(name)
-        if not hasattr(model, "weights"):
-            facts["models"][name] = None
-            continue
-        values = [getattr(v, "value", v) for v in model.weights]
-        mirrored = [v for v in values if isinstance(v, tf.distribute.DistributedValues)]
-        facts["models"][name] = {
-            "variables": len(values),
-            "distributed_variables": len(mirrored),
-            "replicas": min((len(v.values) for v in mirrored), default=1),
-            "fingerprint": fingerprint(model),
-        }
-    return facts

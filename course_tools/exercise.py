@@ -27,7 +27,8 @@ nbclient run past them instead of stopping.
 Example:
     >>> import nbformat
     >>> from course_tools import exercise
-    >>> solution = nbformat.read("solutions/05_svhn_solution.ipynb", as_version=4)
+    >>> from course_tools.paths import course_root
+    >>> solution = nbformat.read(course_root() / "solutions/05_svhn_solution.ipynb", as_version=4)
     >>> notebook = exercise.make_exercise(solution)      # a new notebook; the solution is unchanged
     >>> [t.question for t in exercise.parse_solution(solution).tests][:2]
     ['q1', 'q1']

@@ -10,9 +10,10 @@ same files: <out>/<student>/report.md, <out>/gradebook.csv, and the gradebook as
 without a grade yet (--regrade: all).
 
 Example:
-    >>> from course_tools import grading
-    >>> grading.default_jobs(devices=2, memory_mb=4096)
-    (1, '2 cores / 2 devices per submission = 1; 20,480 MB free / 4,096 MB per notebook = 5')
+
+    from course_tools import grading
+    jobs, why = grading.default_jobs(devices=2, memory_mb=4096)
+    # (1, '2 cores / 2 devices per submission = 1; 20,480 MB free / 4,096 MB per notebook = 5')
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from pathlib import Path
 
 import psutil
 
-from course_tools import batch, exercise, sandbox, slurm_array
-from course_tools.batch import DEFAULT_SOLUTION, Settings
+from course_tools import batch, exercise, plan, roster, sandbox, slurm_array
 from course_tools.paths import course_root
+from course_tools.plan import DEFAULT_SOLUTION, GradingSettings
 from course_tools.report import Grade
 from course_tools.runner import Limits
 from course_utils.tables import format_table
@@ -41,7 +42,9 @@ BENCHMARK_FOLDER = ".benchmark"
 def default_jobs(devices: int, memory_mb: int) -> tuple[int, str]:
     """Submissions to grade at the same time on this machine, and why: each one simulates
     `devices` CPU devices (a core each) and may use `memory_mb`."""
-    cores = len(os.sched_getaffinity(0))
+    # the cores this process may use; macOS has no sched_getaffinity: all of them
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity else os.cpu_count() or 1
     free_mb = psutil.virtual_memory().available / 2**20
     by_cores = cores // max(1, devices)
     by_memory = int(free_mb // memory_mb)
@@ -167,15 +170,15 @@ def _slurm_options(args: argparse.Namespace) -> slurm_array.SlurmOptions:
     )
 
 
-def _prepare(args: argparse.Namespace, out: str, sandboxed: bool) -> batch.Batch:
+def _prepare(args: argparse.Namespace, out: str, *, sandboxed: bool) -> plan.Batch:
     limits = Limits(cell_timeout=args.cell_timeout, timeout=args.timeout, memory_mb=args.memory_mb)
     data = args.data or os.environ.get("COURSE_DATA") or "auto"
-    settings = Settings(profile=args.profile, devices=args.devices, data=data)
+    settings = GradingSettings(profile=args.profile, devices=args.devices, data=data)
     solution = Path(args.solution or course_root() / DEFAULT_SOLUTION)
-    return batch.prepare(out, solution, settings, limits, sandboxed)
+    return plan.prepare(out, solution, settings, limits, sandboxed=sandboxed)
 
 
-def _grade(args: argparse.Namespace, b: batch.Batch, jobs: int, slurm: bool) -> list[Grade]:
+def _grade(args: argparse.Namespace, b: plan.Batch, jobs: int, *, slurm: bool) -> list[Grade]:
     if slurm:
         return slurm_array.grade(
             b,
@@ -196,7 +199,7 @@ def _grade(args: argparse.Namespace, b: batch.Batch, jobs: int, slurm: bool) -> 
 def benchmark(args: argparse.Namespace, jobs: int) -> int:
     """`course grade SUBMISSION... --benchmark`: grade the same batch by each route (sandbox on and
     off here, 1 and `jobs` at a time; Slurm with --slurm); print seconds per submission."""
-    count = len(batch.collect_submissions(args.submissions))
+    count = len(roster.collect_submissions(args.submissions))
     routes = [(True, n, False) for n in sorted({1, jobs})]
     if args.slurm:
         routes.append((True, 0, True))
@@ -210,9 +213,9 @@ def benchmark(args: argparse.Namespace, jobs: int) -> int:
     bench.mkdir(parents=True, exist_ok=True)
     for sandboxed, n, slurm in routes:
         with tempfile.TemporaryDirectory(prefix="route-", dir=bench) as out:
-            b = _prepare(args, out, sandboxed)
+            b = _prepare(args, out, sandboxed=sandboxed)
             started = time.monotonic()
-            grades = _grade(args, b, n, slurm)
+            grades = _grade(args, b, n, slurm=slurm)
             per = (time.monotonic() - started) / count
             gradebook = (Path(out) / "gradebook.csv").read_text()
         where = "slurm" if slurm else f"here, {n} at a time"
@@ -226,6 +229,15 @@ def benchmark(args: argparse.Namespace, jobs: int) -> int:
     return 0
 
 
+def route(*, slurm: bool, sandboxed: bool) -> str:
+    """Which route `course grade` takes, in words."""
+    if slurm:
+        return "grading as a Slurm job array (each task sandboxed)"
+    if sandboxed:
+        return "grading here, sandboxed (bubblewrap)"
+    return "grading here, UNSANDBOXED (student code runs with your rights)"
+
+
 def run(args: argparse.Namespace) -> int:
     """`course grade SUBMISSION... [--out DIR]`: prints the gradebook; `EXIT_STATUS`."""
     if args.slurm and slurm_array.missing():
@@ -237,11 +249,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"course grade: --jobs {jobs} ({why})")
     try:
         # bad paths: a clear error before anything is written
-        batch.collect_submissions(args.submissions)
+        roster.collect_submissions(args.submissions)
         if args.benchmark:
             return benchmark(args, jobs or 1)
         b = _prepare(args, args.out, sandboxed=not args.no_sandbox)
-        grades = _grade(args, b, jobs or 1, args.slurm)
+        print(f"course grade: {route(slurm=args.slurm, sandboxed=not args.no_sandbox)}")
+        grades = _grade(args, b, jobs or 1, slurm=args.slurm)
     except (
         FileNotFoundError,
         ValueError,

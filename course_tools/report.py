@@ -1,15 +1,24 @@
-"""What grading writes: one submission's grade, its report, the gradebook and its exports.
+r"""What grading writes: one submission's grade, its report, the gradebook and its exports.
 
 A `Grade` is saved as `<out>/<student>/result.json` next to the student's `report.md`; the batch
 (local or a Slurm job array) reads those files back and writes `<out>/gradebook.csv` from them, so
 both routes give the same reports and the same gradebook. For a learning platform the gradebook is
 also exported in Canvas's and Moodle's grade-import CSV formats.
 
+Everything a submission controls (its recorded strings, error messages, artifact names, written
+answers) goes through `escape` before it reaches a report or an export, and every file is written
+with `errors="backslashreplace"`: a lone surrogate or a name that is not UTF-8 is shown escaped,
+never an error that stops the batch.
+
 Example:
-    >>> from course_tools import report
-    >>> g = report.Grade("alice", Path("alice.ipynb"), status="graded", max_score=12)
-    >>> report.write_report(g, Path("grades/alice/report.md"))
-    >>> report.write_gradebook([g], Path("grades/gradebook.csv"), questions=["Q1", "Q2"])
+
+    from course_tools import report
+    g = report.Grade("alice", Path("alice.ipynb"), status="graded", max_score=12)
+    report.save(g, Path("grades/alice"))
+    report.write_gradebook([g], Path("grades/gradebook.csv"), questions=["q1", "q2"])
+
+>>> escape("<b>12/12</b> # done")
+'&lt;b&gt;12/12&lt;/b&gt; \\# done'
 """
 
 from __future__ import annotations
@@ -87,6 +96,7 @@ class Grade:
         return scores
 
     def to_json(self) -> str:
+        # ensure_ascii: a lone surrogate is written as an escape, never an encoding error
         return json.dumps({**dataclasses.asdict(self), "path": str(self.path)}, indent=1)
 
     @classmethod
@@ -97,13 +107,38 @@ class Grade:
         return cls(**data)
 
 
+#: Characters with a meaning in Markdown, backslash-escaped by `escape`.
+MARKDOWN_SPECIAL = frozenset("\\`*_{}[]()#+-.!|~")
+#: Characters with a meaning in HTML (Markdown renderers pass HTML through), as entities.
+HTML_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
+#: A spreadsheet cell starting with one of these is a formula: prefixed with "'" in the CSVs.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def escape(text: object, *, markdown: bool = True) -> str:
+    """`text` as plain text in a Markdown report (markdown=True) or an HTML field (False): one line,
+    Markdown's special characters backslash-escaped, HTML's as entities, lone surrogates and
+    control characters shown as escapes. Everything a submission controls goes through it."""
+    text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    text = "".join(c if c.isprintable() else " " if c in "\n\r\t" else repr(c)[1:-1] for c in text)
+    if markdown:
+        text = "".join("\\" + c if c in MARKDOWN_SPECIAL else c for c in text)
+    return "".join(HTML_ENTITIES.get(c, c) for c in text)
+
+
+def _cell(value: str) -> str:
+    """A CSV cell a spreadsheet reads as text, not as a formula."""
+    return "'" + value if value.startswith(FORMULA_START) else value
+
+
 def natural(question: str) -> tuple:
     """Sort key that puts Q2 before Q10."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", question))
 
 
 def save(g: Grade, folder: Path) -> None:
-    """Write the student's report.md and result.json into `folder`."""
+    """Write the student's report.md and result.json into `folder` (nothing a submission wrote can
+    make it fail on encoding: see the module's docstring)."""
     folder.mkdir(parents=True, exist_ok=True)
     write_report(g, folder / "report.md")
     # last, and whole or not at all: its presence says "graded" to a re-run and to `slurm_array`
@@ -114,8 +149,11 @@ def _write_whole(path: Path, text: str) -> None:
     """Write `path` through a temporary file renamed over it: a reader (or a crash) never sees
     half a file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    try:
+        temporary.write_text(text, encoding="utf-8", errors="backslashreplace")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def load(folder: Path) -> Grade | None:
@@ -130,10 +168,9 @@ def _check_rows(g: Grade) -> list[str]:
     lines = ["## Checks", "", "| question | check | points | result |", "|---|---|---|---|"]
     for r in sorted(g.results, key=lambda r: natural(r.question)):
         verdict = "FAILED" if r.earned < r.points else ("to read" if r.manual else "passed")
-        detail = f": {r.message}" if r.message and verdict != "passed" else ""
+        detail = f": {escape(r.message)}" if r.message and verdict != "passed" else ""
         lines.append(
-            f"| {r.question} | {r.title} | {r.earned:g}/{r.points:g} "
-            f"| {verdict}{detail.replace('|', '/')} |"
+            f"| {r.question} | {escape(r.title)} | {r.earned:g}/{r.points:g} | {verdict}{detail} |"
         )
     return lines
 
@@ -141,10 +178,10 @@ def _check_rows(g: Grade) -> list[str]:
 def write_report(g: Grade, path: Path) -> None:
     """The student's report: score, each check and why it failed, errors, written answers."""
     lines = [
-        f"# {g.student}: {g.score:g} / {g.max_score:g}",
+        f"# {escape(g.student)}: {g.score:g} / {g.max_score:g}",
         "",
-        f"- submission: `{g.path.name}`",
-        f"- status: {g.status}" + (f" ({g.reason})" if g.reason else ""),
+        f"- submission: {escape(g.path.name)}",
+        f"- status: {g.status}" + (f" ({escape(g.reason)})" if g.reason else ""),
     ]
     if g.run_seconds:
         lines.append(
@@ -154,7 +191,7 @@ def write_report(g: Grade, path: Path) -> None:
         )
     lines.append("")
     if g.notes:
-        lines += ["## Notes", "", *[f"- {note}" for note in g.notes], ""]
+        lines += ["## Notes", "", *[f"- {escape(note)}" for note in g.notes], ""]
     lines += _check_rows(g)
     if g.cell_errors:
         lines += [
@@ -165,10 +202,10 @@ def write_report(g: Grade, path: Path) -> None:
             "results fail too.",
             "",
         ]
-        lines += [f"- {error.replace(chr(10), ' ')}" for error in g.cell_errors[:30]]
+        lines += [f"- {escape(error)}" for error in g.cell_errors[:30]]
     for question, text in g.answers.items():
         lines += ["", f"## Written answer ({question})", ""]
-        lines += [f"> {line}" for line in (text or "(no answer)").splitlines()]
+        lines += [f"> {escape(line)}  " for line in (text or "(no answer)").splitlines()]
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_whole(path, "\n".join(lines) + "\n")
 
@@ -180,7 +217,7 @@ def _notes(g: Grade) -> str:
 def write_gradebook(grades: list[Grade], path: Path, questions: list[str]) -> None:
     """One row per submission: score, points per question, status and notes."""
     questions = sorted(questions, key=natural)
-    with open(path, "w", newline="") as handle:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)
         writer.writerow(
             ["student", "score", "max_score", *questions, "status", "notes", "seconds", "report"]
@@ -194,7 +231,7 @@ def write_gradebook(grades: list[Grade], path: Path, questions: list[str]) -> No
                     f"{g.max_score:g}",
                     *[f"{scores.get(q, 0):g}" for q in questions],
                     g.status,
-                    _notes(g),
+                    _cell(_notes(g)),
                     f"{g.seconds:.0f}",
                     f"{g.student}/report.md",
                 ]
@@ -211,13 +248,13 @@ def write_canvas(grades: list[Grade], path: Path, assignment: str) -> None:
     assignment name creates that assignment on import. The "Points Possible" row under the header
     (as in Canvas's own export) gives the maximum score.
     """
-    with open(path, "w", newline="") as handle:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)
         writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", assignment])
         maximum = max((g.max_score for g in grades), default=0)
         writer.writerow(["    Points Possible", "", "", "", "", f"{maximum:g}"])
         for g in grades:
-            writer.writerow([g.student, "", "", g.student, "", f"{g.score:g}"])
+            writer.writerow([_cell(g.student), "", "", _cell(g.student), "", f"{g.score:g}"])
 
 
 def write_moodle(grades: list[Grade], path: Path, assignment: str) -> None:
@@ -229,11 +266,12 @@ def write_moodle(grades: list[Grade], path: Path, assignment: str) -> None:
     feedback. The grade is the score; the feedback is the status and notes (the report stays with
     you).
     """
-    with open(path, "w", newline="") as handle:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)
         writer.writerow(["Username", assignment, "Feedback"])
         for g in grades:
             feedback = f"{g.score:g}/{g.max_score:g}, {g.status}"
             if _notes(g):
-                feedback += f": {_notes(g)}"
-            writer.writerow([g.student, f"{g.score:g}", feedback])
+                # Moodle shows the feedback as HTML
+                feedback += f": {escape(_notes(g), markdown=False)}"
+            writer.writerow([_cell(g.student), f"{g.score:g}", feedback])

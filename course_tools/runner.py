@@ -15,18 +15,18 @@ talking to this process over Unix sockets placed next to its connection file (no
 `execute` runs a notebook file into an executed copy, as `course run` does.
 
 Example:
-    >>> from course_tools.runner import Limits, execute, run_notebook
-    >>> result = execute("notebooks/01_keras_fit_mnist.ipynb", "build/01_keras_fit_mnist.ipynb",
-    ...                  env={"COURSE_PROFILE": "quick"})
-    >>> result.ok, result.seconds
-    (True, 31.2)
-    >>> outcome = run_notebook(notebook, Path("work"), env, limits=Limits(cell_timeout=60))
-    >>> outcome.status, outcome.timed_out_cells
-    ('ran', [])
+
+    from course_tools.runner import Limits, RunOptions, execute, run_notebook
+    result = execute("notebooks/01_keras_fit_mnist.ipynb", "build/01_keras_fit_mnist.ipynb",
+                     env={"COURSE_PROFILE": "quick"})
+    print(result.ok, result.seconds)
+    outcome = run_notebook(notebook, Path("work"), env, RunOptions(limits=Limits(cell_timeout=60)))
+    print(outcome.status, outcome.timed_out_cells)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -68,8 +68,11 @@ class Limits:
     timeout: seconds for the whole notebook; the kernel is killed.
     memory_mb: resident memory of the kernel and its children; the kernel is killed.
     interrupt_grace: seconds an interrupted cell has to stop before the kernel is killed.
-    cell_output_kb: outputs kept per cell (the rest is dropped, with a note).
+    cell_output_kb: outputs kept per cell (the rest is dropped, with a note); an update_display
+    counts once for every output it rewrites.
     notebook_output_mb: outputs kept for the whole notebook.
+    disk_mb: what the files in the notebook's folder (`RunOptions.watch_folder`) may take; the
+    kernel is killed past it.
     """
 
     cell_timeout: int = 300
@@ -78,6 +81,38 @@ class Limits:
     interrupt_grace: float = 5.0
     cell_output_kb: int = 512
     notebook_output_mb: int = 8
+    disk_mb: int = 1024
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How `run_notebook` runs a notebook.
+
+    limits: what the notebook may use (`Limits`).
+    stop_on_error: stop at the first failing cell (like "Run All"); else every cell runs.
+    kernel_name: the kernelspec (unless `wrap` is given).
+    connection_dir: for the kernel's connection file and sockets (default: a private temporary
+    folder; a sandboxed kernel needs one it can see).
+    wrap: turns the kernel's command line into the one to start (e.g. `sandbox.wrap`).
+    extra_cell: code run after the last cell, its stdout into `RunOutcome.extra_output`.
+    extra_expressions: expressions evaluated after the last cell, in order, each as the user
+    expression of an empty execute request (IPython's input and AST transformers do not touch
+    it); the last one's value, as text, into `RunOutcome.extra_output`.
+    progress: a progress bar's label.
+    log_path: the first `KERNEL_LOG_KB` of the kernel process's own output (default: discarded).
+    watch_folder: the folder whose disk use `Limits.disk_mb` caps.
+    """
+
+    limits: Limits = Limits()
+    stop_on_error: bool = False
+    kernel_name: str = "python3"
+    connection_dir: Path | None = None
+    wrap: Callable[[list[str]], list[str]] | None = None
+    extra_cell: str = ""
+    extra_expressions: tuple[str, ...] = ()
+    progress: str | None = None
+    log_path: Path | None = None
+    watch_folder: Path | None = None
 
 
 @dataclass
@@ -99,8 +134,8 @@ class RunOutcome:
     peak_mb: float = 0.0  # the kernel's highest resident memory seen
     error: str = ""  # with stop_on_error: the failing cell's source and error
     failed_cell: int | None = None
-    extra_output: str = ""  # what the `extra_cell` printed (stdout)
-    extra_error: str = ""  # how the `extra_cell` failed, if it did
+    extra_output: str = ""  # what the `extra_cell` printed, or the `extra_expression`'s text
+    extra_error: str = ""  # how the extra cell or expression failed, if it did
     log_dropped: int = 0  # bytes of the kernel's own output left out of `log_path`
     notebook: object = None  # the executed copy
 
@@ -115,10 +150,10 @@ class CappedLog(threading.Thread):
     saying how much was left out; the rest is read and dropped, so the writer never blocks.
 
     Example:
-        >>> log = CappedLog(process.stdout, Path("kernel.log"), limit=2**20)
-        >>> log.start(); process.wait(); log.join()
-        >>> log.dropped
-        0
+
+        log = CappedLog(process.stdout, Path("kernel.log"), limit=2**20)
+        log.start(); process.wait(); log.join()
+        print(log.dropped)  # 0 when everything fitted
     """
 
     def __init__(self, pipe, path: Path, limit: int) -> None:
@@ -152,6 +187,7 @@ class _CappedClient(NotebookClient):
         self.kept_in_cell: dict[int, int] = {}
         self.dropped: dict[int, int] = {}
         self.log_path, self.kernel_log = log_path, None
+        self.display_cut = False
 
     def start_new_kernel(self, **kwargs) -> None:
         """Start the kernel, its output into the capped log (or nowhere)."""
@@ -163,6 +199,30 @@ class _CappedClient(NotebookClient):
             self.km.provisioner.process.stdout, self.log_path, KERNEL_LOG_KB * 1024
         )
         self.kernel_log.start()
+
+    def process_message(self, msg, cell, cell_index):
+        self.current_cell = cell_index
+        return super().process_message(msg, cell, cell_index)
+
+    def _update_display_id(self, display_id, msg) -> None:
+        """nbclient rewrites every output shown with `display_id`: the new content counts once per
+        output it replaces, and is dropped (a note in its place) past the caps."""
+        targets = sum(len(i) for i in self._display_id_map.get(display_id, {}).values())
+        content = msg.get("content", {})
+        size = len(json.dumps(content.get("data", {}))) * max(1, targets)
+        cell_index = getattr(self, "current_cell", 0)
+        room = min(
+            self.cell_limit - self.kept_in_cell.get(cell_index, 0), self.notebook_limit - self.kept
+        )
+        if size > room:
+            self.dropped[cell_index] = self.dropped.get(cell_index, 0) + size
+            self.display_cut = True
+            note = f"[display update of {size:,} bytes dropped: past the output caps]"
+            msg = {**msg, "content": {**content, "data": {"text/plain": note}, "metadata": {}}}
+            size = len(note) * max(1, targets)
+        self.kept += size
+        self.kept_in_cell[cell_index] = self.kept_in_cell.get(cell_index, 0) + size
+        super()._update_display_id(display_id, msg)
 
     def output(self, outs, msg, display_id, cell_index):
         out = super().output(outs, msg, display_id, cell_index)
@@ -242,30 +302,23 @@ def _kernel_manager(
     )
 
 
-def _client(
-    notebook,
-    km: AsyncKernelManager,
-    *,
-    cwd: Path,
-    limits: Limits,
-    stop_on_error: bool,
-    log_path: Path | None,
-):
+def _client(notebook, km: AsyncKernelManager, *, cwd: Path, options: RunOptions):
     """The nbclient client: interrupts a cell past its time limit and goes on, unless
     `stop_on_error`; caps the outputs it keeps, and the kernel's log."""
+    limits = options.limits
     return _CappedClient(
         notebook,
         km=km,
         timeout=limits.cell_timeout,
-        allow_errors=not stop_on_error,
-        interrupt_on_timeout=not stop_on_error,
-        error_on_timeout=None if stop_on_error else _timeout_error(limits),
+        allow_errors=not options.stop_on_error,
+        interrupt_on_timeout=not options.stop_on_error,
+        error_on_timeout=None if options.stop_on_error else _timeout_error(limits),
         kernel_name=km.kernel_name,
         resources={"metadata": {"path": str(cwd)}},
         startup_timeout=120,
         cell_limit=limits.cell_output_kb * 1024,
         notebook_limit=limits.notebook_output_mb * 2**20,
-        log_path=log_path,
+        log_path=options.log_path,
     )
 
 
@@ -292,51 +345,30 @@ def run_notebook(
     notebook,
     cwd: Path,
     env: dict[str, str],
+    options: RunOptions = RunOptions(),
     *,
-    limits: Limits = Limits(),
-    stop_on_error: bool = False,
-    kernel_name: str = "python3",
-    connection_dir: Path | None = None,
-    wrap: Callable[[list[str]], list[str]] | None = None,
-    extra_cell: str = "",
-    progress: str | None = None,
-    log_path: Path | None = None,
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
     """Execute `notebook` (a NotebookNode, changed in place) in a fresh kernel in `cwd`, with
-    `env` as the kernel's whole environment.
-
-    stop_on_error: stop at the first failing cell (like "Run All"); else every cell runs.
-    connection_dir: for the kernel's connection file and sockets (default: a private temporary
-    folder; a sandboxed kernel needs one it can see). wrap: turns the kernel's command line into
-    the one to start (e.g. `sandbox.wrap`). extra_cell: run after the last cell, its stdout into
-    `extra_output`. progress: a progress bar's label. log_path: the first `KERNEL_LOG_KB` of the
-    kernel process's own output (default: discarded). cancel: once set, the kernel is killed.
-    """
+    `env` as the kernel's whole environment, as `options` say. cancel: once set, the kernel is
+    killed."""
     outcome = RunOutcome(status="ran", notebook=notebook)
     private = tempfile.TemporaryDirectory(prefix="course-kernel-")
     km = _kernel_manager(
-        kernel_name, Path(connection_dir or private.name), wrap, Path(private.name)
+        options.kernel_name,
+        Path(options.connection_dir or private.name),
+        options.wrap,
+        Path(private.name),
     )
-    client = _client(
-        notebook, km, cwd=cwd, limits=limits, stop_on_error=stop_on_error, log_path=log_path
-    )
+    client = _client(notebook, km, cwd=cwd, options=options)
     client.on_cell_error = outcome.record_timeout
-    bar = _progress_bar(client, notebook, progress)
+    bar = _progress_bar(client, notebook, options.progress)
     started = time.monotonic()
     pid = None
     try:
         with client.setup_kernel(env=env, cwd=str(cwd)):
             pid = km.provisioner.pid
-            _run_watched(
-                client,
-                pid,
-                limits,
-                outcome,
-                stop_on_error=stop_on_error,
-                extra=extra_cell,
-                cancel=cancel,
-            )
+            _run_watched(client, pid, options, outcome, cancel=cancel)
     # The kernel did not start, or talking to it failed.
     except Exception as exc:
         if outcome.status == "ran":
@@ -348,35 +380,103 @@ def run_notebook(
         outcome.log_dropped = _stop_kernel(client, km, pid)
         private.cleanup()
     outcome.seconds = time.monotonic() - started
-    _finish(notebook, limits, outcome, client.dropped)
+    _finish(notebook, options.limits, outcome, client.dropped)
+    if client.display_cut:
+        outcome.output_notes.append("display updates: past the output caps, replaced by a note")
     return outcome
+
+
+def folder_mb(folder: Path) -> float:
+    """The MB the files under `folder` take on disk (links not followed)."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total / 2**20
+
+
+class DiskWatch(threading.Thread):
+    """Kills the kernel (through `dog`) once the files under `folder` take more than `limit_mb`;
+    it looks every `interval` seconds."""
+
+    def __init__(self, folder: Path, limit_mb: float, dog: Watchdog, interval: float = 0.5):
+        super().__init__(daemon=True)
+        self.folder, self.limit_mb, self.dog, self.interval = folder, limit_mb, dog, interval
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            used = folder_mb(self.folder)
+            if used > self.limit_mb:
+                self.dog.kill(
+                    f"disk limit: the notebook's folder took {used:,.0f} MB, more than the "
+                    f"{self.limit_mb:g} MB allowed, and the notebook was stopped"
+                )
+                return
 
 
 def _run_watched(
     client: _CappedClient,
     pid: int,
-    limits: Limits,
+    options: RunOptions,
     outcome: RunOutcome,
     *,
-    stop_on_error: bool,
-    extra: str,
     cancel: threading.Event | None,
 ) -> None:
-    """Run the cells (then the `extra` code) while a Watchdog holds the kernel to its limits."""
+    """Run the cells (then the extra code) while a Watchdog holds the kernel to its limits."""
+    limits = options.limits
     dog = Watchdog(pid, limits.memory_mb, limits.timeout, what="the notebook", cancel=cancel)
+    disk = None
+    if options.watch_folder is not None:
+        disk = DiskWatch(options.watch_folder, limits.disk_mb, dog)
+        disk.start()
     with dog:
         try:
-            _run_cells(client, limits, outcome, dog, stop_on_error=stop_on_error)
-            if extra and outcome.status == "ran":
-                _run_extra(client, client.nb, extra, outcome)
+            _run_cells(client, limits, outcome, dog, stop_on_error=options.stop_on_error)
+            if options.extra_cell and outcome.status == "ran":
+                _run_extra(client, client.nb, options.extra_cell, outcome)
+            for expression in options.extra_expressions:
+                if outcome.status != "ran" or outcome.extra_error:
+                    break
+                _run_expression(client, expression, limits, outcome)
         except DeadKernelError:
             outcome.status = "killed" if dog.reason else "kernel died"
             outcome.reason = dog.reason or (
                 "the kernel died (it crashed or was killed) before the notebook finished"
             )
+        finally:
+            if disk is not None:
+                disk.stopped.set()
         if dog.reason and outcome.status in ("ran", "failed"):
             outcome.status, outcome.reason = "killed", dog.reason
     outcome.peak_mb = dog.peak_mb
+
+
+async def _evaluate(kc, expression: str, seconds: float) -> dict:
+    """The execute reply's user expression `expression` (an empty, silent cell carries it)."""
+    msg_id = kc.execute("", silent=True, store_history=False, user_expressions={"x": expression})
+    deadline = Deadline(seconds)
+    while not deadline.passed():
+        reply = await kc.get_shell_msg(timeout=deadline.left())
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"].get("user_expressions", {}).get("x", {})
+    raise queue.Empty
+
+
+def _run_expression(client, expression: str, limits: Limits, outcome: RunOutcome) -> None:
+    try:
+        value = run_sync(_evaluate)(client.kc, expression, limits.cell_timeout)
+    except queue.Empty:
+        outcome.extra_error = f"no answer within {limits.cell_timeout} s"
+        return
+    if not isinstance(value, dict) or value.get("status") != "ok":
+        error = value if isinstance(value, dict) else {}
+        outcome.extra_error = f"{error.get('ename')}: {str(error.get('evalue'))[:300]}"
+        return
+    data = value.get("data")
+    text = data.get("text/plain") if isinstance(data, dict) else None
+    outcome.extra_output = text if isinstance(text, str) else ""
 
 
 def _stop_kernel(client: _CappedClient, km: AsyncKernelManager, pid: int | None) -> int:
@@ -538,15 +638,15 @@ def execute(
         cell_output_kb=2**20,
         notebook_output_mb=2**10,
     )
-    outcome = run_notebook(
-        notebook,
-        Path(cwd or path.parent),
-        {**os.environ, **(env or {})},
+    options = RunOptions(
         limits=limits,
         stop_on_error=True,
         kernel_name=kernel_name,
         progress=progress,
         extra_cell=RUN_RECORD_CELL,
+    )
+    outcome = run_notebook(
+        notebook, Path(cwd or path.parent), {**os.environ, **(env or {})}, options
     )
     ok = outcome.status == "ran"
     if ok and outcome.extra_output.strip():

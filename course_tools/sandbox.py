@@ -1,42 +1,36 @@
-"""The grader's sandbox: bubblewrap (`bwrap`) around every process that touches a submission.
+"""The grader's sandbox: the bubblewrap (`bwrap`) command line around every process that touches
+a submission. It builds commands and knows nothing of notebooks (`course_tools.submission` runs a
+notebook and its probe inside one).
 
-A sandboxed process sees the machine read-only (the course package, the solution and the Python
-installation included), writes only to its own work folder and a private /tmp (in memory, capped
-like /dev/shm: `TMP_MB`, `SHM_MB`; /dev is read-only), has no network
-(`--unshare-net`: not even the loopback of the host), lives in its own PID namespace (everything it
-starts dies with it, and it cannot see or signal the grader or other submissions), keeps no
-capabilities (so root inside cannot remount anything writable), and is killed when the grader dies
-(`--die-with-parent`). Folders it must not read are covered with empty ones: the other submissions'
-work folders, the grades, the course's solutions/, build/ and git history (`course_private`), and
-the home folder (the Python installation and the course are bound back read-only when they live
-there).
-
-`run_submission` runs a submitted notebook in such a sandbox with the course's notebook runner,
-then the solution's hidden probe in the same kernel.
+A sandboxed process sees only what it needs, read-only: the system's programs and libraries
+(`SYSTEM_FOLDERS`, and from /etc only `SYSTEM_ETC`: no keys, no other services' configuration),
+the Python installation, the course's two packages and the prepared datasets. Nothing else of the
+host exists in it: not the submissions, not the grades (but for the check process, which reads
+them), not the home folders, /srv, /mnt, /var or the course checkout's solutions/ and history. It
+writes only to its own work folder and a private /tmp (in memory, capped like /dev/shm: `TMP_MB`,
+`SHM_MB`; /dev is read-only), has no network (`--unshare-net`: not even the loopback of the host),
+lives in its own PID namespace (everything it starts dies with it, and it cannot see or signal the
+grader or other submissions), keeps no capabilities (so root inside cannot remount anything
+writable), and is killed when the grader dies (`--die-with-parent`).
 
 Example:
-    >>> from course_tools import sandbox
-    >>> sandbox.status()
-    (True, '/usr/bin/bwrap (bubblewrap 0.8.0)')
-    >>> argv = sandbox.wrap(["python", "-c", "print(1)"], writable=[Path("/tmp/grade-alice")],
-    ...                     hidden=[Path("/tmp/grades")])
+
+    from course_tools import sandbox
+    ok, detail = sandbox.status()  # (True, '/usr/bin/bwrap (bubblewrap 0.8.0)') here
+    argv = sandbox.wrap(["python", "-c", "print(1)"], writable=[Path("/tmp/grade-alice")])
 """
 
 from __future__ import annotations
 
-import json
-import secrets
+import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-from course_tools import checks
 from course_tools.paths import PACKAGE_ROOT
-from course_tools.runner import Limits, RunOutcome, run_notebook
 from course_utils.settings import tfds_data_dir
 
 #: The flag that grades without a sandbox, named after what it risks.
@@ -69,18 +63,30 @@ SHM_MB = 64
 COVER_MB = 1
 
 
-#: Run before the probe: `course_tools.checks` loaded again from its (read-only) file, so
-#: that functions the notebook replaced in its copy of the module are not the ones the probe calls.
-#: Only that: the probe still runs in the submission's own Python, after its code (see `batch`).
-FRESH_CHECKS = """
-import importlib.util as _util, sys as _sys
-_spec = _util.spec_from_file_location("course_tools.checks", {path!r})
-_checks = _util.module_from_spec(_spec)
-_spec.loader.exec_module(_checks)
-_sys.modules["course_tools.checks"] = _checks
-import course_tools as _tools
-_tools.checks = _checks
-"""
+#: The host's folders a sandbox sees (read-only; a symbolic link such as /bin -> usr/bin is made
+#: again inside), and the files and folders of /etc that programs read (the loader's cache, users,
+#: time zone, fonts, certificates), not the rest (service keys such as munge's, passwords).
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
+SYSTEM_ETC = (
+    "alternatives",
+    "fonts",
+    "group",
+    "host.conf",
+    "hosts",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "localtime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "ssl",
+    "timezone",
+)
+#: The course's packages under PACKAGE_ROOT that a sandbox reads.
+COURSE_PACKAGES = ("course_utils", "course_tools")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -158,19 +164,21 @@ def _tmpfs(folder: str | Path, size_mb: int) -> list[str]:
 
 
 def _read_only_keep() -> list[Path]:
-    """Folders a sandboxed Python must read even when they sit under a hidden folder."""
+    """What a sandboxed Python reads besides the system: its installation, the course's packages
+    and the prepared datasets."""
     keep = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parents[1]}
-    keep.add(PACKAGE_ROOT)
+    keep |= {PACKAGE_ROOT / name for name in COURSE_PACKAGES}
     data_dir = str(tfds_data_dir())
     if Path(data_dir).is_dir():
         keep.add(Path(data_dir))
-    return sorted(p.resolve() for p in keep)
+    return sorted(p.resolve() for p in keep if p.exists())
 
 
 def course_private() -> list[Path]:
     """What a submission must not read in the course checkout it is graded from: the solutions,
-    build/ (executed copies, benchmark results, grades kept there) and the git history (every
-    version of the solution), also when .git is a file pointing elsewhere (a worktree)."""
+    build/ (executed copies, benchmark results, grades kept there) and the git history, also when
+    .git is a file pointing elsewhere (a worktree). None of it is bound into a sandbox; `wrap`
+    covers what of it lies inside a folder that is."""
     root = PACKAGE_ROOT
     private = [root / "solutions", root / "build", root / ".git"]
     git = root / ".git"
@@ -186,51 +194,56 @@ def course_private() -> list[Path]:
     return [path for path in private if path.exists()]
 
 
+def _system() -> list[str]:
+    """bwrap options binding `SYSTEM_FOLDERS` and `SYSTEM_ETC` read-only (links made again)."""
+    args = []
+    system = list(SYSTEM_FOLDERS) + [f"/etc/{name}" for name in SYSTEM_ETC]
+    for path in system:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
 def wrap(
     argv: Sequence[str],
     *,
     writable: Sequence[Path] = (),
     read_only: Sequence[Path] = (),
     hidden: Sequence[Path] = (),
-    hidden_files: Sequence[Path] = (),
     cwd: Path | None = None,
 ) -> list[str]:
     """`argv` prefixed with the bwrap command line of the sandbox described in this module.
 
     writable: folders bound read-write (the submission's work folder), at the same path.
-    read_only: folders bound read-only (the grades, for the check process), even under /tmp.
-    hidden: folders replaced by an empty tmpfs (other submissions, grades); the home folder and
-    `course_private()` are always hidden, with the Python installation, the course and the
-    datasets bound back read-only.
-    hidden_files: files that read as empty (the solution with its hidden tests).
+    read_only: folders bound read-only (the grades, for the check process).
+    hidden: folders that must look empty, and files that must read as empty, should they lie
+    inside a bound folder (other submissions' work folders, the grades, the solution with its
+    hidden tests). `course_private()` is always among them.
     """
     bwrap = require()
-    args = [bwrap, *_namespace_flags(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    args = [bwrap, *_namespace_flags(), *_system(), "--dev", "/dev", "--proc", "/proc"]
     # --dev's tmpfs (and /dev/shm, a folder of it) has no size limit: read-only, /dev/shm capped
     args += ["--remount-ro", "/dev", *_tmpfs("/dev/shm", SHM_MB), *_tmpfs("/tmp", TMP_MB)]
-    private = [Path.home().resolve(), Path("/tmp")]
-    home = private[0]
-    if home != Path("/") and home.is_dir() and home != Path("/tmp"):
-        # covered first, then what Python and the course need is bound back
-        args += _tmpfs(home, COVER_MB)
-    for folder in _read_only_keep():
-        if any(folder.is_relative_to(p) for p in private):
-            args += ["--ro-bind", str(folder), str(folder)]
-    # after the binds above: a grades folder inside the course stays hidden
-    for folder in [*hidden, *course_private()]:
-        if Path(folder).is_dir():
-            args += _tmpfs(Path(folder).resolve(), COVER_MB)
-        elif Path(folder).is_file():
-            args += ["--ro-bind", "/dev/null", str(Path(folder).resolve())]
-    for folder in read_only:
-        folder = Path(folder).resolve()
+    bound = _read_only_keep() + [Path(p).resolve() for p in read_only]
+    for folder in bound:
         args += ["--ro-bind", str(folder), str(folder)]
-    for path in hidden_files:
-        if Path(path).is_file():
-            args += ["--ro-bind", "/dev/null", str(Path(path).resolve())]
+    writable = [Path(p).resolve() for p in writable]
     for folder in writable:
-        folder = Path(folder).resolve()
         args += ["--bind", str(folder), str(folder)]
+    seen = bound + writable + [Path(p) for p in SYSTEM_FOLDERS]
+    for path in [*hidden, *course_private()]:
+        path = Path(path).resolve()
+        if not any(path.is_relative_to(folder) and path != folder for folder in seen):
+            continue  # not in the sandbox at all
+        if path.is_dir():
+            args += _tmpfs(path, COVER_MB)
+        elif path.is_file():
+            args += ["--ro-bind", "/dev/null", str(path)]
+    # the sandbox's own root (a tmpfs holding the mount points) read-only: not a place to store
+    # data out of the memory limit's sight
+    args += ["--remount-ro", "/"]
     if cwd is not None:
         args += ["--chdir", str(Path(cwd).resolve())]
     return [*args, *argv]
@@ -247,69 +260,3 @@ def kernel_env(env: dict[str, str], home: Path) -> dict[str, str]:
     if Path(data_dir).is_dir():
         kept["TFDS_DATA_DIR"] = data_dir  # HOME moves: keep reading the instructor's datasets
     return {**kept, "HOME": str(home), "TMPDIR": "/tmp", "PYTHONNOUSERSITE": "1"}
-
-
-def _read_facts(outcome: RunOutcome, marker: str) -> tuple[dict, str]:
-    if outcome.extra_error:
-        return {}, outcome.extra_error
-    for line in outcome.extra_output.splitlines():
-        if line.startswith(marker):
-            try:
-                return json.loads(line[len(marker) :]), ""
-            except ValueError as exc:
-                return {}, f"unreadable facts: {exc}"
-    return {}, "the probe printed no facts"
-
-
-def run_submission(
-    notebook,
-    workdir: Path,
-    env: dict[str, str],
-    limits: Limits,
-    *,
-    probe_source: str = "",
-    log_path: Path | None = None,
-    sandboxed: bool = True,
-    hidden: Sequence[Path] = (),
-    hidden_files: Sequence[Path] = (),
-    cancel: threading.Event | None = None,
-) -> tuple[RunOutcome, dict, str]:
-    """Execute `notebook` in a fresh kernel in `workdir` (errors allowed), then the probe there.
-
-    Returns the run's outcome, the facts the probe found and why it found none ("" if it did).
-    sandboxed: the kernel runs in the sandbox, where only `workdir` is writable and `hidden`
-    folders and `hidden_files` look empty; its connection file and sockets go in `workdir/.kernel`.
-    cancel: once set, the kernel is killed (`run_notebook`).
-    """
-    workdir = Path(workdir).resolve()
-    connection = workdir / ".kernel"
-    connection.mkdir(parents=True, exist_ok=True)
-    kernel_wrap = None
-    if sandboxed:
-        env = kernel_env(env, home=workdir)
-
-        def kernel_wrap(argv: list[str]) -> list[str]:
-            return wrap(
-                argv, writable=[workdir], hidden=hidden, hidden_files=hidden_files, cwd=workdir
-            )
-
-    marker = f"@@facts-{secrets.token_hex(8)}@@"
-    probe = ""
-    if probe_source:
-        fresh = FRESH_CHECKS.format(path=str(Path(checks.__file__).resolve()))
-        probe = (
-            f"{fresh}\n{probe_source}\nimport json as _json\nprint({marker!r} + _json.dumps(FACTS))"
-        )
-    outcome = run_notebook(
-        notebook,
-        workdir,
-        env,
-        limits=limits,
-        connection_dir=connection,
-        wrap=kernel_wrap,
-        extra_cell=probe,
-        log_path=log_path,
-        cancel=cancel,
-    )
-    facts, probe_error = _read_facts(outcome, marker) if probe_source else ({}, "")
-    return outcome, facts, probe_error

@@ -1,11 +1,11 @@
 """Grade a batch on Slurm: one job array, one task per submission, the same sandbox and limits.
 
 `course grade --slurm` writes the batch's plan (settings, limits, a copy of the solution, the
-submissions) under <out>/.batch/, submits ONE `sbatch --array` job whose task i grades submission i
-with `batch.grade_one` (its own check process, the bubblewrap sandbox, the same limits) and saves
-<out>/<student>/report.md and result.json, exactly as a local run does. The grades folder, the
-submissions and the course's Python (the same path) must be on a file system the compute nodes
-share with the submitting machine.
+submissions) under <out>/.batch/, submits ONE `sbatch --array` job whose task i grades
+submission i with `one_submission.grade_one`, as the local route does (its own check process, the
+bubblewrap sandbox, the same limits), and saves <out>/<student>/report.md and result.json,
+exactly as a local run does. The grades folder, the submissions and the course's Python (the
+same path) must be on a file system the compute nodes share with the submitting machine.
 
 While the tasks run, the progress (done, running, pending, failed) comes from Slurm: `squeue`
 lists pending and running tasks and, for a few minutes after they end (`MinJobAge`), their final
@@ -20,9 +20,10 @@ Ctrl-C, SIGTERM, SIGHUP or an error while waiting cancels the array (`scancel`) 
 Slurm has ended every task.
 
 Example:
-    >>> b = batch.prepare("grades", solution, batch.Settings(devices=2), Limits())
-    >>> options = SlurmOptions(partition="gpu", time="01:00:00", mem="8G")
-    >>> grades = grade(b, ["submissions/"], options)
+
+    b = plan.prepare("grades", solution, plan.GradingSettings(devices=2), Limits())
+    options = SlurmOptions(partition="gpu", time="01:00:00", mem="8G")
+    grades = grade(b, ["submissions/"], options)
 """
 
 from __future__ import annotations
@@ -42,9 +43,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_tools import batch, report
-from course_tools.batch import Batch, Submission
+from course_tools import one_submission, report, roster, tamper
+from course_tools.plan import (
+    CHECK_TIMEOUT_S,
+    PLAN_FOLDER,
+    Batch,
+    load_plan,
+    saved_grades,
+    start_checks,
+    to_grade,
+    write_gradebooks,
+)
 from course_tools.report import Grade
+from course_tools.roster import Submission
 
 #: Slurm states of a task that has not ended yet.
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
@@ -94,7 +105,7 @@ def _slurm(*command: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def task_minutes(b: Batch) -> int:
     """A task's time limit when --time is not given: the notebook's, the checks' and a margin."""
-    return math.ceil((b.limits.timeout + batch.CHECK_TIMEOUT_S + TASK_MARGIN_S) / 60)
+    return math.ceil((b.limits.timeout + CHECK_TIMEOUT_S + TASK_MARGIN_S) / 60)
 
 
 def log_option(logs: Path) -> str:
@@ -191,7 +202,7 @@ def task_states(job: str, logs: Path, count: int) -> dict[int, str]:
 
 
 def _ended_reason(state: str, logs: Path, job: str, index: int) -> tuple[str, str]:
-    log = f"{batch.PLAN_FOLDER}/slurm-{job}_{index}.out"
+    log = f"{PLAN_FOLDER}/slurm-{job}_{index}.out"
     status, reason = ENDINGS.get(state, ("task failed", f"the Slurm task ended {state}"))
     exit_file = logs / f"exit-{index}"
     if exit_file.exists() and state not in ENDINGS:
@@ -203,15 +214,15 @@ def _ended_reason(state: str, logs: Path, job: str, index: int) -> tuple[str, st
 
 def collect(b: Batch, submissions: list[Submission], states: dict[int, str], job: str) -> list:
     """A grade for every submission: its saved result, or a row saying why its task gave none."""
-    logs = b.out / batch.PLAN_FOLDER
-    found = batch.saved_grades(b, submissions)
+    logs = b.out / PLAN_FOLDER
+    found = saved_grades(b, submissions)
     grades = []
     for index, s in enumerate(submissions):
         g = found.get(s.student)
         if g is None or g.key != b.key(s.path):
             status, reason = _ended_reason(states.get(index, "UNKNOWN"), logs, job, index)
             g = Grade(s.student, s.path, status, reason, max_score=b.parts.max_points)
-            g.results = batch.zero_results(b.parts, f"not graded: {status}")
+            g.results = one_submission.zero_results(b.parts, f"not graded: {status}")
             report.write_report(g, b.out / s.student / "report.md")
         grades.append(g)
     return grades
@@ -232,9 +243,9 @@ def _counts(b: Batch, submissions: list[Submission], states: dict[int, str]) -> 
     return counts
 
 
-def wait(b: Batch, submissions: list[Submission], job: str, progress: bool) -> dict[int, str]:
+def wait(b: Batch, submissions: list[Submission], job: str, *, progress: bool) -> dict[int, str]:
     """Poll Slurm until no task is pending or running; print the counts when they change."""
-    logs, shown, failures = b.out / batch.PLAN_FOLDER, None, 0
+    logs, shown, failures = b.out / PLAN_FOLDER, None, 0
     while True:
         try:
             states = task_states(job, logs, len(submissions))
@@ -278,14 +289,14 @@ def grade(
     regrade: bool = False,
 ) -> list[Grade]:
     """Grade the submissions in `paths` as one Slurm job array; write the reports, gradebook.csv
-    and its exports like `batch.grade`. Ctrl-C, SIGTERM, SIGHUP or any error while waiting cancels
-    the array, writes the gradebook of what finished and raises (KeyboardInterrupt, SystemExit
-    with 128 + the signal, or the error)."""
+    and its exports like `batch.grade` (the local route). Ctrl-C, SIGTERM, SIGHUP or any error
+    while waiting cancels the array, writes the gradebook of what finished and raises
+    (KeyboardInterrupt, SystemExit with 128 + the signal, or the error)."""
     why = missing()
     if why:
         raise SlurmError(why)
-    submissions = batch.collect_submissions(paths)
-    todo = batch.to_grade(b, submissions, regrade)
+    submissions = roster.collect_submissions(paths)
+    todo = to_grade(b, submissions, regrade=regrade)
     states: dict[int, str] = {}
     job = ""
     if todo:
@@ -296,14 +307,14 @@ def grade(
                     print(
                         f"Submitted Slurm job {job}: {len(todo)} of {len(submissions)} submissions"
                     )
-                states = wait(b, todo, job, progress)
+                states = wait(b, todo, job, progress=progress)
             except BaseException as exc:
                 # Ctrl-C, SIGTERM/SIGHUP (a closed session), Slurm or any other error: no task of
                 # this array may run on unwatched
-                _cancel_after(exc, b, submissions=submissions, todo=todo, job=job, logs=logs)
+                _cancel_after(exc, b, submissions=submissions, todo=todo, job=job)
                 raise
     grades = _all_grades(b, submissions, todo, states, job)
-    batch.write_gradebooks(b, grades)
+    write_gradebooks(b, grades)
     return grades
 
 
@@ -333,9 +344,9 @@ def _cancel_after(
     submissions: list[Submission],
     todo: list[Submission],
     job: str,
-    logs: Path,
 ) -> None:
     """scancel the array after `exc` stopped `grade`, and write the gradebook of what finished."""
+    logs = b.out / PLAN_FOLDER
     if isinstance(exc, KeyboardInterrupt):
         why = "Ctrl-C"
     elif isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:
@@ -345,7 +356,7 @@ def _cancel_after(
     print(f"Cancelling Slurm job {job} ({why}) ...", file=sys.stderr, flush=True)
     try:
         states = cancel(job, logs, len(todo))
-        batch.write_gradebooks(b, _all_grades(b, submissions, todo, states, job))
+        write_gradebooks(b, _all_grades(b, submissions, todo, states, job))
     except Exception as error:
         print(
             f"Could not confirm that Slurm job {job} ended ({error}): check with squeue, end it "
@@ -359,22 +370,21 @@ def _all_grades(
     b: Batch, submissions: list[Submission], todo: list[Submission], states: dict, job: str
 ) -> list[Grade]:
     ran = {g.student: g for g in collect(b, todo, states, job)}
-    saved = batch.saved_grades(b, submissions)
+    saved = saved_grades(b, submissions)
     return [ran.get(s.student) or saved[s.student] for s in submissions]
 
 
 def run_task(plan: Path, index: int) -> int:
     """Inside a Slurm task: grade submission `index` of the plan and save its grade."""
-    b, submissions = batch.load_plan(plan)
+    b, submissions = load_plan(plan)
     submission = submissions[index]
     base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
     # its own log: tasks on several nodes would write one file over each other
-    checks = batch.start_checks(b, base, f"{batch.PLAN_FOLDER}/checks-{index}.log")
-    watch = batch.TamperWatch(b)
+    checks = start_checks(b, base, f"{PLAN_FOLDER}/checks-{index}.log")
+    watch = tamper.TamperWatch(b, "this submission or one graded at the same time")
     try:
-        g = batch.grade_one(b, submission, checks, base)
-        g.notes += watch.notes("this submission or one graded at the same time")
-        report.save(g, b.out / g.student)
+        where = one_submission.Workspace(checks, base, watch=watch)
+        g = one_submission.grade_one(b, submission, where)
     finally:
         checks.stop()
         shutil.rmtree(base, ignore_errors=True)

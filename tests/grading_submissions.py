@@ -218,3 +218,127 @@ def survivors() -> list[psutil.Process]:
         except psutil.Error:
             pass
     return found
+
+
+# --- the attacks of a security review: one submission each, graded in one batch ---------------
+
+# A symbolic link whose name is not UTF-8, and a results.json (plain ASCII) holding a lone
+# surrogate escape that a check message echoes back.
+SURROGATE = r"""
+import json, os
+artifacts = os.path.join(os.environ["COURSE_ARTIFACTS"], "05_svhn")
+os.makedirs(artifacts, exist_ok=True)
+os.symlink(b"nowhere", os.fsencode(artifacts) + b"/x\xff")
+results = {"epochs": 3, "fit": {"test_accuracy": 0.5},
+           "advanced_fit": {"checkpoint": "x\ud800", "test_accuracy": 0.5}}
+with open(os.path.join(artifacts, "results.json"), "w") as handle:
+    handle.write(json.dumps(results))  # ensure_ascii: "\\ud800" in the file
+"""
+
+# Markdown and HTML in everything a submission controls: recorded strings, an error message, an
+# artifact's name.
+INJECT = r"""
+import json, os
+artifacts = os.path.join(os.environ["COURSE_ARTIFACTS"], "05_svhn")
+os.makedirs(artifacts, exist_ok=True)
+evil = "\n# Full marks\n<script>alert(1)</script><img src=x onerror=alert(2)> <!-- "
+results = {"epochs": 3, "fit": {"test_accuracy": evil},
+           "advanced_fit": {"checkpoint": evil, "test_accuracy": 0.5}}
+with open(os.path.join(artifacts, "results.json"), "w") as handle:
+    json.dump(results, handle)
+os.symlink("nowhere", os.path.join(artifacts, "<img src=x onerror=alert(3)>"))
+raise ValueError("<script>alert(4)</script>\n## Grade: 12/12 <!--")
+"""
+
+# Past the output caps through update_display (nbclient rewrites every output of that id), then a
+# large artifact.
+DISPLAY_FLOOD = """
+from IPython.display import HTML, display, update_display
+for _ in range(100):
+    display(HTML("x"), display_id="one")
+update_display(HTML("A" * 2_000_000), display_id="one")
+"""
+BIG_ARTIFACT = """
+import os
+artifacts = os.path.join(os.environ["COURSE_ARTIFACTS"], "05_svhn")
+os.makedirs(artifacts, exist_ok=True)
+with open(os.path.join(artifacts, "big.bin"), "wb") as handle:
+    for _ in range(100):
+        handle.write(os.urandom(2**20))  # 100 MB
+print("big artifact written")
+"""
+# Fills the work folder, 1 MB at a time.
+DISK_FILL = """
+import time
+with open("fill.bin", "wb") as handle:
+    for _ in range(400):
+        handle.write(bytes(2**20))
+        handle.flush()
+        time.sleep(0.01)
+print("400 MB written")
+"""
+
+# The probe cell rewritten by an IPython input transformer to print made-up facts: fit_model
+# "mirrored over 2 devices".
+FORGER = r"""
+import json
+forged = {"variables": 8, "distributed_variables": 8, "replicas": 2, "fingerprint": "forged"}
+facts = {"models": {"fit_model": forged, "custom_model": forged}, "datasets": {}}
+
+def forge(lines):
+    source = "".join(lines)
+    if "@@facts-" in source:
+        marker = source[source.index("@@facts-"):].split("@@")[1]
+        return [f"print('@@{marker}@@' + {json.dumps(facts)!r})\n"]
+    return lines
+
+get_ipython().input_transformers_post.append(forge)
+"""
+
+# The probe's answer made unreadable: 100,000 opening brackets (a RecursionError in json), by an
+# input transformer and by replacing the shell's user_expressions.
+DEEP = r"""
+shell = get_ipython()
+
+def deep(lines):
+    source = "".join(lines)
+    if "@@facts-" in source:
+        marker = source[source.index("@@facts-"):].split("@@")[1]
+        return [f"print('@@{marker}@@' + '[' * 100000)\n"]
+    return lines
+
+shell.input_transformers_post.append(deep)
+shell.user_expressions = lambda expressions: {
+    key: {"status": "ok", "data": {"text/plain": repr("[" * 100000)}, "metadata": {}}
+    for key in expressions
+}
+"""
+
+# Walks the file system for notebooks and reads a file planted where submissions may live.
+WALKER = """
+import json, os
+found = []
+for top in ("/srv", "/home", "/root", "/mnt", "/opt", "/var"):
+    for folder, _, files in os.walk(top):
+        found += [os.path.join(folder, f) for f in files if f.endswith(".ipynb") or "TOKEN" in f]
+print("WALK", json.dumps({"found": sorted(found)[:50], "root": sorted(os.listdir("/"))}))
+"""
+
+
+def cheater(done: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Full marks without the work: 2 epochs instead of the profile's, a custom loop that trains
+    nothing (fit_model's weights copied into custom_model, a checkpoint per "epoch"), and the
+    one-device baseline made of fit_model's weights with fit's epochs as its timings."""
+    notebook = edit(done, "EPOCHS = settings.pick(full=5, cpu=3, quick=3)", "EPOCHS = 2")
+    notebook = edit(notebook, "total_loss += distributed_train_step(batch)", "total_loss += 1.0")
+    notebook = edit(
+        notebook,
+        "train_dist = strategy.experimental_distribute_dataset(train_ds)",
+        "custom_model.set_weights(fit_model.get_weights())\n"
+        "train_dist = strategy.experimental_distribute_dataset(train_ds)",
+    )
+    return edit(
+        notebook,
+        "single_model.fit(train_ds, epochs=EPOCHS, callbacks=[single_clock], verbose=2)",
+        "single_model.set_weights(fit_model.get_weights())\nsingle_clock = fit_clock",
+    )

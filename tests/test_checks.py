@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 import pytest
 
-from course_tools import checks
+from course_tools import checks, probe
 from course_utils import timing
 
 GLOBAL_BATCH = 128
@@ -33,7 +33,7 @@ def examples():
 
 def facts(**datasets) -> dict:
     """What the grader's probe reads from these pipelines in a student's kernel."""
-    return checks.probe(datasets, models=[], datasets=tuple(datasets))
+    return probe.collect(datasets, models=[], datasets=tuple(datasets))
 
 
 def test_the_courses_pipelines_pass(examples):

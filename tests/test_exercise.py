@@ -206,3 +206,18 @@ def test_cells_after_a_stub_say_which_question_to_answer_first():
     assert len(users) >= 8
     for source in users:
         assert "if name not in globals()" in source and "first: `{missing[0]}`" in source, source
+
+
+def test_the_grader_docstring_examples_run():
+    """The examples in the grader's docstrings that show an output are real doctests."""
+    import doctest
+
+    from course_tools import exercise, report
+
+    for module in (exercise, report):
+        finder = doctest.DocTestFinder(recurse=False)
+        tests = finder.find(module)
+        assert tests, module.__name__
+        for test in tests:
+            result = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE).run(test)
+            assert result.attempted and not result.failed, test.name

@@ -17,7 +17,10 @@ Each copy of the solution must score full marks; after the batch no process a su
 is alive and nothing outside the grades changed. Memory and cell limits, crashes and the artifact
 limits of `checks` are tested on tiny notebooks and files directly.
 
-Run: pytest tests/test_grading.py  (about 3 minutes on 2 cores).
+Then the attacks of a security review, one submission each in a second batch (see the comment
+above them), and the batch-level promise.
+
+Run: pytest tests/test_grading.py  (about 5 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import zipfile
@@ -37,20 +41,29 @@ import nbformat
 import psutil
 import pytest
 from grading_submissions import (
+    BIG_ARTIFACT,
     BOMB,
     CROSS_KERNEL,
     DEAF,
+    DEEP,
+    DISK_FILL,
+    DISPLAY_FLOOD,
     ENV,
     ESCAPE,
     EXERCISE,
     FD_FLOOD,
     FLOOD,
+    FORGER,
+    INJECT,
     ROOT,
     SOLUTION,
+    SURROGATE,
     SURVIVOR,
     SURVIVOR_LOOP,
     TAMPER,
     TOKEN,
+    WALKER,
+    cheater,
     completed_exercise,
     edit,
     fill,
@@ -62,8 +75,19 @@ from grading_submissions import (
 from helpers import require_or_skip
 
 from course_tools import batch as grading_batch
-from course_tools import checks, cli, grading, report, sandbox
-from course_tools.report import Grade
+from course_tools import (
+    checks,
+    cli,
+    exercise,
+    grading,
+    one_submission,
+    plan,
+    report,
+    roster,
+    sandbox,
+    submission,
+)
+from course_tools.report import Grade, escape
 from course_tools.runner import Limits
 
 pytestmark = pytest.mark.slow
@@ -101,8 +125,7 @@ def batch(tmp_path_factory, sandboxed):
         write(
             edit(
                 done,
-                "return tf.nn.compute_average_loss(per_example_loss, "
-                "global_batch_size=GLOBAL_BATCH)",
+                "return tf.nn.compute_average_loss(per_example_loss, global_batch_size=examples)",
                 "return tf.reduce_mean(per_example_loss)",
             ),
             folder / "reduce_mean.ipynb",
@@ -159,7 +182,7 @@ def batch(tmp_path_factory, sandboxed):
 
 
 def _settings() -> dict:
-    settings = grading_batch.Settings(
+    settings = plan.GradingSettings(
         profile=ENV["COURSE_PROFILE"], devices=int(ENV["COURSE_DEVICES"]), data=ENV["COURSE_DATA"]
     )
     return {"settings": settings}
@@ -179,7 +202,7 @@ def test_the_solution_scores_full_marks(batch, student):
     # Others may edit course_utils.
     assert not [note for note in g.notes if "course_utils/" not in note], g.notes
     report = (out / student / "report.md").read_text()
-    assert report.startswith(f"# {student}: 12 / 12") and "to read" in report, (
+    assert report.startswith(f"# {escape(student)}: 12 / 12") and "to read" in report, (
         "the written answer is flagged for reading"
     )
     for name in (
@@ -251,7 +274,7 @@ def test_mistakes_lose_the_points_they_deserve(batch, student, score, failing):
         assert words in failed(g)[title], failed(g)[title]
     assert g.score == score
     report = (out / student / "report.md").read_text()
-    assert all(title in report and "FAILED" in report for title in failing)
+    assert all(escape(title) in report and "FAILED" in report for title in failing)
 
 
 def test_a_file_that_is_not_a_notebook_gets_a_report_and_zero(batch):
@@ -322,7 +345,8 @@ def test_no_network_and_no_writes_outside_the_work_folder(batch):
     assert (report["dns"], report["ip"], report["host"]) == ("blocked",) * 3, report
     for folder in (Path.home(), out, ROOT, Path("/tmp"), Path("/var/tmp")):
         assert not (folder / TOKEN).exists(), f"a submission wrote into {folder}"
-    assert report[str(ROOT)] == "OSError" and report["/var/tmp"] == "OSError", report
+    # read-only, or not in the sandbox at all
+    assert report[str(ROOT)] != "written" and report["/var/tmp"] != "written", report
 
 
 def test_a_print_flood_costs_only_its_cell(batch):
@@ -371,8 +395,11 @@ def test_memory_limit_kills_the_kernel_and_its_children(tmp_path, sandboxed):
         "hog = []\nwhile True:\n    hog.append(bytearray(20 * 2**20))",
         "print('never')",
     )
-    outcome, _, _ = sandbox.run_submission(
-        notebook, tmp_path, {**os.environ, **ENV}, Limits(60, 120, memory_mb=400)
+    outcome, _, _ = submission.run(
+        notebook,
+        tmp_path,
+        {**os.environ, **ENV},
+        submission.RunSetup(Limits(60, 120, memory_mb=400)),
     )
     assert outcome.status == "killed" and "memory limit" in outcome.reason
     assert survivors() == [], "the process the kernel started is gone"
@@ -380,15 +407,15 @@ def test_memory_limit_kills_the_kernel_and_its_children(tmp_path, sandboxed):
 
 def test_an_interrupted_cell_lets_the_next_cells_run_and_a_crash_is_reported(tmp_path, sandboxed):
     loop = notebook_of("while True:\n    pass", "print('next cell ran')")
-    outcome, _, _ = sandbox.run_submission(
-        loop, tmp_path / "loop", {**os.environ, **ENV}, Limits(3, 60)
+    outcome, _, _ = submission.run(
+        loop, tmp_path / "loop", {**os.environ, **ENV}, submission.RunSetup(Limits(3, 60))
     )
     assert outcome.status == "ran" and outcome.timed_out_cells == [0]
     assert "next cell ran" in _outputs(outcome)
     assert any("KeyboardInterrupt" in error for error in outcome.cell_errors)
     crash = notebook_of("import os\nos.kill(os.getpid(), 9)", "print('never')")
-    outcome, _, _ = sandbox.run_submission(
-        crash, tmp_path / "crash", {**os.environ, **ENV}, Limits(30, 60)
+    outcome, _, _ = submission.run(
+        crash, tmp_path / "crash", {**os.environ, **ENV}, submission.RunSetup(Limits(30, 60))
     )
     assert outcome.status == "kernel died" and "kernel died" in outcome.reason
 
@@ -456,14 +483,14 @@ def test_real_data_is_prepared_once_before_the_batch(monkeypatch):
     monkeypatch.setattr(data, "real_data_status", lambda name: (True, "reachable"))
     monkeypatch.setattr(data, "is_prepared", lambda name: bool(prepared))
     monkeypatch.setattr(data, "tfds_builder", lambda name: Builder())
-    assert grading_batch.batch_data("auto") == "tfds" and prepared == [True]
-    assert grading_batch.batch_data("tfds") == "tfds" and prepared == [True]  # once
+    assert plan.batch_data("auto") == "tfds" and prepared == [True]
+    assert plan.batch_data("tfds") == "tfds" and prepared == [True]  # once
     monkeypatch.setattr(data, "real_data_status", lambda name: (False, "offline"))
-    assert grading_batch.batch_data("auto") == "synthetic"
-    assert grading_batch.batch_data("synthetic") == "synthetic"
+    assert plan.batch_data("auto") == "synthetic"
+    assert plan.batch_data("synthetic") == "synthetic"
     prepared.clear()
     with pytest.raises(data.DataUnavailableError, match="COURSE_DATA=tfds needs the real"):
-        grading_batch.batch_data("tfds")
+        plan.batch_data("tfds")
 
 
 def test_the_default_jobs_fit_the_cores_the_devices_and_the_memory(monkeypatch, capsys, tmp_path):
@@ -480,34 +507,96 @@ def test_the_default_jobs_fit_the_cores_the_devices_and_the_memory(monkeypatch, 
     out, err = capsys.readouterr()
     assert "--jobs 4 (8 cores / 2 devices per submission = 4; 10,240 MB free" in out
     assert "missing.ipynb does not exist" in err
+    # macOS has no sched_getaffinity: every core counts
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert grading.default_jobs(devices=2, memory_mb=1024) == (
+        3,
+        "6 cores / 2 devices per submission = 3; 10,240 MB free / 1,024 MB per notebook = 10",
+    )
 
 
-def test_student_names_are_unique_folders_that_spare_the_gradebook(tmp_path):
-    """A student's name is a folder of the grades: never ".", hidden, or one of the grades' own
-    files; a name already taken gets the next free "-N", and a file given twice is graded once."""
-    names = ["..ipynb", ".batch.ipynb", "gradebook.csv.ipynb", "x.ipynb.ipynb", "x.ipynb"]
-    names += ["a.ipynb", "a-2.ipynb"]
-    for name in names:
+def test_student_names_come_from_where_the_instructor_put_the_submissions(tmp_path):
+    """A notebook given by itself or lying in the given folder is named by its file; anything
+    deeper by its folder under the given one, whatever the student called the file. A folder with
+    several notebooks is one submission (graded as "several notebooks"); a name taken twice, or
+    one of the grades' own files, is an error for the instructor, never a silent "-2"."""
+    for name in ["..ipynb", "x.ipynb.ipynb", "carol.ipynb", "alice/bob.ipynb"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("{}")
-    (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "a.ipynb").write_text("{}")
-    (tmp_path / "c").mkdir()
-    (tmp_path / "c" / "a.ipynb").write_text("{}")
-    given = [tmp_path, tmp_path / "a.ipynb", tmp_path / "b" / ".." / "a.ipynb"]
-    found = grading_batch.collect_submissions(given)
-    by_file = {s.path.relative_to(tmp_path).as_posix(): s.student for s in found}
-    assert by_file == {
-        "..ipynb": "submission",
-        ".batch.ipynb": "batch",
-        "a-2.ipynb": "a-2",
-        "a.ipynb": "a",
-        "b/a.ipynb": "a-3",
-        "c/a.ipynb": "a-4",
-        "gradebook.csv.ipynb": "gradebook.csv-2",
-        "x.ipynb": "x",
-        "x.ipynb.ipynb": "x-2",
+    for name in ["bob/05_svhn_exercise.ipynb", "dan/a.ipynb", "dan/deep/b.ipynb"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    given = [tmp_path, tmp_path / "carol.ipynb", tmp_path / "alice" / ".." / "carol.ipynb"]
+    found = roster.collect_submissions(given)
+    by_name = {s.student: s.path.relative_to(tmp_path).as_posix() for s in found}
+    assert by_name == {
+        "submission": "..ipynb",
+        "x": "x.ipynb.ipynb",
+        "carol": "carol.ipynb",
+        "alice": "alice/bob.ipynb",
+        "bob": "bob/05_svhn_exercise.ipynb",
+        "dan": "dan",
     }
-    assert len(found) == len(by_file), "each file once"
+    assert roster.several_notebooks(tmp_path / "dan") == [
+        tmp_path / "dan" / "a.ipynb",
+        tmp_path / "dan" / "deep" / "b.ipynb",
+    ]
+    (tmp_path / "carol").mkdir()
+    (tmp_path / "carol" / "mine.ipynb").write_text("{}")
+    with pytest.raises(ValueError, match="are both the submission of 'carol'"):
+        roster.collect_submissions([tmp_path])
+    (tmp_path / "carol" / "mine.ipynb").unlink()
+    (tmp_path / "carol").rmdir()
+    (tmp_path / "gradebook.csv").mkdir()
+    (tmp_path / "gradebook.csv" / "x.ipynb").write_text("{}")
+    with pytest.raises(ValueError, match="a file of the grades folder"):
+        roster.collect_submissions([tmp_path])
+
+
+def test_course_grade_refuses_one_device_and_a_name_clash_with_exit_2(tmp_path, capsys):
+    """One replica cannot tell a per-replica mean loss from the right one: `course grade` says so
+    (exit 2) instead of giving that mistake its point; a name clash is bad input too."""
+    notebook = write(notebook_of("1"), tmp_path / "a.ipynb")
+    out = tmp_path / "grades"
+    assert cli.main(["grade", str(notebook), f"--out={out}", "--devices=1", "--jobs=1"]) == 2
+    assert "graded on at least 2 simulated devices" in capsys.readouterr().err
+    (tmp_path / "a").mkdir()
+    write(notebook_of("1"), tmp_path / "a" / "mine.ipynb")
+    assert cli.main(["grade", str(tmp_path), f"--out={out}", "--jobs=1"]) == 2
+    assert "are both the submission of 'a'" in capsys.readouterr().err
+
+
+def test_one_submission_failing_to_save_is_its_own_grader_error(tmp_path, monkeypatch):
+    """The batch-level promise: whatever happens while one submission is graded, saved or
+    reported (here its report cannot be written), every other submission is graded and the
+    gradebook and its exports are written."""
+    real = report.write_report
+
+    def failing(g, path):
+        if g.student == "b" and g.status != "grader error":
+            raise OSError("cannot write here")
+        real(g, path)
+
+    monkeypatch.setattr(report, "write_report", failing)
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name in "abc":
+        (folder / f"{name}.ipynb").write_text('{"cells": [')
+    b = plan.Batch(
+        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
+    )
+    b.out.mkdir()
+    monkeypatch.setattr(
+        grading_batch,
+        "start_checks",
+        lambda b, base: type("C", (), {"close": lambda self: None, "stop": lambda self: None})(),
+    )
+    grades = grading_batch.grade_batch(b, [folder], 2, progress=False, regrade=True)
+    statuses = {g.student: g.status for g in grades}
+    assert statuses == {"a": "invalid notebook", "b": "grader error", "c": "invalid notebook"}
+    for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
+        assert all(s in (b.out / name).read_text() for s in "abc"), name
 
 
 def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
@@ -522,7 +611,7 @@ def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
     (work / "artifacts" / "05_svhn").symlink_to(host)
     target = tmp_path / "copied"
     source = work / "artifacts" / "05_svhn"
-    notes = grading_batch._copy_artifacts(source, target, within=work)
+    notes = one_submission.copy_artifacts(source, target, within=work)
     assert notes == ["artifact folder artifacts/05_svhn is a symbolic link: ignored"]
     assert not target.exists()
     source.unlink()
@@ -530,14 +619,14 @@ def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
     (work / "artifacts").symlink_to(work / "real")  # a linked folder higher up
     assert (
         "artifact folder artifacts is a symbolic link"
-        in grading_batch._copy_artifacts(source, target, within=work)[0]
+        in one_submission.copy_artifacts(source, target, within=work)[0]
     )
     (work / "artifacts").unlink()
     (source / "sub").mkdir(parents=True)
     (source / "sub" / "model.keras").write_text("weights")
     (source / "sub" / "file").symlink_to(host / "secret.txt")
     (source / "folder").symlink_to(host / "secrets")
-    notes = grading_batch._copy_artifacts(source, target, within=work)
+    notes = one_submission.copy_artifacts(source, target, within=work)
     assert sorted(notes) == [
         "artifact folder is a symbolic link: ignored",
         "artifact sub/file is a symbolic link: ignored",
@@ -561,11 +650,12 @@ def test_the_sandbox_in_memory_folders_are_capped(tmp_path, sandboxed, monkeypat
     argv = sandbox.wrap(["sh", "-c", script], hidden=[hidden])
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     sizes = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
-    caps = {"/tmp/x": 4, "/dev/shm/x": sandbox.SHM_MB, str(hidden / "x"): sandbox.COVER_MB}
+    caps = {"/tmp/x": 4, "/dev/shm/x": sandbox.SHM_MB}
     for path, cap in caps.items():
         written = int(sizes[path] or 0)
         assert 0 < written <= cap * 2**20, (path, written)
     assert sizes["/dev/x"] == "", "/dev is read-only"
+    assert sizes[str(hidden / "x")] == "", "the hidden folder is not in the sandbox at all"
     assert not (hidden / "x").exists()
 
 
@@ -579,7 +669,8 @@ def test_the_kernel_log_is_capped_and_the_report_says_so(tmp_path, monkeypatch):
         "print('next cell ran')",
     )
     log = tmp_path / "kernel.log"
-    outcome = runner.run_notebook(flood, tmp_path, {**os.environ, **ENV}, log_path=log)
+    options = runner.RunOptions(log_path=log)
+    outcome = runner.run_notebook(flood, tmp_path, {**os.environ, **ENV}, options)
     assert outcome.status == "ran" and "next cell ran" in _outputs(outcome)
     cap = runner.KERNEL_LOG_KB * 1024
     assert outcome.log_dropped >= 20_000_000 - cap
@@ -615,18 +706,18 @@ def test_the_course_solutions_build_and_git_history_are_hidden(sandboxed):
             build.rmdir()
 
 
-def test_the_probe_ignores_checks_the_notebook_replaced(tmp_path, sandboxed):
-    """The probe reloads the checks from the read-only course: a notebook that replaces
-    `checks.probe` in its kernel does not choose the facts (patching TensorFlow or Python itself
-    still could: the README says so)."""
+def test_the_probe_ignores_a_probe_the_notebook_replaced(tmp_path, sandboxed):
+    """The probe reloads itself from the read-only course: a notebook that replaces
+    `probe.collect` in its kernel does not choose the facts (taking over IPython, TensorFlow or
+    Python itself still could: the README says so)."""
     tamper = TAMPER[TAMPER.index("import course_tools.checks") :].split("artifacts =")[0]
-    probe = grading_batch.exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
-    outcome, facts, error = sandbox.run_submission(
-        notebook_of(tamper, "import course_tools.checks as c\nprint(c.probe(1)['models'])"),
+    tamper += "import course_tools.probe as p\np.collect = checks.probe\n"
+    probe = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
+    outcome, facts, error = submission.run(
+        notebook_of(tamper, "import course_tools.probe as c\nprint(c.collect(1)['models'])"),
         tmp_path,
         {**os.environ, **ENV},
-        Limits(60, 120),
-        probe_source=probe,
+        submission.RunSetup(Limits(60, 120), probe_source=probe),
     )
     assert "'replicas': 2, 'fingerprint': 'forged'" in _outputs(outcome), "the patch was made"
     assert error == "" and facts["models"]["fit_model"] is None, facts
@@ -634,9 +725,10 @@ def test_the_probe_ignores_checks_the_notebook_replaced(tmp_path, sandboxed):
 
 @pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
 def test_ctrl_c_or_an_error_stops_the_batch_and_its_running_kernels(tmp_path, monkeypatch, error):
-    """Grading stops at Ctrl-C or an error in the batch: queued submissions never start, the
-    running ones are told to stop (their kernels are killed through `cancel`), and it raises."""
-    from course_tools import processes, report
+    """Grading stops at Ctrl-C or an error of the grader's own (`grade_one` turns anything a
+    submission does into that submission's grade): queued submissions never start, the running
+    ones are told to stop (their kernels are killed through `cancel`), and it raises."""
+    from course_tools import processes
 
     started, cancelled = [], []
 
@@ -647,23 +739,17 @@ def test_ctrl_c_or_an_error_stops_the_batch_and_its_running_kernels(tmp_path, mo
         def stop(self):
             pass
 
-    def fake_grade_one(b, submission, checks, base, cancel):
+    def fake_grade_one(b, submission, where):
         started.append(submission.student)
         if submission.student == "a":
-            return Grade("a", submission.path, "graded", max_score=12)
-        cancelled.append(cancel.wait(30))
-        raise grading_batch.Cancelled("stopped")
-
-    def failing_save(g, folder):
-        raise error("disk full")
+            raise error("disk full")  # Ctrl-C, or a bug of the grader's own outside a submission
+        cancelled.append(where.cancel.wait(30))
+        raise one_submission.Cancelled("stopped")
 
     monkeypatch.setattr(grading_batch, "start_checks", lambda b, base: Checks())
     monkeypatch.setattr(grading_batch, "grade_one", fake_grade_one)
-    monkeypatch.setattr(report, "save", failing_save)
-    b = grading_batch.Batch(
-        tmp_path, SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
-    )
-    submissions = [grading_batch.Submission(n, tmp_path / f"{n}.ipynb") for n in "abcdef"]
+    b = plan.Batch(tmp_path, SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits())
+    submissions = [roster.Submission(n, tmp_path / f"{n}.ipynb") for n in "abcdef"]
     began = time.monotonic()
     with pytest.raises(error, match="disk full"):
         grading_batch.grade_here(b, submissions, jobs=2, progress=False)
@@ -689,8 +775,8 @@ def _saved(b, student: str, status: str, path: Path) -> None:
 def test_grader_failures_are_graded_again_and_make_the_exit_status_1(tmp_path, monkeypatch, capsys):
     """A grader-side failure is no final grade: a re-run tries it again, and `course grade` says
     so with exit status 1 (after writing the gradebook); a low score is not a failure."""
-    b = grading_batch.Batch(
-        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), grading_batch.Settings(), Limits()
+    b = plan.Batch(
+        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), plan.GradingSettings(), Limits()
     )
     submissions = []
     for name, status in [
@@ -700,9 +786,9 @@ def test_grader_failures_are_graded_again_and_make_the_exit_status_1(tmp_path, m
         ("slurm", "task failed"),
     ]:
         path = write(notebook_of(name), tmp_path / f"{name}.ipynb")
-        submissions.append(grading_batch.Submission(name, path))
+        submissions.append(roster.Submission(name, path))
         _saved(b, name, status, path)
-    todo = grading_batch.to_grade(b, submissions, regrade=False)
+    todo = plan.to_grade(b, submissions, regrade=False)
     assert [s.student for s in todo] == ["bug", "slurm"]
 
     bug = {"status": ""}
@@ -717,8 +803,10 @@ def test_grader_failures_are_graded_again_and_make_the_exit_status_1(tmp_path, m
     for status, code in [("grader error", 1), ("could not start", 1), ("kernel died", 0)]:
         bug["status"] = status
         assert cli.main(argv) == code, status
-        err = capsys.readouterr().err
+        captured = capsys.readouterr()
+        err = captured.err
         assert ("grader failed on 1 submission(s) (bug)" in err) == (code == 1), err
+        assert "course grade: grading here, sandboxed (bubblewrap)" in captured.out
     with pytest.raises(SystemExit):
         cli.main(["grade", "--help"])
     assert "Exit status: 0 when every submission got a grade" in capsys.readouterr().out
@@ -737,8 +825,8 @@ def test_the_benchmark_grades_under_the_out_folder(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(
         grading,
         "_prepare",
-        lambda args, out, sandboxed: grading_batch.Batch(
-            Path(out), SOLUTION, b"", grading_batch.Settings(), Limits()
+        lambda args, out, sandboxed: plan.Batch(
+            Path(out), SOLUTION, b"", plan.GradingSettings(), Limits()
         ),
     )
     monkeypatch.setattr(grading, "_grade", fake_grade)
@@ -749,3 +837,219 @@ def test_the_benchmark_grades_under_the_out_folder(tmp_path, monkeypatch, capsys
     assert cli.main(argv) == 0
     assert len(outs) == 3 and all(o.parent == out / grading.BENCHMARK_FOLDER for o in outs), outs
     assert not (out / grading.BENCHMARK_FOLDER).exists()
+
+
+# --- the attacks of a security review, graded in one batch --------------------------------------
+
+# The attacks of a security review of `course grade` (local route), one submission each, graded
+# in one batch from a folder per student placed where submissions often live (/srv), 2 at a time:
+#
+# 1. a non-UTF-8 symbolic link and a lone surrogate in results.json (must not abort the batch);
+# 2. `alice/bob.ipynb` beside `bob/05_svhn_exercise.ipynb` (a student's file name must not take
+#    another student's row);
+# 3. full marks without the work (fewer epochs, a custom loop that trains nothing, one model saved
+#    three times);
+# 4. the probe rewritten by an IPython input transformer (made-up facts);
+# 5. update_display past the output caps, a large artifact;
+# 6. Markdown and HTML injected into the report and the Moodle feedback;
+# 7. an unreadable probe answer (100,000 brackets: RecursionError);
+# 8. a walk of the file system for the other submissions.
+#
+# And the batch-level promise: whatever one submission does, every other one is graded and the
+# gradebook and its exports are written.
+
+
+def _where() -> Path:
+    """Where the submissions live: /srv when it can be written (as on a course server)."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=f"{TOKEN}-", dir="/srv"))
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix=f"{TOKEN}-"))
+
+
+@pytest.fixture(scope="module")
+def attacks(tmp_path_factory):
+    available, detail = sandbox.status()
+    if not available:
+        pytest.skip(f"no grading sandbox: {detail}")
+    where = _where()
+    folder = where / "submissions"
+    out = tmp_path_factory.mktemp("grades")
+    notebooks = {
+        "alice/bob.ipynb": notebook_of("print('alice')"),
+        "bob/05_svhn_exercise.ipynb": notebook_of("print('bob')"),
+        "surrogate/mine.ipynb": notebook_of(SURROGATE, "print('after')"),
+        "inject/mine.ipynb": notebook_of(INJECT),
+        "display/mine.ipynb": notebook_of(DISPLAY_FLOOD, BIG_ARTIFACT),
+        "forger/mine.ipynb": notebook_of(FORGER),
+        "deep/mine.ipynb": notebook_of(DEEP),
+        "walker/mine.ipynb": notebook_of(fill(WALKER, out)),
+        "cheater/05_svhn_exercise.ipynb": cheater(completed_exercise()),
+    }
+    for name, notebook in notebooks.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        write(notebook, folder / name)
+    (where / f"{TOKEN}.txt").write_text("another course's secret")
+    settings = plan.GradingSettings(
+        profile=ENV["COURSE_PROFILE"], devices=int(ENV["COURSE_DEVICES"]), data=ENV["COURSE_DATA"]
+    )
+    try:
+        grades = grading_batch.grade(
+            [folder],
+            out,
+            limits=Limits(cell_timeout=90, timeout=600),
+            jobs=2,
+            progress=False,
+            settings=settings,
+        )
+        error = None
+    except Exception as exc:  # what the batch did before: recorded, every test fails with it
+        grades, error = [], f"{type(exc).__name__}: {exc}"
+    yield {g.student: g for g in grades}, out, error
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def _grades(attacks):
+    grades, out, error = attacks
+    assert error is None, f"the batch stopped: {error}"
+    return grades, out
+
+
+def test_every_submission_is_graded_and_the_exports_are_written(attacks):
+    grades, out = _grades(attacks)
+    expected = {"alice", "bob", "surrogate", "inject", "display", "forger", "deep", "walker"}
+    assert expected | {"cheater"} == set(grades)
+    assert not [g.student for g in grades.values() if g.grader_failed], {
+        g.student: g.reason for g in grades.values()
+    }
+    for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
+        text = (out / name).read_text()
+        assert all(student in text for student in grades), name
+    assert not list(out.rglob("*.tmp")), "no half-written file is left"
+
+
+def test_a_non_utf8_link_and_a_lone_surrogate_are_reported(attacks):
+    grades, out = _grades(attacks)
+    g = grades["surrogate"]
+    assert g.status == "graded", (g.status, g.reason)
+    assert any("symbolic link" in note for note in g.notes), g.notes
+    report = (out / "surrogate" / "report.md").read_text(encoding="utf-8")
+    assert "\\xff" in report or "\\udcff" in report, "the link's name, escaped"
+
+
+def test_a_student_name_comes_from_the_folder_not_the_file_name(attacks):
+    grades, out = _grades(attacks)
+    assert grades["alice"].path.parent.name == "alice"
+    assert grades["bob"].path.parent.name == "bob"
+    assert "bob-2" not in grades
+
+
+def test_full_marks_need_the_work(attacks):
+    """2 epochs instead of the profile's 3 (recorded as 2), a custom loop that trains nothing and
+    a baseline made of fit_model's weights: the points that need that work are lost, each for
+    what the files show (optimizer steps, checkpoints per epoch), whatever results.json says."""
+    grades, out = _grades(attacks)
+    g = grades["cheater"]
+    assert g.status == "graded", g.reason
+    lost = {r.title: r.message for r in g.results if r.earned < r.points}
+    work = {
+        "one ModelCheckpoint per epoch, the last one holding the final weights": "made 32 steps",
+        "the custom loop ran under MirroredStrategy with a checkpoint per epoch": "3 epochs",
+        "a one-device baseline, and verdicts that follow from the runs' own epochs": "0 steps",
+    }
+    for title, words in work.items():
+        assert words in lost.get(title, ""), (title, lost.get(title))
+
+
+def test_models_and_timings_that_are_not_the_runs_own_fail(tmp_path):
+    """The checks behind full marks, on files: three models with the same weights, per-epoch
+    checkpoints that did not change, timings the checkpoints' times contradict."""
+    import json
+    import time
+
+    import keras
+
+    def model():
+        return keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+
+    a = model()
+    b = keras.models.clone_model(a)
+    b.set_weights(a.get_weights())
+    with pytest.raises(checks.CheckError, match="hold the same weights"):
+        checks.assert_models_differ({"fit_model": a, "custom_model": b, "single_model": model()})
+    for epoch in (1, 2):
+        a.save_weights(tmp_path / f"ckpt_{epoch}.weights.h5")
+    files = checks.fit_checkpoints(tmp_path)
+    with pytest.raises(checks.CheckError, match="made None steps"):
+        checks.assert_epochs_trained(files, 2, 5, a, "fit_model")
+    runs = [{"run": name, "rounds": [100.0, 110.0 + i]} for i, name in enumerate("abc")]
+    (tmp_path / "fit_ckpt").mkdir()
+    for epoch in (1, 2, 3):
+        (tmp_path / "fit_ckpt" / f"ckpt_{epoch}.weights.h5").write_text("x")
+        time.sleep(0.6)
+    results = json.loads(json.dumps({"comparison": runs}))
+    with pytest.raises(checks.CheckError, match="checkpoints were written"):
+        checks.assert_timings_consistent(results, tmp_path, 3, epoch_examples=1000)
+    runs[2]["rounds"] = runs[1]["rounds"]
+    with pytest.raises(checks.CheckError, match="very same epochs' timings"):
+        checks.assert_timings_consistent(results | {"comparison": runs}, tmp_path, 3, 1000)
+
+
+def test_an_input_transformer_does_not_forge_the_probe(attacks):
+    grades, out = _grades(attacks)
+    g = grades["forger"]
+    earned = {r.title: r.earned for r in g.results if r.earned}
+    assert g.score == 0, earned
+    assert not [note for note in g.notes if "probe" in note], "the probe ran and found nothing"
+
+
+def test_update_display_and_artifacts_are_capped(attacks):
+    grades, out = _grades(attacks)
+    g = grades["display"]
+    executed = out / "display" / "executed.ipynb"
+    assert executed.stat().st_size < 10 * 2**20, executed.stat().st_size
+    assert any("display" in note for note in g.notes), g.notes
+    assert not (out / "display" / "artifacts" / "big.bin").exists()
+    assert any("artifacts larger than" in note for note in g.notes), g.notes
+
+
+def test_what_a_submission_writes_is_escaped_in_the_report_and_exports(attacks):
+    grades, out = _grades(attacks)
+    report = (out / "inject" / "report.md").read_text()
+    for raw in ("<script", "<img", "<!--", "\n# Full", "\n## Grade"):
+        assert raw not in report, raw
+    headings = [line for line in report.splitlines() if line.startswith("#")]
+    assert all(not line.startswith("# ") for line in headings[1:]), headings
+    with open(out / "moodle.csv") as handle:
+        feedback = {row["Username"]: row["Feedback"] for row in csv.DictReader(handle)}
+    assert "<script" not in feedback["inject"] and "<img" not in feedback["inject"]
+
+
+def test_an_unreadable_probe_answer_is_the_submissions_error(attacks):
+    grades, out = _grades(attacks)
+    g = grades["deep"]
+    assert g.status != "grader error", g.reason
+    assert any("probe" in note for note in g.notes), g.notes
+
+
+def test_other_submissions_and_the_host_are_out_of_sight(attacks):
+    grades, out = _grades(attacks)
+    executed = nbformat.read(out / "walker" / "executed.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
+    line = next(line for line in text.splitlines() if line.startswith("WALK "))
+    seen = json.loads(line[len("WALK ") :])
+    assert not [p for p in seen["found"] if TOKEN in p or "05_svhn" in p], seen["found"]
+    assert "srv" not in seen["root"] and "home" not in seen["root"], seen["root"]
+
+
+def test_the_work_folder_disk_use_is_capped(tmp_path):
+    available, detail = sandbox.status()
+    if not available:
+        pytest.skip(detail)
+    outcome, _, _ = submission.run(
+        notebook_of(DISK_FILL, "print('next')"),
+        tmp_path,
+        {**os.environ, **ENV},
+        submission.RunSetup(Limits(60, 120, disk_mb=64)),
+    )
+    assert outcome.status == "killed" and "disk" in outcome.reason, (outcome.status, outcome.reason)

@@ -1,6 +1,7 @@
 """`course grade --slurm` on a real single-node Slurm (tests/slurm.py) against the local grader.
 
-One batch (a correct, a wrong, a crashing, a hostile and a slow submission; quick profile,
+One batch (a correct, a wrong, a crashing, a hostile, a slow submission, and one whose file
+names and strings cannot be encoded and carry Markdown and HTML; quick profile,
 synthetic data, 2 devices) is graded once here (`batch.grade`, 2 at a time) and once as a Slurm job
 array (2 tasks at a time), where the slow submission's task is killed mid-run: its row says why,
 and the re-run grades only it. Then both gradebooks must be the same but for the seconds, and
@@ -28,7 +29,9 @@ import pytest
 import slurm
 from grading_submissions import (
     ENV,
+    INJECT,
     SOLUTION,
+    SURROGATE,
     SURVIVOR,
     SURVIVOR_LOOP,
     TAMPER,
@@ -41,7 +44,8 @@ from grading_submissions import (
 )
 from helpers import require_or_skip
 
-from course_tools import batch, sandbox, slurm_array
+from course_tools import batch, roster, sandbox, slurm_array
+from course_tools import plan as grading_plan
 from course_tools.runner import Limits
 
 NO_SLURM = slurm.missing_programs()
@@ -154,10 +158,14 @@ def graded(cluster, tmp_path_factory):
         "crashing": notebook_of("import os\nos._exit(3)", "print('never')"),
         "hostile": notebook_of(survivor, fill(TAMPER, remote)),
         "slow": notebook_of(SLOW, "print('woke up')"),
+        # saved by the Slurm task itself (report.save inside grade_one's protection)
+        "unencodable": notebook_of(SURROGATE, INJECT),
     }
     for name, notebook in submissions.items():
         write(notebook, folder / f"{name}.ipynb")
-    settings = batch.Settings(ENV["COURSE_PROFILE"], int(ENV["COURSE_DEVICES"]), ENV["COURSE_DATA"])
+    settings = grading_plan.GradingSettings(
+        ENV["COURSE_PROFILE"], int(ENV["COURSE_DEVICES"]), ENV["COURSE_DATA"]
+    )
     started = time.monotonic()
     with releasing():
         batch.grade([folder], local, settings=settings, limits=LIMITS, jobs=2, progress=False)
@@ -166,7 +174,7 @@ def graded(cluster, tmp_path_factory):
     started = time.monotonic()
     command = course_grade(cluster, str(folder), f"--out={remote}")
     first = subprocess.Popen(command, env=cluster.env, stdout=subprocess.PIPE, text=True)
-    plan = remote / batch.PLAN_FOLDER / "plan.json"
+    plan = remote / grading_plan.PLAN_FOLDER / "plan.json"
     found: list[psutil.Process] = []
 
     def slow_cell_waiting() -> bool:
@@ -193,8 +201,8 @@ def test_a_killed_task_gets_a_row_with_its_reason_and_only_it_is_graded_again(gr
     slow = next(row for row in before if row["student"] == "slow")
     assert slow["status"] == "task failed" and slow["score"] == "0", slow
     assert "killed by signal 9" in slow["notes"] and "run again" in slow["notes"], slow
-    assert len(before) == 5 and all(r["status"] != "task failed" for r in before if r is not slow)
-    assert "Submitted Slurm job" in rerun and "1 of 5 submissions" in rerun, rerun
+    assert len(before) == 6 and all(r["status"] != "task failed" for r in before if r is not slow)
+    assert "Submitted Slurm job" in rerun and "1 of 6 submissions" in rerun, rerun
 
 
 def test_slurm_gives_the_local_gradebook_and_reports(graded):
@@ -206,6 +214,9 @@ def test_slurm_gives_the_local_gradebook_and_reports(graded):
     assert by_student["wrong"]["score"] == "0" and by_student["hostile"]["score"] == "0"
     for student in by_student:
         assert report_lines(remote / student) == report_lines(local / student), student
+    assert by_student["unencodable"]["status"] == "graded"
+    report = (remote / "unencodable" / "report.md").read_text()
+    assert "\\udcff" in report and "<script" not in report and "<!--" not in report
 
 
 def test_nothing_is_left_in_squeue_or_the_process_table(cluster, graded):
@@ -241,7 +252,7 @@ def test_ctrl_c_cancels_the_array_and_leaves_nothing(cluster, tmp_path):
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    plan = out / batch.PLAN_FOLDER / "plan.json"
+    plan = out / grading_plan.PLAN_FOLDER / "plan.json"
     slurm.wait_until(lambda: plan.exists() and task_process(plan), 120, "the task to run")
     proc.send_signal(signal.SIGINT)
     output = proc.communicate(timeout=120)[0]
@@ -255,9 +266,11 @@ def test_ctrl_c_cancels_the_array_and_leaves_nothing(cluster, tmp_path):
 # --- without Slurm: the array's script, the rows of tasks that left no grade ---------------
 
 
-def _batch(out: Path) -> batch.Batch:
+def _batch(out: Path) -> grading_plan.Batch:
     solution = SOLUTION
-    return batch.Batch(out, solution, solution.read_bytes(), batch.Settings(), LIMITS)
+    return grading_plan.Batch(
+        out, solution, solution.read_bytes(), grading_plan.GradingSettings(), LIMITS
+    )
 
 
 def test_the_sbatch_script_passes_the_options_and_records_each_exit_code(tmp_path):
@@ -275,9 +288,9 @@ def test_the_sbatch_script_passes_the_options_and_records_each_exit_code(tmp_pat
 
 def test_a_task_without_a_grade_gets_a_row_saying_why(tmp_path):
     b = _batch(tmp_path)
-    submissions = [batch.Submission(n, tmp_path / f"{n}.ipynb") for n in "abcd"]
-    (tmp_path / batch.PLAN_FOLDER).mkdir()
-    (tmp_path / batch.PLAN_FOLDER / "exit-2").write_text("137\n")
+    submissions = [roster.Submission(n, tmp_path / f"{n}.ipynb") for n in "abcd"]
+    (tmp_path / grading_plan.PLAN_FOLDER).mkdir()
+    (tmp_path / grading_plan.PLAN_FOLDER / "exit-2").write_text("137\n")
     states = {0: "TIMEOUT", 1: "CANCELLED", 2: "FAILED", 3: "UNKNOWN"}
     grades = slurm_array.collect(b, submissions, states, "42")
     assert [g.status for g in grades] == ["task timed out", "task cancelled"] + ["task failed"] * 2
@@ -286,7 +299,7 @@ def test_a_task_without_a_grade_gets_a_row_saying_why(tmp_path):
     assert (tmp_path / "a" / "report.md").exists() and not (tmp_path / "a" / "result.json").exists()
 
 
-def _fake_array(monkeypatch, tmp_path, wait) -> tuple[batch.Batch, list, list]:
+def _fake_array(monkeypatch, tmp_path, wait) -> tuple[grading_plan.Batch, list, list]:
     """A batch of two notebooks whose array `submit`, `wait` (the given function) and `cancel`
     are fakes; (the batch, the submissions folder, the jobs cancelled)."""
     b = _batch(tmp_path / "grades")
@@ -295,7 +308,7 @@ def _fake_array(monkeypatch, tmp_path, wait) -> tuple[batch.Batch, list, list]:
     for name in ("a", "b"):
         write(notebook_of("print(1)"), folder / f"{name}.ipynb")
     cancelled = []
-    logs = b.out / batch.PLAN_FOLDER
+    logs = b.out / grading_plan.PLAN_FOLDER
 
     def fake_cancel(job, logs, count, timeout=120):
         cancelled.append(job)
@@ -308,16 +321,16 @@ def _fake_array(monkeypatch, tmp_path, wait) -> tuple[batch.Batch, list, list]:
     return b, [folder], cancelled
 
 
-def _sigterm_myself(*args):
+def _sigterm_myself(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)
 
 
-def _slurm_fails(*args):
+def _slurm_fails(*args, **kwargs):
     raise slurm_array.SlurmError("squeue failed: slurmctld is down")
 
 
-def _ctrl_c(*args):
+def _ctrl_c(*args, **kwargs):
     raise KeyboardInterrupt
 
 
@@ -362,9 +375,9 @@ def test_the_logs_folder_may_hold_spaces_and_percent_signs(tmp_path, monkeypatch
     commands = []
     done = subprocess.CompletedProcess([], 0, "42\n", "")
     monkeypatch.setattr(slurm_array, "_slurm", lambda *command: commands.append(command) or done)
-    submissions = [batch.Submission("a", tmp_path / "a.ipynb")]
+    submissions = [roster.Submission("a", tmp_path / "a.ipynb")]
     assert slurm_array.submit(b, submissions, slurm_array.SlurmOptions())[0] == "42"
     ((sbatch, parsable, output, script),) = commands
-    logs = tmp_path / "grades 100%" / batch.PLAN_FOLDER
-    assert output == f"--output={tmp_path}/grades 100%%/{batch.PLAN_FOLDER}/slurm-%A_%a.out"
+    logs = tmp_path / "grades 100%" / grading_plan.PLAN_FOLDER
+    assert output == f"--output={tmp_path}/grades 100%%/{grading_plan.PLAN_FOLDER}/slurm-%A_%a.out"
     assert script == str(logs / "grade.sbatch") and "--output" not in Path(script).read_text()

@@ -1,0 +1,246 @@
+"""The grader's core plan, shared by both routes (here: `batch`; Slurm: `slurm_array`): what a batch
+is fixed to (solution, hidden tests, settings, limits, grades folder), how it is prepared and saved
+for Slurm tasks, its check process, which submissions still need a grade, and the gradebooks.
+
+One submission is graded by `one_submission.grade_one`, whichever route calls it.
+
+Example:
+
+    from course_tools import plan
+    b = plan.prepare("grades", solution, plan.GradingSettings(devices=2), Limits())
+    todo = plan.to_grade(b, roster.collect_submissions(["submissions/"]), regrade=False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import nbformat
+
+from course_tools import exercise, report, sandbox
+from course_tools.checker import CheckProcess
+from course_tools.checks import DATASET
+from course_tools.paths import PACKAGE_ROOT
+from course_tools.report import Grade
+from course_tools.roster import Submission, several_notebooks
+from course_tools.runner import Limits
+from course_utils import data as course_data
+
+#: The SVHN exercise's solution notebook (under the course root), where the hidden tests come from.
+DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
+#: Extra seconds the hidden tests of one submission may take (loading models, evaluating them).
+CHECK_TIMEOUT_S = 300
+#: Where a batch keeps its plan (for Slurm tasks) under the grades folder.
+#: Where a batch keeps its plan (for Slurm tasks) under the grades folder.
+PLAN_FOLDER = ".batch"
+#: Files and folders of the grades folder itself, never a student's name (compared ignoring case).
+
+#: The installed course package, watched for changes while submissions run unsandboxed.
+PACKAGE = PACKAGE_ROOT / "course_utils"
+
+
+@dataclass(frozen=True)
+class GradingSettings:
+    """The COURSE_* settings every submission of a batch runs with (and the checks use)."""
+
+    profile: str = "quick"
+    devices: int = 2
+    # "auto" is decided once per batch (`batch_data`): "tfds" or "synthetic"
+    data: str = "auto"
+
+    def env(self) -> dict[str, str]:
+        pythonpath = os.pathsep.join(
+            filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])
+        )
+        return {
+            "COURSE_PROFILE": self.profile,
+            "COURSE_DEVICES": str(self.devices),
+            "COURSE_DATA": self.data,
+            "PYTHONPATH": pythonpath,
+        }
+
+
+@dataclass
+class Batch:
+    """Everything fixed for a whole batch: where grades go, the hidden tests, settings, limits."""
+
+    out: Path
+    solution_path: Path
+    solution_bytes: bytes
+    settings: GradingSettings
+    limits: Limits
+    sandboxed: bool = True
+    assignment: str = "05_svhn"
+
+    @cached_property
+    def solution(self) -> nbformat.NotebookNode:
+        return nbformat.reads(self.solution_bytes.decode("utf-8"), as_version=4)
+
+    @cached_property
+    def parts(self) -> exercise.SolutionParts:
+        return exercise.parse_solution(self.solution)
+
+    @cached_property
+    def handed_out(self) -> nbformat.NotebookNode:
+        """The exercise as handed out (to recognise an unchanged submission)."""
+        return exercise.make_exercise(self.solution)
+
+    @property
+    def questions(self) -> list[str]:
+        parts = self.parts
+        return sorted({t.question for t in parts.tests} | {a.question for a in parts.answers})
+
+    def key(self, path: Path) -> str:
+        """What a grade depends on: the submission, the solution, the settings and the limits."""
+        digest = hashlib.sha256()
+        for file in several_notebooks(path) or [Path(path)]:
+            digest.update(file.read_bytes() if file.is_file() else b"")
+        digest.update(self.solution_bytes)
+        settings = [dataclasses.asdict(self.settings), dataclasses.asdict(self.limits)]
+        digest.update(json.dumps([*settings, self.sandboxed], sort_keys=True).encode())
+        return digest.hexdigest()
+
+    def save_plan(self, submissions: list[Submission]) -> Path:
+        """Write the batch (with a copy of the solution) where a Slurm task reads it back."""
+        folder = self.out / PLAN_FOLDER
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "solution.ipynb").write_bytes(self.solution_bytes)
+        plan = {
+            "out": str(self.out),
+            "solution_path": str(self.solution_path),
+            "settings": dataclasses.asdict(self.settings),
+            "limits": dataclasses.asdict(self.limits),
+            "sandboxed": self.sandboxed,
+            "assignment": self.assignment,
+            "submissions": [[s.student, str(s.path)] for s in submissions],
+        }
+        (folder / "plan.json").write_text(json.dumps(plan, indent=1))
+        return folder / "plan.json"
+
+
+def load_plan(path: Path) -> tuple[Batch, list[Submission]]:
+    """The batch and submissions `Batch.save_plan` wrote."""
+    plan = json.loads(Path(path).read_text())
+    batch = Batch(
+        out=Path(plan["out"]),
+        solution_path=Path(plan["solution_path"]),
+        solution_bytes=(Path(path).parent / "solution.ipynb").read_bytes(),
+        settings=GradingSettings(**plan["settings"]),
+        limits=Limits(**plan["limits"]),
+        sandboxed=plan["sandboxed"],
+        assignment=plan["assignment"],
+    )
+    return batch, [Submission(name, Path(p)) for name, p in plan["submissions"]]
+
+
+def batch_data(data: str) -> str:
+    """The COURSE_DATA of every kernel and check of a batch ("tfds" or "synthetic"), decided once.
+
+    Real data is prepared here, before the batch starts: sandboxed kernels have no network, and
+    kernels running side by side must not each download it into the same folder. Raises
+    `DataUnavailableError` (saying what to do) when "tfds" is asked for and cannot be had.
+    """
+    if data == "auto":
+        data = "tfds" if course_data.real_data_status(DATASET)[0] else "synthetic"
+    if data == "tfds" and not course_data.is_prepared(DATASET):
+        # the clear error when it cannot be had
+        course_data.use_real_data(DATASET, "tfds")
+        builder = course_data.tfds_builder(DATASET)
+        print(f"Preparing {DATASET} once for the whole batch, into {builder.data_dir} ...")
+        builder.download_and_prepare()
+    return data
+
+
+#: Fewer simulated devices than this cannot tell a loss averaged over each replica's own examples
+#: from one scaled by the global batch (with one replica they are the same number).
+MIN_DEVICES = 2
+
+
+def prepare(
+    out: str | os.PathLike,
+    solution: Path,
+    settings: GradingSettings,
+    limits: Limits,
+    *,
+    sandboxed: bool = True,
+) -> Batch:
+    """Read the solution's hidden tests and make `out`; ValueError when it has none, or when
+    `settings` simulate fewer than `MIN_DEVICES` devices."""
+    if settings.devices < MIN_DEVICES:
+        raise ValueError(
+            f"--devices {settings.devices}: the exercise is graded on at least {MIN_DEVICES} "
+            "simulated devices (with one replica a loss averaged per replica, the classic "
+            "mistake, gives the right number and would earn its point): use "
+            f"--devices {MIN_DEVICES} or more"
+        )
+    if sandboxed:
+        sandbox.require()
+    solution_path = Path(solution).resolve()
+    batch = Batch(
+        out=Path(out).resolve(),
+        solution_path=solution_path,
+        solution_bytes=solution_path.read_bytes(),
+        settings=dataclasses.replace(settings, data=batch_data(settings.data)),
+        limits=limits,
+        sandboxed=sandboxed,
+        assignment=solution_path.stem.removesuffix("_solution"),
+    )
+    if not batch.parts.tests:
+        raise ValueError(f"{solution_path} has no HIDDEN TESTS cells: nothing to grade with")
+    batch.out.mkdir(parents=True, exist_ok=True)
+    return batch
+
+
+def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> CheckProcess:
+    """The batch's check process, sandboxed: it reads the grades, never the work folders. Its
+    log is `log_name` in the grades folder (a path under it: one per Slurm task)."""
+    env = {**os.environ, **batch.settings.env()}
+    wrap = None
+    if batch.sandboxed:
+        env = sandbox.kernel_env(env, home=Path("/tmp"))
+
+        def wrap(argv: list[str]) -> list[str]:
+            return sandbox.wrap(
+                argv,
+                read_only=[batch.out],
+                hidden=[base, batch.solution_path],
+                cwd=batch.out,
+            )
+
+    log = batch.out / log_name
+    checks = CheckProcess(env, batch.out, log, batch.limits.memory_mb, wrap)
+    checks.start()
+    return checks
+
+
+def to_grade(batch: Batch, submissions: list[Submission], *, regrade: bool) -> list[Submission]:
+    """The submissions without a saved grade for their current notebook and settings, or whose
+    saved grade is a grader failure (`Grade.grader_failed`: tried again)."""
+    if regrade:
+        return list(submissions)
+    return [
+        s
+        for s in submissions
+        if (saved := report.load(batch.out / s.student)) is None
+        or saved.key != batch.key(s.path)
+        or saved.grader_failed
+    ]
+
+
+def write_gradebooks(batch: Batch, grades: list[Grade]) -> None:
+    """gradebook.csv, and its Canvas and Moodle import files, in `batch.out`."""
+    report.write_gradebook(grades, batch.out / "gradebook.csv", batch.questions)
+    report.write_canvas(grades, batch.out / "canvas.csv", batch.assignment)
+    report.write_moodle(grades, batch.out / "moodle.csv", batch.assignment)
+
+
+def saved_grades(batch: Batch, submissions: list[Submission]) -> dict[str, Grade]:
+    """The grades saved in `batch.out` for these submissions, by student."""
+    found = {s.student: report.load(batch.out / s.student) for s in submissions}
+    return {student: g for student, g in found.items() if g is not None}

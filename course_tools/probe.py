@@ -1,0 +1,128 @@
+"""The hidden probe: facts about the objects a notebook left in memory, collected in the student's
+kernel (the solution's HIDDEN PROBE cell calls `collect`; `course_tools.submission` runs it).
+
+It runs in the submission's own Python, after its code: what it finds is what an honest run left
+in memory, and a notebook that takes over its kernel can make it say anything (see
+`course_tools.submission`). The assertions on these facts run elsewhere, in the check process
+(`course_tools.checks`), which never runs student code.
+
+Example (the probe cell):
+
+    from course_tools import probe
+    FACTS = probe.collect(globals(), models=["fit_model"], datasets=("train_ds",))
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import keras
+
+
+def fingerprint(model: keras.Model) -> str:
+    """A hash of a Keras model's weights (same weights, same hash; mirrored variables included)."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for variable in model.weights:
+        array = np.asarray(variable.numpy())
+        digest.update(str(array.shape).encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def checksum(labels: list, *, in_order: bool = True) -> str:
+    values = labels if in_order else sorted(labels)
+    return hashlib.sha256(",".join(map(str, values)).encode()).hexdigest()[:16]
+
+
+def pipeline_facts(dataset: Any) -> dict:
+    """What two passes over a pipeline of (images, labels) batches yield: the batch sizes, and a
+    checksum of the labels in the order they came and sorted (the same examples in any order)."""
+    passes = []
+    for _ in range(2):
+        sizes, labels, batches = [], [], []
+        for _, batch_labels in dataset:
+            values = [int(label) for label in batch_labels.numpy().reshape(-1)]
+            sizes.append(len(values))
+            labels += values
+            batches.append(checksum(values, in_order=False))
+        passes.append(
+            {
+                "batch_sizes": sizes,
+                "in_order": checksum(labels),
+                "sorted": checksum(labels, in_order=False),
+                "batches": checksum(batches, in_order=False),  # which examples go together
+            }
+        )
+    return {"passes": passes}
+
+
+def collect(
+    namespace: dict,
+    models: list[str],
+    datasets: tuple[str, ...] = (),
+    loss: tuple[str, str, str] | None = None,
+) -> dict:
+    """Facts about the models and input pipelines in a kernel's memory (run by the HIDDEN PROBE
+    cell, in the student's kernel); loss: (loss function, strategy, global batch) names for
+    `loss_ratios`, whose answer (or error) goes under "loss"."""
+    from course_utils.quiet import import_tensorflow
+
+    tf = import_tensorflow()
+    facts: dict = {"models": {}, "datasets": {}}
+    for name in datasets:
+        dataset = namespace.get(name)
+        try:
+            facts["datasets"][name] = pipeline_facts(dataset)
+        except Exception as exc:  # noqa: BLE001 - anything the student's pipeline raises
+            facts["datasets"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    for name in models:
+        model = namespace.get(name)
+        if not hasattr(model, "weights"):
+            facts["models"][name] = None
+            continue
+        values = [getattr(v, "value", v) for v in model.weights]
+        mirrored = [v for v in values if isinstance(v, tf.distribute.DistributedValues)]
+        facts["models"][name] = {
+            "variables": len(values),
+            "distributed_variables": len(mirrored),
+            "replicas": min((len(v.values) for v in mirrored), default=1),
+            "fingerprint": fingerprint(model),
+        }
+    if loss is not None:
+        try:
+            facts["loss"] = {"ratios": loss_ratios(namespace, *loss)}
+        except Exception as exc:  # noqa: BLE001 - anything the student's function raises
+            facts["loss"] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    return facts
+
+
+def loss_ratios(namespace: dict, loss: str, strategy: str, global_batch: str) -> list[float]:
+    """What the notebook's loss function `loss` gives, summed over the replicas of its
+    `strategy`, on a full global batch and on a short one (half of it, plus one) of all-zero
+    logits, divided by their true mean loss (log 10): [1.0, 1.0] when each replica's loss is
+    scaled by the examples of the whole step."""
+    import math
+
+    from course_utils.quiet import import_tensorflow
+
+    tf = import_tensorflow()
+    function, distribute = namespace[loss], namespace[strategy]
+    size = int(namespace[global_batch])
+
+    def replica_loss(labels):
+        return function(labels, tf.zeros((tf.shape(labels)[0], 10)))
+
+    @tf.function
+    def summed(batch):
+        return distribute.reduce("SUM", distribute.run(replica_loss, args=(batch,)), axis=None)
+
+    ratios = []
+    for count in (size, size // 2 + 1):
+        labels = tf.data.Dataset.from_tensor_slices(tf.zeros(count, tf.int64)).batch(count)
+        batch = next(iter(distribute.experimental_distribute_dataset(labels)))
+        ratios.append(float(summed(batch)) / math.log(10))
+    return ratios
