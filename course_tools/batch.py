@@ -96,7 +96,9 @@ def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progre
         shutil.rmtree(base, ignore_errors=True)
 
 
-def grade(
+# PLR0913: one keyword-only option per `course grade` flag, each with its default (limits and
+# settings are already one value each); a further options object would only rename the flags.
+def grade(  # noqa: PLR0913
     paths: list[str | os.PathLike],
     out: str | os.PathLike = "grades",
     *,

@@ -16,11 +16,13 @@ interleaved rounds, medians):
 Every configuration trains the same CNN on the same data with the same GLOBAL batch (per-replica
 batch x n) for the same number of steps. Each comparison is judged by `timing.compare`'s noise rule.
 
-Example:
+Example (a minute or more: one process per replica count):
+
     $ course bench --quick --output bench.json
-    >>> from course_tools import bench
-    >>> report = bench.run_benchmark(bench.QUICK, devices=2)   # spawns one process per count
-    >>> print(bench.report_text(report))
+
+    from course_tools import bench
+    report = bench.run_benchmark(bench.QUICK, devices=2)
+    print(bench.report_text(report))
 """
 
 from __future__ import annotations
@@ -198,7 +200,7 @@ def machine_figures(code: dict, mirrored, sizes: Sizes) -> dict:
     }
 
 
-def measure_here(replicas: int, sizes: Sizes, machine: bool = False) -> dict:
+def measure_here(replicas: int, sizes: Sizes, *, machine: bool = False) -> dict:
     """Measure the four configurations for `replicas` replicas in THIS process (call it once);
     with `machine`, this machine's roofline figures too. Returns {"results": [...], "machine"}."""
     if sizes.steps % sizes.steps_per_call:
@@ -223,7 +225,7 @@ def measure_here(replicas: int, sizes: Sizes, machine: bool = False) -> dict:
 
 
 def measure_in_fresh_process(
-    replicas: int, devices: int, sizes: Sizes, machine: bool = False
+    replicas: int, devices: int, sizes: Sizes, *, machine: bool = False
 ) -> tuple[list[timing.RunResult], dict | None]:
     """Run `measure_here(replicas, sizes, machine)` in a new Python process with `devices`
     devices; return its runs and (with `machine`) this machine's roofline figures."""
@@ -298,7 +300,7 @@ def target_rows(verdicts: dict) -> list[dict]:
     ]
 
 
-def run_benchmark(sizes: Sizes = FULL, devices: int = 2, verbose: bool = True) -> dict:
+def run_benchmark(sizes: Sizes = FULL, devices: int = 2, *, verbose: bool = True) -> dict:
     """Measure 1 and `devices` replicas, each in a fresh process; return a JSON-ready report."""
     results_by_replicas, machine = {}, None
     for n in sorted({1, devices}):

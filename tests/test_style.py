@@ -37,20 +37,7 @@ def _modules_with_examples() -> list[str]:
     return names
 
 
-#: Modules whose examples (with outputs invented or not run) other work in progress rewrites, the
-#: grader's and the benchmark's: they join the run when it is merged, and this set goes.
-NOT_YET_RUN = {
-    "course_tools.batch",
-    "course_tools.bench",
-    "course_tools.checker",
-    "course_tools.checks",
-    "course_tools.grading",
-    "course_tools.runner",
-    "course_tools.slurm_array",
-}
-
-
-@pytest.mark.parametrize("name", [n for n in _modules_with_examples() if n not in NOT_YET_RUN])
+@pytest.mark.parametrize("name", _modules_with_examples())
 def test_every_docstring_example_runs_and_prints_what_it_shows(name):
     """A `>>>` example is a doctest, run here: what it shows is what it prints. Code that cannot
     run on its own (a notebook's variables, a cluster, a download) is written without prompts."""
