@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from course_tools import exercise, report, submission
+from course_tools import colab, exercise, report, submission
 from course_tools.checker import CheckProcess, CheckVerdict
 from course_tools.checks import ARTIFACTS_NAME
 from course_tools.plan import CHECK_TIMEOUT_S, Batch
@@ -32,8 +32,17 @@ ARTIFACTS_MB = 64
 
 
 def _same_code(a, b) -> bool:
+    """The same code cells, the Colab install cell aside (the solution's also installs the
+    tools for its hidden tests; the exercise's installs only the student package)."""
+
     def code(nb) -> list[str]:
-        return [c.source.strip() for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+        return [
+            c.source.strip()
+            for c in nb.cells
+            if c.cell_type == "code"
+            and c.source.strip()
+            and not c.source.startswith(colab.INSTALL_MARK)
+        ]
 
     return code(a) == code(b)
 
