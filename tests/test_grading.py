@@ -871,7 +871,7 @@ def _where() -> Path:
 def attacks(tmp_path_factory):
     available, detail = sandbox.status()
     if not available:
-        pytest.skip(f"no grading sandbox: {detail}")
+        require_or_skip("sandbox", f"no grading sandbox: {detail}")
     where = _where()
     folder = where / "submissions"
     out = tmp_path_factory.mktemp("grades")
@@ -1045,7 +1045,7 @@ def test_other_submissions_and_the_host_are_out_of_sight(attacks):
 def test_the_work_folder_disk_use_is_capped(tmp_path):
     available, detail = sandbox.status()
     if not available:
-        pytest.skip(detail)
+        require_or_skip("sandbox", detail)
     outcome, _, _ = submission.run(
         notebook_of(DISK_FILL, "print('next')"),
         tmp_path,

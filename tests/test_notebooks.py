@@ -62,6 +62,7 @@ BROWSER_RUNS_INSTEAD = {
     ("01_keras_fit_mnist", 4),
     ("02_custom_loop_fashion_mnist", 4),
     ("03_single_vs_distributed", 2),
+    ("03b_where_time_goes", 3),
     ("05_svhn_solution", 2),
     ("05_svhn_exercise", 2),
 }
