@@ -30,7 +30,6 @@ from course_tools.paths import PACKAGE_ROOT
 from course_tools.report import Grade
 from course_tools.roster import Submission, several_notebooks
 from course_tools.runner import Limits
-from course_utils import data as course_data
 
 #: The SVHN exercise's solution notebook (under the course root), where the hidden tests come from.
 DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
@@ -146,6 +145,12 @@ def batch_data(data: str) -> str:
     kernels running side by side must not each download it into the same folder. Raises
     `DataUnavailableError` (saying what to do) when "tfds" is asked for and cannot be had.
     """
+    if data == "synthetic":
+        return data
+    # Imported here: it imports TensorFlow, which a batch on synthetic data, and every Slurm
+    # task (the plan's data is decided already), need not load.
+    from course_utils import data as course_data
+
     if data == "auto":
         data = "tfds" if course_data.real_data_status(DATASET)[0] else "synthetic"
     if data == "tfds" and not course_data.is_prepared(DATASET):

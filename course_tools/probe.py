@@ -15,6 +15,7 @@ Example (the probe cell):
 from __future__ import annotations
 
 import hashlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -68,10 +69,12 @@ def collect(
 ) -> dict:
     """Facts about the models and input pipelines in a kernel's memory (run by the HIDDEN PROBE
     cell, in the student's kernel); loss: (loss function, strategy, global batch) names for
-    `loss_ratios`, whose answer (or error) goes under "loss"."""
-    from course_utils.quiet import import_tensorflow
+    `loss_ratios`, whose answer (or error) goes under "loss".
 
-    tf = import_tensorflow()
+    TensorFlow is not imported here: a notebook that never imported it holds no mirrored
+    variable, and importing it only to say so would cost every such kernel seconds of start-up.
+    """
+    tf = sys.modules.get("tensorflow")
     facts: dict = {"models": {}, "datasets": {}}
     for name in datasets:
         dataset = namespace.get(name)
@@ -85,7 +88,9 @@ def collect(
             facts["models"][name] = None
             continue
         values = [getattr(v, "value", v) for v in model.weights]
-        mirrored = [v for v in values if isinstance(v, tf.distribute.DistributedValues)]
+        mirrored = [
+            v for v in values if tf is not None and isinstance(v, tf.distribute.DistributedValues)
+        ]
         facts["models"][name] = {
             "variables": len(values),
             "distributed_variables": len(mirrored),
@@ -107,11 +112,12 @@ def loss_ratios(namespace: dict, loss: str, strategy: str, global_batch: str) ->
     scaled by the examples of the whole step."""
     import math
 
+    function, distribute = namespace[loss], namespace[strategy]  # KeyError: not defined
+    size = int(namespace[global_batch])
+
     from course_utils.quiet import import_tensorflow
 
     tf = import_tensorflow()
-    function, distribute = namespace[loss], namespace[strategy]
-    size = int(namespace[global_batch])
 
     def replica_loss(labels):
         return function(labels, tf.zeros((tf.shape(labels)[0], 10)))

@@ -56,6 +56,9 @@ DEVICES = 3
 #: time goes to one notebook after another here, so a notebook whose kernel only starts worker
 #: processes and reads their logs is run once, under nbval.
 NOT_IN_THE_BROWSER = {
+    "04_multi_worker": "every worker is a process of its own; the kernel writes their scripts, "
+    "starts them and reads their logs (no plot), which nbval checks as well: its one run is "
+    "tests/test_slurm.py's, with a Slurm cluster up",
     "appendix_a_parameter_server_and_backup": "every task is a process of its own; the kernel "
     "starts them and reads their logs, which nbval checks as well",
 }

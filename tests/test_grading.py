@@ -7,15 +7,16 @@ two at a time (jobs=2), in the sandbox, 2 simulated devices, quick profile, synt
   files and sends them code; tampering with the installed package, the solution and the grader's
   checks (plus made-up results and "PASSED"); network access and writes outside the work folder;
   a print flood (into the notebook, and into the kernel's own stdout/stderr); an archive bomb and
-  symbolic links as artifacts; a cell that ignores interrupts;
+  symbolic links as artifacts;
 - the completed solution (twice: early, while the hostile ones run, and last), four mistakes in
   three notebooks (reduce_mean loss; global batch = per-replica batch; no strategy scope together
   with the advanced part missing, whose points do not overlap),
   the untouched exercise and a file that is not JSON.
 
 Each copy of the solution must score full marks; after the batch no process a submission started
-is alive and nothing outside the grades changed. Memory and cell limits, crashes and the artifact
-limits of `checks` are tested on tiny notebooks and files directly.
+is alive and nothing outside the grades changed. Memory and cell limits (a cell that ignores
+interrupts too), crashes and the artifact limits of `checks` are tested on tiny notebooks and files
+directly.
 
 Then the attacks of a security review, one submission each in a second batch (see the comment
 above them), and the batch-level promise.
@@ -118,7 +119,6 @@ def batch(tmp_path_factory, sandboxed):
         "escape": notebook_of(fill(ESCAPE, out).replace("HOST_PORT", str(host_port))),
         "flood": notebook_of(FLOOD, FD_FLOOD, "print('after the flood')"),
         "bomb": notebook_of(BOMB),
-        "deaf": notebook_of(DEAF, "print('never')"),
     }
     paths = [write(notebook, folder / f"{name}.ipynb") for name, notebook in first.items()]
     paths += [
@@ -376,13 +376,21 @@ def test_an_archive_bomb_and_links_fail_their_own_checks(batch):
     assert "artifact everything is a symbolic link: ignored" in g.notes, g.notes
 
 
-def test_a_cell_that_ignores_interrupts_gets_the_kernel_killed(batch):
-    grades, out, _ = batch
-    g = grades["deaf"]
+def test_a_cell_that_ignores_interrupts_gets_the_kernel_killed(tmp_path, sandboxed):
+    # Its own batch with a short cell limit: in the main batch it would hold a job slot for the
+    # whole 90 s limit the solution's cells need.
+    deaf = write(notebook_of(DEAF, "print('never')"), tmp_path / "deaf.ipynb")
+    (g,) = grading_batch.grade(
+        [deaf],
+        tmp_path / "grades",
+        limits=Limits(cell_timeout=3, timeout=120),
+        progress=False,
+        **_settings(),
+    )
     assert g.status == "killed", (g.status, g.reason)
     assert "cell 0 ignored the interrupt" in g.reason
-    assert "ignored the interrupt" in (out / "deaf" / "report.md").read_text()
-    assert g.run_seconds < 90 + 60, "it did not wait for the notebook limit"
+    assert "ignored the interrupt" in (tmp_path / "grades" / "deaf" / "report.md").read_text()
+    assert g.run_seconds < 60, "it did not wait for the notebook limit"
 
 
 # --- limits on tiny notebooks, and the checks' artifact limits ---------------------------------
