@@ -43,7 +43,7 @@ def python_subprocess():
 #: The longest work first (measured with `make test ARGS=--durations=25`), so that the two
 #: pytest-xdist workers finish together. A scheduling hint only: any order gives the same results.
 LONGEST_FIRST = (
-    "test_browser.py",  # every notebook in JupyterLab, one after the other
+    "test_browser.py",  # the notebooks in JupyterLab, one after the other
     "test_slurm.py",  # notebook 4 under nbval, with a Slurm cluster up
     "test_grading.py",
     "test_slurm_grading.py",

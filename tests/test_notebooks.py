@@ -54,10 +54,10 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     "05_svhn_exercise": (2,),
 }
 #: Runs that tests/test_browser.py makes instead when the session runs it and it can (Chromium
-#: and Playwright present): it runs every notebook in JupyterLab with 3 devices (more replicas
-#: than cores, as 4 does) and checks the same (no error outside `raises-exception` cells, the
-#: artifacts, the conclusions) and more. Otherwise they run here, so that no notebook goes
-#: unchecked.
+#: and Playwright present): it runs every notebook but those in its NOT_IN_THE_BROWSER in
+#: JupyterLab with 3 devices (more replicas than cores, as 4 does) and checks the same (no error
+#: outside `raises-exception` cells, the artifacts, the conclusions) and more. Otherwise they run
+#: here, so that no notebook goes unchecked.
 BROWSER_RUNS_INSTEAD = {
     ("01_keras_fit_mnist", 4),
     ("02_custom_loop_fashion_mnist", 4),
