@@ -2,9 +2,10 @@
 
 One JupyterLab server, started as `make lab` starts it (the .venv's `jupyter lab`, with the
 settings `make setup` installs), is driven by Debian's Chromium through Playwright. Each notebook
-is opened from the file browser and run with Run > Run All Cells, with 3 simulated devices
-(more replicas than this machine has cores, so the batch split is not a 2-device special case) in
-the quick profile. The test then checks what a student would look at:
+(but those in NOT_IN_THE_BROWSER, below) is opened from the file browser and run with Run > Run
+All Cells, with 3 simulated devices (more replicas than this machine has cores, so the batch split
+is not a 2-device special case) in the quick profile. The test then checks what a student would
+look at:
 
 - the notebook opens unmodified (closing it untouched asks nothing), and no announcement box
   covers it;
