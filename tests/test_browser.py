@@ -13,7 +13,8 @@ look at:
 - no error output, except in the cells the notebook itself tags `raises-exception` (the
   exercise's stubs and its checks), and never a NameError (a check cell must say which question
   to answer first);
-- no stderr output; every image output is rendered by the browser (it decoded to a picture);
+- no stderr output and no warning in any output (course_tools/output_check.py, the device
+  sweep's check); every image output is rendered by the browser (it decoded to a picture);
 - the files the notebook promises exist, and its printed conclusions follow from its own numbers;
 - shutting the kernel down leaves no process of it running.
 
@@ -49,7 +50,7 @@ from helpers import (
     require_or_skip,
 )
 
-from course_tools import browser
+from course_tools import browser, output_check
 from course_tools.paths import course_notebooks
 
 DEVICES = 3
@@ -146,6 +147,15 @@ class Lab:
             self.process.kill()
             self.process.wait()
         self.log.close()
+
+
+def test_the_device_sweep_leaves_to_this_test_what_it_runs():
+    """.ci/device-sweep skips these notebooks at `browser_count` because this test runs them
+    there, and its `count_free` notebooks are the ones this test leaves to nbval."""
+    sweep = (ROOT / ".ci" / "device-sweep").read_text()
+    assert f"\nbrowser_count={DEVICES}\n" in sweep
+    count_free = re.search(r"\ncount_free=\((.*)\)\n", sweep)
+    assert count_free and set(count_free.group(1).split()) == set(NOT_IN_THE_BROWSER)
 
 
 @pytest.fixture(scope="module")
@@ -336,6 +346,9 @@ def test_notebook_runs_clean_in_jupyterlab(lab, page, folder: str, name: str):
     assert not unexpected, f"{name}: errors a student would not expect:\n" + "\n".join(unexpected)
     assert not name_errors, f"{name}: a cell fails on a missing name:\n" + "\n".join(name_errors)
     assert not stderr_texts, f"{name}: stderr output:\n" + "\n---\n".join(stderr_texts)
+    # The device sweep's own check (warnings in any output text too), so that it need not run
+    # these notebooks again at this count.
+    assert not (found := output_check.problems(lab.root / folder / name)), f"{name}: {found}"
     pngs = sum("image/png" in o.get("data", {}) for _, c in code for o in c.outputs)
     assert images >= pngs, f"{name}: {pngs} image outputs, {images} shown"
     assert not broken, f"{name}: images the browser could not show: {broken}"

@@ -9,8 +9,8 @@ two at a time (jobs=2), in the sandbox, 2 simulated devices, quick profile, synt
   a print flood (into the notebook, and into the kernel's own stdout/stderr); an archive bomb and
   symbolic links as artifacts;
 - the completed solution (twice: early, while the hostile ones run, and last), four mistakes in
-  three notebooks (reduce_mean loss; global batch = per-replica batch; no strategy scope together
-  with the advanced part missing, whose points do not overlap),
+  two notebooks, two each whose points do not overlap (reduce_mean loss with global batch =
+  per-replica batch; no strategy scope with the advanced part missing),
   the untouched exercise and a file that is not JSON.
 
 Each copy of the solution must score full marks; after the batch no process a submission started
@@ -122,21 +122,18 @@ def batch(tmp_path_factory, sandboxed):
     }
     paths = [write(notebook, folder / f"{name}.ipynb") for name, notebook in first.items()]
     paths += [
-        write(
+        write(  # two independent mistakes in one run: each costs its own points
             edit(
-                done,
-                "return tf.nn.compute_average_loss(per_example_loss, global_batch_size=examples)",
-                "return tf.reduce_mean(per_example_loss)",
-            ),
-            folder / "reduce_mean.ipynb",
-        ),
-        write(
-            edit(
-                done,
+                edit(
+                    done,
+                    "return tf.nn.compute_average_loss("
+                    "per_example_loss, global_batch_size=examples)",
+                    "return tf.reduce_mean(per_example_loss)",
+                ),
                 "GLOBAL_BATCH = PER_REPLICA_BATCH * strategy.num_replicas_in_sync",
                 "GLOBAL_BATCH = PER_REPLICA_BATCH",
             ),
-            folder / "wrong_global_batch.ipynb",
+            folder / "reduce_mean_wrong_global_batch.ipynb",
         ),
         write(  # two independent mistakes in one run of the notebook: each costs its own points
             restub(
@@ -229,11 +226,18 @@ def test_the_untouched_exercise_scores_zero(batch):
     "student, score, failing",
     [
         (
-            "reduce_mean",
-            11,
+            "reduce_mean_wrong_global_batch",
+            9,
             {
                 "the custom loop's loss is scaled by the global batch size": "compute_loss must "
-                "divide"
+                "divide",
+                (
+                    "train_ds gives every training example once an epoch, shuffled, in global "
+                    "batches"
+                ): "batch it with GLOBAL_BATCH",
+                "test_ds gives every test example once, in order, in global batches": (
+                    "batch it with GLOBAL_BATCH"
+                ),
             },
         ),
         (
@@ -248,19 +252,6 @@ def test_the_untouched_exercise_scores_zero(batch):
                     "the restored custom-loop checkpoint is the newest "
                     "and its test accuracy is right"
                 ): "no 'advanced_custom'",
-            },
-        ),
-        (
-            "wrong_global_batch",
-            10,
-            {
-                (
-                    "train_ds gives every training example once an epoch, shuffled, in global "
-                    "batches"
-                ): "batch it with GLOBAL_BATCH",
-                "test_ds gives every test example once, in order, in global batches": (
-                    "batch it with GLOBAL_BATCH"
-                ),
             },
         ),
     ],

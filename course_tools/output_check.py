@@ -1,11 +1,12 @@
-"""Fail when an executed notebook shows an error, stderr or a warning (used by .ci/device-sweep).
+"""Fail when an executed notebook shows an error, stderr or a warning (.ci/device-sweep, and
+tests/test_browser.py on what JupyterLab saved).
 
 An error output counts unless its cell is tagged `raises-exception` (the exercise's stubs raise by
 design). stderr streams and any output text with a warning (Python's `...Warning:`, TensorFlow's
 `WARNING:` or a `W0000` log line) count everywhere: a lesson's outputs must be clean.
 
 Example:
-    $ .venv/bin/python .ci/check_executed.py build/dev3/01_keras_fit_mnist.ipynb
+    $ .venv/bin/python -m course_tools.output_check build/dev3/01_keras_fit_mnist.ipynb
     build/dev3/01_keras_fit_mnist.ipynb: clean
 """
 
