@@ -1,7 +1,7 @@
 """The `course` command: check the set-up, run the notebooks headless, benchmark, grade.
 
 course doctor                 versions, devices, settings, data and network
-course run [--profile P]      execute every notebook in order into build/, with progress
+course run [--profile P]      execute every notebook into build/ (two at a time), with progress
 course bench [--quick]        single device vs distributed throughput (course_tools.bench)
 course exercise [--check]     generate exercises/ from solutions/ (course_tools.exercise)
 course colab [--check]        Open in Colab badges and install cells (course_tools.colab)

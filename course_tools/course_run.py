@@ -1,8 +1,15 @@
-"""`course run`: execute every notebook in order into build/, stop at the first failure.
+"""`course run`: execute every notebook into build/, stop at the first failure.
 
 Each notebook runs in a fresh kernel in its own folder (`runner.execute`); the executed copies
 and a summary (summary.json, summary.md) go to build/. exercises/ is left out: its stubs raise by
 design.
+
+Two notebooks run at a time (`--jobs`), because one notebook keeps about one core busy: a
+kernel's Python and a small model's steps leave the second core mostly idle. A notebook that
+times itself and prints verdicts from its timings (its code calls `timing.record`) runs alone
+instead, so that another notebook does not slow down what it measures; the others share the
+machine first, then the timed ones run one after another, in course order. After a failure no
+notebook starts.
 
 Example:
     $ course run --profile quick --devices 3 --only 03
@@ -14,8 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
+
+import nbformat
 
 from course_tools.paths import course_root, executed_notebooks
 from course_tools.runner import ExecutionResult, execute
@@ -28,6 +41,21 @@ def notebooks_to_run(root: Path, only: list[str] | None = None) -> list[Path]:
     if only:
         paths = [p for p in paths if any(key in p.name for key in only)]
     return paths
+
+
+def times_itself(path: Path) -> bool:
+    """Whether the notebook prints verdicts from its own timings (a code cell calls
+    `timing.record`): such a notebook runs with nothing beside it."""
+    notebook = nbformat.read(path, as_version=4)
+    return any(c.cell_type == "code" and "timing.record(" in c.source for c in notebook.cells)
+
+
+def schedule(paths: list[Path], alone: set[Path]) -> list[list[Path]]:
+    """The order of the run: first the notebooks that may share the machine (one group, run
+    `--jobs` at a time), then each of those in `alone` in a group of its own; course order
+    within. For example 01, 02 (alone), 04 -> [[01, 04], [02]]."""
+    shared = [p for p in paths if p not in alone]
+    return ([shared] if shared else []) + [[p] for p in paths if p in alone]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,10 +76,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--only", nargs="*", help="run only notebooks whose name contains one of these"
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="notebooks at a time, but those that time themselves run alone (default: 2, or 1 "
+        "on one core)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Execute the notebooks in order into build/, stop at the first failure, write a summary."""
+    """Execute the notebooks into build/ (`schedule`), stop after a failure, write a summary."""
     root = course_root()
     build = Path(args.build_dir or root / "build").resolve()
     env = {"COURSE_PROFILE": args.profile}
@@ -62,24 +97,70 @@ def run(args: argparse.Namespace) -> int:
         which = f" whose name contains {' or '.join(args.only)}" if args.only else ""
         print(f"No notebooks{which} found under {root}.", file=sys.stderr)
         return 1
+    if args.jobs < 1:
+        print(f"course run: --jobs must be at least 1 (got {args.jobs}).", file=sys.stderr)
+        return 2
     print(f"Running {len(paths)} notebook(s) with COURSE_PROFILE={args.profile} into {build}")
-    results = []
-    for index, path in enumerate(paths, 1):
-        label = f"[{index}/{len(paths)}] {path.parent.name}/{path.name}"
+    alone = {p for p in paths if times_itself(p)} if args.jobs > 1 else set(paths)
+    labels = {p: f"[{i}/{len(paths)}] {p.parent.name}/{p.name}" for i, p in enumerate(paths, 1)}
+    results: list[ExecutionResult] = []
+    started = time.monotonic()
+
+    def one(path: Path, *, bar: bool, cancel: threading.Event | None = None) -> ExecutionResult:
+        progress = labels[path] if bar else None  # two bars at once would garble each other
+        if not bar:
+            print(f"{labels[path]}: started", flush=True)
         result = execute(
-            path, build / path.name, env=env, cell_timeout=args.cell_timeout, progress=label
+            path,
+            build / path.name,
+            env=env,
+            cell_timeout=args.cell_timeout,
+            progress=progress,
+            cancel=cancel,
         )
-        results.append(result)
-        print(f"{label}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.1f} s")
-        if not result.ok:
+        print(f"{labels[path]}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.1f} s")
+        return result
+
+    for group in schedule(paths, alone):
+        results += run_group(group, one, min(args.jobs, len(group)))
+        if not all(r.ok for r in results):
+            failed = next(r for r in results if not r.ok)
             print(
-                f"\nFirst failing cell of {path.name} (executed copy: "
-                f"{result.output_path}):\n{result.error}",
+                f"\nFirst failing cell of {failed.path.name} (executed copy: "
+                f"{failed.output_path}):\n{failed.error}",
                 file=sys.stderr,
             )
             break
-    write_summary(build, results, paths, env)
+    results.sort(key=lambda r: paths.index(r.path))
+    write_summary(build, results, paths, env, wall=time.monotonic() - started)
     return 0 if all(r.ok for r in results) and len(results) == len(paths) else 1
+
+
+def run_group(group: list[Path], one, jobs: int) -> list[ExecutionResult]:
+    """Run `group`'s notebooks `jobs` at a time, in order; after a failure start no other."""
+    if jobs == 1:
+        results = []
+        for path in group:
+            results.append(one(path, bar=True))
+            if not results[-1].ok:
+                break
+        return results
+    results, waiting = [], list(group)
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(jobs)
+    try:
+        running: set[Future] = set()
+        while waiting or running:
+            while waiting and len(running) < jobs and all(r.ok for r in results):
+                running.add(pool.submit(one, waiting.pop(0), bar=False, cancel=cancel))
+            if not running:
+                break
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            results += [future.result() for future in done]
+    finally:  # Ctrl-C: the running kernels are killed before it goes on
+        cancel.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+    return results
 
 
 def summary_rows(results: list[ExecutionResult], paths: list[Path]) -> list[dict]:
@@ -110,12 +191,19 @@ def summary_rows(results: list[ExecutionResult], paths: list[Path]) -> list[dict
 
 
 def write_summary(
-    build: Path, results: list[ExecutionResult], paths: list[Path], env: dict[str, str]
+    build: Path,
+    results: list[ExecutionResult],
+    paths: list[Path],
+    env: dict[str, str],
+    *,
+    wall: float,
 ) -> None:
-    """build/summary.json and build/summary.md: the settings and one row per notebook."""
+    """build/summary.json and build/summary.md: the settings, one row per notebook, and the
+    run's wall-clock seconds (less than the notebooks' sum when two ran at a time)."""
     rows = summary_rows(results, paths)
     build.mkdir(parents=True, exist_ok=True)
-    (build / "summary.json").write_text(json.dumps({"settings": env, "notebooks": rows}, indent=2))
+    summary = {"settings": env, "notebooks": rows, "wall_seconds": round(wall, 1)}
+    (build / "summary.json").write_text(json.dumps(summary, indent=2))
     lines = [
         "# Course run",
         "",
@@ -129,6 +217,6 @@ def write_summary(
         seconds = row["seconds"] if row["seconds"] is not None else ""
         lines.append(f"| {row['notebook']} | {status} | {seconds} | {row['executed_copy']} |")
     total = sum(r["seconds"] or 0 for r in rows)
-    lines += ["", f"Total: {total:.1f} s"]
+    lines += ["", f"Total: {total:.1f} s of notebook time, {wall:.1f} s from start to end"]
     (build / "summary.md").write_text("\n".join(lines) + "\n")
     print(f"Summary: {build / 'summary.md'}")

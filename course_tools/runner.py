@@ -615,6 +615,7 @@ def execute(  # noqa: PLR0913
     kernel_name: str = "python3",
     cwd: str | os.PathLike | None = None,
     progress: str | None = None,
+    cancel: threading.Event | None = None,
 ) -> ExecutionResult:
     """Run every cell of `path` in a fresh kernel and write the executed copy to `output_path`.
 
@@ -622,6 +623,7 @@ def execute(  # noqa: PLR0913
     cell_timeout: seconds one cell may run before execution stops with an error.
     cwd: the kernel's working folder (default: the notebook's own folder, as in JupyterLab).
     progress: when given, a progress bar over the code cells with this label.
+    cancel: once set (from another thread), the kernel is killed and the run ends.
     The executed copy's metadata `course_run` records what produced it: the profile, devices,
     data source and versions the set-up cell applied, the date and the seconds taken.
     Stops at the first failing cell (like "Run All") and reports it. Cells marked `# NBVAL_SKIP`
@@ -648,7 +650,7 @@ def execute(  # noqa: PLR0913
         extra_cell=RUN_RECORD_CELL,
     )
     outcome = run_notebook(
-        notebook, Path(cwd or path.parent), {**os.environ, **(env or {})}, options
+        notebook, Path(cwd or path.parent), {**os.environ, **(env or {})}, options, cancel=cancel
     )
     ok = outcome.status == "ran"
     if ok and outcome.extra_output.strip():

@@ -1,10 +1,13 @@
-"""The `course` command: doctor, and run with its build/ summary and stop-at-first-failure."""
+"""The `course` command: doctor, and run with its build/ summary, stop-at-first-failure, two
+notebooks at a time but the self-timing ones alone, and Ctrl-C."""
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import nbformat
 from helpers import ROOT
@@ -54,7 +57,7 @@ def test_run_executes_in_order_stops_at_first_failure_and_writes_a_summary(tmp_p
     _notebook(notebooks / "02_fails.ipynb", "x = 1", "raise ValueError('broken on purpose')")
     _notebook(notebooks / "03_never.ipynb", "print('should not run')")
     proc = subprocess.run(
-        [*COURSE, "run"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        [*COURSE, "run", "--jobs", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 1
     assert "broken on purpose" in proc.stderr
@@ -106,3 +109,68 @@ def test_grade_refuses_without_bubblewrap_unless_told_the_risk(tmp_path):
     assert "bubblewrap (bwrap) is not installed" in proc.stderr
     assert "--no-sandbox-i-trust-these-notebooks" in proc.stderr
     assert not (tmp_path / "grades").exists(), "nothing was graded"
+
+
+#: A cell that sleeps, then writes when it ran (monotonic start, end) into ../ran-<name>.json.
+STAMP = (
+    "import json, time\n"
+    "start = time.monotonic(); time.sleep(SECONDS)\n"
+    "open('../ran-NAME.json', 'w').write(json.dumps([start, time.monotonic()]))"
+)
+
+
+def _course_with(tmp_path, names_and_seconds, timed=()):
+    (tmp_path / "course_utils").mkdir()
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    for name, seconds in names_and_seconds:
+        sources = [STAMP.replace("NAME", name).replace("SECONDS", str(seconds))]
+        if name in timed:  # what makes a notebook time itself: it records verdicts
+            sources.append("# timing.record(verdict, ARTIFACTS / 'conclusions.json')")
+        _notebook(notebooks / f"{name}.ipynb", *sources)
+    return notebooks
+
+
+def test_run_shares_the_machine_two_at_a_time_but_a_self_timing_notebook_runs_alone(tmp_path):
+    notebooks = _course_with(
+        tmp_path, [("01_a", 3), ("02_timed", 1), ("03_b", 3), ("04_c", 1)], timed={"02_timed"}
+    )
+    proc = subprocess.run(
+        [*COURSE, "run", "--jobs", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = {n: json.loads((tmp_path / f"ran-{n}.json").read_text()) for n in
+           ("01_a", "02_timed", "03_b", "04_c")}  # fmt: skip
+    overlaps = lambda a, b: ran[a][0] < ran[b][1] and ran[b][0] < ran[a][1]  # noqa: E731
+    assert overlaps("01_a", "03_b"), ran  # the two first untimed ones side by side
+    assert not any(overlaps("02_timed", other) for other in ("01_a", "03_b", "04_c")), ran
+    assert ran["02_timed"][0] > max(ran[n][1] for n in ("01_a", "03_b", "04_c")), ran
+    summary = json.loads((tmp_path / "build" / "summary.json").read_text())
+    assert [row["notebook"] for row in summary["notebooks"]] == [
+        f"notebooks/{n}.ipynb" for n in ("01_a", "02_timed", "03_b", "04_c")
+    ]
+    assert all(row["ok"] for row in summary["notebooks"])
+    assert summary["wall_seconds"] < sum(row["seconds"] for row in summary["notebooks"])
+    assert _processes_in(notebooks) == []
+
+
+def test_ctrl_c_stops_both_running_notebooks_and_leaves_no_kernel(tmp_path):
+    notebooks = _course_with(tmp_path, [("01_a", 120), ("02_b", 120), ("03_c", 1)])
+    proc = subprocess.Popen(
+        [*COURSE, "run", "--jobs", "2"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while len(_processes_in(notebooks)) < 2:  # both kernels up
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and time.monotonic() - started < 30, stdout + stderr
+    assert not (tmp_path / "ran-01_a.json").exists() and not (tmp_path / "ran-03_c.json").exists()
+    assert _processes_in(notebooks) == [], "a kernel outlived Ctrl-C"
