@@ -156,12 +156,15 @@ def test_run_shares_the_machine_two_at_a_time_but_a_self_timing_notebook_runs_al
 
 def test_ctrl_c_stops_both_running_notebooks_and_leaves_no_kernel(tmp_path):
     notebooks = _course_with(tmp_path, [("01_a", 120), ("02_b", 120), ("03_c", 1)])
+    # As from a terminal: SIGINT at its default. A suite started in the background by a
+    # non-interactive shell inherits SIGINT ignored (POSIX), and so would `course run`.
     proc = subprocess.Popen(
         [*COURSE, "run", "--jobs", "2"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     while len(_processes_in(notebooks)) < 2:  # both kernels up
@@ -170,7 +173,12 @@ def test_ctrl_c_stops_both_running_notebooks_and_leaves_no_kernel(tmp_path):
     time.sleep(1)
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:  # a failed test leaves nothing running either
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode != 0 and time.monotonic() - started < 30, stdout + stderr
     assert not (tmp_path / "ran-01_a.json").exists() and not (tmp_path / "ran-03_c.json").exists()
     assert _processes_in(notebooks) == [], "a kernel outlived Ctrl-C"
