@@ -1,4 +1,4 @@
-"""`course run`: execute every notebook into build/, stop at the first failure.
+"""`course run`: execute every notebook into build/, and start none after a failure.
 
 Each notebook runs in a fresh kernel in its own folder (`runner.execute`); the executed copies
 and a summary (summary.json, summary.md) go to build/. exercises/ is left out: its stubs raise by
@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -136,7 +137,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) and len(results) == len(paths) else 1
 
 
-def run_group(group: list[Path], one, jobs: int) -> list[ExecutionResult]:
+def run_group(
+    group: list[Path], one: Callable[..., ExecutionResult], jobs: int
+) -> list[ExecutionResult]:
     """Run `group`'s notebooks `jobs` at a time, in order; after a failure start no other."""
     if jobs == 1:
         results = []
