@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"course run: --jobs must be at least 1 (got {args.jobs}).", file=sys.stderr)
         return 2
     print(f"Running {len(paths)} notebook(s) with COURSE_PROFILE={args.profile} into {build}")
-    alone = {p for p in paths if times_itself(p)} if args.jobs > 1 else set(paths)
+    # One at a time: course order. Else the notebooks that time themselves wait for the others.
+    groups = [paths] if args.jobs == 1 else schedule(paths, {p for p in paths if times_itself(p)})
     labels = {p: f"[{i}/{len(paths)}] {p.parent.name}/{p.name}" for i, p in enumerate(paths, 1)}
     results: list[ExecutionResult] = []
     started = time.monotonic()
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{labels[path]}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.1f} s")
         return result
 
-    for group in schedule(paths, alone):
+    for group in groups:
         results += run_group(group, one, min(args.jobs, len(group)))
         if not all(r.ok for r in results):
             failed = next(r for r in results if not r.ok)
@@ -140,14 +141,8 @@ def run(args: argparse.Namespace) -> int:
 def run_group(
     group: list[Path], one: Callable[..., ExecutionResult], jobs: int
 ) -> list[ExecutionResult]:
-    """Run `group`'s notebooks `jobs` at a time, in order; after a failure start no other."""
-    if jobs == 1:
-        results = []
-        for path in group:
-            results.append(one(path, bar=True))
-            if not results[-1].ok:
-                break
-        return results
+    """Run `group`'s notebooks `jobs` at a time, in order (with a progress bar when one at a
+    time); after a failure start no other."""
     results, waiting = [], list(group)
     cancel = threading.Event()
     pool = ThreadPoolExecutor(jobs)
@@ -155,7 +150,7 @@ def run_group(
         running: set[Future] = set()
         while waiting or running:
             while waiting and len(running) < jobs and all(r.ok for r in results):
-                running.add(pool.submit(one, waiting.pop(0), bar=False, cancel=cancel))
+                running.add(pool.submit(one, waiting.pop(0), bar=jobs == 1, cancel=cancel))
             if not running:
                 break
             done, running = wait(running, return_when=FIRST_COMPLETED)
