@@ -42,8 +42,6 @@ from pathlib import Path
 from course_utils import timing
 from course_utils.quiet import import_tensorflow
 
-tf = import_tensorflow()  # quietly, before Keras imports it
-
 #: Per-replica batch of the course's notebooks (global batch = this x replicas).
 PER_REPLICA_BATCH = 64
 #: What the course's recommended settings should reach on any machine (speed ratios).
@@ -128,7 +126,9 @@ def notebook_code(path: Path = NOTEBOOK, tag: str = TAG) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def _strategy(replicas: int) -> tf.distribute.MirroredStrategy:
+def _strategy(replicas: int):
+    """A MirroredStrategy over the first `replicas` devices."""
+    tf = import_tensorflow()
     devices = [d.name for d in tf.config.list_logical_devices("GPU")] or [
         d.name for d in tf.config.list_logical_devices("CPU")
     ]
@@ -152,7 +152,7 @@ def _trainers(code: dict, mirrored, sizes: Sizes) -> dict:
     k = sizes.steps_per_call
     m = f"MirroredStrategy({replicas})"
     return {
-        "no strategy + fit": fit(tf.distribute.get_strategy(), pipeline),
+        "no strategy + fit": fit(import_tensorflow().distribute.get_strategy(), pipeline),
         f"{m} + fit": fit(mirrored, pipeline),
         f"{m} + custom loop, 1 step/call": loop(mirrored, pipeline, batch, 1),
         f"{m} + custom loop, {k} steps/call": loop(mirrored, pipeline, batch, k),
@@ -207,6 +207,9 @@ def measure_here(replicas: int, sizes: Sizes, *, machine: bool = False) -> dict:
         raise ValueError(
             f"steps ({sizes.steps}) must be a multiple of steps per call ({sizes.steps_per_call})."
         )
+    # TensorFlow only here, in the measuring process (the parent and a refused option need not
+    # wait for it), and quietly, before the notebook's code imports Keras.
+    import_tensorflow()
     code = notebook_code()
     mirrored = _strategy(replicas)
     results = code["measure"](

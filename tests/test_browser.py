@@ -42,15 +42,9 @@ import nbformat
 import portpicker
 import psutil
 import pytest
-from helpers import (
-    ARTIFACT_DIRS,
-    EXPECTED_ARTIFACTS,
-    ROOT,
-    assert_conclusions_consistent,
-    require_or_skip,
-)
+from helpers import ROOT, require_or_skip
 
-from course_tools import browser, output_check
+from course_tools import artifact_check, browser, output_check
 from course_tools.paths import course_notebooks
 
 DEVICES = 3
@@ -354,8 +348,5 @@ def test_notebook_runs_clean_in_jupyterlab(lab, page, folder: str, name: str):
     assert not broken, f"{name}: images the browser could not show: {broken}"
     assert not left, f"{name}: processes left running after the kernel shut down: {left}"
 
-    artifacts = lab.root / folder / "artifacts" / ARTIFACT_DIRS.get(stem, stem)
-    missing = [p for p in EXPECTED_ARTIFACTS.get(stem, []) if not list(artifacts.glob(p))]
-    assert not missing, f"{name} did not write {missing}"
-    if (artifacts / "conclusions.json").exists():
-        assert_conclusions_consistent(artifacts / "conclusions.json")
+    # the files it promises, its conclusions and regime against its own numbers
+    assert not (found := artifact_check.problems(lab.root / folder / name)), f"{name}: {found}"

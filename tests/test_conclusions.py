@@ -8,17 +8,21 @@ overlap fails the test whoever wrote it.
 `assert_regime_consistent` does the same for notebooks 3 and 3b's verdict on where a step's time
 goes (overhead- or per-example-bound; 3b: overhead-, memory-bandwidth- or compute-bound), from
 the batch sweep (and 3b's measured roofline) in their results.json.
-Both checkers live in tests/helpers.py; tests/test_notebooks.py calls them right after each nbval
-run, and the tests below check the checkers.
+Both checkers live in course_tools/artifact_check.py; the nbval and browser runs and CI's device
+sweep apply them right after each run, and the tests below check the checkers.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 
 import pytest
-from helpers import assert_conclusions_consistent, assert_regime_consistent, expected_regime
+from helpers import assert_conclusions_consistent, assert_regime_consistent
 
+from course_tools.artifact_check import expected_regime
 from course_utils import timing
 
 
@@ -82,3 +86,26 @@ def test_a_wrong_percentage_fails(tmp_path):
     timing.record(verdict, path)
     with pytest.raises(AssertionError, match="50% faster"):
         assert_conclusions_consistent(path)
+
+
+def test_the_command_fails_on_a_missing_or_earlier_file_and_names_it(tmp_path):
+    """`python -m course_tools.artifact_check NOTEBOOK --since T`, as CI's device sweep calls it."""
+    notebook = tmp_path / "03b_where_time_goes.ipynb"
+    folder = tmp_path / "artifacts" / "03b_where_time_goes"
+    folder.mkdir(parents=True)
+    results = {"batch": 64, "sweep": [{"global_batch": b, "step_ms": 10.0} for b in (64, 128)]}
+    (folder / "results.json").write_text(json.dumps({**results, "regime": "overhead-bound"}))
+    path = folder / "conclusions.json"
+    timing.record(timing.compare(_run("a", [10, 11, 12]), _run("b", [5, 6, 7])), path)
+
+    def check(since: float) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "course_tools.artifact_check", str(notebook)]
+        return subprocess.run([*command, f"--since={since}"], capture_output=True, text=True)
+
+    ok = check(since=0)
+    assert ok.returncode == 0 and "artifacts as promised" in ok.stdout, ok.stdout + ok.stderr
+    later = check(since=time.time() + 60)  # both files are older than this "run"
+    assert later.returncode == 1 and "results.json not written" in later.stdout, later.stdout
+    (folder / "results.json").write_text(json.dumps({**results, "regime": "compute-bound"}))
+    wrong = check(since=0)
+    assert wrong.returncode == 1 and "its sweep says 'overhead-bound'" in wrong.stdout, wrong.stdout

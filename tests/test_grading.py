@@ -8,12 +8,12 @@ two at a time (jobs=2), in the sandbox, 2 simulated devices, quick profile, synt
   checks (plus made-up results and "PASSED"); network access and writes outside the work folder;
   a print flood (into the notebook, and into the kernel's own stdout/stderr); an archive bomb and
   symbolic links as artifacts;
-- the completed solution (twice: early, while the hostile ones run, and last), four mistakes in
-  two notebooks, two each whose points do not overlap (reduce_mean loss with global batch =
-  per-replica batch; no strategy scope with the advanced part missing),
-  the untouched exercise and a file that is not JSON.
+- four mistakes in two notebooks, two each whose points do not overlap (reduce_mean loss with
+  global batch = per-replica batch, graded beside the hostile ones so that the kernel-to-kernel
+  attack has a kernel to find; no strategy scope with the advanced part missing), the untouched
+  exercise, a file that is not JSON, and last the completed solution (after every attack above).
 
-Each copy of the solution must score full marks; after the batch no process a submission started
+The solution must score full marks; after the batch no process a submission started
 is alive and nothing outside the grades changed. Memory and cell limits (a cell that ignores
 interrupts too), crashes and the artifact limits of `checks` are tested on tiny notebooks and files
 directly.
@@ -113,17 +113,8 @@ def batch(tmp_path_factory, sandboxed):
     survivor = SURVIVOR.replace("CODE", repr(fill(SURVIVOR_LOOP, out)))
     first = {
         "survivor": notebook_of(survivor),
-        "solution": done,
-        "cross_kernel": notebook_of(CROSS_KERNEL),
-        "tampering": notebook_of(fill(TAMPER, out)),
-        "escape": notebook_of(fill(ESCAPE, out).replace("HOST_PORT", str(host_port))),
-        "flood": notebook_of(FLOOD, FD_FLOOD, "print('after the flood')"),
-        "bomb": notebook_of(BOMB),
-    }
-    paths = [write(notebook, folder / f"{name}.ipynb") for name, notebook in first.items()]
-    paths += [
-        write(  # two independent mistakes in one run: each costs its own points
-            edit(
+        "reduce_mean_wrong_global_batch": (
+            edit(  # two independent mistakes in one run: each costs its own points
                 edit(
                     done,
                     "return tf.nn.compute_average_loss("
@@ -132,9 +123,18 @@ def batch(tmp_path_factory, sandboxed):
                 ),
                 "GLOBAL_BATCH = PER_REPLICA_BATCH * strategy.num_replicas_in_sync",
                 "GLOBAL_BATCH = PER_REPLICA_BATCH",
-            ),
-            folder / "reduce_mean_wrong_global_batch.ipynb",
+            )
         ),
+        "cross_kernel": notebook_of(CROSS_KERNEL),
+        "tampering": notebook_of(fill(TAMPER, out)),
+        "escape": notebook_of(fill(ESCAPE, out).replace("HOST_PORT", str(host_port))),
+        "flood": notebook_of(FLOOD, FD_FLOOD, "print('after the flood')"),
+        "bomb": notebook_of(BOMB),
+    }
+    paths = [write(notebook, folder / f"{name}.ipynb") for name, notebook in first.items()]
+    paths += [
+        folder / "untouched.ipynb",
+        folder / "invalid_json.ipynb",
         write(  # two independent mistakes in one run of the notebook: each costs its own points
             restub(
                 restub(
@@ -149,9 +149,8 @@ def batch(tmp_path_factory, sandboxed):
             ),
             folder / "no_scope_missing_advanced.ipynb",
         ),
-        folder / "untouched.ipynb",
-        folder / "invalid_json.ipynb",
-        write(done, folder / "solution_last.ipynb"),
+        # last: after every attack above, beside the other long run
+        write(done, folder / "solution.ipynb"),
     ]
     shutil.copy(EXERCISE, folder / "untouched.ipynb")
     (folder / "invalid_json.ipynb").write_text('{"cells": [')
@@ -169,7 +168,8 @@ def batch(tmp_path_factory, sandboxed):
         )
     print(
         f"\nGraded {len(paths)} submissions in {time.monotonic() - started:.0f} s (2 at a time); "
-        f"solution alone: {grades[1].seconds:.0f} s\n" + (out / "gradebook.csv").read_text()
+        f"solution: {next(g.seconds for g in grades if g.student == 'solution'):.0f} s\n"
+        + (out / "gradebook.csv").read_text()
     )
     after = {
         "survivors": survivors(),
@@ -189,9 +189,9 @@ def failed(g: Grade) -> dict[str, str]:
     return {r.title: r.message for r in g.results if r.earned < r.points}
 
 
-@pytest.mark.parametrize("student", ["solution", "solution_last"])
-def test_the_solution_scores_full_marks(batch, student):
+def test_the_solution_scores_full_marks(batch):
     grades, out, _ = batch
+    student = "solution"
     g = grades[student]
     assert g.status == "graded" and not g.cell_errors, g.cell_errors
     assert failed(g) == {}, failed(g)

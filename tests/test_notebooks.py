@@ -22,24 +22,26 @@ from helpers import run_notebook_under_nbval
 
 from course_tools.paths import course_notebooks
 
-#: Which device counts each notebook runs with, and why. Every extra count costs a full run, so a
-#: count is here only when it takes the notebook down a path the others do not.
+#: Which device counts each notebook runs with here, and why. Every extra count costs a full run,
+#: so a count is here only when it takes the notebook down a path the others do not. CI's device
+#: sweep (.ci/device-sweep) then runs every notebook at every count from 1 to 8 with the same
+#: checks (course_tools.artifact_check, course_tools.output_check): one device (a student with one
+#: GPU: global batch = per-replica batch, every printed comparison still reading right) is
+#: checked there, at no cost to `make test`; `.ci/device-sweep 1` runs it alone.
 DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
-    # 1: MirroredStrategy over one device (a student with one GPU): global batch = per-replica
-    #    batch, and every printed comparison must still read right. 4: more replicas than cores,
-    #    so the batch split and the checkpoint steps are not a 2-only case. 2 (the default on a
-    #    laptop) takes no path that 1 and 4 do not; `make course` and CI's Colab-stack run
-    #    execute every notebook with 2.
-    "01_keras_fit_mnist": (1, 4),
-    # Loss scaling: the reduce_mean mistake is N times too large, invisible with 1 replica, and
-    # the optimizer-not-built failure needs 2+ replicas: 1 and 4 take both sides of each.
-    "02_custom_loop_fashion_mnist": (1, 4),
+    # 4: more replicas than cores, so the batch split and the checkpoint steps are not a 2-only
+    #    case. 2 (the default on a laptop) takes no path that 4 does not; `make course` and CI's
+    #    Colab-stack run execute every notebook with 2.
+    "01_keras_fit_mnist": (4,),
+    # Loss scaling: the reduce_mean mistake is N times too large and the optimizer-not-built
+    # failure needs 2+ replicas; both show with 4 (with 1, in the sweep, neither does).
+    "02_custom_loop_fashion_mnist": (4,),
     # Timings: one run. Its code path does not change with the count (run by hand with 1, 2, 3,
     # 5 and 8); `course bench` covers several replica counts, each in a fresh process.
     "03_single_vs_distributed": (2,),
-    # 1: the all-reduce over one replica hands the tensor back (no bandwidth to fit) and the
-    #    tables must say so; 3: more replicas than cores, the all-reduce a real ring.
-    "03b_where_time_goes": (1, 3),
+    # 3: more replicas than cores, the all-reduce a real ring (with 1, in the sweep, it hands
+    #    the tensor back and the tables say so).
+    "03b_where_time_goes": (3,),
     # Each worker process has one device whatever COURSE_DEVICES says: one run, made by
     # tests/test_slurm.py with its test Slurm cluster up (when the machine has Slurm), so that the
     # notebook's Slurm cell submits a real job instead of skipping.

@@ -2,9 +2,11 @@
 
 One batch (a correct, a wrong, a crashing, a hostile, a slow submission, and one whose file
 names and strings cannot be encoded and carry Markdown and HTML; quick profile,
-synthetic data, 2 devices) is graded once here (`batch.grade`, 2 at a time) and once as a Slurm job
-array (2 tasks at a time), where the slow submission's task is killed mid-run: its row says why,
-and the re-run grades only it. Then both gradebooks must be the same but for the seconds, and
+synthetic data, 2 devices) is graded as a Slurm job array (2 tasks at a time), where the slow
+submission's task is killed mid-run: its row says why, and the re-run grades only it. All but the
+correct one are graded here too (`batch.grade`, 2 at a time; tests/test_grading.py grades the
+solution locally): both gradebooks must be the same but for the seconds, the correct one must
+have full marks, and
 nothing may be left in squeue or the process table. A second, one-submission batch checks that
 Ctrl-C cancels the array. The Canvas and Moodle exports are checked on the first batch.
 """
@@ -167,8 +169,10 @@ def graded(cluster, tmp_path_factory):
         ENV["COURSE_PROFILE"], int(ENV["COURSE_DEVICES"]), ENV["COURSE_DATA"]
     )
     started = time.monotonic()
+    # the correct one is graded locally by tests/test_grading.py (full marks): not again here
+    others = [folder / f"{name}.ipynb" for name in submissions if name != "correct"]
     with releasing():
-        batch.grade([folder], local, settings=settings, limits=LIMITS, jobs=2, progress=False)
+        batch.grade(others, local, settings=settings, limits=LIMITS, jobs=2, progress=False)
     local_s = time.monotonic() - started
 
     started = time.monotonic()
@@ -207,9 +211,13 @@ def test_a_killed_task_gets_a_row_with_its_reason_and_only_it_is_graded_again(gr
 
 def test_slurm_gives_the_local_gradebook_and_reports(graded):
     local, remote, _, _ = graded
-    assert rows(remote) == rows(local)
+    remote_rows = rows(remote)
+    correct = next(row for row in remote_rows if row["student"] == "correct")
+    assert [row for row in remote_rows if row is not correct] == rows(local)
+    assert correct["status"] == "graded" and correct["score"] == correct["max_score"] == "12"
+    report = (remote / "correct" / "report.md").read_text()
+    assert report.startswith("# correct: 12 / 12") and "FAILED" not in report, report
     by_student = {row["student"]: row for row in rows(local)}
-    assert by_student["correct"]["score"] == by_student["correct"]["max_score"]
     assert by_student["crashing"]["status"] == "kernel died"
     assert by_student["wrong"]["score"] == "0" and by_student["hostile"]["score"] == "0"
     for student in by_student:
