@@ -320,8 +320,9 @@ def grade(
 
 @contextlib.contextmanager
 def _signals_raise() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise SystemExit(128 + signal) here, so that `grade` cancels the array
-    (by default they end Python without running any cleanup). Only in the main thread."""
+    """SIGTERM and SIGHUP raise SystemExit(128 + signal) in the block, so that cleanup runs (by
+    default they end Python without running any): `grade` cancels the array, a task stops its
+    kernel and check process. Only in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -379,15 +380,21 @@ def run_task(plan: Path, index: int) -> int:
     b, submissions = load_plan(plan)
     submission = submissions[index]
     base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
-    # its own log: tasks on several nodes would write one file over each other
-    checks = start_checks(b, base, f"{PLAN_FOLDER}/checks-{index}.log")
-    watch = tamper.TamperWatch(b, "this submission or one graded at the same time")
-    try:
-        where = one_submission.Workspace(checks, base, watch=watch)
-        g = one_submission.grade_one(b, submission, where)
-    finally:
-        checks.stop()
-        shutil.rmtree(base, ignore_errors=True)
+    checks = None
+    # scancel and the time limit send SIGTERM (SIGKILL KillWait seconds later): it raises here,
+    # so that the kernel and the check process stop with the task even where Slurm tracks only
+    # the task's process group (proctrack/pgid: both run in sessions of their own).
+    with _signals_raise():
+        try:
+            # its own log: tasks on several nodes would write one file over each other
+            checks = start_checks(b, base, f"{PLAN_FOLDER}/checks-{index}.log")
+            watch = tamper.TamperWatch(b, "this submission or one graded at the same time")
+            where = one_submission.Workspace(checks, base, watch=watch)
+            g = one_submission.grade_one(b, submission, where)
+        finally:
+            if checks is not None:
+                checks.stop()
+            shutil.rmtree(base, ignore_errors=True)
     print(f"{g.student}: {g.score:g}/{g.max_score:g} {g.status}")
     return 0
 
