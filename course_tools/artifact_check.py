@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from course_tools import output_check
+
 #: Where a notebook writes, under artifacts/ next to it (default: its own stem).
 ARTIFACT_DIRS = {"05_svhn_solution": "05_svhn", "05_svhn_exercise": "05_svhn"}
 #: Files each notebook must leave in its artifacts folder (glob patterns).
@@ -148,14 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="+", type=Path, help="the notebooks that ran")
     parser.add_argument("--since", type=float, default=0.0, help="when the run started (epoch)")
     args = parser.parse_args(argv)
-    failed = 0
-    for notebook in args.notebooks:
-        found = problems(notebook, since=args.since)
-        print(f"{notebook}: {'artifacts as promised' if not found else 'FAILED'}")
-        for line in found:
-            print(f"  {line}")
-        failed += bool(found)
-    return 1 if failed else 0
+    found = {str(notebook): problems(notebook, since=args.since) for notebook in args.notebooks}
+    return output_check.report(found, clean="artifacts as promised")
 
 
 if __name__ == "__main__":

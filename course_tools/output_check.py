@@ -47,14 +47,17 @@ def problems(path: Path) -> list[str]:
 
 
 def main(paths: list[str]) -> int:
-    failed = 0
-    for name in paths:
-        found = problems(Path(name))
-        print(f"{name}: {'clean' if not found else f'{len(found)} problem(s)'}")
-        for line in found:
+    return report({name: problems(Path(name)) for name in paths})
+
+
+def report(found: dict[str, list[str]], clean: str = "clean") -> int:
+    """Print each checked path with `clean` or its problems, one per line (also
+    course_tools.artifact_check's); return 1 if any has a problem, else 0."""
+    for name, lines in found.items():
+        print(f"{name}: {clean if not lines else f'{len(lines)} problem(s)'}")
+        for line in lines:
             print(f"  {line}")
-        failed += bool(found)
-    return 1 if failed else 0
+    return 1 if any(found.values()) else 0
 
 
 if __name__ == "__main__":
