@@ -68,8 +68,8 @@ def artifacts_folder(notebook: Path) -> Path:
 
 
 def expected_word(record: dict) -> str:
-    """ "faster" when every sample of a is above every sample of b, "slower" when below, else
-    "within noise" (as `course_utils.timing.compare` promises)."""
+    """The word a verdict must use: "faster" when every sample of a is above every sample of b,
+    "slower" when below, else "within noise" (as `course_utils.timing.compare` promises)."""
     a, b = record["a_samples"], record["b_samples"]
     if all(x > y for x, y in itertools.product(a, b)):
         return "faster"
@@ -128,12 +128,12 @@ def regime_problems(path: Path) -> list[str]:
     return []
 
 
-def problems(notebook: Path, artifacts: Path | None = None, since: float = 0.0) -> list[str]:
-    """What is wrong with what a run of `notebook` left in `artifacts` (default: its own
-    artifacts folder): a promised file missing, or older than `since` (seconds since the epoch,
-    when the run started: a file an earlier run left does not count), and conclusions or a
-    regime that their own numbers contradict."""
-    folder = artifacts or artifacts_folder(notebook)
+def problems(notebook: Path, since: float = 0.0) -> list[str]:
+    """What is wrong with what a run of `notebook` (in its own folder) left in its artifacts
+    folder: a promised file missing, or older than `since` (seconds since the epoch, when the
+    run started: a file an earlier run left does not count), and conclusions or a regime that
+    their own numbers contradict."""
+    folder = artifacts_folder(notebook)
     found = []
     for pattern in EXPECTED_ARTIFACTS.get(notebook.stem, []):
         if not [p for p in folder.glob(pattern) if p.stat().st_mtime >= since]:
