@@ -5,7 +5,7 @@ course run [--profile P]      execute every notebook into build/ (two at a time)
 course bench [--quick]        single device vs distributed throughput (course_tools.bench)
 course exercise [--check]     generate exercises/ from solutions/ (course_tools.exercise)
 course colab [--check]        Open in Colab badges and install cells (course_tools.colab)
-course grade SUBMISSION...    grade exercise submissions (course_tools.grading)
+course grade SUBMISSION...    grade exercise submissions (course_tools.grade.command)
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ COMMANDS = {
         "write the Open in Colab badge and install cell into every notebook (or --check them)",
     ),
     "grade": (
-        "course_tools.grading",
+        "course_tools.grade.command",
         "grade exercise submissions, here or as a Slurm job array: reports and gradebooks",
     ),
 }

@@ -141,7 +141,7 @@ def leftover_workers() -> list[psutil.Process]:
 
 def check_processes() -> None:
     """Cluster workers left running, and whether the grader's sandbox works here."""
-    from course_tools import sandbox
+    from course_tools.grade.jail import sandbox
 
     leftovers = leftover_workers()
     pids = f": pids {[p.pid for p in leftovers]}" if leftovers else ""

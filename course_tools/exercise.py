@@ -17,7 +17,7 @@ A solution notebook (solutions/*_solution.ipynb) marks what students must not se
     <!-- HIDDEN -->                                        first line of a markdown cell:
     instructors only
 
-Hidden cells are left out of the exercise; the grader (`course_tools.batch`) reads them from
+Hidden cells are left out of the exercise; the grader (`grade.routes.batch`) reads them from
 the solution. Visible
 checks (ordinary cells) stay, so students can test themselves. In the exercise, the stub cells
 and the

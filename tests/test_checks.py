@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 import pytest
 
-from course_tools import checks, probe
+from course_tools.grade.core import checks, probe
 from course_utils import timing
 
 GLOBAL_BATCH = 128

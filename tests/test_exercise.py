@@ -212,7 +212,8 @@ def test_the_grader_docstring_examples_run():
     """The examples in the grader's docstrings that show an output are real doctests."""
     import doctest
 
-    from course_tools import exercise, report
+    from course_tools import exercise
+    from course_tools.grade.core import report
 
     for module in (exercise, report):
         finder = doctest.DocTestFinder(recurse=False)

@@ -75,20 +75,19 @@ from grading_submissions import (
 )
 from helpers import require_or_skip
 
-from course_tools import batch as grading_batch
-from course_tools import (
+from course_tools import cli, exercise
+from course_tools.grade import command as grading
+from course_tools.grade.core import (
     checks,
-    cli,
-    exercise,
-    grading,
     one_submission,
     plan,
     report,
     roster,
-    sandbox,
     submission,
 )
-from course_tools.report import Grade, escape
+from course_tools.grade.core.report import Grade, escape
+from course_tools.grade.jail import sandbox
+from course_tools.grade.routes import batch as grading_batch
 from course_tools.runner import Limits
 
 pytestmark = pytest.mark.slow
@@ -713,11 +712,13 @@ def test_the_probe_ignores_a_probe_the_notebook_replaced(tmp_path, sandboxed):
     """The probe reloads itself from the read-only course: a notebook that replaces
     `probe.collect` in its kernel does not choose the facts (taking over IPython, TensorFlow or
     Python itself still could: the README says so)."""
-    tamper = TAMPER[TAMPER.index("import course_tools.checks") :].split("artifacts =")[0]
-    tamper += "import course_tools.probe as p\np.collect = checks.probe\n"
+    tamper = TAMPER[TAMPER.index("import course_tools.grade.core.checks") :].split("artifacts =")[0]
+    tamper += "import course_tools.grade.core.probe as p\np.collect = checks.probe\n"
     probe = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
     outcome, facts, error = submission.run(
-        notebook_of(tamper, "import course_tools.probe as c\nprint(c.collect(1)['models'])"),
+        notebook_of(
+            tamper, "import course_tools.grade.core.probe as c\nprint(c.collect(1)['models'])"
+        ),
         tmp_path,
         {**os.environ, **ENV},
         submission.RunSetup(Limits(60, 120), probe_source=probe),

@@ -24,7 +24,8 @@ NEEDS = """
 import slurm
 from helpers import require_or_skip
 
-from course_tools import browser, sandbox
+from course_tools import browser
+from course_tools.grade.jail import sandbox
 
 
 def test_needs_the_sandbox():

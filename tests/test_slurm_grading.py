@@ -46,8 +46,10 @@ from grading_submissions import (
 )
 from helpers import require_or_skip
 
-from course_tools import batch, roster, sandbox, slurm_array
-from course_tools import plan as grading_plan
+from course_tools.grade.core import plan as grading_plan
+from course_tools.grade.core import roster
+from course_tools.grade.jail import sandbox
+from course_tools.grade.routes import batch, slurm_array
 from course_tools.runner import Limits
 
 NO_SLURM = slurm.missing_programs()

@@ -1,11 +1,11 @@
 """Run one submitted notebook in the sandbox, then the solution's hidden probe in its kernel.
 
-The probe (`course_tools.probe`, the solution's HIDDEN PROBE cell) collects facts about the objects
+The probe (`grade.core.probe`, the solution's HIDDEN PROBE cell) collects facts about the objects
 the notebook left in memory. It does not go through the notebook's cells: each of its two steps is
 a user expression of an empty execute request (`RunOptions.extra_expressions`), which IPython
 evaluates without its input or AST transformers. The first step resets those transformers
 (`RESET`), the second checks that they stayed reset and that the shell's methods that run code are
-IPython's own, then loads `course_tools.probe` afresh from the read-only course and runs the probe
+IPython's own, then loads `grade.core.probe` afresh from the read-only course and runs the probe
 (`PROBE`). Its answer is JSON, read by `read_facts`; anything unreadable is the submission's error.
 
 What a kernel-side fact can prove: what an honest run of this notebook left in memory (which
@@ -18,7 +18,7 @@ for what no file records; a tampered shell found by `PROBE` fails every check th
 
 Example:
 
-    from course_tools import submission
+    from course_tools.grade.core import submission
     setup = submission.RunSetup(Limits(), probe_source=parts.probe)
     outcome, facts, why_none = submission.run(notebook, Path("/tmp/work/alice"), env, setup)
 """
@@ -32,7 +32,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_tools import probe, sandbox
+from course_tools.grade.core import probe
+from course_tools.grade.jail import sandbox
 from course_tools.runner import Limits, RunOptions, RunOutcome, run_notebook
 
 #: The largest probe answer read, in characters (the course's facts take a few KB).
@@ -65,10 +66,10 @@ if _shell.input_transformers_post or _shell.ast_transformers:
     _tampered.append("transformers")
 if _shell.input_transformer_manager is not globals().pop({key!r} + "_manager", None):
     _tampered.append("input_transformer_manager")
-_spec = _util.spec_from_file_location("course_tools.probe", {path!r})
+_spec = _util.spec_from_file_location("course_tools.grade.core.probe", {path!r})
 _probe = _util.module_from_spec(_spec)
 _spec.loader.exec_module(_probe)
-_sys.modules["course_tools.probe"] = _probe
+_sys.modules["course_tools.grade.core.probe"] = _probe
 import course_tools as _tools
 _tools.probe = _probe
 {source}

@@ -1,5 +1,5 @@
 """The grader's sandbox: the bubblewrap (`bwrap`) command line around every process that touches
-a submission. It builds commands and knows nothing of notebooks (`course_tools.submission` runs a
+a submission. It builds commands and knows nothing of notebooks (`grade.core.submission` runs a
 notebook and its probe inside one).
 
 A sandboxed process sees only what it needs, read-only: the system's programs and libraries
@@ -15,7 +15,7 @@ writable), and is killed when the grader dies (`--die-with-parent`).
 
 Example:
 
-    from course_tools import sandbox
+    from course_tools.grade.jail import sandbox
     ok, detail = sandbox.status()  # (True, '/usr/bin/bwrap (bubblewrap 0.8.0)') here
     argv = sandbox.wrap(["python", "-c", "print(1)"], writable=[Path("/tmp/grade-alice")])
 """

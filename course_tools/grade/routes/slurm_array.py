@@ -43,8 +43,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_tools import one_submission, report, roster, tamper
-from course_tools.plan import (
+from course_tools.grade.core import one_submission, report, roster, tamper
+from course_tools.grade.core.plan import (
     CHECK_TIMEOUT_S,
     PLAN_FOLDER,
     Batch,
@@ -54,8 +54,8 @@ from course_tools.plan import (
     to_grade,
     write_gradebooks,
 )
-from course_tools.report import Grade
-from course_tools.roster import Submission
+from course_tools.grade.core.report import Grade
+from course_tools.grade.core.roster import Submission
 
 #: Slurm states of a task that has not ended yet.
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
@@ -131,7 +131,7 @@ def batch_script(b: Batch, plan: Path, count: int, options: SlurmOptions) -> str
     # The task's work folders live in a node-local folder removed however the task ends.
     lines += [
         'work=$(mktemp -d "${TMPDIR:-/tmp}/course-grade-XXXXXX")',
-        f"TMPDIR=$work {shlex.quote(sys.executable)} -m course_tools.slurm_array "
+        f"TMPDIR=$work {shlex.quote(sys.executable)} -m course_tools.grade.routes.slurm_array "
         f'{shlex.quote(str(plan))} "$SLURM_ARRAY_TASK_ID"',
         "code=$?",
         'rm -rf "$work"',

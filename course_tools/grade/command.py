@@ -11,8 +11,8 @@ without a grade yet (--regrade: all).
 
 Example:
 
-    from course_tools import grading
-    jobs, why = grading.default_jobs(devices=2, memory_mb=4096)
+    from course_tools.grade import command
+    jobs, why = command.default_jobs(devices=2, memory_mb=4096)
     # (1, '2 cores / 2 devices per submission = 1; 20,480 MB free / 4,096 MB per notebook = 5')
 """
 
@@ -28,10 +28,13 @@ from pathlib import Path
 
 import psutil
 
-from course_tools import batch, exercise, plan, roster, sandbox, slurm_array
+from course_tools import exercise
+from course_tools.grade.core import plan, roster
+from course_tools.grade.core.plan import DEFAULT_SOLUTION, GradingSettings
+from course_tools.grade.core.report import Grade
+from course_tools.grade.jail import sandbox
+from course_tools.grade.routes import batch, slurm_array
 from course_tools.paths import course_root
-from course_tools.plan import DEFAULT_SOLUTION, GradingSettings
-from course_tools.report import Grade
 from course_tools.runner import Limits
 from course_utils.tables import format_table
 

@@ -24,14 +24,14 @@ never given to the kernel), how they run (another process, which never runs stud
 course, the solution, other submissions and the grades (read-only or hidden in the sandbox). What it
 does control is its own evidence: the files it saves, which the checks measure themselves (a saved
 model is evaluated by the grader; recorded numbers must match those measurements), and the probe's
-facts, which come from its own kernel (`course_tools.submission` says what they can and cannot
+facts, which come from its own kernel (`grade.core.submission` says what they can and cannot
 prove). Read the executed notebook when a score looks too good. Without the
 sandbox, student code runs with your rights: a changed solution file or course file is then noted
 in the report (and the solution as it was at the start is kept).
 
 Example:
 
-    from course_tools import batch
+    from course_tools.grade.routes import batch
     grades = batch.grade(["submissions/"], out="grades", limits=Limits(cell_timeout=300))
     print([(g.student, g.score, g.max_score) for g in grades])  # [('alice', 12.0, 12.0), ...]
 """
@@ -47,9 +47,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from course_tools.one_submission import Workspace, grade_one
-from course_tools.paths import course_root
-from course_tools.plan import (
+from course_tools.grade.core.one_submission import Workspace, grade_one
+from course_tools.grade.core.plan import (
     DEFAULT_SOLUTION,
     Batch,
     GradingSettings,
@@ -59,10 +58,11 @@ from course_tools.plan import (
     to_grade,
     write_gradebooks,
 )
-from course_tools.report import Grade
-from course_tools.roster import Submission, collect_submissions
+from course_tools.grade.core.report import Grade
+from course_tools.grade.core.roster import Submission, collect_submissions
+from course_tools.grade.core.tamper import TamperWatch
+from course_tools.paths import course_root
 from course_tools.runner import Limits
-from course_tools.tamper import TamperWatch
 
 
 def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progress: bool) -> None:

@@ -3,7 +3,7 @@
 
 The hidden tests (in `solutions/05_svhn_solution.ipynb`) run in the grader's check process, which
 never runs student code, with three names defined: `settings`, `ARTIFACTS` (the submission's
-artifacts folder) and `FACTS` (what `course_tools.probe` found in the student's kernel). In the
+artifacts folder) and `FACTS` (what `grade.core.probe` found in the student's kernel). In the
 solution itself they run in the notebook's own kernel. A `CheckError` message is what the student
 reads in the report, so each one says what is wrong and what to do.
 
@@ -14,7 +14,7 @@ all once the probe found the kernel's shell tampered with (`assert_kernel_truste
 
 Example (a hidden test):
 
-    from course_tools import checks
+    from course_tools.grade.core import checks
     results = checks.load_results(ARTIFACTS)
     saved = checks.own_model(ARTIFACTS, "fit_model", FACTS)  # the model this run trained
     scores = checks.evaluate(saved)  # measured by the grader, not the notebook
@@ -32,7 +32,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from course_tools.probe import checksum, fingerprint
+from course_tools.grade.core.probe import checksum, fingerprint
 
 if TYPE_CHECKING:
     import keras

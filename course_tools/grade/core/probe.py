@@ -1,14 +1,14 @@
 """The hidden probe: facts about the objects a notebook left in memory, collected in the student's
-kernel (the solution's HIDDEN PROBE cell calls `collect`; `course_tools.submission` runs it).
+kernel (the solution's HIDDEN PROBE cell calls `collect`; `grade.core.submission` runs it).
 
 It runs in the submission's own Python, after its code: what it finds is what an honest run left
 in memory, and a notebook that takes over its kernel can make it say anything (see
-`course_tools.submission`). The assertions on these facts run elsewhere, in the check process
-(`course_tools.checks`), which never runs student code.
+`grade.core.submission`). The assertions on these facts run elsewhere, in the check process
+(`course_tools.grade.core.checks`), which never runs student code.
 
 Example (the probe cell):
 
-    from course_tools import probe
+    from course_tools.grade.core import probe
     FACTS = probe.collect(globals(), models=["fit_model"], datasets=("train_ds",))
 """
 

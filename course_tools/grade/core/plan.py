@@ -6,7 +6,7 @@ One submission is graded by `one_submission.grade_one`, whichever route calls it
 
 Example:
 
-    from course_tools import plan
+    from course_tools.grade.core import plan
     b = plan.prepare("grades", solution, plan.GradingSettings(devices=2), Limits())
     todo = plan.to_grade(b, roster.collect_submissions(["submissions/"]), regrade=False)
 """
@@ -23,12 +23,14 @@ from pathlib import Path
 
 import nbformat
 
-from course_tools import exercise, report, sandbox
-from course_tools.checker import CheckProcess
-from course_tools.checks import DATASET
+from course_tools import exercise
+from course_tools.grade.core import report
+from course_tools.grade.core.checker import CheckProcess
+from course_tools.grade.core.checks import DATASET
+from course_tools.grade.core.report import Grade
+from course_tools.grade.core.roster import Submission, several_notebooks
+from course_tools.grade.jail import sandbox
 from course_tools.paths import PACKAGE_ROOT
-from course_tools.report import Grade
-from course_tools.roster import Submission, several_notebooks
 from course_tools.runner import Limits
 
 #: The SVHN exercise's solution notebook (under the course root), where the hidden tests come from.

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import nbformat
 
-from course_tools import colab, exercise, report, submission
-from course_tools.checker import CheckProcess, CheckVerdict
-from course_tools.checks import ARTIFACTS_NAME
-from course_tools.plan import CHECK_TIMEOUT_S, Batch
-from course_tools.report import CheckResult, Grade
-from course_tools.roster import Submission, several_notebooks
+from course_tools import colab, exercise
+from course_tools.grade.core import report, submission
+from course_tools.grade.core.checker import CheckProcess, CheckVerdict
+from course_tools.grade.core.checks import ARTIFACTS_NAME
+from course_tools.grade.core.plan import CHECK_TIMEOUT_S, Batch
+from course_tools.grade.core.report import CheckResult, Grade
+from course_tools.grade.core.roster import Submission, several_notebooks
+from course_tools.grade.core.tamper import TamperWatch
 from course_tools.runner import KERNEL_LOG_KB, RunOutcome
-from course_tools.tamper import TamperWatch
 
 #: What is copied of a submission's artifacts, in MB (the course's files take a few tens of MB in
 #: the full profile); the rest is left out, with a note in the report.

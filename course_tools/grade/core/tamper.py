@@ -7,7 +7,7 @@ import hashlib
 import threading
 from pathlib import Path
 
-from course_tools.plan import PACKAGE, Batch
+from course_tools.grade.core.plan import PACKAGE, Batch
 
 
 class TamperWatch:

@@ -1,6 +1,6 @@
 """The check process: runs the solution's hidden tests on a submission's files, never its code.
 
-One long-lived `python -m course_tools.checker` process per batch (TensorFlow loads once),
+One long-lived `python -m ...grade.core.checker` process per batch (TensorFlow loads once),
 sandboxed like the kernels. It reads one job per stdin line (JSON: the artifacts folder, the probe's
 facts, the tests' sources) and answers one JSON line per job: for each test, passed or not and why.
 Everything else the tests or TensorFlow print goes to stderr (the check log), not into the answers.
@@ -26,8 +26,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from course_tools.checks import clear_cache
 from course_tools.exercise import HiddenTest
+from course_tools.grade.core.checks import clear_cache
 from course_tools.processes import Watchdog, kill_tree
 
 #: (passed, message) for one hidden test.
@@ -95,7 +95,7 @@ class CheckProcess:
         self.closed = False
 
     def _start(self) -> None:
-        argv = [sys.executable, "-m", "course_tools.checker"]
+        argv = [sys.executable, "-m", "course_tools.grade.core.checker"]
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
                 self.wrap(argv) if self.wrap else argv,

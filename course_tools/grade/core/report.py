@@ -12,7 +12,7 @@ never an error that stops the batch.
 
 Example:
 
-    from course_tools import report
+    from course_tools.grade.core import report
     g = report.Grade("alice", Path("alice.ipynb"), status="graded", max_score=12)
     report.save(g, Path("grades/alice"))
     report.write_gradebook([g], Path("grades/gradebook.csv"), questions=["q1", "q2"])

@@ -4,7 +4,7 @@ student chose; a name taken twice is an error for the instructor.
 
 Example:
 
-    from course_tools import roster
+    from course_tools.grade.core import roster
     for s in roster.collect_submissions(["submissions/"]):
         print(s.student, s.path)  # alice submissions/alice/mine.ipynb
 """
