@@ -3,9 +3,17 @@
 Notebook 4 copies this file next to its worker scripts; it needs only Python's standard library, so
 it runs on any cluster node. Inside a Slurm job step (`srun`), or in a pod of a Kubernetes Indexed
 Job, it builds the TF_CONFIG of this task and replaces itself with the command it was given (same
-process, same pid), which then finds TF_CONFIG in its environment:
+process, same pid), which then finds TF_CONFIG in its environment; on a Slurm node whose tasks
+would share its GPUs it also gives each task its own (`task_gpus`):
 
     srun python cluster_tf_config.py python loop_worker.py --epochs 3
+
+Why not TensorFlow's `tf.distribute.cluster_resolver.SlurmClusterResolver`: it gives every task of
+a node a port from a fixed `port_base` (8888 + the task's rank on the node, so two jobs on one node
+collide), and it cannot be set up for nodes without GPUs (it sets CUDA_VISIBLE_DEVICES per task from
+`gpus_per_node`, and zero GPUs fails: https://github.com/tensorflow/tensorflow/issues/56894). This
+file uses the ports Slurm reserves for the step, runs on CPU nodes, and writes TF_CONFIG, which
+every strategy and `TFConfigClusterResolver` read.
 
 Without a command it prints the TF_CONFIG. Example:
     >>> tf_config({"SLURM_PROCID": "1", "SLURM_STEP_NODELIST": "n[7-8]",
@@ -51,10 +59,23 @@ def expand_counts(counts: str) -> list[int]:
     return result
 
 
+#: Ports derived from the job id, when Slurm reserved none: below Linux's default ephemeral range
+#: (32768-60999, /proc/sys/net/ipv4/ip_local_port_range), where the system picks the source ports of
+#: outgoing connections, so that no connection of this or another job can hold a worker's port.
+DERIVED_PORTS = range(20000, 32768)
+
+
 def slurm_ports(env: Mapping[str, str], count: int) -> list[int]:
-    """`count` ports for this job's tasks on one node: the ones `srun --resv-ports` reserved for
-    the step, else 32 ports from 20000 chosen by the job id (different for jobs whose ids differ
-    by less than 1000)."""
+    """`count` ports for this job's tasks on one node.
+
+    First the ports `srun --resv-ports` reserved for the job step (`SLURM_STEP_RESV_PORTS`):
+    Slurm gives each port of a node to one step at a time, so jobs never collide. Without them,
+    a block of `count` ports in DERIVED_PORTS chosen by the job id: two jobs that run on one
+    node at the same time collide only when their ids agree modulo the number of blocks (6384
+    blocks of 2 ports), or when a block overlaps another job's of a different size or a program
+    that listens there; a collision fails at once ("Address already in use"), and
+    `--resv-ports` is then the fix.
+    """
     if env.get("SLURM_STEP_RESV_PORTS"):
         ports: list[int] = []
         for part in env["SLURM_STEP_RESV_PORTS"].split(","):
@@ -66,10 +87,55 @@ def slurm_ports(env: Mapping[str, str], count: int) -> list[int]:
                 f"use srun --resv-ports={count}"
             )
         return ports[:count]
-    base = 20000 + int(env["SLURM_JOB_ID"]) % 1000 * 32
-    if count > 32:
-        raise SystemExit(f"{count} tasks on one node: use srun --resv-ports={count}")
-    return list(range(base, base + count))
+    blocks = len(DERIVED_PORTS) // count
+    base = DERIVED_PORTS.start + int(env["SLURM_JOB_ID"]) % blocks * count
+    ports = list(range(base, base + count))
+    ephemeral = ephemeral_ports()
+    if ephemeral and ports[-1] >= ephemeral.start and ports[0] < ephemeral.stop:
+        raise SystemExit(
+            f"ports {ports[0]}-{ports[-1]} are in this node's ephemeral range "
+            f"({ephemeral.start}-{ephemeral.stop - 1}): use srun --resv-ports={count}"
+        )
+    return ports
+
+
+def ephemeral_ports() -> range | None:
+    """The ports Linux picks outgoing connections' source ports from, or None (not Linux)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = map(int, f.read().split())
+    except (OSError, ValueError):
+        return None
+    return range(low, high + 1)
+
+
+def task_gpus(env: Mapping[str, str], tasks_here: int) -> str | None:
+    """The CUDA_VISIBLE_DEVICES this task should have, or None to leave it as it is.
+
+    Slurm binds GPUs per task when asked (`srun --gpus-per-task=1`, `--gpu-bind`): each task then
+    sees its own, and nothing changes. When the `tasks_here` tasks of this node all see the same
+    GPUs (CUDA_VISIBLE_DEVICES lists as many as the step's SLURM_STEP_GPUS, or was set by the
+    script), each would allocate every GPU's memory: local task i gets the i-th equal share.
+    No GPUs (unset, empty, -1), or one task on the node: None.
+
+        >>> task_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2,3", "SLURM_LOCALID": "1"}, 2)
+        '2,3'
+    """
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    gpus = [g for g in visible.split(",") if g.strip()]
+    if tasks_here <= 1 or not gpus or visible.strip() in ("-1", "NoDevFiles"):
+        return None
+    step_gpus = [g for g in env.get("SLURM_STEP_GPUS", "").split(",") if g.strip()]
+    if step_gpus and len(step_gpus) != len(gpus):
+        return None  # Slurm bound this task to its own GPUs
+    if len(gpus) < tasks_here:
+        raise SystemExit(
+            f"{tasks_here} tasks share {len(gpus)} GPUs on this node: "
+            "ask for one GPU per task (srun --gpus-per-task=1) or fewer tasks per node"
+        )
+    share = len(gpus) // tasks_here
+    local = int(env.get("SLURM_LOCALID", 0))
+    return ",".join(gpus[local * share : (local + 1) * share])
 
 
 def slurm_tf_config(env: Mapping[str, str]) -> dict:
@@ -108,16 +174,31 @@ def tf_config(env: Mapping[str, str]) -> dict:
     return slurm_tf_config(env)
 
 
+def worker_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables to set for this task: TF_CONFIG, and CUDA_VISIBLE_DEVICES when the tasks of
+    a Slurm node would otherwise share its GPUs (`task_gpus`)."""
+    config = tf_config(env)
+    result = {"TF_CONFIG": json.dumps(config)}
+    if "JOB_COMPLETION_INDEX" not in env:
+        counts = expand_counts(env["SLURM_STEP_TASKS_PER_NODE"])
+        gpus = task_gpus(env, counts[int(env.get("SLURM_NODEID", 0))])
+        if gpus is not None:
+            result["CUDA_VISIBLE_DEVICES"] = gpus
+    return result
+
+
 if __name__ == "__main__":
-    config = tf_config(os.environ)
-    workers = config["cluster"]["worker"]
+    variables = worker_env(os.environ)
+    config = json.loads(variables["TF_CONFIG"])
+    gpus = variables.get("CUDA_VISIBLE_DEVICES")
     print(
-        f"cluster_tf_config: worker {config['task']['index']} of {workers}",
+        f"cluster_tf_config: worker {config['task']['index']} of {config['cluster']['worker']}"
+        + (f", GPUs {gpus}" if gpus else ""),
         file=sys.stderr,
         flush=True,
     )
     if len(sys.argv) < 2:
-        print(json.dumps(config))
+        print(variables["TF_CONFIG"])
     else:
-        os.environ["TF_CONFIG"] = json.dumps(config)
+        os.environ.update(variables)
         os.execvp(sys.argv[1], sys.argv[1:])  # becomes the worker: same process, same pid

@@ -90,16 +90,21 @@ def test_tf_config_from_slurm_variables(tf_config_module):
         "task": {"type": "worker", "index": 3},
     }
     json.dumps(config)
-    # Without reserved ports: derived from the job id, different for neighbouring jobs.
+    # Without reserved ports: derived from the job id, below the ephemeral range, different for
+    # neighbouring jobs; jobs whose ids agree modulo the number of blocks share them (documented).
     del env["SLURM_STEP_RESV_PORTS"]
-    ports = {
-        job: {
-            a.rsplit(":", 1)[1]
-            for a in tf_config_module.tf_config({**env, "SLURM_JOB_ID": job})["cluster"]["worker"]
-        }  # fmt: skip
-        for job in ("4242", "4243")
-    }
-    assert ports["4242"] == {"27744", "27745"} and not ports["4242"] & ports["4243"]
+
+    def ports(job: str) -> set[int]:
+        workers = tf_config_module.tf_config({**env, "SLURM_JOB_ID": job})["cluster"]["worker"]
+        return {int(a.rsplit(":", 1)[1]) for a in workers}
+
+    blocks = len(tf_config_module.DERIVED_PORTS) // 2
+    assert ports("4242") == {28484, 28485} and not ports("4242") & ports("4243")
+    assert ports("4242") == ports(str(4242 + blocks))
+    for job in range(0, 3 * blocks, 997):
+        assert all(20000 <= port < 32768 for port in ports(str(job)))
+    ephemeral = tf_config_module.ephemeral_ports()
+    assert ephemeral is None or not ports("4242") & set(ephemeral)
     # Clear errors: outside srun, cyclic task placement, too few reserved ports.
     with pytest.raises(SystemExit, match="start the worker with srun"):
         tf_config_module.tf_config({"SLURM_PROCID": "0"})
@@ -109,6 +114,41 @@ def test_tf_config_from_slurm_variables(tf_config_module):
         )
     with pytest.raises(SystemExit, match="--resv-ports=2"):
         tf_config_module.tf_config({**env, "SLURM_STEP_RESV_PORTS": "27001"})
+
+
+def test_tasks_that_share_a_nodes_gpus_get_one_share_each(tf_config_module):
+    gpus = tf_config_module.task_gpus
+    four = {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    assert [gpus({**four, "SLURM_LOCALID": str(i)}, 2) for i in range(2)] == ["0,1", "2,3"]
+    assert [gpus({**four, "SLURM_LOCALID": str(i)}, 4) for i in range(4)] == ["0", "1", "2", "3"]
+    # Slurm bound the task already (it sees fewer GPUs than the step has), one task, no GPUs.
+    assert (
+        gpus({"CUDA_VISIBLE_DEVICES": "1", "SLURM_STEP_GPUS": "0,1", "SLURM_LOCALID": "1"}, 2)
+        is None
+    )
+    assert gpus(four, 1) is None
+    for visible in ("", "-1", None):
+        env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+        assert gpus({**env, "SLURM_LOCALID": "1"}, 2) is None
+    with pytest.raises(SystemExit, match="--gpus-per-task=1"):
+        gpus({"CUDA_VISIBLE_DEVICES": "0", "SLURM_LOCALID": "1"}, 2)
+    # What the wrapper sets for task 3 of two 2-task nodes, each node with 4 GPUs for the step.
+    env = {
+        "SLURM_PROCID": "3",
+        "SLURM_NODEID": "1",
+        "SLURM_LOCALID": "1",
+        "SLURM_STEP_NODELIST": "node[07-08]",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "SLURM_STEP_RESV_PORTS": "27001-27002",
+        "SLURM_STEP_GPUS": "4,5,6,7",
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+    }
+    variables = tf_config_module.worker_env(env)
+    assert variables["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert json.loads(variables["TF_CONFIG"])["task"] == {"type": "worker", "index": 3}
+    assert "CUDA_VISIBLE_DEVICES" not in tf_config_module.worker_env(
+        {**env, "CUDA_VISIBLE_DEVICES": "-1"}
+    )
 
 
 def test_indexed_job_manifest_renders_tf_config_for_two_workers(tf_config_module):
