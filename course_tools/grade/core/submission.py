@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_tools.grade.core import probe
+from course_tools.grade.jail import limits as jail_limits
 from course_tools.grade.jail import sandbox
+from course_tools.grade.jail import workdir as jail_workdir
 from course_tools.runner import Limits, RunOptions, RunOutcome, run_notebook
 
 #: The largest probe answer read, in characters (the course's facts take a few KB).
@@ -139,8 +141,10 @@ def run(
     connection = workdir / ".kernel"
     connection.mkdir(parents=True, exist_ok=True)
     kernel_wrap = None
+    group = None
     if setup.sandboxed:
         env = sandbox.kernel_env(env, home=workdir)
+        group = jail_limits.cgroup(setup.limits.memory_mb)
 
         def kernel_wrap(argv: list[str]) -> list[str]:
             return sandbox.wrap(
@@ -148,6 +152,7 @@ def run(
                 writable=[workdir],
                 hidden=setup.hidden,
                 cwd=workdir,
+                cgroup=group,
             )
 
     expressions: tuple[str, ...] = ()
@@ -164,8 +169,15 @@ def run(
         wrap=kernel_wrap,
         extra_expressions=expressions,
         log_path=setup.log_path,
-        watch_folder=workdir,
+        # a capped work folder (`jail.workdir`) needs no sampled watch
+        watch_folder=None if jail_workdir.is_capped(workdir) else workdir,
     )
-    outcome = run_notebook(notebook, workdir, env, options, cancel=cancel)
+    try:
+        outcome = run_notebook(notebook, workdir, env, options, cancel=cancel)
+        if group is not None:
+            jail_limits.explain(group, setup.limits.memory_mb, outcome)
+    finally:
+        if group is not None:
+            group.remove()
     facts, probe_error = read_facts(outcome) if setup.probe_source else ({}, "")
     return outcome, facts, probe_error

@@ -30,30 +30,44 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+from course_tools.grade.jail import identity
+from course_tools.grade.jail.cgroups import Cgroup
 from course_tools.paths import PACKAGE_ROOT
 from course_utils.settings import tfds_data_dir
 
 #: The flag that grades without a sandbox, named after what it risks.
 NO_SANDBOX_FLAG = "--no-sandbox-i-trust-these-notebooks"
-#: Environment variables passed into a sandbox (exact names, or prefixes ending in "_"): the
-#: course's settings and what Python and TensorFlow need, never the grader's secrets.
-KEPT_ENV = (
-    "PATH",
-    "LANG",
-    "LANGUAGE",
-    "LC_",
-    "TZ",
-    "COURSE_",
-    "TF_",
-    "TFDS_DATA_DIR",
-    "PYTHONPATH",
-    "PYTHONHASHSEED",
-    "CUDA_",
-    "NVIDIA_",
-    "LD_LIBRARY_PATH",
-    "XLA_FLAGS",
-    "OMP_NUM_THREADS",
-    "MPLBACKEND",
+#: The environment variables passed into a sandbox, by exact name (no prefixes: a variable the
+#: grader's own environment happens to hold, such as a test's or a cluster's, stays out): the
+#: course's settings, and what Python, TensorFlow and the locale need; never the grader's secrets.
+KEPT_ENV = frozenset(
+    {
+        "PATH",
+        "LANG",
+        "LANGUAGE",
+        "LC_ALL",
+        "LC_CTYPE",
+        "LC_MESSAGES",
+        "LC_NUMERIC",
+        "TZ",
+        "COURSE_PROFILE",
+        "COURSE_DEVICES",
+        "COURSE_DATA",
+        "COURSE_ARTIFACTS",
+        "TF_CPP_MIN_LOG_LEVEL",
+        "TF_USE_LEGACY_KERAS",
+        "TF_ENABLE_ONEDNN_OPTS",
+        "TFDS_DATA_DIR",
+        "KERAS_BACKEND",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "LD_LIBRARY_PATH",
+        "XLA_FLAGS",
+        "OMP_NUM_THREADS",
+        "MPLBACKEND",
+    }
 )
 #: Sizes of the sandbox's in-memory (tmpfs) folders, in MB: the private /tmp and /dev/shm, and the
 #: empty folders covering the home folder and the hidden ones. The memory limit counts processes'
@@ -61,6 +75,12 @@ KEPT_ENV = (
 TMP_MB = 512
 SHM_MB = 64
 COVER_MB = 1
+#: The processes and threads a sandbox may have at once (the course's kernel runs about a
+#: hundred threads with 8 simulated devices): its control group's `pids.max`, and, run as root,
+#: its own uid's RLIMIT_NPROC.
+NPROC = 1024
+#: Written to, the kernel's magic SysRq trigger reboots or crashes the host.
+SYSRQ = "/proc/sysrq-trigger"
 
 
 #: The host's folders a sandbox sees (read-only; a symbolic link such as /bin -> usr/bin is made
@@ -206,13 +226,25 @@ def _system() -> list[str]:
     return args
 
 
-def wrap(
+def _parents(folders: Sequence[Path]) -> list[str]:
+    """bwrap options making every folder above `folders` traversable (0755): bubblewrap makes
+    the missing ones 0700, which the sandbox's own uid could not enter."""
+    parents = {parent for folder in folders for parent in folder.parents if parent != Path("/")}
+    args = []
+    for parent in sorted(parents, key=lambda p: len(p.parts)):
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def wrap(  # noqa: PLR0913
     argv: Sequence[str],
     *,
     writable: Sequence[Path] = (),
     read_only: Sequence[Path] = (),
     hidden: Sequence[Path] = (),
     cwd: Path | None = None,
+    cgroup: Cgroup | None = None,
+    nproc: int | None = NPROC,
 ) -> list[str]:
     """`argv` prefixed with the bwrap command line of the sandbox described in this module.
 
@@ -221,15 +253,24 @@ def wrap(
     hidden: folders that must look empty, and files that must read as empty, should they lie
     inside a bound folder (other submissions' work folders, the grades, the solution with its
     hidden tests). `course_private()` is always among them.
+    cgroup: the control group the sandbox starts in (`cgroups.Cgroup`), or None.
+    nproc: the tasks its uid may have (RLIMIT_NPROC), run as root.
     """
     bwrap = require()
+    uid = identity.fresh_uid() if identity.privileged() else None
     args = [bwrap, *_namespace_flags(), *_system(), "--dev", "/dev", "--proc", "/proc"]
-    # --dev's tmpfs (and /dev/shm, a folder of it) has no size limit: read-only, /dev/shm capped
-    args += ["--remount-ro", "/dev", *_tmpfs("/dev/shm", SHM_MB), *_tmpfs("/tmp", TMP_MB)]
+    # host-wide knobs: read-only even to a root that has capabilities (/proc/irq and /proc/bus
+    # bubblewrap covers itself)
+    args += ["--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", *[SYSRQ] * 2]
+    # --dev's tmpfs (and /dev/shm, a folder of it) has no size limit: read-only, /dev/shm capped;
+    # both in-memory folders writable by whoever the sandbox runs as, like a host's
+    args += ["--remount-ro", "/dev", "--perms", "01777", *_tmpfs("/dev/shm", SHM_MB)]
+    args += ["--perms", "01777", *_tmpfs("/tmp", TMP_MB)]
     bound = _read_only_keep() + [Path(p).resolve() for p in read_only]
+    writable = [Path(p).resolve() for p in writable]
+    args += _parents(bound + writable)
     for folder in bound:
         args += ["--ro-bind", str(folder), str(folder)]
-    writable = [Path(p).resolve() for p in writable]
     for folder in writable:
         args += ["--bind", str(folder), str(folder)]
     seen = bound + writable + [Path(p) for p in SYSTEM_FOLDERS]
@@ -246,16 +287,19 @@ def wrap(
     args += ["--remount-ro", "/"]
     if cwd is not None:
         args += ["--chdir", str(Path(cwd).resolve())]
-    return [*args, *argv]
+    if uid is not None:
+        # what `identity.enter` needs to hand over the work folder and drop to `uid`; bwrap
+        # keeps them for its child only, and the drop ends them
+        for cap in identity.ENTER_CAPS:
+            args += ["--cap-add", cap]
+    enter = identity.enter(uid, writable=writable, nproc=nproc)
+    join = cgroup.join_command() if cgroup is not None else []
+    return [*join, *args, *enter, *argv]
 
 
 def kernel_env(env: dict[str, str], home: Path) -> dict[str, str]:
     """The environment of a sandboxed process: only `KEPT_ENV` from `env`, HOME set to `home`."""
-    kept = {
-        key: value
-        for key, value in env.items()
-        if any(key == name or (name.endswith("_") and key.startswith(name)) for name in KEPT_ENV)
-    }
+    kept = {key: value for key, value in env.items() if key in KEPT_ENV}
     data_dir = str(tfds_data_dir(env))
     if Path(data_dir).is_dir():
         kept["TFDS_DATA_DIR"] = data_dir  # HOME moves: keep reading the instructor's datasets

@@ -1,0 +1,191 @@
+"""A control group per sandbox: memory and tasks counted and capped by the kernel.
+
+A process cannot hide memory from its cgroup: anonymous memory, `memfd` and `/dev/shm` files,
+the pages of the tmpfs folders it writes (its `/tmp`, its work folder) and the page cache it
+fills are all charged to it; past `memory_mb` the kernel reclaims what it can and then kills a
+process of the group (the out-of-memory killer, counted in `oom_kills`). `pids.max` caps its
+processes and threads together. Both cgroup versions are handled: v1 (one hierarchy per
+controller, `/sys/fs/cgroup/memory`, `/sys/fs/cgroup/pids`) and v2 (one unified hierarchy where
+both controllers are enabled). The group is made below the grader's own (so a Slurm task's
+limits still hold above it); only root, or a user to whom a v2 subtree is delegated, can make
+one. `Cgroup.create` returns None where neither version allows it, `why_not()` says why.
+
+Example:
+
+    from course_tools.grade.jail import cgroups
+    with cgroups.Cgroup.create(memory_mb=4096, pids=1024) as group:  # or None
+        argv = group.join_command() + ["bwrap", ...]  # the sandbox starts inside it
+        ...
+        group.peak_mb(), group.oom_kills()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Where the cgroup file systems are mounted.
+ROOT = Path("/sys/fs/cgroup")
+#: The controllers a sandbox's group uses.
+CONTROLLERS = ("memory", "pids")
+#: Run on the host: write the shell's own pid into each cgroup.procs given before "--", then exec
+#: the rest (the sandbox), which every process it starts inherits.
+_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+
+
+def _own_path(controller: str, proc_cgroup: str) -> str | None:
+    """This process's cgroup path for `controller` (v1), or for the unified hierarchy ("")."""
+    for line in proc_cgroup.splitlines():
+        _, names, path = line.split(":", 2)
+        if (controller == "" and names == "") or controller in names.split(","):
+            return path
+    return None
+
+
+def _v1_folders(root: Path, proc_cgroup: str) -> dict[str, Path] | None:
+    folders = {}
+    for controller in CONTROLLERS:
+        path = _own_path(controller, proc_cgroup)
+        mount = root / controller
+        if path is None or not (mount / "cgroup.procs").exists():
+            return None
+        folders[controller] = mount / path.lstrip("/")
+    return folders
+
+
+def _v2_parent(root: Path, proc_cgroup: str) -> Path | None:
+    """The v2 group below which a sandbox's group can get both controllers, or None."""
+    path = _own_path("", proc_cgroup)
+    unified = root if (root / "cgroup.controllers").exists() else root / "unified"
+    if path is None or not (unified / "cgroup.controllers").exists():
+        return None
+    own = unified / path.lstrip("/")
+    available = (own / "cgroup.controllers").read_text().split()
+    return own if all(c in available for c in CONTROLLERS) else None
+
+
+def _write(path: Path, value: str) -> None:
+    path.write_text(value)
+
+
+def why_not(root: Path = ROOT) -> str:
+    """Why a sandbox cannot get a cgroup here ("" when it can)."""
+    try:
+        probe = Cgroup.create(memory_mb=64, pids=16, root=root)
+    except OSError as exc:
+        return f"cannot make a control group ({exc.strerror}: {exc.filename}); run as root"
+    if probe is None:
+        return (
+            "no cgroup v1 memory and pids controllers, nor a cgroup v2 group with both "
+            f"enabled, under {root}"
+        )
+    probe.remove()
+    return ""
+
+
+@dataclass
+class Cgroup:
+    """One sandbox's control group: a folder per v1 controller, or one v2 folder."""
+
+    folders: dict[str, Path]
+    version: int
+
+    @classmethod
+    def create(
+        cls, *, memory_mb: int, pids: int, root: Path = ROOT, proc: Path = Path("/proc/self")
+    ) -> Cgroup | None:
+        """A new group below this process's own, limited to `memory_mb` (swap included) and
+        `pids` tasks; None where the host has no usable cgroup. OSError: not allowed here."""
+        proc_cgroup = (proc / "cgroup").read_text()
+        name = f"course-grade-{secrets.token_hex(6)}"
+        limit = str(memory_mb * 2**20)
+        if (v1 := _v1_folders(root, proc_cgroup)) is not None:
+            group = cls({c: folder / name for c, folder in v1.items()}, 1)
+            for folder in group.folders.values():
+                folder.mkdir()
+            memory = group.folders["memory"]
+            _write(memory / "memory.limit_in_bytes", limit)
+            with contextlib.suppress(OSError):  # without swap accounting: no swap to count
+                _write(memory / "memory.memsw.limit_in_bytes", limit)
+            _write(group.folders["pids"] / "pids.max", str(pids))
+            return group
+        if (parent := _v2_parent(root, proc_cgroup)) is not None:
+            enabled = (parent / "cgroup.subtree_control").read_text().split()
+            if not all(c in enabled for c in CONTROLLERS):
+                _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in CONTROLLERS))
+            group = cls({c: parent / name for c in CONTROLLERS}, 2)
+            folder = group.folders["memory"]
+            folder.mkdir()
+            _write(folder / "memory.max", limit)
+            with contextlib.suppress(OSError):
+                _write(folder / "memory.swap.max", "0")
+            _write(folder / "pids.max", str(pids))
+            return group
+        return None
+
+    def __enter__(self) -> Cgroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def join_command(self) -> list[str]:
+        """A command prefix that moves itself into this group, then runs the rest."""
+        procs = sorted({str(folder / "cgroup.procs") for folder in self.folders.values()})
+        return ["sh", "-c", _JOIN, "sh", *procs, "--"]
+
+    def _read(self, controller: str, name: str) -> str:
+        with contextlib.suppress(OSError):
+            return (self.folders[controller] / name).read_text()
+        return ""
+
+    def _count(self, controller: str, name: str, key: str) -> int:
+        for line in self._read(controller, name).splitlines():
+            field, _, value = line.partition(" ")
+            if field == key:
+                return int(value)
+        return 0
+
+    def peak_mb(self) -> float:
+        """The most memory the group held at once (0 when the kernel does not say)."""
+        name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
+        text = self._read("memory", name).strip()
+        return int(text) / 2**20 if text.isdigit() else 0.0
+
+    def oom_kills(self) -> int:
+        """Processes of the group the kernel killed at its memory limit."""
+        if self.version == 1:
+            return self._count("memory", "memory.oom_control", "oom_kill")
+        return self._count("memory", "memory.events", "oom_kill")
+
+    def pids_refused(self) -> int:
+        """Processes or threads the group could not start at its task limit."""
+        return self._count("pids", "pids.events", "max")
+
+    def pids(self) -> list[int]:
+        """The processes in the group, as the host numbers them."""
+        found = set()
+        for folder in self.folders.values():
+            with contextlib.suppress(OSError):
+                found |= {int(p) for p in (folder / "cgroup.procs").read_text().split()}
+        return sorted(found)
+
+    def remove(self, seconds: float = 10) -> None:
+        """Kill what is left in the group, then remove it (each folder once it is empty)."""
+        deadline = time.monotonic() + seconds
+        for folder in dict.fromkeys(self.folders.values()):
+            while folder.exists():
+                for pid in self.pids():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                try:
+                    folder.rmdir()
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
