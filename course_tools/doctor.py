@@ -140,7 +140,8 @@ def leftover_workers() -> list[psutil.Process]:
 
 
 def check_processes() -> None:
-    """Cluster workers left running, and whether the grader's sandbox works here."""
+    """Cluster workers left running, whether the grader's sandbox works here, and what its jail
+    enforces."""
     from course_tools.grade.jail import sandbox
 
     leftovers = leftover_workers()
@@ -148,6 +149,16 @@ def check_processes() -> None:
     row("cluster workers", f"{len(leftovers)} left running{pids}")
     available, detail = sandbox.status()
     row("grading sandbox", detail if available else f"UNAVAILABLE: {detail}")
+    if available:
+        check_jail()
+
+
+def check_jail() -> None:
+    """What the grader's jail enforces on this machine, a row per limit."""
+    from course_tools.grade.jail import limits
+
+    for limit in limits.enforced():
+        row(f"jail {limit.name}", limit.how if limit.held else f"NOT ENFORCED: {limit.how}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -57,7 +57,7 @@ def enforced() -> list[Limit]:
                 how="your own uid in a user namespace (not root: cannot change the host)",
             )
         )
-    rows.append(Limit("/proc/sys, /sys", held=True, how="read-only in the sandbox (bubblewrap)"))
+    rows.append(Limit("host knobs", held=True, how="/proc/sys and /sys read-only (bubblewrap)"))
     rows.append(
         Limit("core dumps", held=True, how="off: RLIMIT_CORE 0 (prlimit), /proc/sys read-only")
     )
@@ -78,7 +78,7 @@ def enforced() -> list[Limit]:
     else:
         rows.append(Limit("processes", held=False, how=why))
     if workdir.can_cap():
-        how = f"a tmpfs of --disk size and {workdir.INODES:,} inodes, unlinked files counted"
+        how = f"a tmpfs: the disk limit in bytes, {workdir.INODES:,} inodes, unlinked files counted"
         rows.append(Limit("work folder", held=True, how=how))
     else:
         rows.append(

@@ -1,0 +1,313 @@
+"""The jail around student code (`course_tools.grade.jail`), attacked from inside as root would
+run it (CI, containers and Slurm nodes do): every host-wide write a process could try, a core-dump
+helper, and the resources the kernel must cap (memory it could hide in a memfd, threads, a work
+folder's bytes and inodes, unlinked files included). A test fails if any attack works.
+
+The attacks run in `sandbox.wrap(...)` exactly as a kernel does (its own cgroup, a capped work
+folder, the grades read-only beside it) and report what they managed as JSON; the host side then
+looks at what it can see itself: the uid the process had (`/proc/<pid>/status`), what changed on
+the host, what the kernel counted. Run as an ordinary user, the root-only tests skip.
+
+Run: pytest tests/test_jail.py  (about a minute).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import require_or_skip
+
+from course_tools.grade.jail import cgroups, identity, limits, sandbox, workdir
+
+#: Host-wide knobs a process as root (without capabilities) could once rewrite from inside.
+HOST_KNOBS = (
+    "/proc/sys/kernel/core_pattern",
+    "/proc/sys/kernel/pid_max",
+    "/proc/sys/vm/overcommit_memory",
+    "/proc/sys/kernel/panic",
+    "/proc/sysrq-trigger",
+    "/sys/kernel/mm/transparent_hugepage/enabled",
+    "/sys/fs/cgroup/memory/release_agent",
+    "/sys/fs/cgroup/pids/pids.max",
+)
+
+#: Runs inside the jail: every write below must fail. Prints {"done": [...], "seen": {...}}.
+ATTACKS = r"""
+import ctypes, json, os, resource, signal, subprocess, sys
+work, grades, secret, marker = sys.argv[1:5]
+knobs = json.loads(sys.argv[5])
+done, seen = [], {}
+
+def attempt(what, action):
+    try:
+        action()
+        done.append(what)
+    except (OSError, ValueError, subprocess.CalledProcessError):
+        pass
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+# a core-dump helper in the work folder, run by the host kernel as root if core_pattern took it
+helper = os.path.join(work, "helper.sh")
+write(helper, f"#!/bin/sh\necho pwned > {marker}\n")
+os.chmod(helper, 0o755)
+attempt("core_pattern -> helper", lambda: write("/proc/sys/kernel/core_pattern", "|" + helper))
+for knob in knobs:
+    if os.path.exists(knob):
+        same = "h" if knob.endswith("sysrq-trigger") else open(knob).read()  # "h": help only
+        attempt(f"write {knob}", lambda knob=knob, same=same: write(knob, same))
+# the grades folder (read-only), another user's file (root's, 0600)
+attempt("write the grades", lambda: write(os.path.join(grades, "gradebook.csv"), "alice,12\n"))
+attempt("read root's 0600 file", lambda: open(secret).read())
+attempt("chmod root's file", lambda: os.chmod(secret, 0o666))
+# mounts, its limits, root again
+mount = ["mount", "-t", "tmpfs", "x", "/tmp"]
+attempt("mount a tmpfs", lambda: subprocess.run(mount, check=True, capture_output=True))
+attempt("raise RLIMIT_CORE", lambda: resource.setrlimit(resource.RLIMIT_CORE, (2**20, 2**20)))
+attempt("setuid(0)", lambda: os.setuid(0))
+# crash a child in the work folder: no core file, no helper
+child = subprocess.run([sys.executable, "-c", "import os; os.abort()"], cwd=work)
+seen["child_signal"] = -child.returncode
+seen["core_limit"] = resource.getrlimit(resource.RLIMIT_CORE)
+seen["uid"] = os.getuid()
+status = open("/proc/self/status").read()
+seen["caps"] = {l.split(":")[0]: l.split()[1] for l in status.splitlines() if l.startswith("Cap")}
+seen["no_new_privs"] = [l.split()[1] for l in status.splitlines() if l.startswith("NoNewPrivs")][0]
+seen["work_files"] = sorted(os.listdir(work))
+print(json.dumps({"done": done, "seen": seen}), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def jail_as_root():
+    """The jail as root builds it: skip as an ordinary user (it then keeps the user's own uid)."""
+    available, detail = sandbox.status()
+    if not available:
+        require_or_skip("sandbox", f"no grading sandbox: {detail}")
+    if not identity.privileged():
+        pytest.skip("the jail's own uid, cgroups and capped work folder need root")
+    assert not identity.missing(), (
+        f"programs the jail needs as root are missing: {identity.missing()}"
+    )
+
+
+def _run_jailed(code: str, *args: str, work: Path, read_only=(), cgroup=None, timeout=120):
+    argv = sandbox.wrap(
+        [sys.executable, "-c", code, *args],
+        writable=[work],
+        read_only=list(read_only),
+        cwd=work,
+        cgroup=cgroup,
+    )
+    env = sandbox.kernel_env(dict(os.environ), home=work)
+    return subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_no_host_wide_write_and_no_core_dump_route_from_inside(jail_as_root, tmp_path):
+    grades = tmp_path / "grades"
+    grades.mkdir()
+    (grades / "gradebook.csv").write_text("alice,0\n")
+    secret = grades / "secret"
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    marker = tmp_path / "helper-ran"
+    knobs_before = {k: Path(k).read_text() for k in HOST_KNOBS if os.access(k, os.R_OK)}
+    group = cgroups.Cgroup.create(memory_mb=1024, pids=sandbox.NPROC)
+    assert group is not None, cgroups.why_not()
+    own_limits = [
+        str(group.folders["memory"] / name)
+        for name in ("memory.limit_in_bytes", "memory.max", "pids.max")
+        if (group.folders["memory"] / name).exists()
+    ] + [str(group.folders["pids"] / "pids.max")]
+    knobs_before |= {k: Path(k).read_text() for k in own_limits}
+    with group, workdir.capped(tmp_path / "work", disk_mb=64) as work:
+        process = _run_jailed(
+            ATTACKS,
+            str(work),
+            str(grades),
+            str(secret),
+            str(marker),
+            # and its own cgroup's limits
+            json.dumps([*HOST_KNOBS, *own_limits]),
+            work=work,
+            read_only=[grades],
+            cgroup=group,
+        )
+        # the uids the host sees the attacker's code run as, read while it runs (bubblewrap's
+        # own processes stay root: they run none of the submission's code)
+        host_uids = set()
+        while process.poll() is None:
+            for pid in group.pids():
+                try:
+                    argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                    status = Path(f"/proc/{pid}/status").read_text()
+                except OSError:
+                    continue
+                if argv0 == sys.executable.encode():
+                    uids = status.split("Uid:")[1].split("\n")[0].split()
+                    host_uids |= {int(u) for u in uids}
+            time.sleep(0.02)
+        out, err = process.communicate()
+        knobs_after = {k: Path(k).read_text() for k in knobs_before}
+        assert process.returncode == 0, err[-2000:]
+        report = json.loads(out.strip().splitlines()[-1])
+        work_files = sorted(os.listdir(work))
+    assert report["done"] == [], f"host writes that worked from inside the jail: {report['done']}"
+    assert host_uids, "no process of the jail was seen from the host"
+    assert 0 not in host_uids and os.getuid() not in host_uids, host_uids
+    assert all(uid in identity.UID_RANGE for uid in host_uids), host_uids
+    seen = report["seen"]
+    assert seen["uid"] in identity.UID_RANGE
+    assert set(seen["caps"].values()) == {"0000000000000000"}, seen["caps"]
+    assert seen["no_new_privs"] == "1"
+    assert seen["core_limit"] == [0, 0]
+    assert seen["child_signal"] == 6  # it crashed...
+    assert not marker.exists(), "a core-dump helper ran on the host"
+    assert not [f for f in work_files if f.startswith("core")], work_files  # ...and dumped nothing
+    assert knobs_after == knobs_before
+    assert (grades / "gradebook.csv").read_text() == "alice,0\n"
+    assert secret.stat().st_mode & 0o777 == 0o600
+
+
+MEMFD = r"""
+import os
+fd = os.memfd_create("hidden")
+chunk = b"x" * 2**20
+for _ in range(int(os.environ.get("MB", "512"))):
+    os.write(fd, chunk)
+print("kept it all")
+"""
+
+
+def test_memory_hidden_in_a_memfd_is_counted_and_capped(jail_as_root, tmp_path):
+    group = cgroups.Cgroup.create(memory_mb=256, pids=sandbox.NPROC)
+    assert group is not None, cgroups.why_not()
+    with group, workdir.capped(tmp_path / "work", disk_mb=64) as work:
+        process = _run_jailed(MEMFD, work=work, cgroup=group)
+        out, _ = process.communicate(timeout=120)
+        assert "kept it all" not in out
+        assert group.oom_kills() >= 1
+        assert 200 < group.peak_mb() <= 256 + 1
+
+
+THREADS = r"""
+import threading, time
+started = 0
+try:
+    for _ in range(3000):
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        started += 1
+except RuntimeError:
+    pass
+print(started, flush=True)
+"""
+
+
+def test_threads_are_capped_by_the_kernel(jail_as_root, tmp_path):
+    group = cgroups.Cgroup.create(memory_mb=2048, pids=200)
+    assert group is not None, cgroups.why_not()
+    with group, workdir.capped(tmp_path / "work", disk_mb=64) as work:
+        process = _run_jailed(THREADS, work=work, cgroup=group)
+        out, err = process.communicate(timeout=120)
+        started = int(out.split()[-1])
+        assert started < 200, err[-1000:]
+        assert group.pids_refused() >= 1
+
+
+DISK = r"""
+import os
+report = {}
+big = open("unlinked", "wb")
+os.unlink("unlinked")
+written = 0
+try:
+    while written < 512 * 2**20:
+        big.write(b"x" * 2**20)
+        big.flush()
+        written += 2**20
+except OSError as exc:
+    report["unlinked_error"] = exc.strerror
+report["unlinked_mb"] = written // 2**20
+big.close()
+folders = 0
+try:
+    for i in range(100_000):
+        os.mkdir(f"d{i}")
+        folders += 1
+except OSError as exc:
+    report["folders_error"] = exc.strerror
+report["folders"] = folders
+print(report)
+"""
+
+
+def test_the_work_folder_caps_bytes_unlinked_files_and_inodes(jail_as_root, tmp_path):
+    with workdir.capped(tmp_path / "work", disk_mb=64, inodes=5000) as work:
+        assert workdir.is_capped(work)
+        process = _run_jailed(DISK, work=work)
+        out, err = process.communicate(timeout=120)
+        report = eval(out.strip().splitlines()[-1])  # noqa: S307 - our own script's dict
+    assert report["unlinked_mb"] <= 64 and report["unlinked_error"] == "No space left on device"
+    assert report["folders"] < 5000 and report["folders_error"] == "No space left on device"
+    assert not (tmp_path / "work").exists()  # unmounted and removed, however many files
+
+
+def test_the_kernel_gets_only_the_variables_it_needs(tmp_path):
+    env = {
+        "COURSE_PROFILE": "quick",
+        "COURSE_DEVICES": "2",
+        "COURSE_SLURM_TEST": "1",
+        "COURSE_SECRET_TOKEN": "x",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TF_CONFIG": '{"cluster": {}}',
+        "LC_ALL": "C.UTF-8",
+        "LC_EVIL": "x",
+        "SLURM_JOB_ID": "5",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "PATH": "/usr/bin",
+    }
+    kept = sandbox.kernel_env(env, home=tmp_path)
+    assert {"COURSE_PROFILE", "COURSE_DEVICES", "TF_CPP_MIN_LOG_LEVEL", "LC_ALL", "PATH"} <= set(
+        kept
+    )
+    for name in (
+        "COURSE_SLURM_TEST",
+        "COURSE_SECRET_TOKEN",
+        "TF_CONFIG",
+        "LC_EVIL",
+        "SLURM_JOB_ID",
+    ):
+        assert name not in kept
+    assert "AWS_SECRET_ACCESS_KEY" not in kept
+    assert kept["HOME"] == str(tmp_path)
+
+
+def test_doctor_and_grade_say_what_the_jail_enforces_here(jail_as_root):
+    rows = {row.name: row for row in limits.enforced()}
+    assert rows["user"].held and "uid of its own" in rows["user"].how
+    assert rows["host knobs"].held and rows["core dumps"].held
+    assert rows["work folder"].held  # root mounts the capped work folder
+    why = cgroups.why_not()
+    assert rows["memory"].held == (not why)
+    assert rows["processes"].held  # pids cgroup, or RLIMIT_NPROC of the jail's own uid
+    assert limits.missing() == [
+        f"{r.name}: not enforced by the kernel here ({r.how})" for r in rows.values() if not r.held
+    ]
+    doctor = subprocess.run(
+        [Path(sys.executable).with_name("course"), "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    for row in rows.values():
+        assert f"jail {row.name}" in doctor.stdout, doctor.stdout
