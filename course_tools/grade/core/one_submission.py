@@ -24,6 +24,7 @@ from course_tools.grade.core.plan import CHECK_TIMEOUT_S, Batch
 from course_tools.grade.core.report import CheckResult, Grade
 from course_tools.grade.core.roster import Submission, several_notebooks
 from course_tools.grade.core.tamper import TamperWatch
+from course_tools.grade.jail import workdir as jail_workdir
 from course_tools.runner import KERNEL_LOG_KB, RunOutcome
 
 #: What is copied of a submission's artifacts, in MB (the course's files take a few tens of MB in
@@ -116,6 +117,8 @@ def _run(
     workdir = base / g.student
     workdir.mkdir()
     try:
+        if batch.sandboxed:  # as root, a file system capped in bytes and inodes (`jail.workdir`)
+            jail_workdir.cap(workdir, batch.limits.disk_mb)
         env = {
             **os.environ,
             **batch.settings.env(),
@@ -133,6 +136,7 @@ def _run(
         artifacts = workdir / "artifacts" / ARTIFACTS_NAME
         g.notes += copy_artifacts(artifacts, folder / "artifacts", within=workdir)
     finally:
+        jail_workdir.release(workdir)
         shutil.rmtree(workdir, ignore_errors=True)
     # its outputs may hold lone surrogates: written escaped
     text = nbformat.writes(outcome.notebook)
