@@ -301,7 +301,9 @@ def test_doctor_and_grade_say_what_the_jail_enforces_here(jail_as_root):
     assert rows["memory"].held == (not why)
     assert rows["processes"].held  # pids cgroup, or RLIMIT_NPROC of the jail's own uid
     assert limits.missing() == [
-        f"{r.name}: not enforced by the kernel here ({r.how})" for r in rows.values() if not r.held
+        f"jail {r.name}: NOT ENFORCED by the kernel here: {r.how}"
+        for r in rows.values()
+        if not r.held
     ]
     doctor = subprocess.run(
         [Path(sys.executable).with_name("course"), "doctor"],

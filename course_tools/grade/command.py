@@ -32,6 +32,7 @@ from course_tools import exercise
 from course_tools.grade.core import plan, roster
 from course_tools.grade.core.plan import DEFAULT_SOLUTION, GradingSettings
 from course_tools.grade.core.report import Grade
+from course_tools.grade.jail import limits as jail_limits
 from course_tools.grade.jail import sandbox
 from course_tools.grade.routes import batch, slurm_array
 from course_tools.paths import course_root
@@ -257,6 +258,9 @@ def run(args: argparse.Namespace) -> int:
             return benchmark(args, jobs or 1)
         b = _prepare(args, args.out, sandboxed=not args.no_sandbox)
         print(f"course grade: {route(slurm=args.slurm, sandboxed=not args.no_sandbox)}")
+        if not args.no_sandbox and not args.slurm:
+            for line in jail_limits.missing():
+                print(f"course grade: {line}")
         grades = _grade(args, b, jobs or 1, slurm=args.slurm)
     except (
         FileNotFoundError,

@@ -78,7 +78,10 @@ def why_not(root: Path = ROOT) -> str:
     try:
         probe = Cgroup.create(memory_mb=64, pids=16, root=root)
     except OSError as exc:
-        return f"cannot make a control group ({exc.strerror}: {exc.filename}); run as root"
+        return (
+            f"cannot make a control group ({exc.strerror}): run as root, or in a cgroup v2 "
+            "subtree delegated to you"
+        )
     if probe is None:
         return (
             "no cgroup v1 memory and pids controllers, nor a cgroup v2 group with both "

@@ -52,6 +52,20 @@ def missing() -> str:
     return ", ".join(absent)
 
 
+def user_tasks() -> int:
+    """The processes and threads this user runs now (RLIMIT_NPROC counts them all)."""
+    uid = os.getuid()
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    count += sum(1 for _ in (entry / "task").iterdir())
+            except OSError:
+                continue
+    return count
+
+
 def fresh_uid() -> int:
     """A user id from `UID_RANGE` that no account or group of this host has."""
     while True:
@@ -70,13 +84,14 @@ def enter(uid: int | None, *, writable: Sequence[Path] = (), nproc: int | None =
 
     uid: the user id (and group id) to drop to, as root; None (an ordinary user): no change of
     user. writable: folders given to `uid` first. nproc: RLIMIT_NPROC, the tasks (processes and
-    threads) the uid may have, with a uid of its own only. Core dumps are always off.
+    threads) the uid may have, the sandbox's own with a uid of its own, else all of the user's
+    (`user_tasks` plus the sandbox's). Core dumps are always off.
     """
     limits = ["prlimit", "--core=0:0"]
-    if uid is None:
-        return [*limits, "--"]
     if nproc is not None:
         limits.append(f"--nproc={nproc}:{nproc}")
+    if uid is None:
+        return [*limits, "--"]
     chown = ["sh", "-c", _CHOWN, "sh", f"{uid}:{uid}", *map(str, writable), "--"]
     drop = [
         "setpriv",

@@ -39,58 +39,46 @@ def _cgroup_missing() -> str:
 def enforced() -> list[Limit]:
     """The jail's limits on this host, each with how it is enforced or why it is not."""
     root = identity.privileged()
-    missing_programs = identity.missing() if root else ""
-    rows = []
-    if root and not missing_programs:
-        rows.append(
-            Limit("user", held=True, how="a uid of its own per sandbox, no capabilities (setpriv)")
-        )
+    absent = identity.missing() if root else ""
+    if root and not absent:
+        user = Limit("user", held=True, how="a uid of its own per sandbox, no capabilities")
     elif root:
-        rows.append(
-            Limit("user", held=False, how=f"as root, but {missing_programs} missing: cannot drop")
-        )
+        user = Limit("user", held=False, how=f"root, but {absent} missing: the code runs as root")
     else:
-        rows.append(
-            Limit(
-                "user",
-                held=True,
-                how="your own uid in a user namespace (not root: cannot change the host)",
-            )
-        )
-    rows.append(Limit("host knobs", held=True, how="/proc/sys and /sys read-only (bubblewrap)"))
-    rows.append(
-        Limit("core dumps", held=True, how="off: RLIMIT_CORE 0 (prlimit), /proc/sys read-only")
-    )
-    why = _cgroup_missing()
-    rows.append(
-        Limit(
-            "memory",
-            held=not why,
-            how="cgroup: memfd, tmpfs, shm and page cache counted" if not why else why,
-        )
-    )
-    if not why:
-        rows.append(Limit("processes", held=True, how=f"cgroup pids.max {sandbox.NPROC}"))
-    elif root and not missing_programs:
-        rows.append(
-            Limit("processes", held=True, how=f"RLIMIT_NPROC {sandbox.NPROC} of the sandbox's uid")
-        )
+        how = "your own uid (user namespace): reads what you may read in the folders bound in"
+        user = Limit("user", held=False, how=how)
+    cgroup_missing = _cgroup_missing()
+    if not cgroup_missing:
+        memory = Limit("memory", held=True, how="cgroup: memfd, tmpfs, shm, page cache counted")
+        tasks = Limit("processes", held=True, how=f"cgroup pids.max {sandbox.NPROC}")
     else:
-        rows.append(Limit("processes", held=False, how=why))
+        how = f"resident memory only (memfd and tmpfs unseen): {cgroup_missing}"
+        memory = Limit("memory", held=False, how=how)
+        if root and not absent:
+            how = f"RLIMIT_NPROC {sandbox.NPROC} of the sandbox's own uid"
+        else:
+            how = f"RLIMIT_NPROC: your tasks now + {sandbox.NPROC} (it counts all of yours)"
+        tasks = Limit("processes", held=True, how=how)
     if workdir.can_cap():
-        how = f"a tmpfs: the disk limit in bytes, {workdir.INODES:,} inodes, unlinked files counted"
-        rows.append(Limit("work folder", held=True, how=how))
+        how = f"a tmpfs: the disk limit, {workdir.INODES:,} inodes, unlinked files counted"
+        folder = Limit("work folder", held=True, how=how)
     else:
-        rows.append(
-            Limit("work folder", held=False, how="sampled every 0.5 s (mounting needs root)")
-        )
-    return rows
+        how = "its files summed every 0.5 s (a capped file system needs root)"
+        folder = Limit("work folder", held=False, how=how)
+    return [
+        user,
+        Limit("host knobs", held=True, how="/proc/sys and /sys read-only (bubblewrap)"),
+        Limit("core dumps", held=True, how="off: RLIMIT_CORE 0, core_pattern read-only"),
+        memory,
+        tasks,
+        folder,
+    ]
 
 
 def missing() -> list[str]:
     """One line per limit the kernel does not enforce here (`course grade` prints them)."""
     return [
-        f"{row.name}: not enforced by the kernel here ({row.how})"
+        f"jail {row.name}: NOT ENFORCED by the kernel here: {row.how}"
         for row in enforced()
         if not row.held
     ]

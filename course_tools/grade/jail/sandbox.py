@@ -292,6 +292,8 @@ def wrap(  # noqa: PLR0913
         # keeps them for its child only, and the drop ends them
         for cap in identity.ENTER_CAPS:
             args += ["--cap-add", cap]
+    if uid is None and nproc is not None:
+        nproc += identity.user_tasks()  # the user's other processes count too
     enter = identity.enter(uid, writable=writable, nproc=nproc)
     join = cgroup.join_command() if cgroup is not None else []
     return [*join, *args, *enter, *argv]
