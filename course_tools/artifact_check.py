@@ -7,8 +7,11 @@ follows from the numbers it recorded beside it.
   samples, numpy medians), so a sentence such as "slower" over rounds that overlap fails whoever
   wrote it.
 - `results.json` of notebooks 3 and 3b: the regime they printed (overhead-, per-example-,
-  memory-bandwidth- or compute-bound) is derived again from the batch sweep (and 3b's measured
-  roofline) they recorded.
+  memory-bandwidth- or compute-bound, or below both roofs) is derived again from the batch sweep
+  (and 3b's measured roofline) they recorded, and 3b's limits must be flagged where their sets of
+  rounds disagree.
+- `results.json` of notebook 3c: the all-reduce's line is fitted again from the rounds it
+  recorded, and every measured size must lie within the tolerance the notebook states.
 
 Example:
     $ .venv/bin/python -m course_tools.artifact_check notebooks/03_single_vs_distributed.ipynb
@@ -49,6 +52,7 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
     ],
     "03_single_vs_distributed": ["results.json", "conclusions.json"],
     "03b_where_time_goes": ["results.json", "conclusions.json"],
+    "03c_allreduce_and_profile": ["results.json", "profile/plugins/profile/*/*.xplane.pb"],
     "05_svhn_solution": [
         "fit_model.keras",
         "custom_model.keras",
@@ -60,6 +64,8 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
 }
 #: Notebooks whose results.json holds a batch sweep and the regime printed from it.
 REGIME_NOTEBOOKS = ("03_single_vs_distributed", "03b_where_time_goes")
+#: Notebooks whose results.json holds the all-reduce's rounds and the line fitted through them.
+ALL_REDUCE_NOTEBOOKS = ("03c_allreduce_and_profile",)
 
 
 def artifacts_folder(notebook: Path) -> Path:
@@ -104,28 +110,101 @@ def conclusion_problems(path: Path) -> list[str]:
 
 def expected_regime(results: dict) -> str:
     """The verdict notebooks 3 and 3b give for a sweep: a line fitted through (batch, ms/step)
-    decides overhead-bound (fixed part over half a step); otherwise notebook 3 says
-    per-example-bound, and notebook 3b (which records the step's intensity and the machine's
-    measured peak and bandwidth) names the roof above the point."""
+    gives the fixed part of a step. Notebook 3 says overhead-bound when it is over half a step,
+    else per-example-bound. Notebook 3b (which records the step's intensity and FLOPs and the
+    machine's measured peak and bandwidth) splits the step into the fixed part, the roof's part
+    (the time the roof allows for its FLOPs) and the rest, and names the largest."""
     batches = [point["global_batch"] for point in results["sweep"]]
     step_ms = [point["step_ms"] for point in results["sweep"]]
     per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
-    fixed_share = min(max(fixed_ms / step_ms[batches.index(results["batch"])], 0.0), 1.0)
-    if fixed_share > 0.5 or per_example_ms <= 0:
-        return "overhead-bound"
+    step = step_ms[batches.index(results["batch"])]
+    fixed_share = min(max(fixed_ms / step, 0.0), 1.0)
     if "intensity" not in results:
-        return "per-example-bound"
-    ridge = results["peak_flops"] / results["memory_bandwidth"]
-    return "memory-bandwidth-bound" if results["intensity"] < ridge else "compute-bound"
+        return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
+    intensity, peak = results["intensity"], results["peak_flops"]
+    roof = min(peak, results["memory_bandwidth"] * intensity)
+    roof_share = results["flops_per_step"] / (step / 1000) / roof
+    shares = [
+        (fixed_share, "overhead-bound"),
+        (roof_share, "compute-bound" if roof == peak else "memory-bandwidth-bound"),
+        (max(1 - fixed_share - roof_share, 0.0), "below both roofs"),
+    ]
+    return max(shares, key=lambda share: share[0])[1]  # the first of equal shares, as 3b does
+
+
+def limit_problems(results: dict) -> list[str]:
+    """Notebook 3b's limits: each the fastest of its sets of rounds (times the physical devices),
+    and flagged as uncertain when no second set comes within the notebook's agreement of it."""
+    found = []
+    for name, key, limit in [
+        ("peak", "peak_rounds", "peak_flops"),
+        ("bandwidth", "bandwidth_rounds", "memory_bandwidth"),
+    ]:
+        fastest = sorted((max(rounds) for rounds in results[key].values()), reverse=True)
+        if not math.isclose(results[limit], results["physical_devices"] * fastest[0]):
+            found.append(f"{limit} {results[limit]:.4g} is not the fastest round of {key}")
+        confirmed = sum(f >= (1 - results["agreement"]) * fastest[0] for f in fastest) >= 2
+        if not confirmed and name not in results["uncertain"]:
+            found.append(f"the {name}'s sets of rounds disagree, but it is not flagged uncertain")
+    return found
 
 
 def regime_problems(path: Path) -> list[str]:
-    """The regime recorded at `path` if its own sweep says another one."""
+    """The regime recorded at `path` if its own sweep says another one, and (3b) its limits."""
     results = json.loads(Path(path).read_text())
     regime = expected_regime(results)
+    found = []
     if results["regime"] != regime:
-        return [f"{path.name}: regime {results['regime']!r}, its sweep says {regime!r}"]
-    return []
+        found.append(f"{path.name}: regime {results['regime']!r}, its sweep says {regime!r}")
+    if "peak_rounds" in results:
+        found += [f"{path.name}: {problem}" for problem in limit_problems(results)]
+    return found
+
+
+def all_reduce_fit(results: dict) -> dict:
+    """Notebook 3c's line, fitted again from its rounds with code of its own: each size's time is
+    its fastest round less the loop's fastest; alpha and beta from the small sizes, weighting each
+    residual by 1 / time (relative errors), then beta beyond them with that alpha."""
+    rounds = {key: value for key, value in results["samples"].items() if key != "loop alone"}
+    overhead = min(results["samples"]["loop alone"])
+    seconds = {int(size): min(value) - overhead for size, value in rounds.items()}
+    small = np.array(results["small"], dtype=float)
+    y = np.array([seconds[size] for size in results["small"]])
+    beta_small, alpha = np.polyfit(small, y, 1, w=1 / y)
+    large = np.array(results["large"], dtype=float)
+    y = np.array([seconds[size] for size in results["large"]])
+    (beta_large,), *_ = np.linalg.lstsq((large / y)[:, None], (y - alpha) / y, rcond=None)
+    errors = {
+        size: (alpha + size * (beta_small if size <= max(small) else beta_large)) / t - 1
+        for size, t in seconds.items()
+    }
+    return {"alpha": alpha, "beta_small": beta_small, "beta_large": beta_large, "errors": errors}
+
+
+def all_reduce_problems(path: Path) -> list[str]:
+    """Notebook 3c's all-reduce at `path`: the recorded line must be the one its rounds give, every
+    measured size must lie within the stated tolerance of it, and "alpha dominates" must follow
+    from the line at the gradients' size. With one replica nothing is sent: nothing is fitted."""
+    results = json.loads(Path(path).read_text())
+    if results["replicas"] == 1:
+        return [f"{path.name}: a line fitted with one replica"] if "alpha" in results else []
+    fit, found = all_reduce_fit(results), []
+    for key in ("alpha", "beta_small", "beta_large"):
+        if not math.isclose(results[key], fit[key], rel_tol=1e-6, abs_tol=1e-12):
+            found.append(f"{path.name}: {key} {results[key]:.4g}, its rounds give {fit[key]:.4g}")
+    tolerance = results["tolerance"]
+    for size, error in fit["errors"].items():
+        if abs(error) > tolerance:
+            found.append(
+                f"{path.name}: at {size / 1024:,.0f} KiB the line misses the measured time by "
+                f"{100 * error:+.0f}% (tolerance {100 * tolerance:.0f}%)"
+            )
+    gradients = results["gradient_bytes"] * fit["beta_small"]
+    if results["alpha_dominates"] != (fit["alpha"] > gradients):
+        found.append(
+            f"{path.name}: 'alpha dominates' is {results['alpha_dominates']}, its line says not"
+        )
+    return found
 
 
 def problems(notebook: Path, since: float = 0.0) -> list[str]:
@@ -142,6 +221,8 @@ def problems(notebook: Path, since: float = 0.0) -> list[str]:
         found += conclusion_problems(folder / "conclusions.json")
     if notebook.stem in REGIME_NOTEBOOKS and (folder / "results.json").exists():
         found += regime_problems(folder / "results.json")
+    if notebook.stem in ALL_REDUCE_NOTEBOOKS and (folder / "results.json").exists():
+        found += all_reduce_problems(folder / "results.json")
     return found
 
 

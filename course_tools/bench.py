@@ -39,7 +39,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from course_utils import timing
+from course_utils import tables, timing
 from course_utils.quiet import import_tensorflow
 
 #: Per-replica batch of the course's notebooks (global batch = this x replicas).
@@ -69,6 +69,12 @@ QUICK = Sizes(steps=10, rounds=3, steps_per_call=5, examples=2048)
 #: The notebook whose tagged cells `course bench` runs, and the tag.
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_single_vs_distributed.ipynb"
 TAG = "bench"
+#: The notebooks whose tagged cells measure the machine: its limits and the step's count (3b),
+#: the all-reduce's timing and fit (3c).
+LIMITS_NOTEBOOK = NOTEBOOK.with_name("03b_where_time_goes.ipynb")
+LIMITS_CODE = ("rates_in_rounds", "matrix_products", "additions", "make_model", "step_count")
+ALL_REDUCE_NOTEBOOK = NOTEBOOK.with_name("03c_allreduce_and_profile.ipynb")
+ALL_REDUCE_CODE = ("all_reduce_loop", "seconds_per_run", "fit_all_reduce")
 #: What the tagged cells must define.
 NOTEBOOK_CODE = (
     "make_model",
@@ -80,17 +86,19 @@ NOTEBOOK_CODE = (
 )
 
 
-def notebook_code(path: Path = NOTEBOOK, tag: str = TAG) -> dict:
+def notebook_code(
+    path: Path = NOTEBOOK, tag: str = TAG, names: tuple[str, ...] = NOTEBOOK_CODE
+) -> dict:
     """Import the code cells of `path` tagged `tag` (cell metadata "tags") as a module, with the
-    notebook's imports (time, tf, keras, timing), and return its namespace: `course bench`
-    times exactly what notebook 3 teaches, with no copy to keep in step.
+    notebook's imports (time, tf, keras, timing), and return its namespace, which must define
+    `names`: `course bench` times exactly what the notebooks teach, with no copy to keep in step.
 
     >>> code = notebook_code()
     >>> model = code["make_model"]()
     """
     if not path.exists():
         raise FileNotFoundError(
-            f"course bench runs notebook 3's cells, but {path} is missing: run it from a clone "
+            f"course bench runs the notebooks' cells, but {path} is missing: run it from a clone "
             "of the course repository (pip install -e .)."
         )
     notebook = json.loads(path.read_text())
@@ -106,13 +114,14 @@ def notebook_code(path: Path = NOTEBOOK, tag: str = TAG) -> dict:
     )
     folder = tempfile.mkdtemp(prefix="course_bench_")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # needed until the process ends
-    module_path = Path(folder) / "notebook_03_bench.py"
+    module_name = f"notebook_{path.stem}_{tag}"
+    module_path = Path(folder) / f"{module_name}.py"
     module_path.write_text("\n\n".join([header, *sources]) + "\n")
-    spec = importlib.util.spec_from_file_location("notebook_03_bench", module_path)
+    spec = importlib.util.spec_from_file_location(module_name, module_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     namespace = vars(module)
-    missing = [name for name in NOTEBOOK_CODE if name not in namespace]
+    missing = [name for name in names if name not in namespace]
     if missing:
         raise RuntimeError(
             f"{path.name}'s cells tagged {tag!r} no longer define {', '.join(missing)}: tag the "
@@ -159,42 +168,56 @@ def _trainers(code: dict, mirrored, sizes: Sizes) -> dict:
     }
 
 
-#: All-reduce sizes (bytes) for the alpha-beta fit: 4 KB to 16 MB.
-ALL_REDUCE_SIZES = (4_096, 65_536, 1 << 20, 4 << 20, 16 << 20)
+#: All-reduce sizes (bytes) for notebook 3c's fit: around the gradients, and beyond them.
+ALL_REDUCE_SMALL = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)
+ALL_REDUCE_LARGE = (4 << 20, 8 << 20, 16 << 20)
 
 
-def machine_figures(code: dict, mirrored, sizes: Sizes) -> dict:
-    """This machine's roofline figures (notebook 3b's): peak FLOP/s, memory bandwidth, the
-    all-reduce's alpha and beta over the strategy's replicas, and the model's intensity."""
-    from course_utils import allreduce, roofline
-
+def machine_figures(mirrored, sizes: Sizes) -> dict:
+    """This machine's figures with notebooks 3b and 3c's own code: peak FLOP/s and memory
+    bandwidth (the fastest round), the all-reduce's alpha and betas over the strategy's replicas
+    (none with one replica: nothing is sent), and the model's intensity."""
+    limits = notebook_code(LIMITS_NOTEBOOK, names=LIMITS_CODE)
+    reduce = notebook_code(ALL_REDUCE_NOTEBOOK, names=ALL_REDUCE_CODE)
     quick = sizes.rounds < FULL.rounds
-    peak = roofline.peak_flops(1024, repeats=3 if quick else 10, rounds=sizes.rounds)
-    bandwidth = roofline.memory_bandwidth(
-        64 if quick else 256, repeats=2 if quick else 5, rounds=sizes.rounds
-    )
-    byte_sizes, seconds = allreduce.time_all_reduce(
-        mirrored, ALL_REDUCE_SIZES, repeats=5 if quick else 20, rounds=sizes.rounds
-    )
-    fit = allreduce.fit_alpha_beta(byte_sizes, seconds)
-    model = code["make_model"]()
-    cost = roofline.training_step_cost(model, PER_REPLICA_BATCH)
+    rates = limits["rates_in_rounds"]
+    work, flops = limits["matrix_products"](1024)
+    peak = max(rates(work, flops, 3 if quick else 10, sizes.rounds))
+    work, moved = limits["additions"](64 if quick else 256)
+    bandwidth = max(rates(work, moved, 2 if quick else 5, sizes.rounds))
+    byte_sizes = [*ALL_REDUCE_SMALL, *ALL_REDUCE_LARGE]
+    loop = reduce["all_reduce_loop"]
+    calls = {"loop alone": loop(mirrored, byte_sizes[0], reduce=False)}
+    calls |= {size: loop(mirrored, size) for size in byte_sizes}
+    budget = (16 if quick else 64) << 20
+    repeats = {
+        key: max(3, min(50, budget // (key if key != "loop alone" else 4096))) for key in calls
+    }
+    samples = reduce["seconds_per_run"](calls, repeats, sizes.rounds)
+    replicas = mirrored.num_replicas_in_sync
+    all_reduce = {"replicas": replicas, "sizes_bytes": byte_sizes}
+    if replicas > 1:
+        fit = reduce["fit_all_reduce"](samples, ALL_REDUCE_SMALL, ALL_REDUCE_LARGE)
+        all_reduce |= {
+            "seconds": [fit["seconds"][size] for size in byte_sizes],
+            "overhead_seconds": fit["overhead"],
+            "alpha_seconds": fit["alpha"],
+            "beta_seconds_per_byte": fit["beta_small"],
+            "beta_large_seconds_per_byte": fit["beta_large"],
+            "worst_error": max(abs(e) for e in fit["errors"].values()),
+        }
+    model = limits["make_model"]()
+    step_flops, step_bytes, _ = limits["step_count"](model, PER_REPLICA_BATCH)
     return {
-        "peak_flops": peak.value,
-        "memory_bandwidth": bandwidth.value,
-        "ridge_flop_per_byte": roofline.ridge(peak.value, bandwidth.value),
-        "all_reduce": {
-            "replicas": mirrored.num_replicas_in_sync,
-            "sizes_bytes": byte_sizes,
-            "seconds": seconds,
-            "alpha_seconds": fit.alpha,
-            "beta_seconds_per_byte": fit.beta,
-        },
+        "peak_flops": peak,
+        "memory_bandwidth": bandwidth,
+        "ridge_flop_per_byte": peak / bandwidth,
+        "all_reduce": all_reduce,
         "model": {
             "per_replica_batch": PER_REPLICA_BATCH,
-            "flops_per_step": cost.flops,
-            "bytes_per_step": cost.bytes,
-            "intensity_flop_per_byte": cost.intensity,
+            "flops_per_step": step_flops,
+            "bytes_per_step": step_bytes,
+            "intensity_flop_per_byte": step_flops / step_bytes,
             "gradient_bytes": 4 * model.count_params(),
         },
     }
@@ -218,7 +241,7 @@ def measure_here(replicas: int, sizes: Sizes, *, machine: bool = False) -> dict:
         rounds=sizes.rounds,
         batch_size=PER_REPLICA_BATCH * replicas,
     )
-    figures = machine_figures(code, mirrored, sizes) if machine else None
+    figures = machine_figures(mirrored, sizes) if machine else None
     return {"results": [asdict(r) for r in results], "machine": figures}
 
 
@@ -368,14 +391,26 @@ def report_text(report: dict) -> str:
             f"- peak {machine['peak_flops'] / 1e9:,.1f} GFLOP/s (matrix product), memory "
             f"bandwidth {machine['memory_bandwidth'] / 1e9:,.1f} GB/s, ridge "
             f"{machine['ridge_flop_per_byte']:.1f} FLOP/byte",
-            f"- all-reduce over {reduce['replicas']} replica(s): alpha "
-            f"{reduce['alpha_seconds'] * 1e6:,.0f} us, beta "
-            f"{reduce['beta_seconds_per_byte'] * 1e12:,.1f} ps/byte",
+            all_reduce_line(reduce),
             f"- model at {model['per_replica_batch']}/replica: intensity "
             f"{model['intensity_flop_per_byte']:.1f} FLOP/byte, gradients "
             f"{model['gradient_bytes'] / 1e6:.2f} MB",
         ]
     return "\n".join(lines)
+
+
+def all_reduce_line(reduce: dict) -> str:
+    """The all-reduce's fit (notebook 3c's) as one line of the report."""
+    where = f"- all-reduce over {tables.count(reduce['replicas'], 'replica')}"
+    if "alpha_seconds" not in reduce:
+        return f"{where}: nothing is sent, no line to fit"
+    return (
+        f"{where} (notebook 3c's fit): alpha {reduce['alpha_seconds'] * 1e6:,.0f} us, beta "
+        f"{reduce['beta_seconds_per_byte'] * 1e12:,.1f} ps/byte up to 1 MiB and "
+        f"{reduce['beta_large_seconds_per_byte'] * 1e12:,.1f} beyond (worst error "
+        f"{100 * reduce['worst_error']:.0f}%), after {reduce['overhead_seconds'] * 1e6:.0f} us "
+        "of loop subtracted"
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

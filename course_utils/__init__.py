@@ -8,9 +8,8 @@ Every notebook starts with the same set-up cell, before any TensorFlow operation
 
 It reads the COURSE_* variables (`settings`), keeps TensorFlow's start-up noise out of the outputs
 (`quiet`), creates the devices the strategy will use (`devices`) and prints what it did. The other
-modules: `data`, `timing`, `plots`, `tables`, `roofline`, `allreduce`, `trace` and `cluster`. The
-`course` command and the instructors' tooling live in `course_tools`, which students never need to
-open.
+modules: `data`, `timing`, `plots`, `tables` and `cluster`. The `course` command and the
+instructors' tooling live in `course_tools`, which students never need to open.
 """
 
 from __future__ import annotations

@@ -1,106 +1,135 @@
-"""Notebook 3b's instruments on tiny cases: the machine's limits, the step's count, the
-all-reduce's timing and fit, and the profiler trace read back (course_utils.roofline,
-allreduce, trace). Speeds are checked only against wide physical ranges: the machine is shared."""
+"""The instruments notebooks 3b and 3c write out in their cells, on tiny cases: the machine's
+limits, the step's count, the all-reduce's timing and fit, and the profiler trace read back.
+
+The code is the notebooks' own: their cells tagged "bench", imported the way `course bench` does
+(`course_tools.bench.notebook_code`), so a change to a cell is tested here. Speeds are checked
+only against wide physical ranges: the machine is shared.
+"""
 
 from __future__ import annotations
 
 import random
 
-import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
-from course_utils import allreduce, roofline, trace
+from course_tools import bench
 
 
-def _model() -> keras.Model:
-    return keras.Sequential(
-        [
-            keras.Input(shape=(28, 28, 1)),
-            keras.layers.Conv2D(32, 3, activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Conv2D(64, 3, activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Flatten(),
-            keras.layers.Dense(64, activation="relu"),
-            keras.layers.Dense(10),
-        ]
-    )
+@pytest.fixture(scope="module")
+def limits() -> dict:
+    return bench.notebook_code(bench.LIMITS_NOTEBOOK, names=bench.LIMITS_CODE)
 
 
-def test_peak_flops_of_a_small_product_is_in_a_physical_range():
-    peak = roofline.peak_flops(size=256, repeats=3, rounds=2)
-    assert len(peak.rounds) == 2 and peak.value == max(peak.rounds)
-    assert 1e8 < peak.value < 1e15  # from a slow laptop core to a large GPU
-    assert "GFLOP/s" in str(peak)
+@pytest.fixture(scope="module")
+def reduce() -> dict:
+    names = (*bench.ALL_REDUCE_CODE, "op_intervals", "time_shares", "category", "CATEGORIES")
+    return bench.notebook_code(bench.ALL_REDUCE_NOTEBOOK, names=names)
 
 
-def test_memory_bandwidth_of_a_small_copy_is_in_a_physical_range():
-    bandwidth = roofline.memory_bandwidth(megabytes=8, repeats=2, rounds=2)
-    assert 1e8 < bandwidth.value < 1e13  # bytes/s
-    with pytest.raises(ValueError, match="at least 1"):
-        roofline.memory_bandwidth(megabytes=8, repeats=0)
+def test_the_peak_of_a_small_product_is_in_a_physical_range(limits):
+    work, flops = limits["matrix_products"](256)
+    assert flops == 2 * 256**3
+    rates = limits["rates_in_rounds"](work, flops, repeats=3, rounds=2)
+    assert len(rates) == 2
+    assert 1e8 < max(rates) < 1e15  # from a slow laptop core to a large GPU
 
 
-def test_the_step_count_matches_a_hand_count():
-    model = _model()
-    cost = roofline.training_step_cost(model, batch=10)
-    # Multiply-adds: 26x26x32x9 + 11x11x64x9x32 + 1600x64 + 64x10, x 2 FLOPs x 3 (training).
-    macs = 26 * 26 * 32 * 9 + 11 * 11 * 64 * 9 * 32 + 1600 * 64 + 64 * 10
-    assert cost.flops == 10 * 6 * macs
-    # First convolution: reads 784 inputs x3, writes 26x26x32 outputs x2, float32.
-    # (Layer names depend on what else the process built: the rows are read by position.)
-    assert cost.rows[0][1:] == (6 * 26 * 26 * 32 * 9, 4 * (3 * 784 + 2 * 26 * 26 * 32))
-    assert cost.rows[4][0].startswith("flatten") and cost.rows[4][2] == 0  # a reshape: no bytes
-    assert cost.weight_bytes == 10 * 4 * model.count_params()  # Adam: 10 passes
-    bigger = roofline.training_step_cost(model, batch=1000)
-    assert bigger.intensity > cost.intensity  # the weights' traffic is shared by more examples
+def test_the_bandwidth_of_a_small_addition_is_in_a_physical_range(limits):
+    work, moved = limits["additions"](8)
+    assert moved == 3 * 8e6  # two float32 values read, one written, per element
+    assert 1e8 < max(limits["rates_in_rounds"](work, moved, repeats=2, rounds=2)) < 1e13
 
 
-def test_the_roofline_and_its_ridge():
-    assert roofline.ridge(100e9, 10e9) == 10
-    assert roofline.attainable(2, 100e9, 10e9) == 20e9  # under the slanted roof
-    assert roofline.attainable(50, 100e9, 10e9) == 100e9  # under the flat one
-    assert roofline.bound_by(2, 100e9, 10e9) == "memory-bandwidth-bound"
-    assert roofline.bound_by(50, 100e9, 10e9) == "compute-bound"
+def test_the_step_count_matches_a_hand_count(limits):
+    model = limits["make_model"]()
+    flops, moved, rows = limits["step_count"](model, 10)
+    # Multiply-adds; x 2 FLOPs x 3 passes, but 2 for the first convolution (no input gradient).
+    first, rest = 26 * 26 * 32 * 9, 11 * 11 * 64 * 9 * 32 + 1600 * 64 + 64 * 10
+    assert flops == 10 * (2 * 2 * first + 2 * 3 * rest)
+    # First convolution (N = 784 in, M = 26 x 26 x 32 out): 2N + 2M, the bias gradient M and
+    # the ReLU 5M, no input gradient written. (Names depend on the process: rows by position.)
+    n, m = 784, 26 * 26 * 32
+    assert rows[0][1:] == (2 * 2 * first, 4 * (2 * n + 8 * m))
+    # The first pooling layer (N = 26 x 26 x 32, M = 13 x 13 x 32): 2N + 2M, + N + M backward.
+    assert rows[1][2] == 4 * 3 * (26 * 26 * 32 + 13 * 13 * 32)
+    assert rows[4][0].startswith("flatten") and rows[4][2] == 0  # a reshape: no bytes
+    assert moved == 10 * sum(row[2] for row in rows) + 10 * 4 * model.count_params()  # Adam
+    bigger_flops, bigger_moved, _ = limits["step_count"](model, 1000)
+    assert bigger_flops / bigger_moved > flops / moved  # the weights' bytes shared by more
 
 
-def test_the_fit_recovers_a_known_alpha_and_beta_from_noisy_timings():
-    alpha, beta = 50e-6, 1 / 20e9  # 50 us and 20 GB/s
-    noise = random.Random(0)
-    sizes = [4_096, 65_536, 1 << 20, 4 << 20, 16 << 20]
-    seconds = [(alpha + s * beta) * (1 + noise.uniform(-0.01, 0.01)) for s in sizes]
-    fit = allreduce.fit_alpha_beta(sizes, seconds)
-    assert fit.beta == pytest.approx(beta, rel=0.03)
-    assert fit.alpha == pytest.approx(alpha, abs=20e-6)
-    assert fit.bandwidth == pytest.approx(20e9, rel=0.03)
-    with pytest.raises(ValueError, match="at least 3 distinct sizes"):
-        allreduce.fit_alpha_beta([1, 2], [1.0, 2.0])
+SMALL = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]  # the notebook's sizes
+LARGE = [4 << 20, 8 << 20, 16 << 20]
 
 
-def test_ring_bytes():
-    assert allreduce.ring_bytes(1000, 1) == 0
-    assert allreduce.ring_bytes(1000, 2) == 1000
-    assert allreduce.ring_bytes(1000, 4) == 1500
+def _synthetic_samples(truth: dict, noise: float, rounds: int = 3) -> dict:
+    """Seconds per run as the notebook measures them: the loop's own cost in every size, each
+    round slowed by up to `noise` (load only slows)."""
+    rng = random.Random(0)
+
+    def rounds_of(seconds):
+        return [seconds * (1 + rng.uniform(0, noise)) for _ in range(rounds)]
+
+    samples = {"loop alone": rounds_of(truth["overhead"])}
+    for sizes, beta in [(SMALL, truth["beta_small"]), (LARGE, truth["beta_large"])]:
+        for size in sizes:
+            samples[size] = rounds_of(truth["overhead"] + truth["alpha"] + size * beta)
+    return samples
 
 
-def test_time_all_reduce_gives_one_positive_time_per_size(python_subprocess):
+def test_the_fit_recovers_alpha_beta_and_the_loop_s_cost_from_synthetic_timings(reduce):
+    """Known alpha 80 us, betas 250 and 400 ps/byte (4 and 2.5 GB/s), loop 20 us, and up to 3%
+    of load in each round: the fit recovers alpha within 10%, the betas within 5%, the loop's
+    cost within the noise, and predicts every size within the notebook's 25%."""
+    truth = {"alpha": 80e-6, "beta_small": 250e-12, "beta_large": 400e-12, "overhead": 20e-6}
+    fit = reduce["fit_all_reduce"](_synthetic_samples(truth, noise=0.03), SMALL, LARGE)
+    assert fit["overhead"] == pytest.approx(truth["overhead"], rel=0.03)
+    assert fit["alpha"] == pytest.approx(truth["alpha"], rel=0.10)
+    assert fit["beta_small"] == pytest.approx(truth["beta_small"], rel=0.05)
+    assert fit["beta_large"] == pytest.approx(truth["beta_large"], rel=0.05)
+    assert max(abs(e) for e in fit["errors"].values()) < 0.25
+    assert fit["line"](1 << 20) == pytest.approx(fit["alpha"] + (1 << 20) * fit["beta_small"])
+    assert fit["line"](4 << 20) == pytest.approx(fit["alpha"] + (4 << 20) * fit["beta_large"])
+
+
+def test_the_fit_is_not_decided_by_the_largest_size(reduce):
+    """One 16 MiB round slowed by half: an ordinary least-squares line would move alpha by
+    several times its value; the relative fit keeps it and shows the size's own error."""
+    truth = {"alpha": 80e-6, "beta_small": 250e-12, "beta_large": 250e-12, "overhead": 20e-6}
+    samples = _synthetic_samples(truth, noise=0.0)
+    samples[16 << 20] = [t * 1.5 for t in samples[16 << 20]]
+    sizes = [size for size in samples if size != "loop alone"]
+    _, ordinary_alpha = np.polyfit(sizes, [min(samples[size]) - 20e-6 for size in sizes], 1)
+    assert abs(ordinary_alpha - 80e-6) > 80e-6  # the old, unweighted fit: alpha lost
+    fit = reduce["fit_all_reduce"](samples, SMALL, LARGE)
+    assert fit["alpha"] == pytest.approx(80e-6, rel=0.01)  # fitted on the small sizes
+    assert fit["errors"][16 << 20] < -0.15  # the slowed size lies well above its line
+
+
+def test_the_all_reduce_loop_times_every_size_and_the_loop_alone(python_subprocess):
     # Two simulated devices need a fresh process (they must exist before TensorFlow starts).
     proc = python_subprocess(
         "import course_utils; course_utils.setup(devices=2, verbose=False)\n"
         "import tensorflow as tf\n"
-        "from course_utils import allreduce\n"
+        "from course_tools import bench\n"
+        "code = bench.notebook_code(bench.ALL_REDUCE_NOTEBOOK, names=bench.ALL_REDUCE_CODE)\n"
         "strategy = tf.distribute.MirroredStrategy()\n"
-        "sizes, seconds = allreduce.time_all_reduce(strategy, [4096, 65536, 1 << 20], 2, 2)\n"
-        "assert strategy.num_replicas_in_sync == 2 and sizes == [4096, 65536, 1 << 20]\n"
-        "assert all(0 < s < 1 for s in seconds), seconds\n"
+        "loop = code['all_reduce_loop']\n"
+        "calls = {'loop alone': loop(strategy, 4096, reduce=False)}\n"
+        "calls[1 << 20] = loop(strategy, 1 << 20)\n"
+        "assert float(calls[1 << 20](tf.constant(3))) == 3 * 2.0  # 1 + 1, three times\n"
+        "samples = code['seconds_per_run'](calls, {'loop alone': 5, 1 << 20: 5}, 2)\n"
+        "assert all(len(s) == 2 and all(0 < x < 1 for x in s) for s in samples.values())\n"
+        "assert min(samples[1 << 20]) > min(samples['loop alone']), samples\n"
         "print('ok')\n",
         env={"COURSE_DATA": "synthetic"},
     )
     assert proc.stdout.strip().endswith("ok")
 
 
-def test_a_profiled_stretch_is_read_back(tmp_path):
+def test_a_profiled_stretch_is_read_back(reduce, tmp_path):
     a = tf.random.normal((256, 256))
     product = tf.function(lambda: tf.linalg.matmul(a, a))
     product()
@@ -108,17 +137,18 @@ def test_a_profiled_stretch_is_read_back(tmp_path):
     for _ in range(3):
         product()
     tf.profiler.experimental.stop()
-    shares = trace.time_shares(tmp_path)
-    assert set(shares) == {*trace.CATEGORIES, "window"}
+    ops = reduce["op_intervals"](tmp_path)
+    assert any("MatMul" in op for op, _, _ in ops)  # oneDNN: _MklMatMul
+    shares = reduce["time_shares"](ops)
+    assert set(shares) == {*reduce["CATEGORIES"], "window"}
     assert shares["compute"] > 0 and shares["window"] >= shares["compute"]
-    assert any("MatMul" in op for op, _ in trace.top_ops(tmp_path))  # oneDNN: _MklMatMul
-    assert "compute" in trace.shares_table(shares)
-    with pytest.raises(FileNotFoundError, match="tf.profiler.experimental.start"):
-        trace.time_shares(tmp_path / "empty")
+    with pytest.raises(FileNotFoundError, match="No profiler trace"):
+        reduce["op_intervals"](tmp_path / "empty")
 
 
-def test_operation_types_are_sorted_into_categories():
-    assert trace.category("CollectiveReduceV2") == "all-reduce"
-    assert trace.category("NcclAllReduce") == "all-reduce"
-    assert trace.category("IteratorGetNext") == "input pipeline"
-    assert trace.category("Conv2DBackpropFilter") == "compute"
+def test_operation_types_are_sorted_into_categories(reduce):
+    category = reduce["category"]
+    assert category("CollectiveReduceV2") == "all-reduce"
+    assert category("NcclAllReduce") == "all-reduce"
+    assert category("IteratorGetNext") == "input pipeline"
+    assert category("Conv2DBackpropFilter") == "compute"
