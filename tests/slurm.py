@@ -6,6 +6,10 @@ children of the test process and are stopped when the block ends, after every jo
 Jobs submitted with `SlurmCluster.env` carry a marker variable, so that `leftover_processes` can
 check afterwards that no daemon, job step or worker survived.
 
+Where the host has a cgroup memory controller (v1 or v2), Slurm constrains every task itself,
+as a production cluster does (`task/cgroup` with `CGROUP_CONF`, `proctrack/cgroup`, memory a
+consumable resource); otherwise the cluster runs without (`cgroups_missing` says why).
+
 Needs root (munged and slurmd run as root here) and Debian's `slurm-wlm` and `munge`.
 
 Example:
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -48,12 +53,14 @@ SlurmctldPidFile={folder}/slurmctld.pid
 SlurmdPidFile={folder}/slurmd.pid
 SlurmctldLogFile={folder}/log/slurmctld.log
 SlurmdLogFile={folder}/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+ProctrackType={proctrack}
+TaskPlugin={task}
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
+SelectTypeParameters={select}
+DefMemPerCPU={mem_per_cpu}
+FirstJobId={first_job}
 SlurmdParameters=config_overrides
 MpiDefault=none
 MpiParams=ports={first_port}-{last_port}
@@ -61,9 +68,39 @@ ReturnToService=2
 JobRequeue=1
 KillWait=2
 MinJobAge=300
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory={memory_mb} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
+
+#: Slurm's own limits on every task (its cgroup plugins, v1 or v2 as the host has): memory as
+#: asked with --mem (or DefMemPerCPU per CPU), swap included; the task's processes tracked by
+#: their cgroup, so that none escapes the job's end.
+CGROUP_CONF = """\
+CgroupPlugin=autodetect
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+AllowedRAMSpace=100
+AllowedSwapSpace=0
+"""
+#: The node's memory, as a share of the machine's (slurmd refuses a node with more than it has).
+MEMORY_SHARE = 0.8
+
+
+def cgroups_missing() -> str | None:
+    """Why Slurm's cgroup plugins cannot constrain the test cluster's tasks here, or None.
+
+    They need root and a memory controller: cgroup v1's /sys/fs/cgroup/memory, or cgroup v2
+    with memory enabled at its root; without them the cluster runs with proctrack/linuxproc and
+    no task plugin, and the jail's own cgroups are all that limit a grading task."""
+    root = Path("/sys/fs/cgroup")
+    v2 = root / "cgroup.controllers"
+    if os.geteuid() != 0:
+        return "Slurm's cgroup plugins need root"
+    if (root / "memory" / "memory.limit_in_bytes").exists():
+        return None
+    if v2.exists() and "memory" in v2.read_text().split():
+        return None
+    return f"no cgroup memory controller under {root} (v1 memory, or v2 with memory enabled)"
 
 
 def missing_programs() -> str | None:
@@ -155,6 +192,10 @@ def single_node_slurm(folder: Path) -> Iterator[SlurmCluster]:
     (folder / "munge").chmod(0o711)  # munged wants a socket folder others can enter
     ctld_port, slurmd_port, first_port = (portpicker.pick_unused_port() for _ in range(3))
     conf = folder / "slurm.conf"
+    memory_mb = int(psutil.virtual_memory().total / 2**20 * MEMORY_SHARE)
+    constrained = cgroups_missing() is None
+    if constrained:
+        (folder / "cgroup.conf").write_text(CGROUP_CONF)
     conf.write_text(
         SLURM_CONF.format(
             folder=folder,
@@ -162,6 +203,14 @@ def single_node_slurm(folder: Path) -> Iterator[SlurmCluster]:
             slurmd_port=slurmd_port,
             first_port=first_port,
             last_port=first_port + 63,
+            proctrack="proctrack/cgroup" if constrained else "proctrack/linuxproc",
+            task="task/cgroup" if constrained else "task/none",
+            select="CR_CPU_Memory" if constrained else "CR_CPU",
+            memory_mb=memory_mb,
+            mem_per_cpu=memory_mb // 2,
+            # job ids of their own: two test clusters on one machine share the cgroup folders
+            # Slurm names after the node and the job (slurm_localhost/uid_0/job_<id>)
+            first_job=random.randrange(1, 2**25),
         )
     )
     env = {**os.environ, "SLURM_CONF": str(conf), MARKER: str(folder)}

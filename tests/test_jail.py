@@ -313,3 +313,54 @@ def test_doctor_and_grade_say_what_the_jail_enforces_here(jail_as_root):
     )
     for row in rows.values():
         assert f"jail {row.name}" in doctor.stdout, doctor.stdout
+
+
+#: Run as a Slurm task: the jail inside it, with its own cgroup below the task's.
+IN_A_TASK = r"""
+import json, os, subprocess, sys
+from pathlib import Path
+from course_tools.grade.jail import limits, sandbox
+work = Path(sys.argv[1])
+group = limits.cgroup(512)
+argv = sandbox.wrap(["sh", "-c", "id -u; cat /proc/self/cgroup"], writable=[work], cgroup=group)
+env = sandbox.kernel_env(dict(os.environ), work)
+inside = subprocess.run(argv, capture_output=True, text=True, env=env)
+group.remove()
+task = Path("/proc/self/cgroup").read_text()
+print(json.dumps({"task": task, "inside": inside.stdout, "group": str(group.folders["memory"])}))
+"""
+
+
+def test_slurm_constrains_its_tasks_and_the_jail_still_holds_inside_one(jail_as_root, tmp_path):
+    import slurm
+
+    require_or_skip("slurm", slurm.missing_programs())
+    why = slurm.cgroups_missing()
+    if why:
+        pytest.skip(f"Slurm's cgroup plugins cannot run here: {why}")
+    with slurm.single_node_slurm(tmp_path / "slurm") as cluster:
+        hog = subprocess.run(
+            ["srun", "--mem=200M", sys.executable, "-c", MEMFD],
+            env={**cluster.env, "MB": "400"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "kept it all" not in hog.stdout, "Slurm did not enforce --mem on a memfd"
+        assert hog.returncode != 0
+        work = tmp_path / "work"
+        work.mkdir()
+        task = subprocess.run(
+            ["srun", "--mem=2G", sys.executable, "-c", IN_A_TASK, str(work)],
+            env={**cluster.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert task.returncode == 0, task.stderr[-2000:]
+        seen = json.loads(task.stdout.strip().splitlines()[-1])
+    memory = next(line for line in seen["task"].splitlines() if ":memory:" in line)
+    assert "/job_" in memory, f"the task is not in Slurm's memory cgroup: {memory}"
+    assert int(seen["inside"].split()[0]) in identity.UID_RANGE
+    # the jail's group sits below the task's own, so Slurm's limit holds above it
+    assert memory.split(":", 2)[2] in seen["group"]
