@@ -262,6 +262,59 @@ def test_the_work_folder_caps_bytes_unlinked_files_and_inodes(jail_as_root, tmp_
     assert not (tmp_path / "work").exists()  # unmounted and removed, however many files
 
 
+def _fake_tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_cgroups_v1_and_v2_are_made_where_each_version_allows(tmp_path):
+    """On fake cgroup trees: v1 groups go below the process's own group of each controller; v2
+    groups beside it (a v2 group holding processes cannot have children with controllers),
+    with the controllers enabled at the root when the process sits there."""
+    v1 = tmp_path / "v1"
+    _fake_tree(
+        v1,
+        {
+            "memory/cgroup.procs": "",
+            "pids/cgroup.procs": "",
+            "memory/job_7/cgroup.procs": "",
+            "proc/cgroup": "8:pids:/\n4:memory:/job_7\n0::/\n",
+        },
+    )
+    group = cgroups.Cgroup.create(memory_mb=100, pids=50, root=v1, proc=v1 / "proc")
+    assert group.version == 1
+    assert group.folders["memory"].parent == v1 / "memory" / "job_7"
+    assert (group.folders["memory"] / "memory.limit_in_bytes").read_text() == str(100 * 2**20)
+    assert (group.folders["pids"] / "pids.max").read_text() == "50"
+    assert group.join_command()[-1] == "--"
+    v2 = tmp_path / "v2"
+    _fake_tree(
+        v2,
+        {
+            "cgroup.controllers": "cpu memory pids",
+            "cgroup.subtree_control": "memory pids",
+            "user.slice/cgroup.controllers": "memory pids",
+            "user.slice/cgroup.subtree_control": "memory pids",
+            "user.slice/grader/cgroup.controllers": "memory pids",
+            "proc/cgroup": "0::/user.slice/grader\n",
+        },
+    )
+    group = cgroups.Cgroup.create(memory_mb=100, pids=50, root=v2, proc=v2 / "proc")
+    assert group.version == 2
+    assert group.folders["memory"].parent == v2 / "user.slice"
+    assert (group.folders["memory"] / "memory.max").read_text() == str(100 * 2**20)
+    assert (group.folders["pids"] / "pids.max").read_text() == "50"
+    (v2 / "proc" / "cgroup").write_text("0::/\n")
+    (v2 / "cgroup.subtree_control").write_text("")
+    group = cgroups.Cgroup.create(memory_mb=100, pids=50, root=v2, proc=v2 / "proc")
+    assert group.folders["memory"].parent == v2
+    assert (v2 / "cgroup.subtree_control").read_text() == "+memory +pids"
+    (v2 / "proc" / "cgroup").write_text("0::/user.slice/grader\n")
+    (v2 / "user.slice" / "grader" / "cgroup.controllers").write_text("cpu")
+    assert cgroups.Cgroup.create(memory_mb=100, pids=50, root=v2, proc=v2 / "proc") is None
+
+
 def test_the_kernel_gets_only_the_variables_it_needs(tmp_path):
     env = {
         "COURSE_PROFILE": "quick",
@@ -362,5 +415,5 @@ def test_slurm_constrains_its_tasks_and_the_jail_still_holds_inside_one(jail_as_
     memory = next(line for line in seen["task"].splitlines() if ":memory:" in line)
     assert "/job_" in memory, f"the task is not in Slurm's memory cgroup: {memory}"
     assert int(seen["inside"].split()[0]) in identity.UID_RANGE
-    # the jail's group sits below the task's own, so Slurm's limit holds above it
-    assert memory.split(":", 2)[2] in seen["group"]
+    # the jail's group sits below the task's (v1) or beside it (v2): Slurm's step limit holds
+    assert str(Path(memory.split(":", 2)[2]).parent) in seen["group"]

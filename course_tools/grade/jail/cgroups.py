@@ -6,8 +6,9 @@ fills are all charged to it; past `memory_mb` the kernel reclaims what it can an
 process of the group (the out-of-memory killer, counted in `oom_kills`). `pids.max` caps its
 processes and threads together. Both cgroup versions are handled: v1 (one hierarchy per
 controller, `/sys/fs/cgroup/memory`, `/sys/fs/cgroup/pids`) and v2 (one unified hierarchy where
-both controllers are enabled). The group is made below the grader's own (so a Slurm task's
-limits still hold above it); only root, or a user to whom a v2 subtree is delegated, can make
+both controllers are enabled). The group is made below the grader's own in v1, beside it in v2
+(where a group with processes cannot have children with controllers), so that a Slurm task's
+limits still hold above it; only root, or a user to whom a v2 subtree is delegated, can make
 one. `Cgroup.create` returns None where neither version allows it, `why_not()` says why.
 
 Example:
@@ -59,14 +60,18 @@ def _v1_folders(root: Path, proc_cgroup: str) -> dict[str, Path] | None:
 
 
 def _v2_parent(root: Path, proc_cgroup: str) -> Path | None:
-    """The v2 group below which a sandbox's group can get both controllers, or None."""
+    """The v2 group a sandbox's group goes in, or None: the parent of this process's own (a v2
+    group that holds processes cannot enable controllers for children, so the sandbox's group
+    is a sibling, still under every limit above), or the root when this process is in it."""
     path = _own_path("", proc_cgroup)
     unified = root if (root / "cgroup.controllers").exists() else root / "unified"
     if path is None or not (unified / "cgroup.controllers").exists():
         return None
     own = unified / path.lstrip("/")
     available = (own / "cgroup.controllers").read_text().split()
-    return own if all(c in available for c in CONTROLLERS) else None
+    if not all(c in available for c in CONTROLLERS):
+        return None
+    return own.parent if own != unified else unified
 
 
 def _write(path: Path, value: str) -> None:
