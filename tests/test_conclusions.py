@@ -6,8 +6,10 @@ samples, to artifacts/<notebook>/conclusions.json (`timing.record`).
 of its own (all pairs of samples, numpy medians), so a sentence such as "slower" over rounds that
 overlap fails the test whoever wrote it.
 `assert_regime_consistent` does the same for notebooks 3 and 3b's verdict on where a step's time
-goes (overhead- or per-example-bound; 3b: overhead-, memory-bandwidth- or compute-bound), from
-the batch sweep (and 3b's measured roofline) in their results.json.
+goes (overhead- or per-example-bound; 3b: overhead-, memory-bandwidth- or compute-bound, or below
+both roofs), from the batch sweep (and 3b's measured roofline) in their results.json; 3b's limits
+must be flagged where their sets of rounds disagree, and notebook 3c's all-reduce line must be
+the one its rounds give and predict every measured size within the notebook's tolerance.
 Both checkers live in course_tools/artifact_check.py; the nbval and browser runs and CI's device
 sweep apply them right after each run, and the tests below check the checkers.
 """
@@ -22,23 +24,25 @@ import time
 import pytest
 from helpers import assert_conclusions_consistent, assert_regime_consistent
 
-from course_tools.artifact_check import expected_regime
+from course_tools import bench
+from course_tools.artifact_check import all_reduce_problems, expected_regime, regime_problems
 from course_utils import timing
+
+SLOPED = [(64, 10.0), (96, 14.8), (128, 19.5), (192, 29.1)]  # about 4% fixed at 64
+FLAT = [(64, 10.0), (96, 10.2), (128, 10.5), (192, 10.9)]  # about 90% fixed
 
 
 @pytest.mark.parametrize(
     "sweep, roofline, regime",
     [
-        ([(64, 10.0), (96, 10.2), (128, 10.5), (192, 10.9)], {}, "overhead-bound"),
-        ([(64, 10.0), (96, 14.8), (128, 19.5), (192, 29.1)], {}, "per-example-bound"),
-        # notebook 3b: the same sweep, and the roof above the point (ridge 150/10 = 15 FLOP/B)
-        (
-            [(64, 10.0), (96, 14.8), (128, 19.5), (192, 29.1)],
-            {"intensity": 8.0},
-            "memory-bandwidth-bound",
-        ),
-        ([(64, 10.0), (96, 14.8), (128, 19.5), (192, 29.1)], {"intensity": 20.0}, "compute-bound"),
-        ([(64, 10.0), (96, 10.2), (128, 10.5), (192, 10.9)], {"intensity": 20.0}, "overhead-bound"),
+        (FLAT, {}, "overhead-bound"),
+        (SLOPED, {}, "per-example-bound"),
+        # notebook 3b: peak 150 GFLOP/s, 10 GB/s (ridge 15 FLOP/B); a 10 ms step at 64 whose
+        # FLOPs the roof would do in 8 ms (80% of it), 3 ms (30%, the rest explained by neither)
+        (SLOPED, {"intensity": 8.0, "flops_per_step": 0.64e9}, "memory-bandwidth-bound"),
+        (SLOPED, {"intensity": 20.0, "flops_per_step": 1.2e9}, "compute-bound"),
+        (SLOPED, {"intensity": 20.0, "flops_per_step": 0.45e9}, "below both roofs"),
+        (FLAT, {"intensity": 20.0, "flops_per_step": 0.1e9}, "overhead-bound"),
     ],
 )
 def test_the_regime_follows_from_the_sweep(tmp_path, sweep, roofline, regime):
@@ -54,6 +58,83 @@ def test_the_regime_follows_from_the_sweep(tmp_path, sweep, roofline, regime):
         assert_regime_consistent(path)
     path.write_text(json.dumps({**results, "regime": regime}))
     assert_regime_consistent(path)
+
+
+def test_a_limit_whose_sets_disagree_must_be_flagged(tmp_path):
+    """Notebook 3b: the peak's two sets of rounds 40% apart and a third confirming neither: the
+    peak must be recorded as uncertain; a confirmed bandwidth need not be."""
+    peak_rounds = {"section 1": [120e9, 124e9], "section 3": [200e9, 205e9], "third": [150e9]}
+    results = {
+        "batch": 64,
+        "sweep": [{"global_batch": b, "step_ms": ms} for b, ms in SLOPED],
+        "intensity": 20.0,
+        "flops_per_step": 1.2e9,
+        "physical_devices": 1,
+        "peak_flops": 205e9,
+        "memory_bandwidth": 12e9,  # ridge 17 FLOP/B: the step on the compute side, 58% of the roof
+        "peak_rounds": peak_rounds,
+        "bandwidth_rounds": {"section 1": [11.5e9, 12e9], "section 3": [11.2e9, 11.9e9]},
+        "agreement": 0.15,
+        "regime": "compute-bound",
+    }
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({**results, "uncertain": {}}))
+    found = regime_problems(path)
+    assert found == [
+        "results.json: the peak's sets of rounds disagree, but it is not flagged uncertain"
+    ]
+    path.write_text(json.dumps({**results, "uncertain": {"peak": 0.27}}))
+    assert regime_problems(path) == []
+    path.write_text(json.dumps({**results, "uncertain": {"peak": 0.27}, "peak_flops": 124e9}))
+    assert "peak_flops 1.24e+11 is not the fastest round" in regime_problems(path)[0]
+
+
+SMALL, LARGE = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20], [4 << 20, 8 << 20, 16 << 20]
+
+
+def _all_reduce_results(scale: dict[int, float] | None = None) -> dict:
+    """Notebook 3c's record at 2 replicas: alpha 80 us, 250 ps/byte up to 1 MiB and 400 beyond,
+    a 20 us loop, each size's rounds scaled by `scale` (load), fitted with the notebook's code."""
+    scale = scale or {}
+    samples = {"loop alone": [20e-6, 21e-6]}
+    for size in [*SMALL, 487_720, *LARGE]:
+        beta = 250e-12 if size <= SMALL[-1] else 400e-12
+        samples[size] = [(20e-6 + 80e-6 + size * beta) * scale.get(size, 1) * f for f in (1, 1.1)]
+    code = bench.notebook_code(bench.ALL_REDUCE_NOTEBOOK, names=bench.ALL_REDUCE_CODE)
+    fit = code["fit_all_reduce"](samples, SMALL, LARGE)
+    return {
+        "replicas": 2,
+        "gradient_bytes": 487_720,
+        "small": SMALL,
+        "large": LARGE,
+        "tolerance": 0.25,
+        "samples": {str(k): v for k, v in samples.items()},
+        "alpha": fit["alpha"],
+        "beta_small": fit["beta_small"],
+        "beta_large": fit["beta_large"],
+        "worst_error": max(abs(e) for e in fit["errors"].values()),
+        "alpha_dominates": fit["alpha"] > 487_720 * fit["beta_small"],
+    }
+
+
+def test_the_all_reduce_line_must_predict_every_size(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(_all_reduce_results()))
+    assert all_reduce_problems(path) == []
+    path.write_text(json.dumps(_all_reduce_results(scale={64 << 10: 1.6})))  # one size slowed
+    assert ["at 64 KiB the line misses" in problem for problem in all_reduce_problems(path)] == [
+        True
+    ]
+    wrong = _all_reduce_results() | {"alpha_dominates": True}  # 80 us against 122 us of bytes
+    path.write_text(json.dumps(wrong))
+    assert all_reduce_problems(path) == [
+        "results.json: 'alpha dominates' is True, its line says not"
+    ]
+    wrong = _all_reduce_results() | {"alpha": 40e-6}
+    path.write_text(json.dumps(wrong))
+    assert "alpha 4e-05, its rounds give" in all_reduce_problems(path)[0]
+    path.write_text(json.dumps({"replicas": 1, "alpha": 1e-6}))
+    assert all_reduce_problems(path) == ["results.json: a line fitted with one replica"]
 
 
 def _run(name: str, rounds: list[float]) -> timing.RunResult:
