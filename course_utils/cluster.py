@@ -90,6 +90,36 @@ def _tail(text: str, count: int) -> str:
     return "\n".join("    " + line for line in text.splitlines()[-count:]) or "    (empty)"
 
 
+#: Lines of a TensorFlow error message that say where, not why.
+_NOT_THE_REASON = (
+    "Graph execution error",
+    "Detected at node",
+    "Additional GRPC",
+    "The error could",
+)
+
+
+def error_summary(log: str) -> str | None:
+    """The last exception in a worker's log and the first line of its message that says why, or
+    None when the log has no exception. TensorFlow's errors from a distributed step start with
+    "Graph execution error:" and the nodes involved, and give the reason further down:
+
+        >>> error_summary("...UnavailableError: Graph execution error:\\n\\n"
+        ...               "Detected at node x\\nCollective ops is aborted by: reset by peer\\n")
+        'UnavailableError: Collective ops is aborted by: reset by peer'
+    """
+    *_, last = [None, *re.finditer(r"^([\w.]*Error): ", log, re.MULTILINE)]
+    if last is None:
+        return None
+    name = last.group(1).rsplit(".", 1)[-1]
+    message = re.sub(r"\{\{function_node .*?\}\} ", "", log[last.end() :])  # the node's name
+    lines = [*message.splitlines(), ""]
+    for line, after in zip(lines, lines[1:]):
+        if re.match(r"[A-Z][a-z]", line) and not line.startswith(_NOT_THE_REASON):
+            return f"{name}: {line} {after.strip()}" if line.endswith(":") else f"{name}: {line}"
+    return f"{name}: {lines[0]}"
+
+
 def signal_group(pgid: int, sig: int) -> None:
     """Send `sig` to every process of the group `pgid` (nothing happens when it is gone)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

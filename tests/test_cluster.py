@@ -422,3 +422,35 @@ def test_real_multi_worker_strategy_back_to_back(tmp_path, monkeypatch):
             assert f"worker devices: ['{device}']" in log
             assert "all-reduce sum: 3.0" in log  # 1 + 2, across the two processes
         assert_gone(pids(c))
+
+
+def test_error_summary_gives_the_exception_and_the_line_that_says_why():
+    """The two shapes notebook 4 and the appendix meet when a peer dies: a broken connection
+    (the reason under the node trace) and missed heartbeats (the reason on the exception's line,
+    after the node's name, with the lost task on the next line)."""
+    reset = textwrap.dedent("""\
+        E0000 00:00:1.0 ring_alg.cc:291] Aborting RingReduce with UNAVAILABLE
+        Traceback (most recent call last):
+        tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:
+
+        Detected at node adam/CollectiveReduceV2 defined at (most recent call last):
+          File "loop_worker.py", line 78, in <module>
+
+        Collective ops is aborted by: recvmsg:Connection reset by peer
+        Additional GRPC error information from remote target /job:worker/replica:0/task:1
+        The error could be from a previous operation. Restart your program to reset.
+        """)
+    assert cluster.error_summary(reset) == (
+        "UnavailableError: Collective ops is aborted by: recvmsg:Connection reset by peer"
+    )
+    heartbeats = (
+        "tensorflow.python.framework.errors_impl.UnavailableError: {{function_node __wrapped__"
+        "CollectiveReduceV2_device_/job:worker/replica:0/task:0/device:CPU:0}} Collective ops is"
+        " aborted by: The following tasks are unhealthy (stopped sending heartbeats):\n"
+        "/job:worker/replica:0/task:1\nThe tasks have crashed.\n"
+    )
+    assert cluster.error_summary(heartbeats) == (
+        "UnavailableError: Collective ops is aborted by: The following tasks are unhealthy "
+        "(stopped sending heartbeats): /job:worker/replica:0/task:1"
+    )
+    assert cluster.error_summary("ready: worker 0\nfinished at step 192\n") is None

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 import slurm
 import yaml
@@ -239,7 +240,7 @@ def test_notebook_4_runs_under_nbval(notebook4):
     for name in ("logs/fit-worker-0.log", "loop_checkpoints/checkpoint", "cluster_tf_config.py"):
         assert (notebook4 / name).is_file(), name
     slurm_logs = sorted((notebook4 / "logs").glob("slurm-*.out"))
-    assert len(slurm_logs) == (0 if NO_SLURM else 1)  # without Slurm its cell skips
+    assert len(slurm_logs) == (0 if NO_SLURM else 2)  # without Slurm its cells skip
 
 
 @pytest.mark.slow
@@ -265,10 +266,13 @@ def test_killed_worker_resumes_from_the_chief_checkpoint(notebook4):
     last_saved = max(int(e) for e in re.findall(r"^epoch (\d+) saved", killed, re.MULTILINE))
     for worker in range(2):
         resumed = read(logs / "resumed" / f"loop_worker-worker-{worker}.log")
-        restored = rf"^restored ckpt-{last_saved}: starting at epoch {last_saved + 1}, "
+        step = last_saved * steps_per_epoch(killed)
+        restored = rf"^restored ckpt-{step}: starting at epoch {last_saved + 1}, step {step}$"
         assert re.search(restored, resumed, re.MULTILINE)
         assert f"finished at step {3 * steps_per_epoch(killed)}" in resumed
     assert not list((notebook4 / "loop_checkpoints").glob("workertemp_*"))
+    # The whole model, saved by every worker at the end: only the chief's copy is left.
+    assert (notebook4 / "loop_checkpoints" / "model.keras").is_file()
 
 
 @pytest.mark.slow
@@ -291,20 +295,60 @@ def test_resumed_run_ends_where_an_uninterrupted_run_does(notebook4):
     assert (notebook4 / "uninterrupted_checkpoints" / "checkpoint").is_file()
 
 
+def final_variables(folder: Path) -> dict[str, np.ndarray]:
+    """The model's and the optimizer's variables in the newest checkpoint of `folder`."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(folder))
+    names = reader.get_variable_to_shape_map()
+    return {n: reader.get_tensor(n) for n in names if n.startswith(("model/", "optimizer/"))}
+
+
 @pytest.mark.slow
-def test_slurm_job_trains_with_tf_config_from_slurm(slurm_cluster, notebook4):
-    """Section 7: a 2-task job of the loop worker, TF_CONFIG from Slurm's variables."""
+def test_preempted_slurm_job_saves_and_the_next_job_resumes_where_a_straight_run_ends(
+    slurm_cluster, notebook4
+):
+    """Sections 3 and 7: a 2-task job of the loop worker, TF_CONFIG from Slurm's variables, sent
+    SIGTERM by `scancel --signal=TERM` while it trains; PreemptionCheckpointHandler has both
+    tasks save after the same step, mid-epoch, and exit with its code 42. The next job resumes
+    from that step and ends with the same weights and optimizer state as section 4's
+    uninterrupted run of the same seed."""
     logs = notebook4 / "logs"
-    (out,) = logs.glob("slurm-*.out")
-    job = int(out.name.split("-")[1].split(".")[0])
-    info = slurm_cluster.run("scontrol", "show", "job", "-o", str(job))
-    assert re.search(r"JobState=(\S+)", info).group(1) == "COMPLETED"
-    chief = read(logs / f"slurm-{job}-task0.log")
+    preempted, resumed = sorted(
+        int(out.name.split("-")[1].split(".")[0]) for out in logs.glob("slurm-*.out")
+    )
+
+    def state(job: int) -> tuple[str, str]:
+        info = slurm_cluster.run("scontrol", "show", "job", "-o", str(job))
+        return re.search(r"JobState=(\S+)", info).group(1), re.search(
+            r"ExitCode=(\S+)", info
+        ).group(1)
+
+    assert state(preempted) == ("FAILED", "42:0") and state(resumed) == ("COMPLETED", "0:0")
+    chief = read(logs / f"slurm-{preempted}-task0.log")
+    total = 3 * steps_per_epoch(chief)
+    saved = set()
     for task in range(2):
-        log = read(logs / f"slurm-{job}-task{task}.log")
-        assert (
-            "replicas in sync: 2" in log and f"finished at step {3 * steps_per_epoch(chief)}" in log
+        log = read(logs / f"slurm-{preempted}-task{task}.log")
+        assert "replicas in sync: 2" in log and "finished" not in log
+        (step,) = re.findall(
+            r"^preempted: saved ckpt-(\d+) at step \1; 2 replicas saved$", log, re.MULTILINE
         )
+        saved.add(int(step))
+    (step,) = saved  # both tasks saved after the same step
+    assert 0 < step < total and step % steps_per_epoch(chief) != 0  # in the middle of an epoch
+    for task in range(2):
+        log = read(logs / f"slurm-{resumed}-task{task}.log")
+        epoch = step // steps_per_epoch(chief) + 1
+        assert re.search(
+            rf"^restored ckpt-{step}: starting at epoch {epoch}, step {step}$", log, re.MULTILINE
+        )
+        assert f"finished at step {total}" in log
+    ends = [
+        final_variables(notebook4 / f) for f in ("slurm_checkpoints", "uninterrupted_checkpoints")
+    ]
+    assert ends[0].keys() == ends[1].keys() and len(ends[0]) > 10
+    assert all(np.array_equal(ends[0][n], ends[1][n]) for n in ends[0])
     # TF_CONFIG came from Slurm: both workers on this node, on ports Slurm reserved for the step.
     low, high = map(
         int,
