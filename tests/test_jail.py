@@ -82,6 +82,7 @@ status = open("/proc/self/status").read()
 seen["caps"] = {l.split(":")[0]: l.split()[1] for l in status.splitlines() if l.startswith("Cap")}
 seen["no_new_privs"] = [l.split()[1] for l in status.splitlines() if l.startswith("NoNewPrivs")][0]
 seen["work_files"] = sorted(os.listdir(work))
+seen["grades_read"] = open(os.path.join(grades, "gradebook.csv")).read()  # what it is given
 print(json.dumps({"done": done, "seen": seen}), flush=True)
 """
 
@@ -115,7 +116,7 @@ def _run_jailed(code: str, *args: str, work: Path, read_only=(), cgroup=None, ti
 
 def test_no_host_wide_write_and_no_core_dump_route_from_inside(jail_as_root, tmp_path):
     grades = tmp_path / "grades"
-    grades.mkdir()
+    grades.mkdir(mode=0o700)  # private on the host: the jail's uid may still read it
     (grades / "gradebook.csv").write_text("alice,0\n")
     secret = grades / "secret"
     secret.write_text("root only")
@@ -171,6 +172,7 @@ def test_no_host_wide_write_and_no_core_dump_route_from_inside(jail_as_root, tmp
     assert set(seen["caps"].values()) == {"0000000000000000"}, seen["caps"]
     assert seen["no_new_privs"] == "1"
     assert seen["core_limit"] == [0, 0]
+    assert seen["grades_read"] == "alice,0\n"
     assert seen["child_signal"] == 6  # it crashed...
     assert not marker.exists(), "a core-dump helper ran on the host"
     assert not [f for f in work_files if f.startswith("core")], work_files  # ...and dumped nothing

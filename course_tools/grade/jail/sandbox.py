@@ -249,7 +249,8 @@ def wrap(  # noqa: PLR0913
     """`argv` prefixed with the bwrap command line of the sandbox described in this module.
 
     writable: folders bound read-write (the submission's work folder), at the same path.
-    read_only: folders bound read-only (the grades, for the check process).
+    read_only: folders bound read-only (the grades, for the check process); run as root, one
+    that others cannot enter gets their search permission (`identity.let_enter`).
     hidden: folders that must look empty, and files that must read as empty, should they lie
     inside a bound folder (other submissions' work folders, the grades, the solution with its
     hidden tests). `course_private()` is always among them.
@@ -268,6 +269,9 @@ def wrap(  # noqa: PLR0913
     args += ["--perms", "01777", *_tmpfs("/tmp", TMP_MB)]
     bound = _read_only_keep() + [Path(p).resolve() for p in read_only]
     writable = [Path(p).resolve() for p in writable]
+    if uid is not None:
+        for folder in read_only:
+            identity.let_enter(Path(folder))
     args += _parents(bound + writable)
     for folder in bound:
         args += ["--ro-bind", str(folder), str(folder)]
