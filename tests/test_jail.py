@@ -419,3 +419,25 @@ def test_slurm_constrains_its_tasks_and_the_jail_still_holds_inside_one(jail_as_
     assert int(seen["inside"].split()[0]) in identity.UID_RANGE
     # the jail's group sits below the task's (v1) or beside it (v2): Slurm's step limit holds
     assert str(Path(memory.split(":", 2)[2]).parent) in seen["group"]
+
+
+def test_what_a_killed_grader_left_is_cleaned_up_by_the_next(jail_as_root, tmp_path):
+    """A grader killed before its clean-up (a cancelled Slurm task) leaves its work folder's
+    tmpfs mounted and its cgroups in place: the next grader on the machine removes them."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = tmp_path / "left"
+    left.mkdir()
+    source = f"{workdir.SOURCE}-{dead.pid}"
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", source, str(left)], check=True)
+    assert workdir.is_capped(left) and left in workdir.stale()
+    with workdir.capped(tmp_path / "next", disk_mb=1):
+        assert not workdir.is_capped(left)
+    group = cgroups.Cgroup.create(memory_mb=64, pids=16)
+    assert group is not None, cgroups.why_not()
+    stale = [folder.parent / f"{cgroups.PREFIX}{dead.pid}-0" for folder in group.folders.values()]
+    for folder in stale:
+        folder.mkdir(exist_ok=True)
+    group.remove()
+    cgroups.Cgroup.create(memory_mb=64, pids=16).remove()
+    assert not any(folder.exists() for folder in stale)

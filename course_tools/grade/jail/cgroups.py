@@ -30,8 +30,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 #: Where the cgroup file systems are mounted.
 ROOT = Path("/sys/fs/cgroup")
+#: A sandbox's group is named PREFIX<grader's pid>-<random>.
+PREFIX = "course-grade-"
 #: The controllers a sandbox's group uses.
 CONTROLLERS = ("memory", "pids")
 #: Run on the host: write the shell's own pid into each cgroup.procs given before "--", then exec
@@ -74,6 +78,16 @@ def _v2_parent(root: Path, proc_cgroup: str) -> Path | None:
     return own.parent if own != unified else unified
 
 
+def _remove_stale(parent: Path) -> None:
+    """Remove the empty groups left in `parent` by graders that are gone (killed before their
+    clean-up, as a cancelled Slurm task is): they would keep Slurm from removing its own."""
+    for folder in parent.glob(f"{PREFIX}*"):
+        pid = folder.name.removeprefix(PREFIX).split("-")[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            with contextlib.suppress(OSError):  # not empty yet: its processes are still dying
+                folder.rmdir()
+
+
 def _write(path: Path, value: str) -> None:
     path.write_text(value)
 
@@ -110,11 +124,12 @@ class Cgroup:
         """A new group below this process's own, limited to `memory_mb` (swap included) and
         `pids` tasks; None where the host has no usable cgroup. OSError: not allowed here."""
         proc_cgroup = (proc / "cgroup").read_text()
-        name = f"course-grade-{secrets.token_hex(6)}"
+        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         limit = str(memory_mb * 2**20)
         if (v1 := _v1_folders(root, proc_cgroup)) is not None:
             group = cls({c: folder / name for c, folder in v1.items()}, 1)
             for folder in group.folders.values():
+                _remove_stale(folder.parent)
                 folder.mkdir()
             memory = group.folders["memory"]
             _write(memory / "memory.limit_in_bytes", limit)
@@ -128,6 +143,7 @@ class Cgroup:
                 _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in CONTROLLERS))
             group = cls({c: parent / name for c in CONTROLLERS}, 2)
             folder = group.folders["memory"]
+            _remove_stale(parent)
             folder.mkdir()
             _write(folder / "memory.max", limit)
             with contextlib.suppress(OSError):

@@ -26,10 +26,14 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
+
 from course_tools.grade.jail import identity
 
 #: The files, folders and links a work folder may hold (the course writes a few hundred).
 INODES = 20_000
+#: The mounts' source name, followed by the grader's pid (`stale` finds a dead grader's).
+SOURCE = "course-grade"
 
 
 def can_cap() -> bool:
@@ -42,14 +46,30 @@ def is_capped(folder: Path) -> bool:
     return os.path.ismount(folder)
 
 
+def stale() -> list[Path]:
+    """Work folders still mounted by a grader that is gone (killed before its clean-up: a
+    cancelled Slurm task); their memory stays taken until they are unmounted."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        source = fields[fields.index("-") + 2]
+        prefix, _, pid = source.rpartition("-")
+        if prefix == SOURCE and pid.isdigit() and not psutil.pid_exists(int(pid)):
+            found.append(Path(fields[4].replace("\\040", " ")))
+    return found
+
+
 def cap(folder: Path, disk_mb: int, inodes: int = INODES) -> bool:
     """Mount a tmpfs of `disk_mb` and `inodes` on the empty folder `folder` where the host allows
-    it (`can_cap`); whether it did. `release` undoes it."""
+    it (`can_cap`); whether it did. `release` undoes it; the `stale` ones of dead graders are
+    unmounted first."""
     if not can_cap():
         return False
+    for left in stale():
+        release(left)
     options = f"size={disk_mb}m,nr_inodes={inodes},mode=0700,nosuid,nodev"
     subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "course-grade", str(folder)],
+        ["mount", "-t", "tmpfs", "-o", options, f"{SOURCE}-{os.getpid()}", str(folder)],
         check=True,
         capture_output=True,
         timeout=60,
