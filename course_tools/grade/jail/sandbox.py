@@ -75,10 +75,10 @@ KEPT_ENV = frozenset(
 TMP_MB = 512
 SHM_MB = 64
 COVER_MB = 1
-#: The processes and threads a sandbox may have at once (the course's kernel runs about a
-#: hundred threads with 8 simulated devices): its control group's `pids.max`, and, run as root,
-#: its own uid's RLIMIT_NPROC.
-NPROC = 1024
+#: The processes and threads a sandbox may have at once: its control group's `pids.max`, and,
+#: run as root, its own uid's RLIMIT_NPROC. TensorFlow's thread pools grow with the cores (and
+#: with each simulated device), so the cap does too; a fork or thread bomb stops there.
+NPROC = 1024 + 32 * (os.cpu_count() or 1)
 #: Written to, the kernel's magic SysRq trigger reboots or crashes the host.
 SYSRQ = "/proc/sysrq-trigger"
 
