@@ -11,7 +11,10 @@ writes only to its own work folder and a private /tmp (in memory, capped like /d
 `SHM_MB`; /dev is read-only), has no network (`--unshare-net`: not even the loopback of the host),
 lives in its own PID namespace (everything it starts dies with it, and it cannot see or signal the
 grader or other submissions), keeps no capabilities (so root inside cannot remount anything
-writable), and is killed when the grader dies (`--die-with-parent`).
+writable), and is killed when the grader dies (`--die-with-parent`). The host's knobs are
+read-only in it (/proc/sys, /proc/sysrq-trigger, /sys). Run as root, its code runs as a uid of its
+own (`identity`), in the control group it is given (`cgroups`), with at most `NPROC` tasks and no
+core dumps; which of these hold on a host, `limits` says.
 
 Example:
 
