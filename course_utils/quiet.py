@@ -1,12 +1,18 @@
-"""Keep TensorFlow's start-up log lines out of notebook outputs: `import_tensorflow`.
+"""Keep TensorFlow's log lines out of notebook outputs: `import_tensorflow`.
 
 Why this module redirects a file descriptor: TensorFlow's C++ libraries print some lines while
 they load, before any setting is read ("All log messages before absl::InitializeLog() ...",
 "failed call to cuInit" without a GPU). So the import runs with the process's error stream (file
 descriptor 2, which Jupyter shows in the cell) pointed at /dev/null. What has a switch is
-switched off: C++ INFO and WARNING logs (TF_CPP_MIN_LOG_LEVEL=2), TensorFlow's and absl's Python
-logs below ERROR ("Using MirroredStrategy with devices ...": the notebooks print the devices
-themselves), and the two warnings in HIDDEN_WARNINGS, which no student code can avoid.
+switched off: C++ INFO and WARNING logs for the whole session (TF_CPP_MIN_LOG_LEVEL=2),
+TensorFlow's and absl's Python logs below ERROR ("Using MirroredStrategy with devices ...": the
+notebooks print the devices themselves), and the two warnings in HIDDEN_WARNINGS, which no
+student code can avoid. The C++ warnings hidden include the lines about cancelled iterators
+that `fit` causes under a strategy ("Local rendezvous is aborting with status: CANCELLED"), and
+one a student's own pipeline can cause: tf.data's "The calling iterator did not fully read the
+dataset being cached", logged when an iterator dropped early over an unfilled `cache()` discards
+it. TensorFlow has no switch for one C++ warning alone, so notebook 1 names that one where it
+teaches the cache.
 
 To see everything, set TF_CPP_MIN_LOG_LEVEL=0 before the set-up cell runs.
 
