@@ -7,9 +7,9 @@ follows from the numbers it recorded beside it.
   samples, numpy medians), so a sentence such as "slower" over rounds that overlap fails whoever
   wrote it.
 - `results.json` of notebooks 3 and 3b: the regime they printed (overhead-, per-example-,
-  memory-bandwidth- or compute-bound, or below both roofs) is derived again from the batch sweep
-  (and 3b's measured roofline) they recorded, and 3b's limits must be flagged where their sets of
-  rounds disagree.
+  memory-bandwidth- or compute-bound, below both roofs, or undecided) is derived again from the
+  batch sweep (and 3b's measured roofline) they recorded, and 3b's limits must be flagged where
+  their sets of rounds disagree or a run went faster than the peak.
 - `results.json` of notebook 3c: the all-reduce's line is fitted again from the rounds it
   recorded, and every measured size must lie within the tolerance the notebook states.
 
@@ -124,6 +124,8 @@ def expected_regime(results: dict) -> str:
     intensity, peak = results["intensity"], results["peak_flops"]
     roof = min(peak, results["memory_bandwidth"] * intensity)
     roof_share = results["flops_per_step"] / (step / 1000) / roof
+    if roof_share > 1:  # the point above its roof: a limit was measured low
+        return "undecided"
     shares = [
         (fixed_share, "overhead-bound"),
         (roof_share, "compute-bound" if roof == peak else "memory-bandwidth-bound"),
@@ -134,11 +136,12 @@ def expected_regime(results: dict) -> str:
 
 def limit_problems(results: dict) -> list[str]:
     """Notebook 3b's limits: each the fastest of its sets of rounds (times the physical devices),
-    and flagged as uncertain when no second set comes within the notebook's agreement of it."""
+    and flagged as uncertain when no second set comes within the notebook's agreement of it, or
+    (the peak) when a training run of the sweep reached more FLOP/s than it."""
     found = []
-    for name, key, limit in [
-        ("peak", "peak_rounds", "peak_flops"),
-        ("bandwidth", "bandwidth_rounds", "memory_bandwidth"),
+    for name, key, limit, floor in [
+        ("peak", "peak_rounds", "peak_flops", results["sweep_best_flops"]),
+        ("bandwidth", "bandwidth_rounds", "memory_bandwidth", 0.0),
     ]:
         fastest = sorted((max(rounds) for rounds in results[key].values()), reverse=True)
         if not math.isclose(results[limit], results["physical_devices"] * fastest[0]):
@@ -146,6 +149,8 @@ def limit_problems(results: dict) -> list[str]:
         confirmed = sum(f >= (1 - results["agreement"]) * fastest[0] for f in fastest) >= 2
         if not confirmed and name not in results["uncertain"]:
             found.append(f"the {name}'s sets of rounds disagree, but it is not flagged uncertain")
+        elif results[limit] < floor and name not in results["uncertain"]:
+            found.append(f"a run went faster than the {name}, but it is not flagged uncertain")
     return found
 
 

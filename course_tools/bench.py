@@ -191,7 +191,7 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     calls |= {size: loop(mirrored, size) for size in byte_sizes}
     budget = (16 if quick else 64) << 20
     repeats = {
-        key: max(3, min(50, budget // (key if key != "loop alone" else 4096))) for key in calls
+        key: max(10, min(50, budget // (key if key != "loop alone" else 4096))) for key in calls
     }
     samples = reduce["seconds_per_run"](calls, repeats, sizes.rounds)
     replicas = mirrored.num_replicas_in_sync

@@ -6,10 +6,11 @@ samples, to artifacts/<notebook>/conclusions.json (`timing.record`).
 of its own (all pairs of samples, numpy medians), so a sentence such as "slower" over rounds that
 overlap fails the test whoever wrote it.
 `assert_regime_consistent` does the same for notebooks 3 and 3b's verdict on where a step's time
-goes (overhead- or per-example-bound; 3b: overhead-, memory-bandwidth- or compute-bound, or below
-both roofs), from the batch sweep (and 3b's measured roofline) in their results.json; 3b's limits
-must be flagged where their sets of rounds disagree, and notebook 3c's all-reduce line must be
-the one its rounds give and predict every measured size within the notebook's tolerance.
+goes (overhead- or per-example-bound; 3b: overhead-, memory-bandwidth- or compute-bound, below
+both roofs, or undecided when a point lies above its roof), from the batch sweep (and 3b's
+measured roofline) in their results.json; 3b's limits must be flagged where their sets of rounds
+disagree or a run beat the peak, and notebook 3c's all-reduce line must be the one its rounds
+give and predict every measured size within the notebook's tolerance.
 Both checkers live in course_tools/artifact_check.py; the nbval and browser runs and CI's device
 sweep apply them right after each run, and the tests below check the checkers.
 """
@@ -43,6 +44,8 @@ FLAT = [(64, 10.0), (96, 10.2), (128, 10.5), (192, 10.9)]  # about 90% fixed
         (SLOPED, {"intensity": 20.0, "flops_per_step": 1.2e9}, "compute-bound"),
         (SLOPED, {"intensity": 20.0, "flops_per_step": 0.45e9}, "below both roofs"),
         (FLAT, {"intensity": 20.0, "flops_per_step": 0.1e9}, "overhead-bound"),
+        # a point above its roof (150% of it): a limit was measured low, no roof is named
+        (SLOPED, {"intensity": 20.0, "flops_per_step": 2.25e9}, "undecided"),
     ],
 )
 def test_the_regime_follows_from_the_sweep(tmp_path, sweep, roofline, regime):
@@ -75,6 +78,7 @@ def test_a_limit_whose_sets_disagree_must_be_flagged(tmp_path):
         "peak_rounds": peak_rounds,
         "bandwidth_rounds": {"section 1": [11.5e9, 12e9], "section 3": [11.2e9, 11.9e9]},
         "agreement": 0.15,
+        "sweep_best_flops": 130e9,
         "regime": "compute-bound",
     }
     path = tmp_path / "results.json"
@@ -83,10 +87,19 @@ def test_a_limit_whose_sets_disagree_must_be_flagged(tmp_path):
     assert found == [
         "results.json: the peak's sets of rounds disagree, but it is not flagged uncertain"
     ]
-    path.write_text(json.dumps({**results, "uncertain": {"peak": 0.27}}))
+    path.write_text(json.dumps({**results, "uncertain": {"peak": "no second set"}}))
     assert regime_problems(path) == []
-    path.write_text(json.dumps({**results, "uncertain": {"peak": 0.27}, "peak_flops": 124e9}))
+    path.write_text(
+        json.dumps({**results, "uncertain": {"peak": "no second set"}, "peak_flops": 124e9})
+    )
     assert "peak_flops 1.24e+11 is not the fastest round" in regime_problems(path)[0]
+    # The sets agree, but a training run went faster than the peak: it must be flagged too.
+    agreeing = {"section 1": [200e9, 204e9], "section 3": [205e9]}
+    faster = {**results, "peak_rounds": agreeing, "sweep_best_flops": 260e9, "uncertain": {}}
+    path.write_text(json.dumps(faster))
+    assert regime_problems(path) == [
+        "results.json: a run went faster than the peak, but it is not flagged uncertain"
+    ]
 
 
 SMALL, LARGE = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20], [4 << 20, 8 << 20, 16 << 20]

@@ -39,9 +39,11 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     # Timings: one run. Its code path does not change with the count (run by hand with 1, 2, 3,
     # 5 and 8); `course bench` covers several replica counts, each in a fresh process.
     "03_single_vs_distributed": (2,),
-    # 3: more replicas than cores, the all-reduce a real ring (with 1, in the sweep, it hands
-    #    the tensor back and the tables say so).
+    # 3: more replicas than cores, sharing the processor whose limits the roofline draws.
     "03b_where_time_goes": (3,),
+    # 3: the all-reduce a real ring over more replicas than cores (with 1, in the sweep, nothing
+    #    is sent and the notebook says so).
+    "03c_allreduce_and_profile": (3,),
     # Each worker process has one device whatever COURSE_DEVICES says: one run, made by
     # tests/test_slurm.py with its test Slurm cluster up (when the machine has Slurm), so that the
     # notebook's Slurm cell submits a real job instead of skipping.
@@ -65,6 +67,7 @@ BROWSER_RUNS_INSTEAD = {
     ("02_custom_loop_fashion_mnist", 4),
     ("03_single_vs_distributed", 2),
     ("03b_where_time_goes", 3),
+    ("03c_allreduce_and_profile", 3),
     ("05_svhn_solution", 2),
     ("05_svhn_exercise", 2),
 }
