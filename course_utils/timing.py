@@ -4,7 +4,9 @@ The protocol, wherever a notebook compares speeds (notebook 3's `measure` is it,
 - warm-up first (tracing, graph building, filling the input pipeline), never timed;
 - interleaved rounds: each round times every run back to back, so outside load hits them alike;
 - the median over rounds (`RunResult`), with the spread (lowest to highest round) beside it;
-- ONE noise rule (`compare`): two runs differ only when their rounds do not overlap.
+- ONE noise rule (`compare`): two runs differ only when their rounds do not overlap. Two runs of
+  the same speed also fail to overlap by chance (`false_alarm_rate`: 1 time in 10 at 3 rounds
+  each), so a verdict that decides on fewer than 5 rounds each says how often.
 
 Example (`train_steps` and `fit` stand for a notebook's own):
 
@@ -20,6 +22,7 @@ Example (`train_steps` and `fit` stand for a notebook's own):
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -83,6 +86,34 @@ NOISE_RULE = (
 )
 
 
+#: A verdict that decides on rounds whose false-alarm rate is at least this says the rate.
+FEW_ROUNDS_RATE = 0.01
+
+
+def false_alarm_rate(a_rounds: int, b_rounds: int) -> float:
+    """How often NOISE_RULE calls two runs of the SAME speed different, from their round counts.
+
+    Noise model: every round of either run is an independent draw from one continuous
+    distribution (the runs are identical; no ties). All `a + b` rounds are then in a random
+    order, and the rule fires when one run's rounds are all above the other's: 2 of the
+    C(a + b, a) equally likely ways to split the order between the runs. Exact for any such
+    distribution. Load shared by both runs of an interleaved round only lowers it; load that
+    hits one run's rounds and not the other's (rounds not interleaved) is a real difference to
+    the rule, which no round count removes.
+
+    >>> round(1 / false_alarm_rate(2, 2)), round(1 / false_alarm_rate(3, 3))
+    (3, 10)
+    """
+    if a_rounds < 1 or b_rounds < 1:
+        raise ValueError(f"round counts must be positive, not {a_rounds} and {b_rounds}")
+    return min(1.0, 2 / math.comb(a_rounds + b_rounds, a_rounds))
+
+
+def _one_time_in(rate: float) -> str:
+    n = 1 / rate
+    return f"1 time in {n:.0f}" if abs(n - round(n)) < 0.05 else f"about 1 time in {n:.0f}"
+
+
 @dataclass
 class Verdict:
     """What the rounds of two runs support under NOISE_RULE (see `compare`)."""
@@ -94,6 +125,7 @@ class Verdict:
     speed_ratio: float  # speed of a / speed of b, from the medians (> 1: a is faster)
     word: str  # "faster", "slower" or "within noise" (a compared with b)
     sentence: str
+    false_alarm: float = 0.0  # false_alarm_rate of the two round counts
 
 
 def _number(value: float) -> str:
@@ -102,13 +134,16 @@ def _number(value: float) -> str:
 
 def compare(a: RunResult, b: RunResult) -> Verdict:
     """Compare run `a` with run `b` under NOISE_RULE, from the examples/s of their rounds (at
-    least 2 each: one round shows no spread). The percentage comes from the medians.
+    least 2 each: one round shows no spread). The percentage comes from the medians. A verdict
+    of "faster" or "slower" on so few rounds that runs of equal speed would get it at least
+    FEW_ROUNDS_RATE of the time (fewer than 5 rounds each) says how often (`false_alarm_rate`).
 
     >>> fit = RunResult("fit", 3.0, 3600, rounds=[1200, 1250, 1230])
     >>> loop = RunResult("loop", 3.0, 3000, rounds=[1000, 1010, 990])
-    >>> print(compare(fit, loop).sentence)
+    >>> print(compare(fit, loop).sentence)  # doctest: +NORMALIZE_WHITESPACE
     fit is 23% faster than loop: median 1,230 vs 1,000 examples/s (1.23x); every round agrees
-    (1,200-1,250 vs 990-1,010).
+    (1,200-1,250 vs 990-1,010), but with 3 rounds each, runs of equal speed fail to overlap 1
+    time in 10.
     """
     for run in (a, b):
         if len(run.rounds) < 2 or min(run.rounds) <= 0:
@@ -118,6 +153,7 @@ def compare(a: RunResult, b: RunResult) -> Verdict:
             )
     a_values, b_values = [float(v) for v in a.rounds], [float(v) for v in b.rounds]
     ratio = statistics.median(a_values) / statistics.median(b_values)
+    rate = false_alarm_rate(len(a_values), len(b_values))
     word = "within noise"
     if min(a_values) > max(b_values) or min(b_values) > max(a_values):
         word = "faster" if ratio > 1 else "slower"
@@ -129,8 +165,14 @@ def compare(a: RunResult, b: RunResult) -> Verdict:
         sentence += f"rounds overlap ({ranges})."
     else:
         sentence = f"{a.name} is {100 * abs(ratio - 1):.0f}% {word} than {b.name}: {medians}; "
-        sentence += f"every round agrees ({ranges})."
-    return Verdict(a.name, b.name, a_values, b_values, ratio, word, sentence)
+        sentence += f"every round agrees ({ranges})"
+        if rate >= FEW_ROUNDS_RATE:
+            n, m = len(a_values), len(b_values)
+            counts = f"{n} rounds each" if n == m else f"{n} and {m} rounds"
+            sentence += f", but with {counts}, runs of equal speed fail to overlap "
+            sentence += _one_time_in(rate)
+        sentence += "."
+    return Verdict(a.name, b.name, a_values, b_values, ratio, word, sentence, rate)
 
 
 def record(verdict: Verdict, path: str | Path) -> Verdict:

@@ -115,3 +115,60 @@ def test_record_appends_verdicts_with_their_samples(tmp_path):
         ("a", "faster", [5.0, 6.0]),
         ("c", "within noise", [1.5, 3.0]),
     ]
+
+
+@pytest.mark.parametrize(
+    "rounds, one_in", [((2, 2), 3), ((3, 3), 10), ((4, 4), 35), ((5, 5), 126), ((7, 7), 1716)]
+)
+def test_false_alarm_rate_at_the_notebooks_round_counts(rounds, one_in):
+    # 2: SVHN's quick and cpu profiles (3 epochs, the first left out); 3: quick; 4: SVHN full;
+    # 5: full; 7: notebook 3c's all-reduce.
+    assert timing.false_alarm_rate(*rounds) == pytest.approx(1 / one_in)
+
+
+def test_false_alarm_rate_matches_the_rule_on_identical_noisy_runs():
+    """Identical runs, every round an independent lognormal draw: compare's own word calls them
+    different as often as false_alarm_rate says (20,000 pairs each; 4 standard errors)."""
+    rng = np.random.default_rng(7)
+    trials = 20_000
+    for a_rounds, b_rounds in [(2, 2), (3, 3), (2, 3)]:
+        draws = rng.lognormal(np.log(1000), 0.3, size=(trials, a_rounds + b_rounds))
+        alarms = sum(
+            timing.compare(run("a", list(d[:a_rounds])), run("b", list(d[a_rounds:]))).word
+            != "within noise"
+            for d in draws
+        )
+        rate = timing.false_alarm_rate(a_rounds, b_rounds)
+        assert abs(alarms / trials - rate) < 4 * np.sqrt(rate * (1 - rate) / trials), (
+            a_rounds,
+            b_rounds,
+            alarms / trials,
+            rate,
+        )
+    # Interleaved rounds whose load hits both runs alike (a shared factor per round) alarm less.
+    load = rng.lognormal(0, 0.5, size=(trials, 1, 3))
+    draws = load * rng.lognormal(np.log(1000), 0.1, size=(trials, 2, 3))
+    alarms = sum(
+        timing.compare(run("a", list(a)), run("b", list(b))).word != "within noise"
+        for a, b in draws
+    )
+    assert alarms / trials < timing.false_alarm_rate(3, 3) / 2
+
+
+def test_a_verdict_on_few_rounds_says_how_often_equal_runs_get_it():
+    three = timing.compare(run("a", [10, 11, 12]), run("b", [5, 6, 7]))
+    assert three.false_alarm == pytest.approx(0.1)
+    assert three.sentence.endswith(
+        "every round agrees (10.00-12.00 vs 5.00-7.00), but with 3 rounds each, runs of equal "
+        "speed fail to overlap 1 time in 10."
+    )
+    uneven = timing.compare(run("a", [10, 11]), run("b", [5, 6, 7]))
+    assert uneven.sentence.endswith(
+        "with 2 and 3 rounds, runs of equal speed fail to overlap 1 time in 5."
+    )
+    five = timing.compare(run("a", [10, 11, 12, 13, 14]), run("b", [5, 6, 7, 8, 9]))
+    assert five.sentence.endswith("(10.00-14.00 vs 5.00-9.00).") and "time in" not in five.sentence
+    noise = timing.compare(run("a", [10, 11, 12]), run("b", [11.5, 13, 14]))
+    assert "time in" not in noise.sentence  # no decision, no false alarm
+    with pytest.raises(ValueError, match="round counts must be positive"):
+        timing.false_alarm_rate(0, 3)
