@@ -280,7 +280,7 @@ def measure_in_fresh_process(
         proc = subprocess.run(command, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(
-                f"course bench: the measurement with {replicas} replica(s) failed "
+                f"course bench: the measurement with {tables.count(replicas, 'replica')} failed "
                 f"(exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
             )
         with open(output) as f:
@@ -361,7 +361,11 @@ def report_text(report: dict) -> str:
     lines = []
     for n, rows in report["configurations"].items():
         results = [timing.RunResult(**row) for row in rows]
-        lines += [f"{n} replica(s), fresh process:", timing.results_table(results), ""]
+        lines += [
+            f"{tables.count(int(n), 'replica')}, fresh process:",
+            timing.results_table(results),
+            "",
+        ]
     lines.append(f"Noise rule: {report['noise_rule']}")
     lines += [f"- {v['sentence']}" for v in report["comparisons"].values()]
     lines.append("")
