@@ -97,6 +97,8 @@ def enter(uid: int | None, *, writable: Sequence[Path] = (), nproc: int | None =
     threads) the uid may have, the sandbox's own with a uid of its own, else all of the user's
     (`user_tasks` plus the sandbox's). Core dumps are always off.
     """
+    if uid is None and shutil.which("prlimit") is None:
+        return []  # no util-linux: `limits.enforced` says core dumps and tasks are not capped
     limits = ["prlimit", "--core=0:0"]
     if nproc is not None:
         limits.append(f"--nproc={nproc}:{nproc}")

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import shutil
 from dataclasses import dataclass
 from functools import cache
 
@@ -47,6 +48,8 @@ def enforced() -> list[Limit]:
     else:
         how = "your own uid (user namespace): reads what you may read in the folders bound in"
         user = Limit("user", held=False, how=how)
+    has_prlimit = shutil.which("prlimit") is not None
+    cores = "off: RLIMIT_CORE 0, core_pattern read-only" if has_prlimit else "prlimit missing"
     cgroup_missing = _cgroup_missing()
     if not cgroup_missing:
         memory = Limit("memory", held=True, how="cgroup: memfd, tmpfs, shm, page cache counted")
@@ -58,7 +61,7 @@ def enforced() -> list[Limit]:
             how = f"RLIMIT_NPROC {sandbox.NPROC} of the sandbox's own uid"
         else:
             how = f"RLIMIT_NPROC: your tasks now + {sandbox.NPROC} (it counts all of yours)"
-        tasks = Limit("processes", held=True, how=how)
+        tasks = Limit("processes", held=has_prlimit, how=how if has_prlimit else "no prlimit")
     if workdir.can_cap():
         how = f"a tmpfs: the disk limit, {workdir.INODES:,} inodes, unlinked files counted"
         folder = Limit("work folder", held=True, how=how)
@@ -68,7 +71,7 @@ def enforced() -> list[Limit]:
     return [
         user,
         Limit("host knobs", held=True, how="/proc/sys and /sys read-only (bubblewrap)"),
-        Limit("core dumps", held=True, how="off: RLIMIT_CORE 0, core_pattern read-only"),
+        Limit("core dumps", held=has_prlimit, how=cores),
         memory,
         tasks,
         folder,
