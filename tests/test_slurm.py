@@ -2,8 +2,9 @@
 
 One Slurm cluster (tests/slurm.py: munge, slurmctld, slurmd from a temporary config) serves the
 whole module. With it, notebook 4 itself runs under nbval (its one nbval run: with Slurm up when
-the machine has Slurm, so that its Slurm cell submits a real 2-task `sbatch` job of the notebook's
-worker script; without Slurm the same run checks that it skips). The last test stops the cluster and
+the machine has Slurm, so that its Slurm cells submit real 2-task `sbatch` jobs of the notebook's
+worker script: one ended with SIGTERM mid-training, which saves, and one that resumes; without
+Slurm the same run checks that they skip). The last test stops the cluster and
 checks that no daemon, job or worker survived. The TF_CONFIG derivation
 (course_utils/cluster_tf_config.py) and the Kubernetes manifests (k8s/) need no Slurm.
 """
