@@ -48,6 +48,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from tqdm.auto import tqdm
 
+from course_tools.grade.core import files
 from course_tools.processes import Deadline, Watchdog, kill_tree
 
 ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
@@ -101,6 +102,8 @@ class RunOptions:
     progress: a progress bar's label.
     log_path: the first `KERNEL_LOG_KB` of the kernel process's own output (default: discarded).
     watch_folder: the folder whose disk use `Limits.disk_mb` caps.
+    clock_folder: a folder whose files this process times itself (`FileClock`): when each one
+    last changed, by its own clock, never the file's times (which the kernel can set).
     """
 
     limits: Limits = Limits()
@@ -113,6 +116,7 @@ class RunOptions:
     progress: str | None = None
     log_path: Path | None = None
     watch_folder: Path | None = None
+    clock_folder: Path | None = None
 
 
 @dataclass
@@ -138,6 +142,11 @@ class RunOutcome:
     extra_error: str = ""  # how the extra cell or expression failed, if it did
     log_dropped: int = 0  # bytes of the kernel's own output left out of `log_path`
     notebook: object = None  # the executed copy
+    # Seen by this process, not the kernel, in seconds since the run started (this process's
+    # clock): [cell index, start, end] of each cell sent, and for each file of `clock_folder`
+    # {"seen": first seen, "changed": last changed, "cell": the cell running when it last changed}
+    cell_times: list[list[float]] = field(default_factory=list)
+    file_times: dict[str, dict] = field(default_factory=dict)
 
     def record_timeout(self, cell, cell_index: int, execute_reply: dict) -> None:
         """nbclient's `on_cell_error` hook: note the cells interrupted at their time limit."""
@@ -187,7 +196,9 @@ class _CappedClient(NotebookClient):
         self.kept_in_cell: dict[int, int] = {}
         self.dropped: dict[int, int] = {}
         self.log_path, self.kernel_log = log_path, None
-        self.display_cut = False
+        self.display_cut = self.comm_cut = False
+        # this process's clock of the cells and files (`_run_watched`)
+        self.started, self.clock = time.monotonic(), None
 
     def start_new_kernel(self, **kwargs) -> None:
         """Start the kernel, its output into the capped log (or nowhere)."""
@@ -203,6 +214,26 @@ class _CappedClient(NotebookClient):
     def process_message(self, msg, cell, cell_index):
         self.current_cell = cell_index
         return super().process_message(msg, cell, cell_index)
+
+    def handle_comm_msg(self, outs, msg, cell_index) -> None:
+        """Widget state (comm messages, which nbclient keeps whole for the notebook's metadata)
+        counts against the same caps as outputs; past them the message is dropped, with a note."""
+        content = msg.get("content", {})
+        size = len(json.dumps(content.get("data", {}), default=str))
+        size += sum(len(memoryview(b)) for b in msg.get("buffers") or [])
+        room = min(
+            self.cell_limit - self.kept_in_cell.get(cell_index, 0), self.notebook_limit - self.kept
+        )
+        if size > room:
+            self.dropped[cell_index] = self.dropped.get(cell_index, 0) + size
+            self.comm_cut = True
+            return
+        self.kept += size
+        self.kept_in_cell[cell_index] = self.kept_in_cell.get(cell_index, 0) + size
+        try:
+            super().handle_comm_msg(outs, msg, cell_index)
+        except Exception:  # noqa: BLE001 - a malformed widget message: only the widget is lost
+            self.comm_cut = True
 
     def _update_display_id(self, display_id, msg) -> None:
         """nbclient rewrites every output shown with `display_id`: the new content counts once per
@@ -383,17 +414,70 @@ def run_notebook(
     _finish(notebook, options.limits, outcome, client.dropped)
     if client.display_cut:
         outcome.output_notes.append("display updates: past the output caps, replaced by a note")
+    if client.comm_cut:
+        outcome.output_notes.append("widget messages: past the output caps, dropped")
     return outcome
 
 
 def folder_mb(folder: Path) -> float:
-    """The MB the files under `folder` take on disk (links not followed)."""
-    total = 0
-    for root, _, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
-    return total / 2**20
+    """The MB the files and folders under `folder` take on disk (links not followed; any depth:
+    no recursion)."""
+    return files.disk_bytes(folder) / 2**20
+
+
+class FileClock(threading.Thread):
+    """Times the files under `folder` by this process's clock: when each was first seen and when
+    it last changed (a new inode, size, modification or status-change time: `os.utime` changes
+    the last), and which cell was running then. At most `max_files` files, looked at every
+    `interval` seconds, without following links or recursion.
+
+    Example:
+
+        clock = FileClock(Path("work/artifacts"), started=time.monotonic()); clock.start()
+        ...; clock.stop(); print(clock.times)  # {"fit_ckpt/ckpt_1.weights.h5": {...}}
+    """
+
+    def __init__(
+        self, folder: Path, started: float, interval: float = 0.1, max_files: int = 2000
+    ) -> None:
+        super().__init__(daemon=True)
+        self.folder, self.started, self.interval, self.max_files = (
+            folder,
+            started,
+            interval,
+            max_files,
+        )
+        self.cell = -1
+        self.times: dict[str, dict] = {}
+        self._state: dict[str, tuple] = {}
+        self.stopped = threading.Event()
+
+    def look(self) -> None:
+        now = round(time.monotonic() - self.started, 3)
+        for entry in files.walk(self.folder, max_entries=self.max_files):
+            if entry.kind != "a regular file":
+                continue
+            name = entry.relative.as_posix()
+            try:
+                info = os.lstat(entry.path)
+            except OSError:
+                continue
+            state = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            if self._state.get(name) != state:
+                self._state[name] = state
+                seen = self.times.get(name, {}).get("seen", now)
+                self.times[name] = {"seen": seen, "changed": now, "cell": self.cell}
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            with contextlib.suppress(Exception):  # a folder removed meanwhile, ...
+                self.look()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
+        with contextlib.suppress(Exception):
+            self.look()
 
 
 class DiskWatch(threading.Thread):
@@ -431,6 +515,10 @@ def _run_watched(
     if options.watch_folder is not None:
         disk = DiskWatch(options.watch_folder, limits.disk_mb, dog)
         disk.start()
+    client.started = time.monotonic()
+    if options.clock_folder is not None:
+        client.clock = FileClock(options.clock_folder, client.started)
+        client.clock.start()
     with dog:
         try:
             _run_cells(client, limits, outcome, dog, stop_on_error=options.stop_on_error)
@@ -448,6 +536,9 @@ def _run_watched(
         finally:
             if disk is not None:
                 disk.stopped.set()
+            if client.clock is not None:
+                client.clock.stop()
+                outcome.file_times = client.clock.times
         if dog.reason and outcome.status in ("ran", "failed"):
             outcome.status, outcome.reason = "killed", dog.reason
     outcome.peak_mb = dog.peak_mb
@@ -511,6 +602,9 @@ def _run_cells(
     """Execute the cells in order; stop at an error (with `stop_on_error`), or when a cell
     interrupted at its time limit does not become idle again (it ignored the interrupt)."""
     for index, cell in enumerate(client.nb.cells):
+        if client.clock is not None:
+            client.clock.cell = index
+        start = time.monotonic() - client.started
         try:
             client.execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
         except (CellExecutionError, CellTimeoutError) as exc:  # only with stop_on_error
@@ -518,6 +612,10 @@ def _run_cells(
             outcome.error = ANSI_ESCAPES.sub("", str(exc))  # tracebacks come coloured
             outcome.failed_cell = index
             return
+        finally:
+            if cell.cell_type == "code":
+                end = time.monotonic() - client.started
+                outcome.cell_times.append([index, round(start, 3), round(end, 3)])
         if index in outcome.timed_out_cells and not run_sync(_answers)(
             client.kc, limits.interrupt_grace
         ):

@@ -6,6 +6,7 @@ tests/test_grading.py (the local grader) and tests/test_slurm_grading.py (the Sl
 from __future__ import annotations
 
 import copy
+import os
 import re
 import secrets
 from pathlib import Path
@@ -331,10 +332,11 @@ print("WALK", json.dumps({"found": sorted(found)[:50], "root": sorted(os.listdir
 
 
 def cheater(done: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Full marks without the work: 2 epochs instead of the profile's, a custom loop that trains
-    nothing (fit_model's weights copied into custom_model, a checkpoint per "epoch"), and the
-    one-device baseline made of fit_model's weights with fit's epochs as its timings."""
-    notebook = edit(done, "EPOCHS = settings.pick(full=5, cpu=3, quick=3)", "EPOCHS = 2")
+    """Full marks without the work: per-epoch fit checkpoints without the epochs (`nudger`), a
+    custom loop that trains nothing (fit_model's weights copied into custom_model, a checkpoint
+    per "epoch"), and the one-device baseline made of fit_model's weights with fit's epochs as
+    its timings."""
+    notebook = nudger(done)
     notebook = edit(notebook, "total_loss += distributed_train_step(batch)", "total_loss += 1.0")
     notebook = edit(
         notebook,
@@ -346,4 +348,131 @@ def cheater(done: nbformat.NotebookNode) -> nbformat.NotebookNode:
         notebook,
         "single_model.fit(train_ds, epochs=EPOCHS, callbacks=[single_clock], verbose=2)",
         "single_model.set_weights(fit_model.get_weights())\nsingle_clock = fit_clock",
+    )
+
+
+# --- what the grader reads, keeps and trusts: one submission each, in the attacks batch --------
+
+# Answers the grader's probe itself: the probe is sent as user expressions, which call `exec` and
+# `compile` by name in the notebook's namespace, so a notebook that defines its own catches the
+# probe's code and leaves made-up facts where the probe leaves its answer: fit_model and
+# custom_model "mirrored over 2 devices", and there is no model at all.
+CAPTURE = r"""
+import json, re
+
+_real_exec = exec
+forged = {"variables": 8, "distributed_variables": 8, "replicas": 2, "fingerprint": "forged"}
+
+
+def compile(source, filename, mode, *args, **kwargs):
+    return source
+
+
+def exec(code, namespace=None, *args):
+    found = re.search(r"globals\(\)\['(_grader_[0-9a-f]+)'\] = ", code)
+    if found is None:
+        return _real_exec(code, namespace, *args)
+    facts = {"models": {"fit_model": forged, "custom_model": forged}, "datasets": {}}
+    globals()[found[1]] = json.dumps(facts) if "FACTS" in code else "reset"
+"""
+
+# A saved model whose optimizer step count is an HDF5 external dataset: 8 bytes of the grader's
+# check log, read from the check process's folder (the grades) by whoever reads the dataset.
+H5_EXTERNAL = """
+import os, pathlib, zipfile
+import h5py
+import course_utils
+settings = course_utils.setup(verbose=False)
+import keras
+artifacts = pathlib.Path(os.environ["COURSE_ARTIFACTS"]) / "05_svhn"
+artifacts.mkdir(parents=True, exist_ok=True)
+fit_model = keras.Sequential(
+    [keras.Input((32, 32, 3)), keras.layers.Flatten(), keras.layers.Dense(10)]
+)
+fit_model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+fit_model.optimizer.build(fit_model.trainable_variables)
+fit_model.save("plain.keras")
+with zipfile.ZipFile("plain.keras") as archive:
+    archive.extractall("unpacked")
+with h5py.File("unpacked/model.weights.h5", "r+") as weights:
+    del weights["optimizer/vars/0"]
+    weights.create_dataset(
+        "optimizer/vars/0", shape=(1,), dtype="int64", external=[("checks.log", 0, 8)]
+    )
+with zipfile.ZipFile(artifacts / "fit_model.keras", "w") as archive:
+    for name in os.listdir("unpacked"):
+        archive.write(os.path.join("unpacked", name), name)
+print("saved")
+"""
+
+# Widget state the grader's notebook client would keep whole (comm messages with a "state"), 60
+# messages of 8 MB: 480 MB.
+WIDGET_FLOOD = """
+import comm
+channel = comm.create_comm(target_name="jupyter.widget", data={"state": {"value": ""}})
+for _ in range(60):
+    channel.send(data={"method": "update", "state": {"value": "a" * 8_000_000}})
+print("sent 480 MB of widget state")
+"""
+
+# Trees deeper than Python's recursion limit (1,100 folders) in the work folder and among the
+# artifacts, 1,500 artifact files, a FIFO and a link to /dev/zero among them.
+TREES = """
+import os
+artifacts = os.path.join(os.environ["COURSE_ARTIFACTS"], "05_svhn")
+os.makedirs(artifacts, exist_ok=True)
+open("TOKEN-work", "w").close()
+for top in (".", artifacts):  # os.makedirs would recurse: one folder at a time
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(1100):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+for i in range(1500):
+    with open(os.path.join(artifacts, f"file{i}.txt"), "w") as handle:
+        handle.write("x")
+os.mkfifo(os.path.join(artifacts, "fifo"))
+os.symlink("/dev/zero", os.path.join(artifacts, "zero"))
+print("trees made")
+"""
+
+
+def nested(top: Path, depth: int = 1100) -> None:
+    """`depth` folders one inside the other under `top` (made without ever passing a path
+    longer than the system allows)."""
+    top.mkdir(parents=True, exist_ok=True)
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+
+
+def nudger(done: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Per-epoch checkpoints without the epochs: one epoch of `fit`, then for each later "epoch"
+    the weights nudged, the optimizer's step count assigned and a checkpoint saved, the clock's
+    epochs copied, and the files' times set as if the epochs had taken that long."""
+    return edit(
+        done,
+        "fit_model.fit(train_ds, epochs=EPOCHS, callbacks=[fit_clock, fit_checkpoints], verbose=2)",
+        "fit_model.fit(train_ds, epochs=1, callbacks=[fit_clock, fit_checkpoints], verbose=2)\n"
+        "    steps = int(fit_model.optimizer.iterations.numpy())\n"
+        "    bias = fit_model.layers[-1].bias\n"
+        "    for epoch in range(2, EPOCHS + 1):\n"
+        "        bias.assign(bias + tf.one_hot(0, 10) * 0.5)\n"
+        "        fit_model.optimizer.iterations.assign(epoch * steps)\n"
+        '        fit_model.save_weights(ARTIFACTS / "fit_ckpt" / f"ckpt_{epoch}.weights.h5")\n'
+        "        fit_clock.epoch_seconds.append(fit_clock.epoch_seconds[0])\n"
+        "        fit_clock.epoch_steps.append(steps)\n"
+        "    now = time.time()\n"
+        "    for epoch in range(1, EPOCHS + 1):\n"
+        "        back = (EPOCHS - epoch) * fit_clock.epoch_seconds[0]\n"
+        '        path = ARTIFACTS / "fit_ckpt" / f"ckpt_{epoch}.weights.h5"\n'
+        "        os.utime(path, (now - back, now - back))",
     )

@@ -108,3 +108,39 @@ def test_a_missing_verdict_or_file_fails(tmp_path):
     (tmp_path / "conclusions.json").unlink()
     with pytest.raises(checks.CheckError, match="conclusions.json is missing"):
         checks.assert_comparison(results, tmp_path)
+
+
+def test_hdf5_data_kept_in_other_files_is_refused(tmp_path):
+    """An HDF5 file (a .weights.h5 checkpoint, or the weights inside a .keras archive) whose data
+    lives elsewhere (external storage, an external link, a virtual dataset) would make the check
+    process read those other files for the student: refused before anything is read."""
+    import zipfile
+
+    import h5py
+    import numpy as np
+
+    (tmp_path / "secret.txt").write_text("SECRET!!" * 4)
+    with h5py.File(tmp_path / "plain.weights.h5", "w") as f:
+        f.create_dataset("optimizer/vars/0", data=np.int64(7))
+    assert checks.optimizer_steps(tmp_path / "plain.weights.h5") == 7
+    with h5py.File(tmp_path / "external.weights.h5", "w") as f:
+        external = [(str(tmp_path / "secret.txt"), 0, 8)]
+        f.create_dataset("optimizer/vars/0", shape=(1,), dtype="int64", external=external)
+    with h5py.File(tmp_path / "link.weights.h5", "w") as f:
+        f.create_group("optimizer/vars")
+        f["optimizer/vars/0"] = h5py.ExternalLink("plain.weights.h5", "optimizer/vars/0")
+    with h5py.File(tmp_path / "virtual.weights.h5", "w") as f:
+        layout = h5py.VirtualLayout(shape=(), dtype="int64")
+        layout[()] = h5py.VirtualSource("plain.weights.h5", "optimizer/vars/0", shape=())
+        f.create_virtual_dataset("optimizer/vars/0", layout)
+    for name, words in [
+        ("external", "keeps its data in other files"),
+        ("link", "ExternalLink to data outside the file"),
+        ("virtual", "keeps its data in other files"),
+    ]:
+        with pytest.raises(checks.CheckError, match=words):
+            checks.optimizer_steps(tmp_path / f"{name}.weights.h5")
+    with zipfile.ZipFile(tmp_path / "model.keras", "w") as archive:
+        archive.write(tmp_path / "external.weights.h5", "model.weights.h5")
+    with pytest.raises(checks.CheckError, match="model.keras/model.weights.h5: optimizer"):
+        checks.safe_file(tmp_path / "model.keras")

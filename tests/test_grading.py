@@ -44,6 +44,7 @@ import pytest
 from grading_submissions import (
     BIG_ARTIFACT,
     BOMB,
+    CAPTURE,
     CROSS_KERNEL,
     DEAF,
     DEEP,
@@ -55,6 +56,7 @@ from grading_submissions import (
     FD_FLOOD,
     FLOOD,
     FORGER,
+    H5_EXTERNAL,
     INJECT,
     ROOT,
     SOLUTION,
@@ -63,11 +65,14 @@ from grading_submissions import (
     SURVIVOR_LOOP,
     TAMPER,
     TOKEN,
+    TREES,
     WALKER,
+    WIDGET_FLOOD,
     cheater,
     completed_exercise,
     edit,
     fill,
+    nested,
     notebook_of,
     restub,
     survivors,
@@ -78,7 +83,9 @@ from helpers import require_or_skip
 from course_tools import cli, exercise
 from course_tools.grade import command as grading
 from course_tools.grade.core import (
+    checker,
     checks,
+    files,
     one_submission,
     plan,
     report,
@@ -857,10 +864,17 @@ def test_the_benchmark_grades_under_the_out_folder(tmp_path, monkeypatch, capsys
 # 5. update_display past the output caps, a large artifact;
 # 6. Markdown and HTML injected into the report and the Moodle feedback;
 # 7. an unreadable probe answer (100,000 brackets: RecursionError);
-# 8. a walk of the file system for the other submissions.
+# 8. a walk of the file system for the other submissions;
+# 9. a homework.ipynb that is a link to another student's notebook, to the solution, to
+#    /etc/shadow or to /dev/zero, or a FIFO (each reported in its own row, nobody else's changed);
+# 10. a notebook that answers the probe itself (its own `exec` and `compile`);
+# 11. a saved model whose optimizer step count is an HDF5 external dataset (the grader's files);
+# 12. 480 MB of widget state (comm messages), which the notebook client would keep;
+# 13. trees 1,100 folders deep (in the submission folder, the work folder and the artifacts),
+#     1,500 artifact files, a FIFO and a link to /dev/zero among them.
 #
-# And the batch-level promise: whatever one submission does, every other one is graded and the
-# gradebook and its exports are written.
+# And the batch-level promise: whatever one submission does, every other one is graded, the
+# gradebook and its exports are written, and the grader's memory stays bounded.
 
 
 def _where() -> Path:
@@ -889,32 +903,78 @@ def attacks(tmp_path_factory):
         "deep/mine.ipynb": notebook_of(DEEP),
         "walker/mine.ipynb": notebook_of(fill(WALKER, out)),
         "cheater/05_svhn_exercise.ipynb": cheater(completed_exercise()),
+        "capture/mine.ipynb": notebook_of(CAPTURE),
+        "h5ext/mine.ipynb": notebook_of(H5_EXTERNAL),
+        "widgets/mine.ipynb": notebook_of(WIDGET_FLOOD),
+        "trees/mine.ipynb": notebook_of(fill(TREES, out)),
     }
     for name, notebook in notebooks.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         write(notebook, folder / name)
+    nested(folder / "trees" / "deep")
+    for name, target in LINKS.items():
+        (folder / name).mkdir()
+        (folder / name / "homework.ipynb").symlink_to(target)
+    (folder / "fifo").mkdir()
+    os.mkfifo(folder / "fifo" / "homework.ipynb")
     (where / f"{TOKEN}.txt").write_text("another course's secret")
     settings = plan.GradingSettings(
         profile=ENV["COURSE_PROFILE"], devices=int(ENV["COURSE_DEVICES"]), data=ENV["COURSE_DATA"]
     )
+    memory = MemoryPeak()
     try:
-        grades = grading_batch.grade(
-            [folder],
-            out,
-            limits=Limits(cell_timeout=90, timeout=600),
-            jobs=2,
-            progress=False,
-            settings=settings,
-        )
+        with memory:
+            grades = grading_batch.grade(
+                [folder],
+                out,
+                limits=Limits(cell_timeout=90, timeout=600),
+                jobs=2,
+                progress=False,
+                settings=settings,
+            )
         error = None
     except Exception as exc:  # what the batch did before: recorded, every test fails with it
         grades, error = [], f"{type(exc).__name__}: {exc}"
-    yield {g.student: g for g in grades}, out, error
-    shutil.rmtree(where, ignore_errors=True)
+    print(f"\nthe grader's memory grew by {memory.growth_mb:.0f} MB at most during the batch")
+    yield {g.student: g for g in grades}, out, error, memory
+    files.remove_tree(where)
+
+
+#: Each a student whose homework.ipynb is a symbolic link to that.
+LINKS = {
+    "linker": "../bob/05_svhn_exercise.ipynb",
+    "copier": str(SOLUTION),
+    "shadow": "/etc/shadow",
+    "zero": "/dev/zero",
+}
+
+
+class MemoryPeak:
+    """In a `with` block, the most this process's resident memory grew above what it was at the
+    start (`growth_mb`), sampled every 0.1 s."""
+
+    def __init__(self) -> None:
+        self.process, self.growth_mb = psutil.Process(), 0.0
+        self.stop = threading.Event()
+
+    def __enter__(self) -> MemoryPeak:
+        self.start = self.process.memory_info().rss
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self.stop.wait(0.1):
+            grown = (self.process.memory_info().rss - self.start) / 2**20
+            self.growth_mb = max(self.growth_mb, grown)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 def _grades(attacks):
-    grades, out, error = attacks
+    grades, out, error, _ = attacks
     assert error is None, f"the batch stopped: {error}"
     return grades, out
 
@@ -922,7 +982,8 @@ def _grades(attacks):
 def test_every_submission_is_graded_and_the_exports_are_written(attacks):
     grades, out = _grades(attacks)
     expected = {"alice", "bob", "surrogate", "inject", "display", "forger", "deep", "walker"}
-    assert expected | {"cheater"} == set(grades)
+    expected |= {"cheater", "capture", "h5ext", "widgets", "trees", "fifo", *LINKS}
+    assert expected == set(grades)
     assert not [g.student for g in grades.values() if g.grader_failed], {
         g.student: g.reason for g in grades.values()
     }
@@ -949,20 +1010,25 @@ def test_a_student_name_comes_from_the_folder_not_the_file_name(attacks):
 
 
 def test_full_marks_need_the_work(attacks):
-    """2 epochs instead of the profile's 3 (recorded as 2), a custom loop that trains nothing and
-    a baseline made of fit_model's weights: the points that need that work are lost, each for
-    what the files show (optimizer steps, checkpoints per epoch), whatever results.json says."""
+    """One epoch of fit and checkpoints of later "epochs" made by nudging the weights, assigning
+    the optimizer's step count and setting the files' times; a custom loop that trains nothing
+    and a baseline made of fit_model's weights: the points that need that work are lost, each for
+    what the grader measures itself (each checkpoint evaluated, optimizer steps), whatever
+    results.json and the files' times say."""
     grades, out = _grades(attacks)
     g = grades["cheater"]
     assert g.status == "graded", g.reason
     lost = {r.title: r.message for r in g.results if r.earned < r.points}
     work = {
-        "one ModelCheckpoint per epoch, the last one holding the final weights": "made 32 steps",
-        "the custom loop ran under MirroredStrategy with a checkpoint per epoch": "3 epochs",
+        "one ModelCheckpoint per epoch, the last one holding the final weights": (
+            "no lower than epoch 1's"
+        ),
+        "the custom loop ran under MirroredStrategy with a checkpoint per epoch": "made 0 steps",
         "a one-device baseline, and verdicts that follow from the runs' own epochs": "0 steps",
     }
     for title, words in work.items():
         assert words in lost.get(title, ""), (title, lost.get(title))
+    assert g.score <= 12 - len(work), g.score
 
 
 def test_models_and_timings_that_are_not_the_runs_own_fail(tmp_path):
@@ -1057,3 +1123,139 @@ def test_the_work_folder_disk_use_is_capped(tmp_path):
         submission.RunSetup(Limits(60, 120, disk_mb=64)),
     )
     assert outcome.status == "killed" and "disk" in outcome.reason, (outcome.status, outcome.reason)
+
+
+def test_links_fifos_and_devices_are_reported_in_their_own_row(attacks):
+    """A homework.ipynb that is a link (to another student's notebook, the solution, /etc/shadow,
+    /dev/zero) or a FIFO: that student's row says so, at 0 points, nothing is read through it,
+    and the other student's row is there, graded from their own file."""
+    grades, out = _grades(attacks)
+    links = [(name, "a symbolic link") for name in LINKS]
+    for student, what in [*links, ("fifo", "a FIFO (named pipe)")]:
+        g = grades[student]
+        assert (g.status, g.score) == ("invalid notebook", 0), (student, g.status, g.reason)
+        assert f"homework.ipynb is {what}: only regular files are read" in g.reason, g.reason
+        assert f"is {what}" in (out / student / "report.md").read_text()
+    assert grades["bob"].status == "graded" and grades["bob"].path.parent.name == "bob"
+    exported = "".join((out / name).read_text() for name in ("gradebook.csv", "moodle.csv"))
+    exported += "".join((out / s / "report.md").read_text() for s in [*LINKS, "fifo"])
+    assert "# YOUR CODE HERE" not in exported and "BEGIN HIDDEN" not in exported
+    try:
+        shadow = Path("/etc/shadow").read_text().splitlines()[0][:12]
+    except (OSError, IndexError):
+        shadow = None
+    assert not shadow or shadow not in exported, "/etc/shadow was read into the grades"
+
+
+def test_a_probe_answered_by_the_notebook_earns_nothing(attacks):
+    """Its own `exec` and `compile` answer the probe with made-up facts (models "mirrored" that do
+    not exist): the points rest on what the grader reads itself (the code assigns no model), and
+    the code that binds the probe's names marks the kernel's facts untrusted."""
+    grades, out = _grades(attacks)
+    g = grades["capture"]
+    assert g.score == 0, {r.title: r.earned for r in g.results if r.earned}
+    mirrored = failed(g)["fit_model was trained under MirroredStrategy"]
+    assert "never assigns `fit_model`" in mirrored, mirrored
+
+
+def test_hdf5_external_storage_in_a_model_is_refused(attacks):
+    """A .keras model whose optimizer step count is stored in another file (the grader's check
+    log): refused before any of it is read, with a message, instead of those bytes becoming the
+    student's step count."""
+    grades, out = _grades(attacks)
+    g = grades["h5ext"]
+    messages = " ".join(failed(g).values())
+    assert "keeps its data in other files (external or virtual dataset)" in messages, messages
+    assert g.score == 0
+
+
+def test_widget_state_is_capped_and_the_graders_memory_stays_bounded(attacks):
+    """480 MB of widget state (comm messages): counted against the output caps and dropped past
+    them, so that neither the executed notebook nor the grader's memory holds it."""
+    grades, out = _grades(attacks)
+    memory = attacks[3]
+    g = grades["widgets"]
+    assert g.status == "graded", (g.status, g.reason)
+    assert any("widget messages" in note for note in g.notes), g.notes
+    assert (out / "widgets" / "executed.ipynb").stat().st_size < 10 * 2**20
+    assert memory.growth_mb < 250, f"the grader's memory grew by {memory.growth_mb:.0f} MB"
+
+
+def test_deep_trees_and_many_files_end_with_the_gradebook(attacks):
+    """Folders 1,100 deep in the submission, the work folder and the artifacts, 1,500 artifact
+    files, a FIFO and a link to /dev/zero: graded, at most ARTIFACT_FILES files copied, the FIFO
+    and the link named in the report and never opened, and the work folder removed."""
+    grades, out = _grades(attacks)
+    g = grades["trees"]
+    assert g.status == "graded", (g.status, g.reason)
+    notes = " ".join(g.notes)
+    assert f"more than {one_submission.ARTIFACT_FILES} files" in notes, notes
+    assert "artifact fifo is a FIFO (named pipe): ignored" in notes, notes
+    assert "artifact zero is a symbolic link: ignored" in notes, notes
+    copied = [e for e in files.walk(out / "trees" / "artifacts") if e.kind == "a regular file"]
+    assert 0 < len(copied) <= one_submission.ARTIFACT_FILES
+    assert not [p for p in Path(tempfile.gettempdir()).glob(f"course-grade-*/trees/{TOKEN}-work")]
+
+
+def test_a_tree_deeper_than_the_recursion_limit_is_walked_measured_and_removed(tmp_path):
+    """The grader's walks and clean-up have no recursion: a 1,100-deep tree (deeper than Python's
+    recursion limit) is walked to the depth cap, measured whole and removed, without an error."""
+    top = tmp_path / "work"
+    nested(top)
+    assert len(list(files.walk(top))) == files.MAX_DEPTH
+    assert files.disk_bytes(top) >= 1100 * 4096 * 0.5
+    os.mkfifo(top / "fifo")
+    with pytest.raises(files.UnsafeFile, match="is a FIFO"):
+        files.read_regular(top / "fifo", 100)  # at once: it never waits for a writer
+    assert files.remove_tree(top) == [] and not top.exists()
+
+
+def test_a_shell_glob_of_student_folders_grades_each_as_its_student(tmp_path):
+    """`course grade submissions/*`: each student folder given by itself is that student, whatever
+    the notebook inside is called; a link to another student's notebook is a submission of its
+    own (never the other student's)."""
+    for student in ("alice", "bob"):
+        (tmp_path / student).mkdir()
+        write(notebook_of(student), tmp_path / student / "homework.ipynb")
+    (tmp_path / "carol").mkdir()
+    (tmp_path / "carol" / "homework.ipynb").symlink_to("../bob/homework.ipynb")
+    given = sorted(str(p) for p in tmp_path.iterdir())
+    found = {s.student: s.path for s in roster.collect_submissions(given)}
+    assert found == {name: tmp_path / name / "homework.ipynb" for name in ("alice", "bob", "carol")}
+    (alone,) = roster.collect_submissions([tmp_path / "alice"])
+    assert alone.student == "alice"
+    assert {s.student for s in roster.collect_submissions([tmp_path])} == {"alice", "bob", "carol"}
+
+
+def test_timings_are_checked_against_the_graders_clock_not_the_files_times(tmp_path):
+    """Checkpoints written within a second, their times then set (os.utime) as if each epoch had
+    taken 2 s: the files' times agree with the recorded timings, the grader's own clock does not."""
+    runs = [{"run": name, "rounds": [500.0 + i, 510.0 + i]} for i, name in enumerate("abc")]
+    results = {"comparison": runs}
+    seen = {}
+    now = time.time()
+    for folder, pattern in (("fit_ckpt", "ckpt_{}.weights.h5"), ("custom_ckpt", "ckpt-{}.index")):
+        (tmp_path / folder).mkdir()
+        for epoch in (1, 2, 3):
+            path = tmp_path / folder / pattern.format(epoch)
+            path.write_text("x")
+            os.utime(path, (now - (3 - epoch) * 2.0,) * 2)
+            relative = f"{folder}/{pattern.format(epoch)}"
+            seen[relative] = {"seen": 10.0 + epoch * 0.1, "changed": 10.0 + epoch * 0.1, "cell": 5}
+    checks.assert_timings_consistent(results, tmp_path, 3, epoch_examples=1000)  # fooled
+    with pytest.raises(checks.CheckError, match="checkpoints were written 0.2 s apart"):
+        checks.assert_timings_consistent(results, tmp_path, 3, 1000, {"files": seen})
+
+
+def test_code_that_binds_the_probes_names_makes_the_facts_untrusted():
+    """The check process reads the notebook's code: a notebook that defines `exec` (or assigns
+    `builtins.compile`) has its kernel's facts marked tampered with, and every check resting on
+    them fails."""
+    for code in ("def exec(code, namespace=None):\n    pass", "import builtins\nbuiltins.x = 1"):
+        job = {"facts": {"models": {}}, "observed": {"cells": [{"source": code}]}}
+        facts = checker._facts(job)
+        assert facts["tampered"], code
+        with pytest.raises(checks.CheckError, match="changed how its kernel runs code"):
+            checks.assert_kernel_trusted(facts)
+    honest = {"facts": {"models": {}}, "observed": {"cells": [{"source": "model.compile()"}]}}
+    assert "tampered" not in checker._facts(honest)

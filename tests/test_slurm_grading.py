@@ -102,9 +102,14 @@ def task_process(plan: Path) -> psutil.Process | None:
 
 
 def waiting() -> list[Path]:
-    """The work folders (local, or a Slurm task's on this node) where the slow cell waits."""
-    pattern = f"{tempfile.gettempdir()}/course-grade-*/**/WAITING-{TOKEN}"
-    return [Path(p).parent for p in glob.glob(pattern, recursive=True)]
+    """The work folders (local, or a Slurm task's on this node) where the slow cell waits: only
+    at the two depths where a work folder lies (no recursive glob, which any deep tree another
+    run left under /tmp would break)."""
+    patterns = [
+        f"{tempfile.gettempdir()}/course-grade-*/slow/WAITING-{TOKEN}",
+        f"{tempfile.gettempdir()}/course-grade-*/course-grade-*/slow/WAITING-{TOKEN}",
+    ]
+    return [Path(p).parent for pattern in patterns for p in glob.glob(pattern)]
 
 
 @contextlib.contextmanager
@@ -171,12 +176,16 @@ def graded(cluster, tmp_path_factory):
     }
     for name, notebook in submissions.items():
         write(notebook, folder / f"{name}.ipynb")
+    # what the grader must never read through: a link to another student's notebook, a FIFO
+    (folder / "linked.ipynb").symlink_to(folder / "correct.ipynb")
+    os.mkfifo(folder / "fifo.ipynb")
     settings = grading_plan.GradingSettings(
         ENV["COURSE_PROFILE"], int(ENV["COURSE_DEVICES"]), ENV["COURSE_DATA"]
     )
     started = time.monotonic()
     # the correct one is graded locally by tests/test_grading.py (full marks): not again here
-    others = [folder / f"{name}.ipynb" for name in submissions if name != "correct"]
+    others = [folder / f"{name}.ipynb" for name in [*submissions, "linked", "fifo"]]
+    others.remove(folder / "correct.ipynb")
     with releasing():
         batch.grade(others, local, settings=settings, limits=LIMITS, jobs=2, progress=False)
     local_s = time.monotonic() - started
@@ -211,8 +220,8 @@ def test_a_killed_task_gets_a_row_with_its_reason_and_only_it_is_graded_again(gr
     slow = next(row for row in before if row["student"] == "slow")
     assert slow["status"] == "task failed" and slow["score"] == "0", slow
     assert "killed by signal 9" in slow["notes"] and "run again" in slow["notes"], slow
-    assert len(before) == 6 and all(r["status"] != "task failed" for r in before if r is not slow)
-    assert "Submitted Slurm job" in rerun and "1 of 6 submissions" in rerun, rerun
+    assert len(before) == 8 and all(r["status"] != "task failed" for r in before if r is not slow)
+    assert "Submitted Slurm job" in rerun and "1 of 8 submissions" in rerun, rerun
 
 
 def test_slurm_gives_the_local_gradebook_and_reports(graded):
@@ -228,6 +237,10 @@ def test_slurm_gives_the_local_gradebook_and_reports(graded):
     assert by_student["wrong"]["score"] == "0" and by_student["hostile"]["score"] == "0"
     for student in by_student:
         assert report_lines(remote / student) == report_lines(local / student), student
+    for student, what in [("linked", "a symbolic link"), ("fifo", "a FIFO (named pipe)")]:
+        row = by_student[student]
+        assert (row["status"], row["score"]) == ("invalid notebook", "0"), row
+        assert f"is {what}: only regular files are read" in row["notes"], row
     assert by_student["unencodable"]["status"] == "graded"
     report = (remote / "unencodable" / "report.md").read_text()
     assert "\\udcff" in report and "<script" not in report and "<!--" not in report
@@ -254,7 +267,13 @@ def test_canvas_and_moodle_exports(graded):
 
 
 def test_ctrl_c_cancels_the_array_and_leaves_nothing(cluster, tmp_path):
-    slow = write(notebook_of("import time\ntime.sleep(300)"), tmp_path / "slow.ipynb")
+    """Ctrl-C cancels the array: its task ends, with a row saying so, and leaves neither a process
+    nor its node-local work folder (/tmp/course-grade-*)."""
+    marker = f"CANCELLED-{TOKEN}"
+    slow = write(
+        notebook_of(f"import time\nopen({marker!r}, 'w').close()\ntime.sleep(300)"),
+        tmp_path / "slow.ipynb",
+    )
     out = tmp_path / "grades"
     command = course_grade(cluster, str(slow), f"--out={out}")
     # As from a terminal: SIGINT at its default. A suite started in the background by a
@@ -267,7 +286,10 @@ def test_ctrl_c_cancels_the_array_and_leaves_nothing(cluster, tmp_path):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     plan = out / grading_plan.PLAN_FOLDER / "plan.json"
-    slurm.wait_until(lambda: plan.exists() and task_process(plan), 120, "the task to run")
+    pattern = f"{tempfile.gettempdir()}/course-grade-*/course-grade-*/slow/{marker}"
+    slurm.wait_until(lambda: plan.exists() and glob.glob(pattern), 180, "the task's cell to run")
+    # the task's node-local folder, made by its batch script
+    (work,) = {Path(p).parents[2] for p in glob.glob(pattern)}
     proc.send_signal(signal.SIGINT)
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 130, output
@@ -275,6 +297,7 @@ def test_ctrl_c_cancels_the_array_and_leaves_nothing(cluster, tmp_path):
     assert row["status"] == "task cancelled" and "run again" in row["notes"], row
     assert cluster.jobs() == []
     slurm.wait_until(lambda: not leftovers(cluster), 30, "the cancelled task's processes to end")
+    assert not work.exists(), f"the cancelled task left {work}"
 
 
 # --- without Slurm: the array's script, the rows of tasks that left no grade ---------------

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from course_tools.exercise import HiddenTest
+from course_tools.grade.core import reading
 from course_tools.grade.core.checks import clear_cache
 from course_tools.processes import Watchdog, kill_tree
 
@@ -34,12 +35,29 @@ from course_tools.processes import Watchdog, kill_tree
 CheckVerdict = tuple[bool, str]
 
 
+def _facts(job: dict) -> dict:
+    """The probe's facts, marked tampered with when the notebook's code (read here, never run)
+    binds a name the probe relies on (`reading.PROBE_NAMES`)."""
+    facts = job["facts"] if isinstance(job.get("facts"), dict) else {}
+    try:
+        bound = reading.Code.of(job.get("observed")).probe_names_bound()
+    except Exception as exc:  # noqa: BLE001 - whatever the code is, the checks still run
+        bound = [f"unreadable code ({type(exc).__name__})"]
+    if bound:
+        tampered = facts.get("tampered")
+        tampered = tampered if isinstance(tampered, list) else [tampered] if tampered else []
+        facts = {**facts, "tampered": [*tampered, *(f"binds `{name}`" for name in bound)]}
+    return facts
+
+
 def _run_tests(job: dict, settings) -> list[dict]:
     namespace = {
         "__name__": "__hidden_tests__",
         "settings": settings,
         "ARTIFACTS": Path(job["artifacts"]),
-        "FACTS": job["facts"],
+        "FACTS": _facts(job),
+        # what the grader itself saw: the cells' code and times, the artifacts' times
+        "OBSERVED": job.get("observed") or {},
     }
     results = []
     for index, test in enumerate(job["tests"]):
@@ -142,9 +160,15 @@ class CheckProcess:
         return line, why
 
     def run(
-        self, artifacts: Path, facts: dict, tests: list[HiddenTest], timeout: float
+        self,
+        artifacts: Path,
+        facts: dict,
+        tests: list[HiddenTest],
+        timeout: float,
+        observed: dict | None = None,
     ) -> list[CheckVerdict]:
-        """(passed, message) for each test; all failed with the reason when the process fails."""
+        """(passed, message) for each test; all failed with the reason when the process fails.
+        observed: what the grader saw itself (`OBSERVED` in the tests)."""
         with self.lock:
             if self.closed:
                 return [(False, "not checked: grading stopped")] * len(tests)
@@ -153,6 +177,7 @@ class CheckProcess:
             job = {
                 "artifacts": str(artifacts),
                 "facts": facts,
+                "observed": observed or {},
                 "tests": [{"title": t.title, "source": t.source} for t in tests],
             }
             line, why = self._ask(job, timeout)

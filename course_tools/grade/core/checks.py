@@ -2,15 +2,20 @@
 `CheckError`.
 
 The hidden tests (in `solutions/05_svhn_solution.ipynb`) run in the grader's check process, which
-never runs student code, with three names defined: `settings`, `ARTIFACTS` (the submission's
-artifacts folder) and `FACTS` (what `grade.core.probe` found in the student's kernel). In the
-solution itself they run in the notebook's own kernel. A `CheckError` message is what the student
-reads in the report, so each one says what is wrong and what to do.
+never runs student code, with four names defined: `settings`, `ARTIFACTS` (the submission's
+artifacts folder), `FACTS` (what `grade.core.probe` found in the student's kernel) and `OBSERVED`
+(what the grader saw itself: the code cells' sources and times, when each artifact last changed,
+by its own clock). In the solution itself they run in the notebook's own kernel, with `OBSERVED`
+None (the checks that need it are skipped). A `CheckError` message is what the student reads in
+the report, so each one says what is wrong and what to do.
 
-Whatever the saved files hold is measured from them here (accuracies, losses, optimizer steps,
-per-epoch checkpoints, whether the models differ); the kernel's facts are used only for what no
-file records (mirrored variables, the input pipelines, which weights the kernel holds), and not at
-all once the probe found the kernel's shell tampered with (`assert_kernel_trusted`).
+A point rests on what the grader observes: the saved files, measured here (accuracies, losses,
+optimizer steps, each per-epoch checkpoint evaluated, whether the models differ), its own clock
+(`file_times`) and the notebook's code read as code (`reading`: models created under the
+strategy's scope, pipelines, `compute_loss`). The kernel's facts (mirrored variables, what the
+input pipelines yield, which weights the kernel holds) only corroborate: they can take a point
+away, never give one alone, and count for nothing once the kernel looks tampered with
+(`assert_kernel_trusted`).
 
 Example (a hidden test):
 
@@ -32,6 +37,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from course_tools.grade.core import reading
 from course_tools.grade.core.probe import checksum, fingerprint
 
 if TYPE_CHECKING:
@@ -48,6 +54,8 @@ MAX_FILE_MB = 200
 MAX_UNZIPPED_MB = 256
 MAX_ZIP_MEMBERS = 1000
 MAX_RESULTS_KB = 1024
+#: The training examples each per-epoch checkpoint is evaluated on (its training loss must fall).
+TRAIN_EXAMPLES = 4096
 
 
 class CheckError(AssertionError):
@@ -105,7 +113,90 @@ def safe_file(path: Path, max_mb: float = MAX_FILE_MB) -> Path:
                 f"the {MAX_ZIP_MEMBERS} files and {MAX_UNZIPPED_MB} MB allowed: it is not a model "
                 "saved by Keras; save it with model.save(...)"
             )
+    _assert_plain_weights(path)
     return path
+
+
+def _assert_plain_weights(path: Path) -> None:
+    """The HDF5 weights of a .h5 file, or inside a .keras archive, are all in that file
+    (`assert_plain_hdf5`); checked once per file version."""
+    import io
+
+    info = path.stat()
+    key = ("plain", str(path), info.st_mtime_ns, info.st_size)
+    if key in _cache:
+        return
+    if path.name.endswith(".h5"):
+        assert_plain_hdf5(io.BytesIO(path.read_bytes()), path.name)
+    elif zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                if member.endswith(".h5"):
+                    assert_plain_hdf5(io.BytesIO(archive.read(member)), f"{path.name}/{member}")
+    _cache[key] = True
+
+
+def _plain_dataset(group, name: str):
+    """The dataset `name` of an HDF5 group, if it is stored in this file: no soft or external
+    link on the way, no external storage (raw data in other files, which h5py would read from
+    wherever the file names, relative to the reader's folder), no virtual dataset (made of other
+    files' datasets). Else CheckError. (Keras's own loader refuses the same.)"""
+    import h5py
+
+    parts = name.split("/")
+    for depth in range(1, len(parts) + 1):
+        link = group.get("/".join(parts[:depth]), getlink=True)
+        if link is None:
+            raise KeyError(name)
+        if not isinstance(link, h5py.HardLink):
+            raise CheckError(
+                f"the saved file links {'/'.join(parts[:depth])} to {type(link).__name__[:-4]} "
+                "data elsewhere: save it with Keras"
+            )
+    dataset = group[name]
+    if not isinstance(dataset, h5py.Dataset):
+        raise KeyError(name)
+    if dataset.external or dataset.is_virtual:
+        raise CheckError(
+            f"the saved file keeps {name} in other files (external or virtual dataset): save it "
+            "with Keras"
+        )
+    return dataset
+
+
+def assert_plain_hdf5(handle, name: str) -> None:
+    """Every object of the HDF5 file `handle` (a path or a file object) is stored in the file
+    itself: no external or soft link, no external storage, no virtual dataset; at most
+    MAX_ZIP_MEMBERS * 10 objects. Else CheckError: Keras would refuse the same file when it loads
+    it, and the checks read some datasets directly (`optimizer_steps`)."""
+    import h5py
+
+    found: list[tuple[str, object]] = []
+    try:
+        with h5py.File(handle, "r") as weights:
+
+            def visit(path: str, link) -> None:
+                found.append((path, link))
+                if len(found) > MAX_ZIP_MEMBERS * 10:
+                    raise CheckError(f"{name} holds more than {MAX_ZIP_MEMBERS * 10} objects")
+
+            weights.visititems_links(visit)
+            for path, link in found:
+                if not isinstance(link, h5py.HardLink):
+                    raise CheckError(
+                        f"{name}: {path} is a {type(link).__name__} to data outside the file: "
+                        "save it with Keras"
+                    )
+                item = weights.get(path)
+                if isinstance(item, h5py.Dataset) and (item.external or item.is_virtual):
+                    raise CheckError(
+                        f"{name}: {path} keeps its data in other files (external or virtual "
+                        "dataset): save it with Keras"
+                    )
+    except CheckError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a damaged or crafted file
+        raise CheckError(f"{name} cannot be read as HDF5: {type(exc).__name__}") from None
 
 
 def read_json(artifacts: Path, name: str, kind: type, missing: str, writer: str):
@@ -226,7 +317,9 @@ def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
 
 def assert_kernel_trusted(facts: dict) -> None:
     """The probe found IPython's shell as IPython made it (no transformer, no replaced method that
-    runs code): else none of the kernel's facts can be trusted."""
+    runs code), and the notebook's code binds none of the names the probe relies on (the check
+    process adds those it reads, `reading.PROBE_NAMES`): else none of the kernel's facts can be
+    trusted."""
     tampered = (facts or {}).get("tampered")
     if tampered:
         raise CheckError(
@@ -263,7 +356,7 @@ def optimizer_steps(path: Path) -> int | None:
             with h5py.File(handle, "r") as weights:
                 if "optimizer/vars/0" not in weights:
                     return None
-                return int(weights["optimizer/vars/0"][()])
+                return int(_plain_dataset(weights, "optimizer/vars/0")[()])
         except (OSError, KeyError, ValueError, TypeError) as exc:
             raise CheckError(f"{path.name} cannot be read: {type(exc).__name__}") from None
     _safe_checkpoint(path)
@@ -294,16 +387,27 @@ def assert_epochs_trained(
             f"expected a checkpoint of {what} for each of the {epochs} epochs, found epochs "
             f"{sorted(files)}: train for EPOCHS epochs and save once per epoch"
         )
-    previous = None
+    previous, losses = None, []
     for epoch, path in sorted(files.items()):
         assert_steps(path, epoch * steps, f"the checkpoint of epoch {epoch}")
-        weights = fingerprint(restore(model, path))
+        restored = restore(model, path)
+        weights = fingerprint(restored)
         if weights == previous:
             raise CheckError(
                 f"the checkpoints of epochs {epoch - 1} and {epoch} of {what} hold the same "
                 "weights: the model did not train in between"
             )
         previous = weights
+        losses.append(evaluate(restored, "train")["loss"])
+    # measured here: weights changed by hand, not by training, do not fit the training set better
+    # epoch after epoch (the training loss, not the test loss, which may rise as a model overfits)
+    for epoch in range(1, len(losses)):
+        if not losses[epoch] < losses[epoch - 1]:
+            raise CheckError(
+                f"the checkpoint of epoch {epoch + 1} of {what} has a training loss of "
+                f"{losses[epoch]:.4f}, no lower than epoch {epoch}'s {losses[epoch - 1]:.4f} "
+                "(the grader evaluates every checkpoint): train the model for each epoch"
+            )
 
 
 def assert_models_differ(models: dict[str, keras.Model]) -> None:
@@ -318,13 +422,39 @@ def assert_models_differ(models: dict[str, keras.Model]) -> None:
         seen[weights] = name
 
 
+def file_times(artifacts: Path, pattern: str, observed: dict | None) -> list[float]:
+    """When the files `pattern` (under `artifacts`) were last written, in seconds, sorted: by the
+    grader's own clock (`observed["files"]`, which the kernel cannot set), else (the solution's
+    own kernel, without observations) by the files' modification times."""
+    paths = sorted(Path(artifacts).glob(pattern))
+    if observed is None:
+        return sorted(p.stat().st_mtime for p in paths)
+    seen = observed.get("files") or {}
+    times = []
+    for name in (p.relative_to(artifacts).as_posix() for p in paths):
+        found = seen.get(name)
+        if not (isinstance(found, dict) and _is_number(found.get("changed"))):
+            raise CheckError(
+                f"the grader did not see {name} being written while the notebook ran: save the "
+                "files the questions ask for, and no thousands of others beside them"
+            )
+        times.append(float(found["changed"]))
+    return sorted(times)
+
+
 def assert_timings_consistent(
-    results: dict, artifacts: Path, epochs: int, epoch_examples: int
+    results: dict,
+    artifacts: Path,
+    epochs: int,
+    epoch_examples: int,
+    observed: dict | None = None,
 ) -> None:
     """Each run in results' comparison has a round (examples/s) per timed epoch (the first left
     out) and rounds of its own; for the runs with per-epoch checkpoints (fit, the custom loop),
     the timed epochs' seconds (`epoch_examples` / each round) fit in the time between the first
-    and the last checkpoint, which spans exactly those epochs (and their saves), to a factor 3."""
+    and the last checkpoint, which spans exactly those epochs (and their saves), to a factor 3.
+    The checkpoints' times are the grader's (`file_times`): setting a file's times changes
+    nothing."""
     runs = get(results, "comparison")
     rounds = [run.get("rounds") if isinstance(run, dict) else None for run in runs]
     for run, found in zip(runs, rounds):
@@ -339,7 +469,7 @@ def assert_timings_consistent(
                 raise CheckError("two runs have the very same epochs' timings: time each run")
     folders = {1: ("fit_ckpt", "ckpt_*.weights.h5"), 2: ("custom_ckpt", "ckpt-*.index")}
     for index, (folder, pattern) in folders.items():
-        times = sorted(p.stat().st_mtime for p in (Path(artifacts) / folder).glob(pattern))
+        times = file_times(artifacts, f"{folder}/{pattern}", observed)
         if len(times) != epochs or epochs < 2 or not all(positive(r) for r in rounds[index]):
             continue  # the checkpoint checks say what is wrong
         span = times[-1] - times[0]
@@ -477,15 +607,81 @@ def assert_comparison(results: dict, artifacts: Path) -> None:
             )
 
 
-def evaluate(model: keras.Model) -> dict[str, float]:
-    """{"loss", "accuracy", "examples"} of a model on the whole test set, measured by the grader."""
+def assert_created_in_scope(observed: dict | None, name: str, *, scoped: bool = True) -> None:
+    """The notebook's code (read by the grader, `reading`) creates `name` inside a strategy's
+    `with ....scope():` block (scoped=True) or outside any (False). Skipped without observations
+    (the hidden tests run in the solution's own kernel)."""
+    if observed is None:
+        return
+    inside = reading.Code.of(observed).assigned_in_scope(name)
+    if inside is None:
+        raise CheckError(f"the notebook's code never assigns `{name}`: keep that name")
+    if inside != scoped:
+        raise CheckError(
+            f"the notebook's code creates `{name}` inside `with strategy.scope():`: train the "
+            "one-device baseline without any strategy scope"
+            if not scoped
+            else f"the notebook's code creates `{name}` outside any strategy scope: create (and "
+            f"compile) {name} inside `with strategy.scope():`, or the strategy does not train it"
+        )
+
+
+def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
+    """The notebook's code (read by the grader) makes `name` with a `batch`, and for the training
+    set a `shuffle` before it; the test set is not shuffled. Skipped without observations."""
+    if observed is None:
+        return
+    methods = reading.Code.of(observed).pipeline(name)
+    if "batch" not in methods:
+        raise CheckError(
+            f"the notebook's code does not batch `{name}` (it calls {methods or 'nothing'}): "
+            "batch it with GLOBAL_BATCH"
+        )
+    last_batch = len(methods) - 1 - methods[::-1].index("batch")
+    if split == "train" and "shuffle" not in methods[:last_batch]:
+        raise CheckError(
+            f"the notebook's code does not shuffle `{name}` before batching it: shuffle the "
+            "examples, then batch"
+        )
+    if split == "test" and "shuffle" in methods:
+        raise CheckError(f"the notebook's code shuffles `{name}`: the test set needs no shuffle")
+
+
+def assert_loss_code(observed: dict | None, function: str = "compute_loss") -> None:
+    """The notebook's code (read by the grader) divides the loss by the examples of the whole
+    step: `function` calls `all_reduce` (the step's examples counted over the replicas), or
+    `compute_average_loss` without a fixed `global_batch_size` (it then counts them itself).
+    Skipped without observations."""
+    if observed is None:
+        return
+    calls = reading.Code.of(observed).function_calls(function)
+    if calls is None:
+        raise CheckError(f"the notebook's code does not define `{function}`")
+    counted = "all_reduce" in calls or (
+        "compute_average_loss" in calls and "compute_average_loss:global_batch_size" not in calls
+    )
+    if not counted:
+        raise CheckError(
+            f"the notebook's code does not count the examples of the whole step in `{function}`: "
+            f"{function} must divide the summed per-example losses by the step's examples, "
+            "counted over all replicas with an all-reduce (a mean per replica, or a fixed "
+            "GLOBAL_BATCH, is wrong for some batches)"
+        )
+
+
+def evaluate(model: keras.Model, split: str = "test") -> dict[str, float]:
+    """{"loss", "accuracy", "examples"} of a model on the whole test set (split="test"), or on the
+    first TRAIN_EXAMPLES of the training set ("train"), measured by the grader."""
     import numpy as np
 
-    key = ("scores", fingerprint(model))
+    key = ("scores", split, fingerprint(model))
     if key not in _cache:
         from course_utils import data
 
-        test = data.load(DATASET, "test").batch(256)
+        examples = data.load(DATASET, split)
+        if split == "train":
+            examples = examples.take(TRAIN_EXAMPLES)
+        test = examples.batch(256)
         outputs = np.asarray(
             model.predict(test.map(lambda image, label: image), verbose=0), dtype=np.float64
         )

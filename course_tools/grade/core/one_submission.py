@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -17,10 +15,10 @@ from pathlib import Path
 import nbformat
 
 from course_tools import colab, exercise
-from course_tools.grade.core import report, submission
+from course_tools.grade.core import files, report, submission
 from course_tools.grade.core.checker import CheckProcess, CheckVerdict
 from course_tools.grade.core.checks import ARTIFACTS_NAME
-from course_tools.grade.core.plan import CHECK_TIMEOUT_S, Batch
+from course_tools.grade.core.plan import CHECK_TIMEOUT_S, NOTEBOOK_MB, Batch
 from course_tools.grade.core.report import CheckResult, Grade
 from course_tools.grade.core.roster import Submission, several_notebooks
 from course_tools.grade.core.tamper import TamperWatch
@@ -30,7 +28,9 @@ from course_tools.runner import KERNEL_LOG_KB, RunOutcome
 #: What is copied of a submission's artifacts, in MB (the course's files take a few tens of MB in
 #: the full profile); the rest is left out, with a note in the report.
 ARTIFACTS_MB = 64
-#: The installed course package, watched for changes while submissions run unsandboxed.
+#: The most artifact files copied (the course's are a few dozen), and of notes on skipped ones.
+ARTIFACT_FILES = 1000
+MAX_NOTES = 20
 
 
 def _same_code(a, b) -> bool:
@@ -50,12 +50,19 @@ def _same_code(a, b) -> bool:
 
 
 def copy_artifacts(
-    source: Path, target: Path, within: Path, limit_mb: int = ARTIFACTS_MB
+    source: Path,
+    target: Path,
+    within: Path,
+    limit_mb: int = ARTIFACTS_MB,
+    limit_files: int = ARTIFACT_FILES,
 ) -> list[str]:
     """Copy the regular files under `source` (a folder the submission wrote, inside `within`) to
-    `target`, up to limit_mb; notes on what was skipped. Symbolic links are never followed: not in
-    the path from `within` to `source`, not inside it (they could point at the grader's files)."""
-    notes, total = [], 0
+    `target`, up to `limit_mb` and `limit_files`; notes on what was skipped. Symbolic links are
+    never followed: not in the path from `within` to `source`, not inside it (they could point at
+    the grader's files); FIFOs, sockets and devices are never opened; the walk has no recursion
+    and stops at `files.MAX_DEPTH` levels."""
+    notes: list[str] = []
+    total = copied = 0
     for folder in [source, *source.parents]:
         if folder == within:
             break
@@ -64,23 +71,31 @@ def copy_artifacts(
             return [note]
     if not source.is_dir():
         return notes
-    for root, folders, files in os.walk(source):  # os.walk does not enter linked folders
-        for name in sorted(folders + files):
-            path = Path(root) / name
-            relative = path.relative_to(source)
-            mode = path.lstat().st_mode
-            if stat.S_ISLNK(mode):
-                notes.append(f"artifact {relative} is a symbolic link: ignored")
-            elif stat.S_ISREG(mode):
-                total += path.lstat().st_size
-                if total > limit_mb * 2**20:
-                    notes.append(f"artifacts larger than {limit_mb} MB: the rest was ignored")
-                    return notes
-                (target / relative).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target / relative, follow_symlinks=False)
-                # its times too: the checks compare the checkpoints' times with the timings
-                shutil.copystat(path, target / relative, follow_symlinks=False)
-        folders.sort()
+    skipped = 0
+    for entry in files.walk(source, max_entries=limit_files * 10):
+        if entry.kind == "a folder":
+            continue
+        if entry.kind != "a regular file":
+            skipped += 1
+            if skipped <= MAX_NOTES:
+                notes.append(f"artifact {entry.relative} is {entry.kind}: ignored")
+            continue
+        total += entry.size
+        copied += 1
+        if total > limit_mb * 2**20 or copied > limit_files:
+            notes.append(
+                f"artifacts larger than {limit_mb} MB or more than {limit_files} files: the rest "
+                "was ignored"
+            )
+            break
+        (target / entry.relative).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # its times too: kept for the instructor
+            files.copy_regular(entry.path, target / entry.relative, limit_mb * 2**20)
+        except OSError as exc:  # changed since the walk (a kernel's orphan cannot: all killed)
+            notes.append(f"artifact {entry.relative} not copied: {exc}")
+    if skipped > MAX_NOTES:
+        notes.append(f"... and {skipped - MAX_NOTES} more artifacts that are not regular files")
     return notes
 
 
@@ -96,17 +111,21 @@ def zero_results(parts: exercise.SolutionParts, message: str = "") -> list[Check
 def _read_notebook(g: Grade, parts: exercise.SolutionParts) -> nbformat.NotebookNode | None:
     """The submission as a notebook, or None (and `g` says why) when it is not one."""
     try:
-        notebook = nbformat.read(g.path, as_version=4)
+        text = files.read_regular(g.path, NOTEBOOK_MB * 2**20).decode("utf-8")
+        notebook = nbformat.reads(text, as_version=4)
         if not isinstance(notebook.get("cells"), list):
             raise ValueError("it has no list of cells")
         return notebook
+    except files.UnsafeFile as exc:
+        g.status = "invalid notebook"
+        g.reason = f"{exc} (hand in the notebook file itself)"
     except Exception as exc:
         g.status = "invalid notebook"
         g.reason = (
             f"{g.path.name} cannot be read as a notebook: {type(exc).__name__}: {str(exc)[:300]}"
         )
-        g.results = zero_results(parts, "not graded: the file is not a valid notebook")
-        return None
+    g.results = zero_results(parts, "not graded: the file is not a valid notebook")
+    return None
 
 
 def _run(
@@ -131,13 +150,16 @@ def _run(
             log_path=folder / "kernel.log",
             sandboxed=batch.sandboxed,
             hidden=(base, batch.out, batch.solution_path),
+            clock_folder=workdir / "artifacts" / ARTIFACTS_NAME,
         )
         outcome, facts, probe_error = submission.run(notebook, workdir, env, setup, cancel=cancel)
         artifacts = workdir / "artifacts" / ARTIFACTS_NAME
         g.notes += copy_artifacts(artifacts, folder / "artifacts", within=workdir)
     finally:
         jail_workdir.release(workdir)
-        shutil.rmtree(workdir, ignore_errors=True)
+        left = files.remove_tree(workdir)
+        if left:
+            g.notes.append(f"the work folder could not be removed entirely: {'; '.join(left)}")
     # its outputs may hold lone surrogates: written escaped
     text = nbformat.writes(outcome.notebook)
     (folder / "executed.ipynb").write_text(text, encoding="utf-8", errors="backslashreplace")
@@ -159,6 +181,23 @@ def _run(
         g.notes.append(f"the probe could not read the notebook's memory: {probe_error}")
     g.run_seconds, g.peak_mb = outcome.seconds, outcome.peak_mb
     return outcome, facts
+
+
+def observations(outcome: RunOutcome) -> dict:
+    """What the grader saw itself while the notebook ran, for the hidden tests (`OBSERVED`): each
+    code cell's source (as handed in: the check process reads it as code, never runs it) and its
+    start and end by the grader's clock, and when each artifact last changed by that clock
+    (`RunOutcome.file_times`). Nothing in it comes from the kernel."""
+    times = {int(index): (start, end) for index, start, end in outcome.cell_times}
+    cells = []
+    for index, cell in enumerate(outcome.notebook.cells):
+        if cell.get("cell_type") != "code":
+            continue
+        start, end = times.get(index, (None, None))
+        source = cell.get("source")
+        source = source if isinstance(source, str) else ""
+        cells.append({"index": index, "source": source, "start": start, "end": end})
+    return {"cells": cells, "files": outcome.file_times}
 
 
 def _answer_result(answer: exercise.Answer, text: str | None) -> CheckResult:
@@ -215,12 +254,12 @@ def _grade_notebook(batch: Batch, submission: Submission, where: Workspace) -> G
         g.reason = "the submission is the exercise as handed out: no code and no answer to grade"
         g.results = zero_results(parts, "not graded: nothing was changed in the exercise")
         return g
-    _, facts = _run(batch, g, notebook, base, cancel)
+    outcome, facts = _run(batch, g, notebook, base, cancel)
     if cancel is not None and cancel.is_set():
         raise Cancelled("grading stopped while this submission ran")
     started = time.monotonic()
     artifacts = batch.out / g.student / "artifacts"
-    verdicts = checks.run(artifacts, facts, parts.tests, CHECK_TIMEOUT_S)
+    verdicts = checks.run(artifacts, facts, parts.tests, CHECK_TIMEOUT_S, observations(outcome))
     g.check_seconds = time.monotonic() - started
     _score(g, parts, verdicts)
     return g
@@ -236,7 +275,7 @@ def grade_one(batch: Batch, submission: Submission, where: Workspace) -> Grade:
     started = time.monotonic()
     folder = batch.out / submission.student
     try:
-        shutil.rmtree(folder, ignore_errors=True)
+        files.remove_tree(folder)
         folder.mkdir(parents=True)
         g = _grade_notebook(batch, submission, where)
         if where.watch is not None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 
 from course_tools import exercise
-from course_tools.grade.core import report
+from course_tools.grade.core import files, report
 from course_tools.grade.core.checker import CheckProcess
 from course_tools.grade.core.checks import DATASET
 from course_tools.grade.core.report import Grade
@@ -38,9 +38,9 @@ DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
 #: Extra seconds the hidden tests of one submission may take (loading models, evaluating them).
 CHECK_TIMEOUT_S = 300
 #: Where a batch keeps its plan (for Slurm tasks) under the grades folder.
-#: Where a batch keeps its plan (for Slurm tasks) under the grades folder.
 PLAN_FOLDER = ".batch"
-#: Files and folders of the grades folder itself, never a student's name (compared ignoring case).
+#: The largest notebook read (a submission holds its outputs: a few MB).
+NOTEBOOK_MB = 64
 
 #: The installed course package, watched for changes while submissions run unsandboxed.
 PACKAGE = PACKAGE_ROOT / "course_utils"
@@ -101,7 +101,10 @@ class Batch:
         """What a grade depends on: the submission, the solution, the settings and the limits."""
         digest = hashlib.sha256()
         for file in several_notebooks(path) or [Path(path)]:
-            digest.update(file.read_bytes() if file.is_file() else b"")
+            try:  # never through a link, never waiting on a FIFO
+                digest.update(files.read_regular(file, NOTEBOOK_MB * 2**20))
+            except OSError as exc:
+                digest.update(str(exc).encode())
         digest.update(self.solution_bytes)
         settings = [dataclasses.asdict(self.settings), dataclasses.asdict(self.limits)]
         digest.update(json.dumps([*settings, self.sandboxed], sort_keys=True).encode())

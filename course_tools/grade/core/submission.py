@@ -12,9 +12,11 @@ What a kernel-side fact can prove: what an honest run of this notebook left in m
 models are mirrored over how many devices, which weights they hold, what the input pipelines
 yield). What it cannot: anything against a notebook that takes over its own kernel (patches
 IPython's or ipykernel's methods, TensorFlow or Python itself), which can answer with made-up
-facts. The checks therefore recompute from the saved files whatever the files hold (accuracies,
-losses, optimizer steps, per-epoch checkpoints, whether models differ) and use kernel facts only
-for what no file records; a tampered shell found by `PROBE` fails every check that rests on facts.
+facts. The checks therefore give points only for what the grader observes itself (the saved
+files, evaluated in the check process; its own clock; the notebook's code, read as code) and use
+kernel facts only to corroborate, never to give a point alone; a tampered shell found by `PROBE`,
+or code that binds a name the expressions use (`exec`, `compile`, ...: they are looked up in the
+notebook's namespace), fails every check that rests on facts.
 
 Example:
 
@@ -72,8 +74,8 @@ _spec = _util.spec_from_file_location("course_tools.grade.core.probe", {path!r})
 _probe = _util.module_from_spec(_spec)
 _spec.loader.exec_module(_probe)
 _sys.modules["course_tools.grade.core.probe"] = _probe
-import course_tools as _tools
-_tools.probe = _probe
+import course_tools.grade.core as _core
+_core.probe = _probe  # what `from course_tools.grade.core import probe` finds first
 {source}
 FACTS["tampered"] = _tampered
 globals()[{key!r}] = _json.dumps(FACTS)
@@ -114,6 +116,7 @@ class RunSetup:
     log_path: where the kernel process's own output goes (capped).
     sandboxed: the kernel runs in the sandbox, where only the work folder is writable.
     hidden: folders and files that must stay out of the sandbox's sight.
+    clock_folder: a folder whose files the grader times itself (`RunOutcome.file_times`).
     """
 
     limits: Limits = Limits()
@@ -121,6 +124,7 @@ class RunSetup:
     log_path: Path | None = None
     sandboxed: bool = True
     hidden: tuple[Path, ...] = ()
+    clock_folder: Path | None = None
 
 
 def run(
@@ -171,6 +175,7 @@ def run(
         log_path=setup.log_path,
         # a capped work folder (`jail.workdir`) needs no sampled watch
         watch_folder=None if jail_workdir.is_capped(workdir) else workdir,
+        clock_folder=setup.clock_folder,
     )
     try:
         outcome = run_notebook(notebook, workdir, env, options, cancel=cancel)

@@ -8,7 +8,9 @@ For each submission (a notebook; in a folder, every *.ipynb):
    (the cell is interrupted, later cells still run), per notebook, on memory and on the work
    folder's disk use (the kernel is killed), and on outputs kept. The solution's HIDDEN PROBE
    then runs in that kernel and only collects facts about the objects in memory.
-3. Copy the artifacts out (regular files only, size-capped), delete the work folder.
+3. Copy the artifacts out (regular files only, never through a link, capped in bytes and in
+   files), delete the work folder (at any depth: no recursion, and never an error that stops
+   the batch).
 4. Score it: the solution's HIDDEN TESTS run in the check process (`checker`), sandboxed as well,
    which never runs student code: it loads the saved files with limits and compares them with
    the numbers the notebook recorded and with the probe's facts.
@@ -23,9 +25,10 @@ What a submission cannot change: the hidden tests (read from the solution before
 never given to the kernel), how they run (another process, which never runs student code), the
 course, the solution, other submissions and the grades (read-only or hidden in the sandbox). What it
 does control is its own evidence: the files it saves, which the checks measure themselves (a saved
-model is evaluated by the grader; recorded numbers must match those measurements), and the probe's
-facts, which come from its own kernel (`grade.core.submission` says what they can and cannot
-prove). Read the executed notebook when a score looks too good. Without the
+model is evaluated by the grader; recorded numbers must match those measurements; the grader times
+the files by its own clock and reads the code as code), and the probe's facts, which come from its
+own kernel and only corroborate (`grade.core.submission` says what they can and cannot prove).
+Read the executed notebook when a score looks too good. Without the
 sandbox, student code runs with your rights: a changed solution file or course file is then noted
 in the report (and the solution as it was at the start is kept).
 
@@ -39,7 +42,6 @@ Example:
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -47,6 +49,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from course_tools.grade.core import files
 from course_tools.grade.core.one_submission import Workspace, grade_one
 from course_tools.grade.core.plan import (
     DEFAULT_SOLUTION,
@@ -93,7 +96,10 @@ def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progre
         bar.close()
         # one may have started between close() and the last job's end
         checks.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        # never raises (a tree deeper than the recursion limit included): the gradebook follows
+        left = files.remove_tree(base)
+        if left:
+            print(f"course grade: could not remove {base} entirely: {'; '.join(left)}")
 
 
 # PLR0913: one keyword-only option per `course grade` flag, each with its default (limits and

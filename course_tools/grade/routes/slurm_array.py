@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_tools.grade.core import one_submission, report, roster, tamper
+from course_tools.grade.core import files, one_submission, report, roster, tamper
 from course_tools.grade.core.plan import (
     CHECK_TIMEOUT_S,
     PLAN_FOLDER,
@@ -128,11 +128,17 @@ def batch_script(b: Batch, plan: Path, count: int, options: SlurmOptions) -> str
     lines += [f"#SBATCH --partition={options.partition}"] * bool(options.partition)
     lines += [f"#SBATCH --mem={options.mem}"] * bool(options.mem)
     lines += [f"#SBATCH {shlex.quote(arg)}" for arg in options.extra]
-    # The task's work folders live in a node-local folder removed however the task ends.
+    # The task's work folders live in a node-local folder removed however the task ends: the
+    # grading process removes its own on SIGTERM (scancel, the time limit), and this script the
+    # whole folder once that process has ended, killed or not. Without the trap, SIGTERM (sent to
+    # the script too) would end the script at once and leave the folder.
     lines += [
         'work=$(mktemp -d "${TMPDIR:-/tmp}/course-grade-XXXXXX")',
         f"TMPDIR=$work {shlex.quote(sys.executable)} -m course_tools.grade.routes.slurm_array "
-        f'{shlex.quote(str(plan))} "$SLURM_ARRAY_TASK_ID"',
+        f'{shlex.quote(str(plan))} "$SLURM_ARRAY_TASK_ID" &',
+        "task=$!",
+        """trap 'wait "$task"; rm -rf "$work"; exit 143' TERM""",
+        'wait "$task"',
         "code=$?",
         'rm -rf "$work"',
         f'echo "$code" > {shlex.quote(str(logs))}/exit-"$SLURM_ARRAY_TASK_ID"',
@@ -379,12 +385,13 @@ def run_task(plan: Path, index: int) -> int:
     """Inside a Slurm task: grade submission `index` of the plan and save its grade."""
     b, submissions = load_plan(plan)
     submission = submissions[index]
-    base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
     checks = None
     # scancel and the time limit send SIGTERM (SIGKILL KillWait seconds later): it raises here,
     # so that the kernel and the check process stop with the task even where Slurm tracks only
-    # the task's process group (proctrack/pgid: both run in sessions of their own).
+    # the task's process group (proctrack/pgid: both run in sessions of their own), and the
+    # task's work folder (node-local, under $TMPDIR or /tmp) is removed.
     with _signals_raise():
+        base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
         try:
             # its own log: tasks on several nodes would write one file over each other
             checks = start_checks(b, base, f"{PLAN_FOLDER}/checks-{index}.log")
@@ -392,9 +399,14 @@ def run_task(plan: Path, index: int) -> int:
             where = one_submission.Workspace(checks, base, watch=watch)
             g = one_submission.grade_one(b, submission, where)
         finally:
+            if threading.current_thread() is threading.main_thread():
+                # a second SIGTERM must not stop the clean-up half-way
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
             if checks is not None:
                 checks.stop()
-            shutil.rmtree(base, ignore_errors=True)
+            left = files.remove_tree(base)  # never raises, at any depth
+            if left:
+                print(f"could not remove {base} entirely: {'; '.join(left)}", file=sys.stderr)
     print(f"{g.student}: {g.score:g}/{g.max_score:g} {g.status}")
     return 0
 
