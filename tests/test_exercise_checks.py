@@ -1,7 +1,9 @@
 """The exercise's visible compute_loss check passes the recipes notebook 2 teaches and fails the
-classic mistakes, at 1 and at 3 simulated devices (one subprocess per device count, tiny inputs).
-It tries a full global batch and a short one: dividing by a fixed GLOBAL_BATCH underweights the
-short last batch of a data set, so only a count of the step's examples passes both."""
+classic mistakes, compute_average_loss without a batch size among them, at 1 and at 3 simulated
+devices (one subprocess per device count, tiny inputs). It tries a full global batch and a short
+one whose replicas' losses differ: dividing by a fixed GLOBAL_BATCH underweights the short last
+batch of a data set, and dividing each replica's sum by its own examples weights an unevenly split
+one wrongly, so only a count of the step's examples passes both."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "05_svhn_solution.ipynb"
 
 RECIPES = {
-    "compute_average_loss default": "tf.nn.compute_average_loss(loss_object(labels, logits))",
     "notebook 2 (all-reduced count)": (
         "tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size="
         "tf.distribute.get_replica_context().all_reduce('sum', tf.shape(labels)[0]))"
@@ -30,6 +31,8 @@ RECIPES = {
     ),
 }
 MISTAKES = {
+    # each replica's sum over its own examples x replicas: wrong on an unevenly split short batch
+    "compute_average_loss default": "tf.nn.compute_average_loss(loss_object(labels, logits))",
     "fixed GLOBAL_BATCH (the short batch underweighted)": (
         "tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=GLOBAL_BATCH)"
     ),
@@ -93,11 +96,12 @@ def test_compute_loss_check_passes_recipes_and_fails_mistakes(devices):
     outcome = _run(devices)
     for name in RECIPES:
         assert outcome[name] == "pass", (name, outcome[name])
-    # At one replica the per-replica mean IS the step's mean: reduce_mean is then the correct
-    # number, so only several replicas can expose it (the grader grades on 2 or more).
+    # At one replica the per-replica mean IS the step's mean: reduce_mean and compute_average_loss
+    # without a batch size then give the correct number, so only several replicas can expose them
+    # (the grader grades on 2 or more).
     wrong_here = dict(MISTAKES)
     if devices == 1:
-        del wrong_here["reduce_mean"]
+        del wrong_here["reduce_mean"], wrong_here["compute_average_loss default"]
     for name in wrong_here:
         assert outcome[name].startswith("fail: "), (name, outcome[name])
         assert "divide by the examples of the step counted over all replicas" in outcome[name]
