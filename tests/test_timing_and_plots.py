@@ -40,6 +40,8 @@ def test_the_exercises_epoch_clock_records_epochs_and_steps():
     clock = namespace["EpochClock"]()
     model.fit(x, y, batch_size=25, epochs=3, verbose=0, callbacks=[clock])
     assert len(clock.epoch_seconds) == 3 and clock.epoch_steps == [4, 4, 4]
+    # each epoch's start-up (before its first step) is part of the epoch, and the steps follow it
+    assert all(0 < s < e for s, e in zip(clock.start_seconds, clock.epoch_seconds))
     result = clock.run("fit", 25)
     assert result.epochs == 2 and result.examples == 200  # the tracing epoch left out
     per_epoch = [100 / s for s in clock.epoch_seconds[1:]]  # each epoch is one round
