@@ -6,7 +6,7 @@ design.
 
 Two notebooks run at a time (`--jobs`), because one notebook keeps about one core busy: a
 kernel's Python and a small model's steps leave the second core mostly idle. A notebook that
-times itself and prints verdicts from its timings (its code calls `timing.record`) runs alone
+times itself (its code calls `timing.Timer`: its verdicts come from its own timings) runs alone
 instead, so that another notebook does not slow down what it measures; the others share the
 machine first, then the timed ones run one after another, in course order. After a failure no
 notebook starts.
@@ -45,10 +45,11 @@ def notebooks_to_run(root: Path, only: list[str] | None = None) -> list[Path]:
 
 
 def times_itself(path: Path) -> bool:
-    """Whether the notebook prints verdicts from its own timings (a code cell calls
-    `timing.record`): such a notebook runs with nothing beside it."""
+    """Whether the notebook times itself (a code cell calls `timing.Timer`; every verdict the
+    course prints from a measurement is timed that way): such a notebook runs with nothing beside
+    it, so that another notebook does not slow down what it measures."""
     notebook = nbformat.read(path, as_version=4)
-    return any(c.cell_type == "code" and "timing.record(" in c.source for c in notebook.cells)
+    return any(c.cell_type == "code" and "timing.Timer(" in c.source for c in notebook.cells)
 
 
 def schedule(paths: list[Path], alone: set[Path]) -> list[list[Path]]:

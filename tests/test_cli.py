@@ -125,8 +125,8 @@ def _course_with(tmp_path, names_and_seconds, timed=()):
     notebooks.mkdir()
     for name, seconds in names_and_seconds:
         sources = [STAMP.replace("NAME", name).replace("SECONDS", str(seconds))]
-        if name in timed:  # what makes a notebook time itself: it records verdicts
-            sources.append("# timing.record(verdict, ARTIFACTS / 'conclusions.json')")
+        if name in timed:  # what makes a notebook time itself: it times with timing.Timer
+            sources.append("# with timing.Timer() as timer: ...")
         _notebook(notebooks / f"{name}.ipynb", *sources)
     return notebooks
 
