@@ -433,8 +433,8 @@ for top in (".", artifacts):  # os.makedirs would recurse: one folder at a time
 for i in range(1500):
     with open(os.path.join(artifacts, f"file{i}.txt"), "w") as handle:
         handle.write("x")
-os.mkfifo(os.path.join(artifacts, "fifo"))
-os.symlink("/dev/zero", os.path.join(artifacts, "zero"))
+os.mkfifo(os.path.join(artifacts, "a-fifo"))
+os.symlink("/dev/zero", os.path.join(artifacts, "a-zero"))
 print("trees made")
 """
 
@@ -463,9 +463,9 @@ def nudger(done: nbformat.NotebookNode) -> nbformat.NotebookNode:
         "fit_model.fit(train_ds, epochs=EPOCHS, callbacks=[fit_clock, fit_checkpoints], verbose=2)",
         "fit_model.fit(train_ds, epochs=1, callbacks=[fit_clock, fit_checkpoints], verbose=2)\n"
         "    steps = int(fit_model.optimizer.iterations.numpy())\n"
-        "    bias = fit_model.layers[-1].bias\n"
         "    for epoch in range(2, EPOCHS + 1):\n"
-        "        bias.assign(bias + tf.one_hot(0, 10) * 0.5)\n"
+        "        for weight in fit_model.layers[-1].weights:  # logits halved: same predictions\n"
+        "            weight.assign(weight * 0.5)\n"
         "        fit_model.optimizer.iterations.assign(epoch * steps)\n"
         '        fit_model.save_weights(ARTIFACTS / "fit_ckpt" / f"ckpt_{epoch}.weights.h5")\n'
         "        fit_clock.epoch_seconds.append(fit_clock.epoch_seconds[0])\n"

@@ -1020,9 +1020,7 @@ def test_full_marks_need_the_work(attacks):
     assert g.status == "graded", g.reason
     lost = {r.title: r.message for r in g.results if r.earned < r.points}
     work = {
-        "one ModelCheckpoint per epoch, the last one holding the final weights": (
-            "no lower than epoch 1's"
-        ),
+        "one ModelCheckpoint per epoch, the last one holding the final weights": "no lower than",
         "the custom loop ran under MirroredStrategy with a checkpoint per epoch": "made 0 steps",
         "a one-device baseline, and verdicts that follow from the runs' own epochs": "0 steps",
     }
@@ -1135,7 +1133,7 @@ def test_links_fifos_and_devices_are_reported_in_their_own_row(attacks):
         g = grades[student]
         assert (g.status, g.score) == ("invalid notebook", 0), (student, g.status, g.reason)
         assert f"homework.ipynb is {what}: only regular files are read" in g.reason, g.reason
-        assert f"is {what}" in (out / student / "report.md").read_text()
+        assert escape(f"is {what}") in (out / student / "report.md").read_text()
     assert grades["bob"].status == "graded" and grades["bob"].path.parent.name == "bob"
     exported = "".join((out / name).read_text() for name in ("gradebook.csv", "moodle.csv"))
     exported += "".join((out / s / "report.md").read_text() for s in [*LINKS, "fifo"])
@@ -1190,8 +1188,8 @@ def test_deep_trees_and_many_files_end_with_the_gradebook(attacks):
     assert g.status == "graded", (g.status, g.reason)
     notes = " ".join(g.notes)
     assert f"more than {one_submission.ARTIFACT_FILES} files" in notes, notes
-    assert "artifact fifo is a FIFO (named pipe): ignored" in notes, notes
-    assert "artifact zero is a symbolic link: ignored" in notes, notes
+    assert "artifact a-fifo is a FIFO (named pipe): ignored" in notes, notes
+    assert "artifact a-zero is a symbolic link: ignored" in notes, notes
     copied = [e for e in files.walk(out / "trees" / "artifacts") if e.kind == "a regular file"]
     assert 0 < len(copied) <= one_submission.ARTIFACT_FILES
     assert not [p for p in Path(tempfile.gettempdir()).glob(f"course-grade-*/trees/{TOKEN}-work")]

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 
 from course_tools import colab, exercise
-from course_tools.grade.core import files, report, submission
+from course_tools.grade.core import files, reading, report, submission
 from course_tools.grade.core.checker import CheckProcess, CheckVerdict
 from course_tools.grade.core.checks import ARTIFACTS_NAME
 from course_tools.grade.core.plan import CHECK_TIMEOUT_S, NOTEBOOK_MB, Batch
@@ -189,13 +189,16 @@ def observations(outcome: RunOutcome) -> dict:
     start and end by the grader's clock, and when each artifact last changed by that clock
     (`RunOutcome.file_times`). Nothing in it comes from the kernel."""
     times = {int(index): (start, end) for index, start, end in outcome.cell_times}
-    cells = []
+    cells, chars = [], 0
     for index, cell in enumerate(outcome.notebook.cells):
         if cell.get("cell_type") != "code":
             continue
         start, end = times.get(index, (None, None))
         source = cell.get("source")
         source = source if isinstance(source, str) else ""
+        chars += len(source)
+        if chars > reading.MAX_CHARS:  # no more than the check process reads
+            source = ""
         cells.append({"index": index, "source": source, "start": start, "end": end})
     return {"cells": cells, "files": outcome.file_times}
 
