@@ -144,3 +144,55 @@ def test_hdf5_data_kept_in_other_files_is_refused(tmp_path):
         archive.write(tmp_path / "external.weights.h5", "model.weights.h5")
     with pytest.raises(checks.CheckError, match="model.keras/model.weights.h5: optimizer"):
         checks.safe_file(tmp_path / "model.keras")
+
+
+def observed(*cells: str) -> dict:
+    """What the grader observes of a notebook with these code cells (no times)."""
+    return {"cells": [{"source": source} for source in cells], "files": {}}
+
+
+def test_the_code_read_as_code_accepts_honest_variants_and_refuses_mistakes():
+    """The points for the strategy's scope, the pipelines and compute_loss rest on the code the
+    grader reads (the kernel's facts only corroborate): the course's way and other honest ways
+    pass, the classic mistakes fail with what to do."""
+    helper = (
+        "def build():\n    with strategy.scope():\n        model = make_model()\n"
+        "        model.compile(loss='x')\n    return model\n\nfit_model = build()"
+    )
+    scoped = "with strategy.scope():\n    fit_model = make_model()\n    fit_model.compile()"
+    for code in (scoped, helper, "%pip list\n" + scoped):
+        checks.assert_created_in_scope(observed(code), "fit_model")
+    for code, words in [
+        ("if True:\n    fit_model = make_model()", "outside any strategy scope"),
+        ("model = make_model()", "never assigns `fit_model`"),
+    ]:
+        with pytest.raises(checks.CheckError, match=words):
+            checks.assert_created_in_scope(observed(code), "fit_model")
+    with pytest.raises(checks.CheckError, match="inside `with strategy.scope"):
+        checks.assert_created_in_scope(observed(scoped), "fit_model", scoped=False)
+
+    steps = "cached = examples.cache()\nmixed = cached.shuffle(1000)", "train_ds = mixed.batch(B)"
+    checks.assert_pipeline_code(observed(*steps), "train_ds", "train")
+    checks.assert_pipeline_code(observed("test_ds = test.batch(B).prefetch(2)"), "test_ds", "test")
+    for code, split, words in [
+        ("train_ds = examples.batch(B).shuffle(8)", "train", "shuffle the examples, then batch"),
+        ("train_ds = examples.shuffle(100)", "train", "batch it with GLOBAL_BATCH"),
+        ("test_ds = test.shuffle(10).batch(B)", "test", "needs no shuffle"),
+    ]:
+        with pytest.raises(checks.CheckError, match=words):
+            checks.assert_pipeline_code(observed(code), f"{split}_ds", split)
+
+    for body in (
+        "return tf.nn.compute_average_loss(loss_object(labels, logits))",
+        "n = tf.distribute.get_replica_context().all_reduce('sum', tf.shape(labels)[0])\n"
+        "    return tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=n)",
+    ):
+        checks.assert_loss_code(observed(f"def compute_loss(labels, logits):\n    {body}"))
+    for body in (
+        "return tf.reduce_mean(loss_object(labels, logits))",
+        "return tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=B)",
+    ):
+        with pytest.raises(checks.CheckError, match="compute_loss must divide"):
+            checks.assert_loss_code(observed(f"def compute_loss(labels, logits):\n    {body}"))
+    for name in ("train_ds", "fit_model"):  # the solution's own kernel: nothing to read
+        checks.assert_created_in_scope(None, name)
