@@ -24,6 +24,9 @@ Example (with the worker scripts a notebook writes):
     with cluster.LocalCluster("ps.py", workers=2, jobs={"chief": 1, "ps": 1}) as c:
         c.wait(until=["chief"])
 
+`error_summary(log)` gives the exception a worker died of and the line of TensorFlow's message that
+says why (its first lines say where: the graph, the node).
+
 Tasks are named by their worker index (0, 1, ...) for the `worker` job, and by "type index" (or
 just "type" for index 0) for the other jobs: "chief", "ps 0", "ps 1".
 """
