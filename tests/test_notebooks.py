@@ -51,6 +51,9 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     # Every task of its clusters is a process with one CPU device of its own (LocalCluster drops
     # COURSE_DEVICES); the kernel only reads logs: one run, with the cheapest kernel.
     "appendix_a_parameter_server_and_backup": (1,),
+    # Its trials measure the bugs at the kernel's count, and its controls must never fail: 3,
+    #    more replicas than cores, as for the lessons it comes from (1 and 2 in the sweep).
+    "appendix_b_bugs_under_a_strategy": (3,),
     # The grader's checks depend on the replica count through GLOBAL_BATCH only, and
     # tests/test_grading.py grades the solution once more through the grader.
     "05_svhn_solution": (2,),
@@ -68,6 +71,7 @@ BROWSER_RUNS_INSTEAD = {
     ("03_single_vs_distributed", 2),
     ("03b_where_time_goes", 3),
     ("03c_allreduce_and_profile", 3),
+    ("appendix_b_bugs_under_a_strategy", 3),
     ("05_svhn_solution", 2),
     ("05_svhn_exercise", 2),
 }
