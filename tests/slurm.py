@@ -66,7 +66,9 @@ MpiDefault=none
 MpiParams=ports={first_port}-{last_port}
 ReturnToService=2
 JobRequeue=1
-KillWait=2
+# SIGTERM to SIGKILL (Slurm's default: 30 s): a cancelled grading task stops its kernel and check
+# process, removes its cgroup and unmounts its work folder, then its script removes the folder
+KillWait=10
 MinJobAge=300
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory={memory_mb} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES

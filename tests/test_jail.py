@@ -449,3 +449,18 @@ def test_what_a_killed_grader_left_is_cleaned_up_by_the_next(cgroups_here, tmp_p
     group.remove()
     cgroups.Cgroup.create(memory_mb=64, pids=16).remove()
     assert not any(folder.exists() for folder in stale)
+
+
+def test_a_slurm_tasks_folder_is_unmounted_before_it_is_removed(jail_as_root, tmp_path):
+    """A task's grader killed before its own clean-up leaves its work folder mounted inside the
+    task's node-local folder; the task's script unmounts it (`python -m ...jail.workdir`) so
+    that `rm -rf` removes the folder."""
+    folder = tmp_path / "course-grade-task" / "course-grade-base" / "alice"
+    folder.mkdir(parents=True)
+    assert workdir.cap(folder, disk_mb=1)
+    (folder / "artifact").write_text("x")
+    release = [sys.executable, "-m", "course_tools.grade.jail.workdir"]
+    subprocess.run([*release, str(tmp_path / "course-grade-task")], check=True, timeout=60)
+    assert not workdir.is_capped(folder)
+    subprocess.run(["rm", "-rf", str(tmp_path / "course-grade-task")], check=True)
+    assert not (tmp_path / "course-grade-task").exists()

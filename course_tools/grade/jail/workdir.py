@@ -46,17 +46,34 @@ def is_capped(folder: Path) -> bool:
     return os.path.ismount(folder)
 
 
+def _mounted() -> list[tuple[str, Path]]:
+    """(source, mount point) of every mount this process sees."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        point = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
+        found.append((fields[fields.index("-") + 2], Path(point)))
+    return found
+
+
 def stale() -> list[Path]:
     """Work folders still mounted by a grader that is gone (killed before its clean-up: a
     cancelled Slurm task); their memory stays taken until they are unmounted."""
     found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        source = fields[fields.index("-") + 2]
+    for source, point in _mounted():
         prefix, _, pid = source.rpartition("-")
         if prefix == SOURCE and pid.isdigit() and not psutil.pid_exists(int(pid)):
-            found.append(Path(fields[4].replace("\\040", " ")))
+            found.append(point)
     return found
+
+
+def release_under(folder: Path) -> None:
+    """Unmount every capped work folder under `folder`, so that it can be removed: a Slurm
+    task's node-local folder, after its grader was killed before its own clean-up."""
+    folder = Path(folder).resolve()
+    for source, point in _mounted():
+        if source.startswith(f"{SOURCE}-") and point.is_relative_to(folder):
+            release(point)
 
 
 def cap(folder: Path, disk_mb: int, inodes: int = INODES) -> bool:
@@ -95,3 +112,10 @@ def capped(folder: Path, disk_mb: int, inodes: int = INODES) -> Iterator[Path]:
     finally:
         release(folder)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    # python -m course_tools.grade.jail.workdir FOLDER: `release_under` (a Slurm task's script)
+    import sys
+
+    release_under(Path(sys.argv[1]))

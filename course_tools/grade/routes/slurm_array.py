@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +56,7 @@ from course_tools.grade.core.plan import (
 )
 from course_tools.grade.core.report import Grade
 from course_tools.grade.core.roster import Submission
+from course_tools.grade.jail import workdir as jail_workdir
 
 #: Slurm states of a task that has not ended yet.
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
@@ -129,17 +130,23 @@ def batch_script(b: Batch, plan: Path, count: int, options: SlurmOptions) -> str
     lines += [f"#SBATCH --mem={options.mem}"] * bool(options.mem)
     lines += [f"#SBATCH {shlex.quote(arg)}" for arg in options.extra]
     # The task's work folders live in a node-local folder removed however the task ends: the
-    # grading process removes its own on SIGTERM (scancel, the time limit), and this script the
-    # whole folder once that process has ended, killed or not. Without the trap, SIGTERM (sent to
-    # the script too) would end the script at once and leave the folder.
+    # grading process removes it first thing on SIGTERM (scancel, the time limit: SIGKILL follows
+    # KillWait seconds later, to this script too), and this script once that process has ended,
+    # killed or not. Without the trap, SIGTERM would end the script at once.
     lines += [
         'work=$(mktemp -d "${TMPDIR:-/tmp}/course-grade-XXXXXX")',
         f"TMPDIR=$work {shlex.quote(sys.executable)} -m course_tools.grade.routes.slurm_array "
         f'{shlex.quote(str(plan))} "$SLURM_ARRAY_TASK_ID" &',
         "task=$!",
-        """trap 'wait "$task"; rm -rf "$work"; exit 143' TERM""",
+        # a work folder the killed process left mounted (`jail.workdir`) is unmounted first
+        f'release() {{ {shlex.quote(sys.executable)} -m course_tools.grade.jail.workdir "$1"; }}',
+        # at once: SIGKILL follows in KillWait seconds, and the grading process may be blocked in
+        # a system call that its handler waits for; again once that process has ended
+        """trap 'release "$work"; rm -rf "$work"; wait "$task"; release "$work"; rm -rf "$work"; \
+exit 143' TERM""",
         'wait "$task"',
         "code=$?",
+        'release "$work"',
         'rm -rf "$work"',
         f'echo "$code" > {shlex.quote(str(logs))}/exit-"$SLURM_ARRAY_TASK_ID"',
         'exit "$code"',
@@ -325,15 +332,19 @@ def grade(
 
 
 @contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
+def _signals_raise(first: Callable[[], object] | None = None) -> Iterator[None]:
     """SIGTERM and SIGHUP raise SystemExit(128 + signal) in the block, so that cleanup runs (by
     default they end Python without running any): `grade` cancels the array, a task stops its
-    kernel and check process. Only in the main thread."""
+    kernel and check process. `first` runs before: what must be done before a SIGKILL that may
+    follow within seconds. Only in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not stop `first`
+        if first is not None:
+            first()
         raise SystemExit(128 + signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
@@ -381,17 +392,30 @@ def _all_grades(
     return [ran.get(s.student) or saved[s.student] for s in submissions]
 
 
+def remove_work(folder: Path) -> list[str]:
+    """Remove a task's node-local folder: the capped work folders mounted in it unmounted first
+    (`jail.workdir`), then everything, at any depth; what could not be removed. Never raises."""
+    try:
+        jail_workdir.release_under(folder)
+    except Exception as exc:  # noqa: BLE001 - the removal below says what is left
+        print(f"could not unmount under {folder}: {exc}", file=sys.stderr)
+    return files.remove_tree(folder)
+
+
 def run_task(plan: Path, index: int) -> int:
     """Inside a Slurm task: grade submission `index` of the plan and save its grade."""
     b, submissions = load_plan(plan)
     submission = submissions[index]
     checks = None
-    # scancel and the time limit send SIGTERM (SIGKILL KillWait seconds later): it raises here,
-    # so that the kernel and the check process stop with the task even where Slurm tracks only
-    # the task's process group (proctrack/pgid: both run in sessions of their own), and the
-    # task's work folder (node-local, under $TMPDIR or /tmp) is removed.
-    with _signals_raise():
-        base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
+    base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
+    # the node-local folder its batch script made (TMPDIR, holding `base`), else `base`
+    given = Path(os.environ.get("TMPDIR") or base)
+    work = given if given.name.startswith("course-grade-") and given.is_dir() else base
+    # scancel and the time limit send SIGTERM, and SIGKILL KillWait seconds later (30 s by
+    # default, 2 on some clusters): the work folder goes first, then SystemExit stops the kernel
+    # and the check process even where Slurm tracks only the task's process group
+    # (proctrack/pgid: both run in sessions of their own).
+    with _signals_raise(first=lambda: remove_work(work)):
         try:
             # its own log: tasks on several nodes would write one file over each other
             checks = start_checks(b, base, f"{PLAN_FOLDER}/checks-{index}.log")
@@ -404,7 +428,7 @@ def run_task(plan: Path, index: int) -> int:
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
             if checks is not None:
                 checks.stop()
-            left = files.remove_tree(base)  # never raises, at any depth
+            left = remove_work(base)  # never raises, at any depth (the script removes `work`)
             if left:
                 print(f"could not remove {base} entirely: {'; '.join(left)}", file=sys.stderr)
     print(f"{g.student}: {g.score:g}/{g.max_score:g} {g.status}")
