@@ -17,6 +17,7 @@ Example, in a fresh kernel (before any TensorFlow op):
 from __future__ import annotations
 
 from course_utils.quiet import import_tensorflow
+from course_utils.tables import count
 
 tf = import_tensorflow()  # `import tensorflow as tf`, without its start-up log lines
 
@@ -30,7 +31,7 @@ class DeviceSetupTooLateError(RuntimeError):
 
 def _too_late(wanted: int, kind: str, have: int) -> DeviceSetupTooLateError:
     return DeviceSetupTooLateError(
-        f"Cannot set up {wanted} {kind} device(s): TensorFlow already started with {have}. "
+        f"Cannot set up {count(wanted, kind + ' device')}: TensorFlow already started with {have}. "
         "Logical devices can only be created before the first TensorFlow operation. "
         "Restart the kernel (Kernel > Restart Kernel, or Runtime > Restart session in Colab) "
         "and run the set-up cell first, before any other cell."

@@ -73,7 +73,7 @@ def test_changing_the_count_after_setup_is_refused(python_subprocess):
             print("ERROR:", exc)
         """
     )
-    assert "ERROR: Cannot set up 2 CPU device(s): TensorFlow already started with 4" in proc.stdout
+    assert "ERROR: Cannot set up 2 CPU devices: TensorFlow already started with 4" in proc.stdout
 
 
 def test_no_tensorflow_start_up_noise_on_stderr(python_subprocess):
