@@ -54,6 +54,10 @@ DEVICE_COUNTS: dict[str, tuple[int, ...]] = {
     # Its trials measure the bugs at the kernel's count, and its controls must never fail: 3,
     #    more replicas than cores, as for the lessons it comes from (1 and 2 in the sweep).
     "appendix_b_bugs_under_a_strategy": (3,),
+    # Notebooks 1 and 2's second pass: the all-reduce read from the log needs 2+ replicas, and the
+    #    loss table's uneven slices and the loops' timing change with the count: 3, more replicas
+    #    than cores, as for the lessons it comes from (1, with no all-reduce, in the sweep).
+    "appendix_c_more_on_fit_and_custom_loops": (3,),
     # The grader's checks depend on the replica count through GLOBAL_BATCH only, and
     # tests/test_grading.py grades the solution once more through the grader.
     "05_svhn_solution": (2,),
@@ -72,6 +76,7 @@ BROWSER_RUNS_INSTEAD = {
     ("03b_where_time_goes", 3),
     ("03c_allreduce_and_profile", 3),
     ("appendix_b_bugs_under_a_strategy", 3),
+    ("appendix_c_more_on_fit_and_custom_loops", 3),
     ("05_svhn_solution", 2),
     ("05_svhn_exercise", 2),
 }
