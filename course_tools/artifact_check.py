@@ -8,8 +8,9 @@ follows from the numbers it recorded beside it.
   wrote it.
 - `results.json` of notebooks 3 and 3b: the regime they printed (overhead-, per-example-,
   memory-bandwidth- or compute-bound, below both roofs, or undecided) is derived again from the
-  batch sweep (and 3b's measured roofline) they recorded, and 3b's limits must be flagged where
-  their sets of rounds disagree or a run went faster than the peak.
+  batch sweep (and 3b's measured roofline) they recorded; 3b's limits are settled again from
+  their sets of rounds (the fastest set another set confirms), must be flagged exactly when they
+  did not settle, and a verdict that a limit's range could flip must be withheld.
 - `results.json` of notebook 3c: the all-reduce's line is fitted again from the rounds it
   recorded, and every measured size must lie within the tolerance the notebook states.
 
@@ -108,12 +109,70 @@ def conclusion_problems(path: Path) -> list[str]:
     return found
 
 
+def settled_limit(sets: dict, agreement: float, floor: float = 0.0) -> tuple[float, float, float]:
+    """Notebook 3b's rule for one limit, with code of its own: (value, low, high). The value is the
+    fastest set of rounds that another set confirms (fastest rounds within `agreement` of each
+    other); with no two sets agreeing it is the fastest of all, known only between the slowest and
+    the fastest set; below `floor` (a training run went faster) it is at least the floor, with no
+    upper bound unless a set went faster."""
+    tops = sorted((max(rounds) for rounds in sets.values()), reverse=True)
+    agreeing = [a for a, b in itertools.pairwise(tops) if b >= (1 - agreement) * a]
+    if agreeing:
+        value = low = high = agreeing[0]
+    else:
+        value, low, high = tops[0], tops[-1], tops[0]
+    if value < floor:
+        value = low = floor
+        high = tops[0] if tops[0] > floor else math.inf
+    return value, low, high
+
+
+def roofline_verdict(results: dict, fixed_share: float, step_ms: float, peak, bandwidth) -> str:
+    """Notebook 3b's verdict with these limits: the largest of the fixed part, the roof's part
+    and the rest, or "undecided" for a point above its roof."""
+    intensity = results["intensity"]
+    roof = min(peak, bandwidth * intensity)
+    roof_share = results["flops_per_step"] / (step_ms / 1000) / roof
+    if roof_share > 1:  # the point above its roof: a limit was measured low
+        return "undecided"
+    shares = [
+        (fixed_share, "overhead-bound"),
+        (
+            roof_share,
+            "compute-bound" if intensity >= peak / bandwidth else "memory-bandwidth-bound",
+        ),
+        (max(1 - fixed_share - roof_share, 0.0), "below both roofs"),
+    ]
+    return max(shares, key=lambda share: share[0])[1]  # the first of equal shares, as 3b does
+
+
+def limits_of(results: dict) -> dict[str, tuple[float, float, float]]:
+    """3b's two limits (value, low, high) for all its physical devices, settled again from the
+    sets of rounds it recorded; a record without rounds gives its limits as settled."""
+    if "peak_rounds" not in results:
+        return {
+            "peak": (results["peak_flops"],) * 3,
+            "bandwidth": (results["memory_bandwidth"],) * 3,
+        }
+    physical, agreement = results["physical_devices"], results["agreement"]
+    floor = results["sweep_best_flops"] / physical
+    return {
+        name: tuple(physical * v for v in settled_limit(results[key], agreement, limit_floor))
+        for name, key, limit_floor in [
+            ("peak", "peak_rounds", floor),
+            ("bandwidth", "bandwidth_rounds", 0.0),
+        ]
+    }
+
+
 def expected_regime(results: dict) -> str:
     """The verdict notebooks 3 and 3b give for a sweep: a line fitted through (batch, ms/step)
     gives the fixed part of a step. Notebook 3 says overhead-bound when it is over half a step,
     else per-example-bound. Notebook 3b (which records the step's intensity and FLOPs and the
-    machine's measured peak and bandwidth) splits the step into the fixed part, the roof's part
-    (the time the roof allows for its FLOPs) and the rest, and names the largest."""
+    machine's measured limits) splits the step into the fixed part, the roof's part (the time the
+    roof allows for its FLOPs) and the rest, and names the largest; when a limit did not settle,
+    the verdict must be the same at both ends of its range, else it is withheld ("undecided: the
+    peak did not settle")."""
     batches = [point["global_batch"] for point in results["sweep"]]
     step_ms = [point["step_ms"] for point in results["sweep"]]
     per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
@@ -121,36 +180,30 @@ def expected_regime(results: dict) -> str:
     fixed_share = min(max(fixed_ms / step, 0.0), 1.0)
     if "intensity" not in results:
         return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
-    intensity, peak = results["intensity"], results["peak_flops"]
-    roof = min(peak, results["memory_bandwidth"] * intensity)
-    roof_share = results["flops_per_step"] / (step / 1000) / roof
-    if roof_share > 1:  # the point above its roof: a limit was measured low
-        return "undecided"
-    shares = [
-        (fixed_share, "overhead-bound"),
-        (roof_share, "compute-bound" if roof == peak else "memory-bandwidth-bound"),
-        (max(1 - fixed_share - roof_share, 0.0), "below both roofs"),
-    ]
-    return max(shares, key=lambda share: share[0])[1]  # the first of equal shares, as 3b does
+    limits = limits_of(results)
+    (peak, *peaks), (bandwidth, *bandwidths) = limits["peak"], limits["bandwidth"]
+    verdict = roofline_verdict(results, fixed_share, step, peak, bandwidth)
+    ends = {roofline_verdict(results, fixed_share, step, p, b) for p in peaks for b in bandwidths}
+    if ends != {verdict}:
+        unsettled = [name for name, (_, low, high) in limits.items() if low != high]
+        return f"undecided: the {' and '.join(unsettled)} did not settle"
+    return verdict
 
 
 def limit_problems(results: dict) -> list[str]:
-    """Notebook 3b's limits: each the fastest of its sets of rounds (times the physical devices),
-    and flagged as uncertain when no second set comes within the notebook's agreement of it, or
-    (the peak) when a training run of the sweep reached more FLOP/s than it."""
+    """Notebook 3b's limits: each must be the one its sets of rounds settle on (times the physical
+    devices), and flagged as uncertain exactly when it did not settle: no two sets within the
+    notebook's agreement of each other, or (the peak) a training run of the sweep faster than it."""
     found = []
-    for name, key, limit, floor in [
-        ("peak", "peak_rounds", "peak_flops", results["sweep_best_flops"]),
-        ("bandwidth", "bandwidth_rounds", "memory_bandwidth", 0.0),
-    ]:
-        fastest = sorted((max(rounds) for rounds in results[key].values()), reverse=True)
-        if not math.isclose(results[limit], results["physical_devices"] * fastest[0]):
-            found.append(f"{limit} {results[limit]:.4g} is not the fastest round of {key}")
-        confirmed = sum(f >= (1 - results["agreement"]) * fastest[0] for f in fastest) >= 2
-        if not confirmed and name not in results["uncertain"]:
-            found.append(f"the {name}'s sets of rounds disagree, but it is not flagged uncertain")
-        elif results[limit] < floor and name not in results["uncertain"]:
-            found.append(f"a run went faster than the {name}, but it is not flagged uncertain")
+    for (name, (value, low, high)), key in zip(
+        limits_of(results).items(), ("peak_flops", "memory_bandwidth")
+    ):
+        if not math.isclose(results[key], value):
+            found.append(f"{key} {results[key]:.4g}, its sets of rounds settle on {value:.4g}")
+        if low != high and name not in results["uncertain"]:
+            found.append(f"the {name} did not settle, but it is not flagged uncertain")
+        elif low == high and name in results["uncertain"]:
+            found.append(f"the {name} settled, but it is flagged uncertain")
     return found
 
 

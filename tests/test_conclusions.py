@@ -7,9 +7,10 @@ of its own (all pairs of samples, numpy medians), so a sentence such as "slower"
 overlap fails the test whoever wrote it.
 `assert_regime_consistent` does the same for notebooks 3 and 3b's verdict on where a step's time
 goes (overhead- or per-example-bound; 3b: overhead-, memory-bandwidth- or compute-bound, below
-both roofs, or undecided when a point lies above its roof), from the batch sweep (and 3b's
-measured roofline) in their results.json; 3b's limits must be flagged where their sets of rounds
-disagree or a run beat the peak, and notebook 3c's all-reduce line must be the one its rounds
+both roofs, or undecided when a point lies above its roof or a limit that did not settle could
+flip it), from the batch sweep (and 3b's measured roofline) in their results.json; 3b's limits
+must be the fastest set of rounds another set confirms, flagged exactly when none does or a run
+beat the peak, and notebook 3c's all-reduce line must be the one its rounds
 give and predict every measured size within the notebook's tolerance.
 Both checkers live in course_tools/artifact_check.py; the nbval and browser runs and CI's device
 sweep apply them right after each run, and the tests below check the checkers.
@@ -26,7 +27,12 @@ import pytest
 from helpers import assert_conclusions_consistent, assert_regime_consistent
 
 from course_tools import bench
-from course_tools.artifact_check import all_reduce_problems, expected_regime, regime_problems
+from course_tools.artifact_check import (
+    all_reduce_problems,
+    expected_regime,
+    regime_problems,
+    settled_limit,
+)
 from course_utils import timing
 
 SLOPED = [(64, 10.0), (96, 14.8), (128, 19.5), (192, 29.1)]  # about 4% fixed at 64
@@ -63,43 +69,116 @@ def test_the_regime_follows_from_the_sweep(tmp_path, sweep, roofline, regime):
     assert_regime_consistent(path)
 
 
-def test_a_limit_whose_sets_disagree_must_be_flagged(tmp_path):
-    """Notebook 3b: the peak's two sets of rounds 40% apart and a third confirming neither: the
-    peak must be recorded as uncertain; a confirmed bandwidth need not be."""
-    peak_rounds = {"section 1": [120e9, 124e9], "section 3": [200e9, 205e9], "third": [150e9]}
-    results = {
+def _limits_record(**changes) -> dict:
+    """Notebook 3b's record: a 10 ms step at 64 (about 4% fixed), intensity 20 FLOP/B, the peak's
+    sets of rounds 40% apart with a third confirming neither (so it is known only between 124
+    and 205 GFLOP/s), the bandwidth settled at 12 GB/s by two agreeing sets."""
+    return {
         "batch": 64,
         "sweep": [{"global_batch": b, "step_ms": ms} for b, ms in SLOPED],
         "intensity": 20.0,
-        "flops_per_step": 1.2e9,
+        "flops_per_step": 1.2e9,  # 120 GFLOP/s: compute side at either end, 59-97% of the roof
         "physical_devices": 1,
         "peak_flops": 205e9,
-        "memory_bandwidth": 12e9,  # ridge 17 FLOP/B: the step on the compute side, 58% of the roof
-        "peak_rounds": peak_rounds,
+        "memory_bandwidth": 12e9,
+        "peak_rounds": {"section 1": [120e9, 124e9], "section 3": [200e9, 205e9], "third": [150e9]},
         "bandwidth_rounds": {"section 1": [11.5e9, 12e9], "section 3": [11.2e9, 11.9e9]},
         "agreement": 0.15,
-        "sweep_best_flops": 130e9,
+        "sweep_best_flops": 120e9,
+        "uncertain": {"peak": "no two sets within 15% of each other"},
         "regime": "compute-bound",
-    }
+    } | changes
+
+
+def test_a_limit_that_did_not_settle_must_be_flagged(tmp_path):
     path = tmp_path / "results.json"
-    path.write_text(json.dumps({**results, "uncertain": {}}))
-    found = regime_problems(path)
-    assert found == [
-        "results.json: the peak's sets of rounds disagree, but it is not flagged uncertain"
+    path.write_text(json.dumps(_limits_record()))
+    assert regime_problems(path) == []
+    path.write_text(json.dumps(_limits_record(uncertain={})))
+    assert regime_problems(path) == [
+        "results.json: the peak did not settle, but it is not flagged uncertain"
     ]
-    path.write_text(json.dumps({**results, "uncertain": {"peak": "no second set"}}))
+    path.write_text(json.dumps(_limits_record(peak_flops=124e9)))
+    assert regime_problems(path) == [
+        "results.json: peak_flops 1.24e+11, its sets of rounds settle on 2.05e+11"
+    ]
+    # a settled bandwidth flagged anyway is as wrong as an unsettled one not flagged
+    flagged = {"peak": "no two sets", "bandwidth": "no two sets"}
+    path.write_text(json.dumps(_limits_record(uncertain=flagged)))
+    assert regime_problems(path) == [
+        "results.json: the bandwidth settled, but it is flagged uncertain"
+    ]
+
+
+def test_a_limit_is_the_fastest_set_another_set_confirms_not_the_fastest_of_all(tmp_path):
+    """One set far above the others (104.6 GB/s against 50.8-64.3) does not set the bandwidth:
+    64.3, confirmed by 61.9, does, and the limit counts as settled."""
+    sets = {"section 1": [104.6e9], "section 3": [64.3e9], "third": [61.9e9], "fourth": [50.8e9]}
+    peak = {"section 1": [200e9, 204e9], "section 3": [205e9]}  # settled
+    record = _limits_record(
+        bandwidth_rounds=sets,
+        memory_bandwidth=64.3e9,
+        peak_rounds=peak,
+        uncertain={},
+        intensity=2.0,
+        flops_per_step=0.6e9,
+    )
+    assert expected_regime(record) == "below both roofs"  # 60 of 128.6 GFLOP/s: 47%
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record | {"regime": "below both roofs"}))
     assert regime_problems(path) == []
     path.write_text(
-        json.dumps({**results, "uncertain": {"peak": "no second set"}, "peak_flops": 124e9})
+        json.dumps(record | {"memory_bandwidth": 104.6e9, "regime": "below both roofs"})
     )
-    assert "peak_flops 1.24e+11 is not the fastest round" in regime_problems(path)[0]
-    # The sets agree, but a training run went faster than the peak: it must be flagged too.
-    agreeing = {"section 1": [200e9, 204e9], "section 3": [205e9]}
-    faster = {**results, "peak_rounds": agreeing, "sweep_best_flops": 260e9, "uncertain": {}}
-    path.write_text(json.dumps(faster))
+    assert regime_problems(path)[0].startswith("results.json: memory_bandwidth 1.046e+11, its sets")
+
+
+def test_a_verdict_that_an_unsettled_limit_could_flip_is_withheld(tmp_path):
+    """65 GFLOP/s: 52% of a 124 GFLOP/s roof (compute-bound) but 32% of a 205 one (below both
+    roofs): the peak did not settle between them, so no verdict; with the peak settled, one."""
+    record = _limits_record(flops_per_step=0.65e9)
+    assert expected_regime(record) == "undecided: the peak did not settle"
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record | {"regime": "below both roofs"}))
+    assert "its sweep says 'undecided: the peak did not settle'" in regime_problems(path)[0]
+    settled = {"section 1": [200e9, 204e9], "section 3": [205e9]}
+    record = _limits_record(flops_per_step=0.65e9, peak_rounds=settled, uncertain={})
+    assert expected_regime(record) == "below both roofs"
+
+
+def test_a_run_faster_than_the_peak_makes_the_peak_at_least_that_fast(tmp_path):
+    """The sets agree at 205 GFLOP/s, but a training run reached 260: the peak is at least 260,
+    with no upper bound measured, so it must be flagged and recorded as 260."""
+    settled = {"section 1": [200e9, 204e9], "section 3": [205e9]}
+    record = _limits_record(peak_rounds=settled, sweep_best_flops=260e9, peak_flops=260e9)
+    # a peak of 260 or more puts the ridge above 21.7: the step (20 FLOP/B) on the memory side
+    record["regime"] = "memory-bandwidth-bound"
+    assert expected_regime(record) == "memory-bandwidth-bound"
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record | {"uncertain": {}}))
+    assert regime_problems(path)[-1] == (
+        "results.json: the peak did not settle, but it is not flagged uncertain"
+    )
+    path.write_text(json.dumps(record | {"peak_flops": 205e9}))
     assert regime_problems(path) == [
-        "results.json: a run went faster than the peak, but it is not flagged uncertain"
+        "results.json: peak_flops 2.05e+11, its sets of rounds settle on 2.6e+11"
     ]
+
+
+def test_the_notebook_and_the_check_settle_a_limit_alike():
+    """3b's own `settle` (its tagged cell) and artifact_check's rule, written apart, agree."""
+    code = bench.notebook_code(bench.LIMITS_NOTEBOOK, names=("settle", "AGREEMENT"))
+    cases = [
+        ({"a": [120.0, 124.0], "b": [200.0, 205.0], "c": [150.0]}, 0.0),
+        ({"a": [104.6], "b": [64.3], "c": [61.9], "d": [50.8]}, 0.0),
+        ({"a": [200.0, 204.0], "b": [205.0]}, 260.0),
+        ({"a": [200.0], "b": [205.0]}, 190.0),
+        ({"a": [100.0], "b": [300.0]}, 200.0),
+    ]
+    for sets, floor in cases:
+        value, low, high, reasons = code["settle"](sets, floor)
+        assert (value, low, high) == settled_limit(sets, code["AGREEMENT"], floor)
+        assert bool(reasons) == (low != high)
 
 
 SMALL, LARGE = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20], [4 << 20, 8 << 20, 16 << 20]

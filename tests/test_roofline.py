@@ -119,7 +119,8 @@ def test_the_all_reduce_loop_times_every_size_and_the_loop_alone(python_subproce
         "loop = code['all_reduce_loop']\n"
         "calls = {'loop alone': loop(strategy, 4096, reduce=False)}\n"
         "calls[1 << 20] = loop(strategy, 1 << 20)\n"
-        "assert float(calls[1 << 20](tf.constant(3))) == 3 * 2.0  # 1 + 1, three times\n"
+        "assert float(calls[1 << 20](tf.constant(3))) == 3 * 2 * 2.0  # each replica's 1 + 1\n"
+        "assert float(calls['loop alone'](tf.constant(3))) == 3 * 2 * 1.0  # both replicas' work\n"
         "samples = code['seconds_per_run'](calls, {'loop alone': 5, 1 << 20: 5}, 2)\n"
         "assert all(len(s) == 2 and all(0 < x < 1 for x in s) for s in samples.values())\n"
         "assert min(samples[1 << 20]) > min(samples['loop alone']), samples\n"
@@ -142,8 +143,33 @@ def test_a_profiled_stretch_is_read_back(reduce, tmp_path):
     shares = reduce["time_shares"](ops)
     assert set(shares) == {*reduce["CATEGORIES"], "window"}
     assert shares["compute"] > 0 and shares["window"] >= shares["compute"]
+    parts = sum(shares[name] for name in reduce["CATEGORIES"])
+    assert parts == pytest.approx(shares["window"])  # every moment counted once
     with pytest.raises(FileNotFoundError, match="No profiler trace"):
         reduce["op_intervals"](tmp_path / "empty")
+
+
+def test_the_traced_window_is_split_without_overlap(reduce):
+    """A compute op 0-4 s, an all-reduce 3-6 s, an input op 6-7 s inside a second compute op
+    5-7 s, and nothing 7-8 s then a last compute op 8-9 s: the parts add up to the 9 s window."""
+    ops = [
+        ("Conv2D", 0.0, 4.0),
+        ("CollectiveReduceV2", 3.0, 6.0),
+        ("MatMul", 5.0, 7.0),
+        ("IteratorGetNext", 6.0, 7.0),
+        ("Relu", 8.0, 9.0),
+    ]
+    shares = reduce["time_shares"](ops)
+    assert shares == pytest.approx(
+        {
+            "compute": 3.0 + 1.0 + 1.0,  # 0-3, 6-7 (input running too), 8-9
+            "all-reduce": 1.0,  # 4-5
+            "compute + all-reduce": 1.0 + 1.0,  # 3-4, 5-6
+            "input pipeline": 0.0,  # only counted when nothing else runs
+            "idle": 1.0,  # 7-8
+            "window": 9.0,
+        }
+    )
 
 
 def test_operation_types_are_sorted_into_categories(reduce):
