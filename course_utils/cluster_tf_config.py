@@ -9,11 +9,13 @@ would share its GPUs it also gives each task its own (`task_gpus`):
     srun python cluster_tf_config.py python loop_worker.py --epochs 3
 
 Why not TensorFlow's `tf.distribute.cluster_resolver.SlurmClusterResolver`: it gives every task of
-a node a port from a fixed `port_base` (8888 + the task's rank on the node, so two jobs on one node
-collide), and it cannot be set up for nodes without GPUs (it sets CUDA_VISIBLE_DEVICES per task from
-`gpus_per_node`, and zero GPUs fails: https://github.com/tensorflow/tensorflow/issues/56894). This
-file uses the ports Slurm reserves for the step, runs on CPU nodes, and writes TF_CONFIG, which
-every strategy and `TFConfigClusterResolver` read.
+a node the port `port_base` + the task's rank on the node (`port_base` is a constructor argument,
+8888 by default), so two jobs on one node collide unless each is given its own base; and it hands
+out GPUs per task from `gpus_per_node`, where 0 fails (no task gets a port:
+https://github.com/tensorflow/tensorflow/issues/56894, "cannot be configured to use no GPUs"): on
+CPU nodes it works only with `gpus_per_node` set to the tasks per node and `auto_set_gpu=False`.
+This file uses the ports Slurm reserves for the step, runs on CPU nodes as they are, and writes
+TF_CONFIG, which every strategy and `TFConfigClusterResolver` read.
 
 Without a command it prints the TF_CONFIG. Example:
     >>> tf_config({"SLURM_PROCID": "1", "SLURM_STEP_NODELIST": "n[7-8]",

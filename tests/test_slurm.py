@@ -263,7 +263,6 @@ def test_killed_worker_resumes_from_the_chief_checkpoint(notebook4):
     killed = read(logs / "killed" / "loop_worker-worker-0.log")
     assert re.search(r"UnavailableError|aborted|unhealthy", killed)  # worker 0 lost its peer
     assert "epoch 1 saved" in killed and "finished" not in killed
-    assert "AssignCollectiveType RingReduce" in killed  # AUTO chose the ring (section 5)
     last_saved = max(int(e) for e in re.findall(r"^epoch (\d+) saved", killed, re.MULTILINE))
     for worker in range(2):
         resumed = read(logs / "resumed" / f"loop_worker-worker-{worker}.log")
