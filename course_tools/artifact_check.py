@@ -109,22 +109,26 @@ def conclusion_problems(path: Path) -> list[str]:
     return found
 
 
-def settled_limit(sets: dict, agreement: float, floor: float = 0.0) -> tuple[float, float, float]:
-    """Notebook 3b's rule for one limit, with code of its own: (value, low, high). The value is the
-    fastest set of rounds that another set confirms (fastest rounds within `agreement` of each
-    other); with no two sets agreeing it is the fastest of all, known only between the slowest and
-    the fastest set; below `floor` (a training run went faster) it is at least the floor, with no
-    upper bound unless a set went faster."""
+def settled_limit(
+    sets: dict, agreement: float, floor: float = 0.0
+) -> tuple[float, float, float, bool]:
+    """Notebook 3b's rule for one limit, with code of its own: (value, low, high, settled). The
+    value is the fastest set of rounds that another set confirms (fastest rounds within
+    `agreement` of each other), known between that other set and itself; with no two sets
+    agreeing it is the fastest of all, known only between the slowest and the fastest set; below
+    `floor` (a training run went faster) it is at least the floor, with no upper bound unless a
+    set went faster. A limit is settled when two sets agree and no run beat it."""
     tops = sorted((max(rounds) for rounds in sets.values()), reverse=True)
-    agreeing = [a for a, b in itertools.pairwise(tops) if b >= (1 - agreement) * a]
+    agreeing = [(a, b) for a, b in itertools.pairwise(tops) if b >= (1 - agreement) * a]
     if agreeing:
-        value = low = high = agreeing[0]
+        (value, low), high = agreeing[0], agreeing[0][0]
     else:
         value, low, high = tops[0], tops[-1], tops[0]
+    settled = bool(agreeing) and value >= floor
     if value < floor:
         value = low = floor
         high = tops[0] if tops[0] > floor else math.inf
-    return value, low, high
+    return value, low, high, settled
 
 
 def roofline_verdict(results: dict, fixed_share: float, step_ms: float, peak, bandwidth) -> str:
@@ -146,23 +150,24 @@ def roofline_verdict(results: dict, fixed_share: float, step_ms: float, peak, ba
     return max(shares, key=lambda share: share[0])[1]  # the first of equal shares, as 3b does
 
 
-def limits_of(results: dict) -> dict[str, tuple[float, float, float]]:
-    """3b's two limits (value, low, high) for all its physical devices, settled again from the
-    sets of rounds it recorded; a record without rounds gives its limits as settled."""
+def limits_of(results: dict) -> dict[str, tuple[float, float, float, bool]]:
+    """3b's two limits (value, low, high, settled) for all its physical devices, settled again
+    from the sets of rounds it recorded; a record without rounds gives its limits as exact."""
     if "peak_rounds" not in results:
         return {
-            "peak": (results["peak_flops"],) * 3,
-            "bandwidth": (results["memory_bandwidth"],) * 3,
+            "peak": (results["peak_flops"],) * 3 + (True,),
+            "bandwidth": (results["memory_bandwidth"],) * 3 + (True,),
         }
     physical, agreement = results["physical_devices"], results["agreement"]
     floor = results["sweep_best_flops"] / physical
-    return {
-        name: tuple(physical * v for v in settled_limit(results[key], agreement, limit_floor))
-        for name, key, limit_floor in [
-            ("peak", "peak_rounds", floor),
-            ("bandwidth", "bandwidth_rounds", 0.0),
-        ]
-    }
+    limits = {}
+    for name, key, limit_floor in [
+        ("peak", "peak_rounds", floor),
+        ("bandwidth", "bandwidth_rounds", 0.0),
+    ]:
+        *values, settled = settled_limit(results[key], agreement, limit_floor)
+        limits[name] = (*(physical * v for v in values), settled)
+    return limits
 
 
 def expected_regime(results: dict) -> str:
@@ -172,7 +177,8 @@ def expected_regime(results: dict) -> str:
     machine's measured limits) splits the step into the fixed part, the roof's part (the time the
     roof allows for its FLOPs) and the rest, and names the largest; when a limit did not settle,
     the verdict must be the same at both ends of its range, else it is withheld ("undecided: the
-    peak did not settle")."""
+    peak did not settle"); so must it be between the two agreeing sets of each settled limit
+    ("undecided: too close to call ...")."""
     batches = [point["global_batch"] for point in results["sweep"]]
     step_ms = [point["step_ms"] for point in results["sweep"]]
     per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
@@ -181,12 +187,21 @@ def expected_regime(results: dict) -> str:
     if "intensity" not in results:
         return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
     limits = limits_of(results)
-    (peak, *peaks), (bandwidth, *bandwidths) = limits["peak"], limits["bandwidth"]
-    verdict = roofline_verdict(results, fixed_share, step, peak, bandwidth)
-    ends = {roofline_verdict(results, fixed_share, step, p, b) for p in peaks for b in bandwidths}
-    if ends != {verdict}:
-        unsettled = [name for name, (_, low, high) in limits.items() if low != high]
+
+    def verdicts(names) -> set[str]:  # the named limits at both ends of their ranges
+        peaks, bandwidths = (limits[k][1:3] if k in names else limits[k][:1] for k in limits)
+        return {
+            roofline_verdict(results, fixed_share, step, p, b) for p in peaks for b in bandwidths
+        }
+
+    verdict = roofline_verdict(
+        results, fixed_share, step, limits["peak"][0], limits["bandwidth"][0]
+    )
+    unsettled = [name for name, limit in limits.items() if not limit[3]]
+    if verdicts(unsettled) != {verdict}:
         return f"undecided: the {' and '.join(unsettled)} did not settle"
+    if verdicts(limits) != {verdict}:
+        return "undecided: too close to call within the limits' agreeing sets"
     return verdict
 
 
@@ -195,14 +210,14 @@ def limit_problems(results: dict) -> list[str]:
     devices), and flagged as uncertain exactly when it did not settle: no two sets within the
     notebook's agreement of each other, or (the peak) a training run of the sweep faster than it."""
     found = []
-    for (name, (value, low, high)), key in zip(
+    for (name, (value, _, _, settled)), key in zip(
         limits_of(results).items(), ("peak_flops", "memory_bandwidth")
     ):
         if not math.isclose(results[key], value):
             found.append(f"{key} {results[key]:.4g}, its sets of rounds settle on {value:.4g}")
-        if low != high and name not in results["uncertain"]:
+        if not settled and name not in results["uncertain"]:
             found.append(f"the {name} did not settle, but it is not flagged uncertain")
-        elif low == high and name in results["uncertain"]:
+        elif settled and name in results["uncertain"]:
             found.append(f"the {name} settled, but it is flagged uncertain")
     return found
 
