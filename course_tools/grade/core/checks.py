@@ -399,14 +399,16 @@ def assert_epochs_trained(
             )
         previous = weights
         losses.append(evaluate(restored, "train")["loss"])
-    # measured here: weights changed by hand, not by training, do not fit the training set better
-    # epoch after epoch (the training loss, not the test loss, which may rise as a model overfits)
+    # measured here: weights changed by hand after the first epoch, not by training, do not fit
+    # the training set better than that epoch did. (The training loss, not the test loss, which
+    # rises as a model overfits; and against the first epoch only: near convergence an honest
+    # epoch can end a little above the one before.)
     for epoch in range(1, len(losses)):
-        if not losses[epoch] < losses[epoch - 1]:
+        if not losses[epoch] < losses[0]:
             raise CheckError(
                 f"the checkpoint of epoch {epoch + 1} of {what} has a training loss of "
-                f"{losses[epoch]:.4f}, no lower than epoch {epoch}'s {losses[epoch - 1]:.4f} "
-                "(the grader evaluates every checkpoint): train the model for each epoch"
+                f"{losses[epoch]:.4f}, no lower than epoch 1's {losses[0]:.4f} (the grader "
+                "evaluates every checkpoint): train the model for each epoch"
             )
 
 
