@@ -308,7 +308,7 @@ def final_variables(folder: Path) -> dict[str, np.ndarray]:
 def test_preempted_slurm_job_saves_and_the_next_job_resumes_where_a_straight_run_ends(
     slurm_cluster, notebook4
 ):
-    """Sections 3 and 7: a 2-task job of the loop worker, TF_CONFIG from Slurm's variables, sent
+    """Sections 3 and 5: a 2-task job of the loop worker, TF_CONFIG from Slurm's variables, sent
     SIGTERM by `scancel --signal=TERM` while it trains; PreemptionCheckpointHandler has both
     tasks save after the same step, mid-epoch, and exit with its code 42. The next job resumes
     from that step and ends with the same weights and optimizer state as section 4's
