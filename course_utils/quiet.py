@@ -11,8 +11,9 @@ student code can avoid. The C++ warnings hidden include the lines about cancelle
 that `fit` causes under a strategy ("Local rendezvous is aborting with status: CANCELLED"), and
 one a student's own pipeline can cause: tf.data's "The calling iterator did not fully read the
 dataset being cached", logged when an iterator dropped early over an unfilled `cache()` discards
-it. TensorFlow has no switch for one C++ warning alone, so notebook 1 names that one where it
-teaches the cache.
+its partial copy (harmless: the next pass fills the cache again). Hiding it hides no sign of the
+cache bug appendix B measures: a cache completed short logs nothing at WARNING level. TensorFlow
+has no switch for one C++ warning alone, so notebook 1 names that one where it teaches the cache.
 
 To see everything, set TF_CPP_MIN_LOG_LEVEL=0 before the set-up cell runs.
 
