@@ -183,7 +183,6 @@ def test_the_code_read_as_code_accepts_honest_variants_and_refuses_mistakes():
             checks.assert_pipeline_code(observed(code), f"{split}_ds", split)
 
     for body in (
-        "return tf.nn.compute_average_loss(loss_object(labels, logits))",
         "n = tf.distribute.get_replica_context().all_reduce('sum', tf.shape(labels)[0])\n"
         "    return tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=n)",
     ):
@@ -191,8 +190,62 @@ def test_the_code_read_as_code_accepts_honest_variants_and_refuses_mistakes():
     for body in (
         "return tf.reduce_mean(loss_object(labels, logits))",
         "return tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=B)",
+        "return tf.nn.compute_average_loss(loss_object(labels, logits))",
     ):
         with pytest.raises(checks.CheckError, match="compute_loss must divide"):
             checks.assert_loss_code(observed(f"def compute_loss(labels, logits):\n    {body}"))
     for name in ("train_ds", "fit_model"):  # the solution's own kernel: nothing to read
         checks.assert_created_in_scope(None, name)
+
+
+def test_honest_pipelines_written_other_ways_pass_the_code_check():
+    """A name reassigned from itself, and a helper function of the notebook's own, are followed."""
+    cached = "cached = train_examples.cache()"
+    for code in (
+        "train_ds = cached.shuffle(100)\ntrain_ds = train_ds.batch(B)\n"
+        "train_ds = train_ds.prefetch(2)",
+        "def pipeline(ds):\n    return ds.shuffle(100).batch(B).prefetch(2)\n"
+        "train_ds = pipeline(cached)",
+        "def pipeline(ds):\n    ds = ds.shuffle(100)\n    ds = ds.batch(B)\n    return ds\n"
+        "train_ds = pipeline(ds=cached).prefetch(2)",
+    ):
+        checks.assert_pipeline_code(observed(cached, code), "train_ds", "train")
+    for code, words in [
+        ("train_ds = cached.batch(B)\ntrain_ds = train_ds.shuffle(8)", "shuffle the examples"),
+        (
+            "def pipeline(ds):\n    return ds.batch(B)\ntrain_ds = pipeline(cached)",
+            "before batching",
+        ),
+    ]:
+        with pytest.raises(checks.CheckError, match=words):
+            checks.assert_pipeline_code(observed(cached, code), "train_ds", "train")
+
+
+def test_timings_hold_for_slow_start_ups_and_fail_when_forged(tmp_path):
+    """Two timed epochs of 5 s each: checkpoints 90 s apart (40 s start-ups on a loaded machine)
+    pass; 300 s apart (the epochs took far longer than recorded), or 2 s apart (far less than
+    recorded), fail."""
+    runs = [{"run": name, "rounds": [200.0 + i, 200.0 + i]} for i, name in enumerate("abc")]
+    folders = (("fit_ckpt", "ckpt_{}.weights.h5"), ("custom_ckpt", "ckpt-{}.index"))
+    for folder, pattern in folders:
+        (tmp_path / folder).mkdir()
+        for epoch in (1, 2, 3):
+            (tmp_path / folder / pattern.format(epoch)).write_text("x")
+
+    def seen(span: float) -> dict:
+        return {
+            f"{folder}/{pattern.format(epoch)}": {
+                "seen": (epoch - 1) * span / 2,
+                "changed": (epoch - 1) * span / 2,
+                "cell": 5,
+            }
+            for folder, pattern in folders
+            for epoch in (1, 2, 3)
+        }
+
+    checks.assert_timings_consistent({"comparison": runs}, tmp_path, 3, 1000, {"files": seen(90)})
+    for span in (300, 2):
+        with pytest.raises(checks.CheckError, match="checkpoints were written"):
+            checks.assert_timings_consistent(
+                {"comparison": runs}, tmp_path, 3, 1000, {"files": seen(span)}
+            )

@@ -80,6 +80,45 @@ def _calls(node: ast.AST) -> list[str]:
     return names[::-1], node.id if isinstance(node, ast.Name) else ""
 
 
+def _chain(node: ast.AST) -> tuple[list[str], str, str]:
+    """`_calls`, and the function called at the chain's start, if any: make(x).batch(...) ->
+    (['batch'], '', 'make')."""
+    calls, source = _calls(node)
+    while isinstance(node, (ast.Call, ast.Attribute)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            return calls, "", node.func.id
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return calls, source, ""
+
+
+def _inlined(function: ast.FunctionDef, name: str, value: ast.AST) -> tuple[list[str], str]:
+    """The methods `function` applies to the pipeline it returns, and the caller's name it
+    starts from (the argument given for the parameter the pipeline is made from)."""
+    body = Code(trees=[ast.Module(body=function.body, type_ignores=[])])
+    returned = [n.value for n in ast.walk(body.trees[0]) if isinstance(n, ast.Return) and n.value]
+    if not returned:
+        return [], ""
+    calls, start, _ = _chain(returned[-1])
+    if start:
+        inner, start = body._trace(start)
+        calls = inner + calls
+    parameters = [a.arg for a in function.args.args]
+    call = next(
+        (
+            n
+            for n in ast.walk(value)
+            if isinstance(n, ast.Call) and getattr(n.func, "id", "") == name
+        ),
+        None,
+    )
+    if call is None or start not in parameters:
+        return calls, ""
+    position = parameters.index(start)
+    given = {k.arg: k.value for k in call.keywords}
+    argument = call.args[position] if position < len(call.args) else given.get(start)
+    return calls, argument.id if isinstance(argument, ast.Name) else ""
+
+
 @dataclass
 class Code:
     """The submission's code cells, parsed."""
@@ -155,24 +194,53 @@ class Code:
 
         return all(map(scoped, found))
 
-    def pipeline(self, name: str, depth: int = 10) -> list[str]:
+    def _assignments_in_order(self, name: str) -> list[tuple[tuple[int, int, int], ast.AST]]:
+        """Each assignment to `name` with its place in the code (cell, line, column), in order."""
+        placed = []
+        for index, tree in enumerate(self.trees):
+            for node in ast.walk(tree):
+                if name in _targets(node) and getattr(node, "value", None) is not None:
+                    placed.append(((index, node.lineno, node.col_offset), node))
+        return sorted(placed, key=lambda item: item[0])
+
+    def _functions(self) -> dict[str, ast.FunctionDef]:
+        return {
+            node.name: node
+            for node in self._walk()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+
+    def pipeline(self, name: str, depth: int = 20) -> list[str]:
         """The tf.data methods called to make `name`, first to last, following the names it is
         made from (train_ds = cached.shuffle(...).batch(...), cached = examples.cache():
-        ['cache', 'shuffle', 'batch']); the last assignment of each name counts."""
+        ['cache', 'shuffle', 'batch']), a name reassigned from itself (train_ds =
+        train_ds.batch(...): the assignment before it), and a function of the notebook's own
+        that returns a pipeline (train_ds = make(cached): its return value, its argument)."""
+        return self._trace(name, depth)[0]
+
+    def _trace(self, name: str, depth: int = 20) -> tuple[list[str], str]:
+        """`pipeline`, and the name the pipeline starts from (one this code does not assign)."""
         methods: list[str] = []
-        seen = set()
-        while name and name not in seen and depth > 0:
-            seen.add(name)
+        functions = self._functions()
+        before = None  # only assignments before this place (a name made from itself)
+        while name and depth > 0:
             depth -= 1
-            found = self.assignments(name)
+            found = [
+                (place, node)
+                for place, node in self._assignments_in_order(name)
+                if before is None or place < before
+            ]
             if not found:
                 break
-            value = getattr(found[-1][0], "value", None)
-            if value is None:
-                break
-            calls, name = _calls(value)
+            place, node = found[-1]
+            calls, source, helper = _chain(node.value)
+            if helper in functions:
+                inner, source = _inlined(functions[helper], helper, node.value)
+                calls = inner + calls
             methods = calls + methods
-        return methods
+            before = place if source == name else None
+            name = source
+        return methods, name
 
     def function_calls(self, function: str) -> set[str] | None:
         """The names of the functions and methods called in `def function`, and the keyword
