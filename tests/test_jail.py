@@ -464,3 +464,36 @@ def test_a_slurm_tasks_folder_is_unmounted_before_it_is_removed(jail_as_root, tm
     assert not workdir.is_capped(folder)
     subprocess.run(["rm", "-rf", str(tmp_path / "course-grade-task")], check=True)
     assert not (tmp_path / "course-grade-task").exists()
+
+
+def test_the_check_process_runs_in_a_control_group_of_its_own(cgroups_here, tmp_path):
+    """Like the kernels, the check process starts in a cgroup of its own (memory and tasks capped
+    by the kernel), removed when grading ends."""
+    from types import SimpleNamespace
+
+    from course_tools.grade.core import plan
+    from course_tools.runner import Limits
+
+    out = tmp_path / "grades"
+    out.mkdir()
+    batch = SimpleNamespace(
+        settings=plan.GradingSettings(devices=2),
+        sandboxed=True,
+        out=out,
+        solution_path=tmp_path / "solution.ipynb",
+        limits=Limits(memory_mb=1024),
+    )
+    checks = plan.start_checks(batch, tmp_path / "base")
+    try:
+        assert checks.cgroup is not None
+        deadline, own = time.monotonic() + 10, ""
+        while cgroups.PREFIX not in own and time.monotonic() < deadline:  # it moves itself in
+            own = Path(f"/proc/{checks.process.pid}/cgroup").read_text()
+            time.sleep(0.05)
+        assert cgroups.PREFIX in own, own
+        folders = list(checks.cgroup.folders.values())
+        if checks.cgroup.version == 2:
+            assert (folders[0] / "memory.max").read_text().strip() == str(1024 * 2**20)
+    finally:
+        checks.close()
+    assert not any(folder.exists() for folder in folders)

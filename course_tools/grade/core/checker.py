@@ -25,11 +25,15 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from course_tools.exercise import HiddenTest
 from course_tools.grade.core import reading
 from course_tools.grade.core.checks import clear_cache
 from course_tools.processes import Watchdog, kill_tree
+
+if TYPE_CHECKING:
+    from course_tools.grade.jail.cgroups import Cgroup
 
 #: (passed, message) for one hidden test.
 CheckVerdict = tuple[bool, str]
@@ -94,19 +98,23 @@ class CheckProcess:
     """A long-lived check process running hidden tests for one submission at a time.
 
     Started through `wrap` (the sandbox) when given; killed and restarted when it crashes, takes
-    too long or uses more than `memory_mb`.
+    too long or uses more than `memory_mb`. `cgroup`: the control group `wrap` starts it in (its
+    memory then capped by the kernel too), removed by `close`.
     """
 
-    def __init__(
+    # PLR0913: the process's environment, folder, log and limits, and how the sandbox starts it
+    def __init__(  # noqa: PLR0913
         self,
         env: dict[str, str],
         cwd: Path,
         log_path: Path,
         memory_mb: float = 4096,
         wrap: Callable[[list[str]], list[str]] | None = None,
+        *,
+        cgroup: Cgroup | None = None,
     ) -> None:
         self.env, self.cwd, self.log_path = env, cwd, log_path
-        self.memory_mb, self.wrap = memory_mb, wrap
+        self.memory_mb, self.wrap, self.cgroup = memory_mb, wrap, cgroup
         self.process: subprocess.Popen | None = None
         self.lines: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
@@ -144,6 +152,7 @@ class CheckProcess:
     def _ask(self, job: dict, timeout: float) -> tuple[str | None, str]:
         """Send one job; (its answer line or None, why there is none)."""
         dog = Watchdog(self.process.pid, self.memory_mb, timeout, what="the check process")
+        self.ooms = self.cgroup.oom_kills() if self.cgroup is not None else 0
         try:
             with dog:
                 self.process.stdin.write(json.dumps(job) + "\n")
@@ -157,6 +166,8 @@ class CheckProcess:
             why = "the grader's check process crashed while reading these files"
         if line is None and dog.reason:
             why = f"{dog.reason} while reading these files"
+        elif line is None and self.cgroup is not None and self.cgroup.oom_kills() > self.ooms:
+            why = f"the check process used more than {self.memory_mb:g} MB reading these files"
         return line, why
 
     def run(
@@ -203,6 +214,8 @@ class CheckProcess:
         no other one."""
         self.closed = True
         self.stop()
+        if self.cgroup is not None:
+            self.cgroup.remove()
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from course_tools.grade.core.checker import CheckProcess
 from course_tools.grade.core.checks import DATASET
 from course_tools.grade.core.report import Grade
 from course_tools.grade.core.roster import Submission, several_notebooks
+from course_tools.grade.jail import limits as jail_limits
 from course_tools.grade.jail import sandbox
 from course_tools.paths import PACKAGE_ROOT
 from course_tools.runner import Limits
@@ -211,9 +212,11 @@ def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> Chec
     """The batch's check process, sandboxed: it reads the grades, never the work folders. Its
     log is `log_name` in the grades folder (a path under it: one per Slurm task)."""
     env = {**os.environ, **batch.settings.env()}
-    wrap = None
+    wrap = group = None
     if batch.sandboxed:
         env = sandbox.kernel_env(env, home=Path("/tmp"))
+        # in a control group of its own, like the kernels (removed by `CheckProcess.close`)
+        group = jail_limits.cgroup(batch.limits.memory_mb)
 
         def wrap(argv: list[str]) -> list[str]:
             return sandbox.wrap(
@@ -221,10 +224,11 @@ def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> Chec
                 read_only=[batch.out],
                 hidden=[base, batch.solution_path],
                 cwd=batch.out,
+                cgroup=group,
             )
 
     log = batch.out / log_name
-    checks = CheckProcess(env, batch.out, log, batch.limits.memory_mb, wrap)
+    checks = CheckProcess(env, batch.out, log, batch.limits.memory_mb, wrap, cgroup=group)
     checks.start()
     return checks
 
