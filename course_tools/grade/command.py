@@ -31,7 +31,7 @@ import psutil
 from course_tools import exercise
 from course_tools.grade.core import plan, roster
 from course_tools.grade.core.plan import DEFAULT_SOLUTION, GradingSettings
-from course_tools.grade.core.report import Grade
+from course_tools.grade.core.report import Grade, console
 from course_tools.grade.jail import limits as jail_limits
 from course_tools.grade.jail import sandbox
 from course_tools.grade.routes import batch, slurm_array
@@ -225,7 +225,8 @@ def benchmark(args: argparse.Namespace, jobs: int) -> int:
         where = "slurm" if slurm else f"here, {n} at a time"
         scores = " ".join(f"{g.score:g}" for g in grades)
         rows.append([where, "on" if sandboxed else "off", f"{per:.1f}", scores])
-        print(f"\n{where}, gradebook:\n{gradebook}", flush=True)
+        shown = "\n".join(map(console, gradebook.splitlines()))  # notes a submission wrote
+        print(f"\n{where}, gradebook:\n{shown}", flush=True)
     print(format_table(["route", "sandbox", "s/submission", "scores"], rows))
     print(f"(wall time of the whole batch of {count}, check process start-up included, / {count})")
     with contextlib.suppress(OSError):
@@ -269,16 +270,16 @@ def run(args: argparse.Namespace) -> int:
         sandbox.SandboxUnavailable,
         slurm_array.SlurmError,
     ) as exc:
-        print(f"course grade: {exc}", file=sys.stderr)
+        print(f"course grade: {console(exc)}", file=sys.stderr)
         return 2
     out = Path(args.out)
     for g in grades:
-        print(f"{g.student:<24} {g.score:>5g} / {g.max_score:g}  {g.status}")
+        print(f"{console(g.student):<24} {g.score:>5g} / {g.max_score:g}  {g.status}")
     print(
         f"Reports: {out}/<student>/report.md   Gradebook: {out / 'gradebook.csv'} "
         f"(for import: {out / 'canvas.csv'}, {out / 'moodle.csv'})"
     )
-    failed = [g.student for g in grades if g.grader_failed]
+    failed = [console(g.student) for g in grades if g.grader_failed]
     if failed:
         print(
             f"course grade: the grader failed on {len(failed)} submission(s) "

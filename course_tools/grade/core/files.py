@@ -132,12 +132,15 @@ class TreeTooLarge(Exception):
 
 
 def walk(
-    top: Path, *, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIES, strict: bool = False
+    top: Path, *, max_depth: int | None = None, max_entries: int | None = None, strict: bool = False
 ) -> Iterator[Entry]:
     """Every entry under `top` (not `top` itself), folders before their contents, names sorted,
     without following links and without recursion (a stack: any depth is safe). It enters at most
-    `max_depth` levels and yields at most `max_entries`; past a cap it stops, raising TreeTooLarge
-    when `strict`. A folder that cannot be listed is skipped."""
+    `max_depth` levels and yields at most `max_entries` (default: `MAX_DEPTH`, `MAX_ENTRIES`);
+    past a cap it stops, raising TreeTooLarge when `strict`. A folder that cannot be listed is
+    skipped."""
+    max_depth = MAX_DEPTH if max_depth is None else max_depth
+    max_entries = MAX_ENTRIES if max_entries is None else max_entries
     stack: list[tuple[Path, Path, int]] = [(Path(top), Path(), 0)]
     count = 0
     while stack:
@@ -196,8 +199,11 @@ def remove_tree(top: Path) -> list[str]:
     """Remove `top` and everything under it, at any depth, without following links; never raises.
     Returns what could not be removed (empty when everything went), for the grader to report.
 
-    Folders are emptied with a stack, not recursion (shutil.rmtree recurses, so a tree deeper than
-    the recursion limit raises RecursionError, which its onerror does not catch)."""
+    Each folder is made readable, writable and searchable by its owner (`_open_up`) before it is
+    listed and emptied, so folders a submission made read-only or unreadable (0500, 0000) go too,
+    as the grader's own user. Folders are emptied with a stack, not recursion (shutil.rmtree
+    recurses, so a tree deeper than the recursion limit raises RecursionError, which its onerror
+    does not catch)."""
     problems: list[str] = []
     top = Path(top)
     try:
@@ -214,6 +220,7 @@ def remove_tree(top: Path) -> list[str]:
                 _remove(os.rmdir, folder, problems)
                 continue
             stack.append((folder, True))
+            _open_up(folder)
             with _scandir(folder, problems) as listing:
                 for entry in listing:
                     if entry.is_dir(follow_symlinks=False):
@@ -225,6 +232,16 @@ def remove_tree(top: Path) -> list[str]:
     return problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
 
 
+def _open_up(folder: Path) -> None:
+    """Give the owner read, write and search permission on `folder` (a folder, not a link: checked
+    right before; the submission's processes are gone by then), so its entries can be listed and
+    unlinked. Quiet where the grader is not the owner: the removal then says what is left."""
+    with contextlib.suppress(OSError):
+        info = os.lstat(folder)
+        if stat.S_ISDIR(info.st_mode) and info.st_mode & 0o700 != 0o700:
+            os.chmod(folder, stat.S_IMODE(info.st_mode) | 0o700)
+
+
 class _Listing:
     """os.scandir that gives nothing (and records why) when the folder cannot be listed."""
 
@@ -233,20 +250,11 @@ class _Listing:
 
     def __enter__(self):
         try:
-            return self._list()
-        except PermissionError:
-            # a folder the submission made unreadable: made readable again, once
-            with contextlib.suppress(OSError):
-                os.chmod(self.folder, 0o700)
-                return self._list()
-            self.problems.append(f"{self.folder}: permission denied")
+            self.inner = os.scandir(self.folder)
+            return list(self.inner)
         except OSError as exc:
             self.problems.append(f"{self.folder}: {exc.strerror or exc}")
         return []
-
-    def _list(self) -> list[os.DirEntry]:
-        self.inner = os.scandir(self.folder)
-        return list(self.inner)
 
     def __exit__(self, *exc_info) -> None:
         if self.inner is not None:

@@ -21,7 +21,7 @@ from course_tools.grade.core.checker import CheckProcess, CheckVerdict
 from course_tools.grade.core.checks import ARTIFACTS_NAME
 from course_tools.grade.core.plan import CHECK_TIMEOUT_S, NOTEBOOK_MB, Batch
 from course_tools.grade.core.report import CheckResult, Grade
-from course_tools.grade.core.roster import Submission, several_notebooks
+from course_tools.grade.core.roster import Submission, several_notebooks, too_many_files
 from course_tools.grade.core.tamper import TamperWatch
 from course_tools.grade.jail import workdir as jail_workdir
 from course_tools.runner import KERNEL_LOG_KB, RunOutcome
@@ -164,7 +164,8 @@ def _run(
             time.sleep(0.5)
             left = files.remove_tree(workdir)
         if left:  # the grader's matter, not the student's row
-            print(f"course grade: could not remove {workdir}: {'; '.join(left)}", file=sys.stderr)
+            left_out = report.console("; ".join(left))
+            print(f"course grade: could not remove {workdir}: {left_out}", file=sys.stderr)
     # its outputs may hold lone surrogates: written escaped
     text = nbformat.writes(outcome.notebook)
     (folder / "executed.ipynb").write_text(text, encoding="utf-8", errors="backslashreplace")
@@ -246,6 +247,11 @@ def _grade_notebook(batch: Batch, submission: Submission, where: Workspace) -> G
     checks, base, cancel = where.checks, where.base, where.cancel
     parts = batch.parts
     g = Grade(submission.student, Path(submission.path), status="graded")
+    crowded = too_many_files(submission.path)
+    if crowded:
+        g.status, g.reason = "too many files", crowded
+        g.results = zero_results(parts, "not graded: no notebook found at the folder's top")
+        return g
     several = several_notebooks(submission.path)
     if several:
         g.status = "several notebooks"

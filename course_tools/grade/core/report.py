@@ -58,7 +58,8 @@ class CheckResult:
 class Grade:
     """The grade of one submission.
 
-    status: "graded", "invalid notebook", "unchanged exercise", "grader error", how the run failed
+    status: "graded", "invalid notebook", "unchanged exercise", "several notebooks", "too many
+    files" (a student folder too large to walk), "grader error", how the run failed
     (`RunOutcome.status`), or why a Slurm task gave no result ("task failed", "task timed out",
     "task cancelled").
     """
@@ -115,15 +116,26 @@ HTML_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def escape(text: object, *, markdown: bool = True) -> str:
-    """`text` as plain text in a Markdown report (markdown=True) or an HTML field (False): one line,
-    Markdown's special characters backslash-escaped, HTML's as entities, lone surrogates and
-    control characters shown as escapes. Everything a submission controls goes through it."""
+def escape(text: object, *, markdown: bool = True, html: bool = True) -> str:
+    """`text` as plain text in a Markdown report (markdown=True), an HTML field (markdown=False) or
+    the grader's console (both False): one line, Markdown's special characters backslash-escaped,
+    HTML's as entities, lone surrogates and control characters (a terminal's escape sequences)
+    shown as escapes. Everything a submission controls goes through it."""
     text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
     text = "".join(c if c.isprintable() else " " if c in "\n\r\t" else repr(c)[1:-1] for c in text)
     if markdown:
         text = "".join("\\" + c if c in MARKDOWN_SPECIAL else c for c in text)
-    return "".join(HTML_ENTITIES.get(c, c) for c in text)
+    return "".join(HTML_ENTITIES.get(c, c) for c in text) if html else text
+
+
+def console(text: object) -> str:
+    """`text` for the grader's console: `escape` without Markdown or HTML, so a name a submission
+    chose cannot move the cursor, clear the screen or print a line of its own.
+
+    >>> console("x\\x1b[2J\\nalice 12 / 12")
+    'x\\\\x1b[2J alice 12 / 12'
+    """
+    return escape(text, markdown=False, html=False)
 
 
 def _cell(value: str) -> str:
@@ -215,7 +227,8 @@ def _notes(g: Grade) -> str:
 
 
 def write_gradebook(grades: list[Grade], path: Path, questions: list[str]) -> None:
-    """One row per submission: score, points per question, status and notes."""
+    """One row per submission: score, points per question, status and notes (a cell that a
+    spreadsheet would read as a formula, the student's name included, starts with "'")."""
     questions = sorted(questions, key=natural)
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)
@@ -226,14 +239,14 @@ def write_gradebook(grades: list[Grade], path: Path, questions: list[str]) -> No
             scores = g.question_scores()
             writer.writerow(
                 [
-                    g.student,
+                    _cell(g.student),
                     f"{g.score:g}",
                     f"{g.max_score:g}",
                     *[f"{scores.get(q, 0):g}" for q in questions],
                     g.status,
                     _cell(_notes(g)),
                     f"{g.seconds:.0f}",
-                    f"{g.student}/report.md",
+                    _cell(f"{g.student}/report.md"),
                 ]
             )
 

@@ -38,38 +38,43 @@ def _folder_name(name: str) -> str:
     return name.lstrip(".") or "submission"
 
 
-def _notebooks(folder: Path) -> list[Path]:
-    """The notebooks in `folder` and its subfolders, whatever kind of file each one is (a link or
-    a FIFO named *.ipynb is reported in its student's row, never read): links to folders are not
-    entered, .ipynb_checkpoints is left out, and the walk has no recursion (any depth is safe)."""
-    return sorted(
-        entry.path
-        for entry in files.walk(folder)
-        if entry.relative.name.endswith(".ipynb")
+def _is_notebook(entry: files.Entry) -> bool:
+    return (
+        entry.relative.name.endswith(".ipynb")
         and entry.kind != "a folder"
         and ".ipynb_checkpoints" not in entry.relative.parts
     )
 
 
-def student_name(path: Path, given: Path | None = None) -> str:
-    """The student a submission is from, from where the instructor put it, never from a name the
-    student chose: a notebook given by itself, or lying directly in a given folder, is named by
-    its file (submissions/alice.ipynb -> alice); anything deeper by its folder directly under the
-    given one (submissions/alice/**/*.ipynb -> alice), whatever the file is called inside."""
-    if given is None or path.parent == given:
-        return _folder_name(path.stem)
-    return _folder_name(path.relative_to(given).parts[0])
+def _walk_student(folder: Path) -> tuple[list[Path], str]:
+    """The notebooks in one student's `folder` and its subfolders, whatever kind of file each one
+    is (a link or a FIFO named *.ipynb is reported in its student's row, never read), and "" or
+    why the walk stopped: a folder past the walk's caps (`files.MAX_ENTRIES`, `files.MAX_DEPTH`)
+    gives only the notebooks at its top. Links to folders are not entered, .ipynb_checkpoints is
+    left out, and the walk has no recursion (any depth is safe). Each student's folder is walked
+    on its own, so a cap one folder hits never hides another student."""
+    try:
+        return sorted(e.path for e in files.walk(folder, strict=True) if _is_notebook(e)), ""
+    except files.TreeTooLarge as exc:
+        top = files.walk(folder, max_depth=1, max_entries=2**62)
+        return sorted(e.path for e in top if _is_notebook(e)), str(exc)
 
 
-def _one_students_folder(folder: Path, found: list[Path], *, beside_others: bool) -> bool:
-    """Whether a given `folder` is one student's (named after it) rather than a folder of
-    students: all its notebooks lie directly in it, and it holds only one, or it was given beside
-    other paths (`course grade submissions/*`, a shell glob of student folders)."""
-    return (
-        bool(found)
-        and all(p.parent == folder for p in found)
-        and (len(found) == 1 or beside_others)
-    )
+def _students_in(folder: Path) -> list[tuple[Path, list[Path], str]]:
+    """(where, notebooks, why the walk stopped) for each student of a folder of students: each
+    notebook directly in it (where: the notebook) and each subfolder holding one, or too large to
+    walk whole (where: the subfolder, walked on its own: `_walk_student`)."""
+    out = []
+    for entry in files.walk(folder, max_depth=1, max_entries=2**62):
+        if entry.relative.name == ".ipynb_checkpoints":
+            continue
+        if entry.kind == "a folder":
+            notebooks, stopped = _walk_student(entry.path)
+            if notebooks or stopped:
+                out.append((entry.path, notebooks, stopped))
+        elif _is_notebook(entry):
+            out.append((entry.path, [entry.path], ""))
+    return out
 
 
 def _same_file_key(path: Path) -> Path:
@@ -79,65 +84,95 @@ def _same_file_key(path: Path) -> Path:
     return Path(os.path.realpath(path.parent)) / path.name
 
 
+def _a_shell_glob(paths: list[str | os.PathLike]) -> bool:
+    """Whether `paths` are several entries of one folder (`course grade submissions/*`): then each
+    folder given is one student's. Decided from the paths alone, never from what is inside them."""
+    parents = {os.path.dirname(os.path.abspath(p)) for p in paths}
+    return len(paths) > 1 and len(parents) == 1
+
+
+def _given_folder(given: Path, *, one_student: bool) -> list[tuple[Path, list[Path], str]]:
+    """(where, notebooks, why the walk stopped) for each student in a folder given. In a shell
+    glob of student folders (`one_student`) it is one student's folder, named after it, whatever
+    lies inside (several notebooks in it: `several_notebooks`). Otherwise it is a folder of
+    students, unless it holds one notebook directly and no student folder (then that notebook is
+    its student's, named after the folder)."""
+    if one_student:
+        return [(given, *_walk_student(given))]
+    students = _students_in(given)
+    if len(students) == 1 and students[0][1] == [students[0][0]]:  # one notebook, directly
+        return [(given, students[0][1], "")]
+    return students
+
+
+def _submission_path(where: Path, notebooks: list[Path]) -> Path:
+    """What is graded: the notebook when there is exactly one, else the student's folder (several
+    notebooks, or none found in a folder too large to walk: its row says why)."""
+    return notebooks[0] if len(notebooks) == 1 else where
+
+
 def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
-    """One submission per student (`student_name`) in the notebooks or folders given. A student
-    folder holding several notebooks is one submission (graded only when exactly one notebook is
-    in it: `several_notebooks`). A folder given is a folder of students, unless it is one
-    student's (`_one_students_folder`: then everything in it is that student's). ValueError when
-    two submissions come out with the same name, or one named like a file of the grades
-    (`RESERVED_NAMES`): the instructor renames one.
+    """One submission per student in the notebooks or folders given, named by where the
+    instructor put it: a notebook given, or lying directly in a folder of students, by its file
+    name; a student's folder by its own name (`_given_folder` says which folders are one
+    student's). A student folder holding several notebooks is one submission (graded only when
+    exactly one notebook is in it: `several_notebooks`); one too large to walk whole is its own
+    row too (`too_many_files`). ValueError when two submissions come out with the same name, or
+    one named like a file of the grades (`RESERVED_NAMES`): the instructor renames one.
     """
-    found: dict[str, list[Path]] = {}
-    origin: dict[str, Path] = {}
+    found: dict[str, tuple[Path, str, Path]] = {}
+    glob = _a_shell_glob(paths)
     seen: set[Path] = set()
     for given in map(Path, paths):
         if given.is_dir():
-            inside = _notebooks(given)
-            if _one_students_folder(given, inside, beside_others=len(paths) > 1):
-                # named as if its parent had been given
-                given = Path(os.path.abspath(given))
-                entries = [(given / p.name, _folder_name(given.name)) for p in inside]
-                parent = given.parent
-            else:
-                entries = [(p, student_name(p, given)) for p in inside]
-                parent = given
+            given = Path(os.path.abspath(given))
+            students = _given_folder(given, one_student=glob)
         elif os.path.lexists(given):
-            entries, parent = [(given, student_name(given))], None
+            students = [(given, [given], "")]
         else:
             raise FileNotFoundError(
                 f"{given} does not exist: give notebooks or folders of notebooks"
             )
-        for path, name in entries:
-            key = _same_file_key(path)
-            if key in seen:  # the same file given twice (or in a folder given too)
+        for where, notebooks, stopped in students:
+            # the same file given twice (or in a folder given too) is graded once
+            fresh = [p for p in notebooks if _same_file_key(p) not in seen]
+            if not fresh and not stopped:
                 continue
-            seen.add(key)
-            # the file, or the student's folder
-            inside_folder = parent is not None and path.parent != parent
-            where = parent / path.relative_to(parent).parts[0] if inside_folder else path
+            seen.update(map(_same_file_key, fresh))
+            name = _folder_name(where.stem if where in notebooks else where.name)
             key_name = name.lower()
             if key_name in RESERVED_NAMES:
                 raise ValueError(
                     f"{where} would be graded as {name!r}, a file of the grades folder: rename it"
                 )
-            if key_name in origin and origin[key_name] != where:
+            if key_name in found and found[key_name][0] != where:
                 raise ValueError(
-                    f"{origin[key_name]} and {where} are both the submission of {name!r}: rename "
-                    "one (a student's name is the name of the notebook or of its folder)"
+                    f"{found[key_name][0]} and {where} are both the submission of {name!r}: "
+                    "rename one (a student's name is the name of the notebook or of its folder)"
                 )
-            origin[key_name] = where
-            found.setdefault(key_name, []).append(path)
+            found[key_name] = (where, name, _submission_path(where, fresh))
     if not found:
         raise FileNotFoundError(f"no .ipynb file in {', '.join(map(str, paths))}: nothing to grade")
-    out = []
-    for key_name, notebooks in found.items():
-        where = origin[key_name]
-        name = student_name(notebooks[0], where.parent)
-        out.append(Submission(name, notebooks[0] if len(notebooks) == 1 else where))
-    return out
+    return [Submission(name, path) for where, name, path in found.values()]
 
 
 def several_notebooks(path: Path) -> list[Path]:
     """The notebooks of a submission that is a student's folder with more than one ([] else)."""
     path = Path(path)
-    return _notebooks(path) if path.is_dir() and not path.is_symlink() else []
+    if not path.is_dir() or path.is_symlink():
+        return []
+    notebooks = _walk_student(path)[0]
+    return notebooks if len(notebooks) > 1 else []
+
+
+def too_many_files(path: Path) -> str:
+    """Why a submission that is a student's folder cannot be graded because the folder is too
+    large to walk whole ("" when it is not: `files.MAX_ENTRIES`, `files.MAX_DEPTH`), for its row.
+    (A folder that large with one notebook at its top is graded from that notebook instead.)"""
+    path = Path(path)
+    if not path.is_dir() or path.is_symlink():
+        return ""
+    stopped = _walk_student(path)[1]
+    if not stopped:
+        return ""
+    return f"too many files: the folder holds {stopped}; hand in the notebook alone"

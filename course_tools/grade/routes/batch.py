@@ -28,9 +28,10 @@ does control is its own evidence: the files it saves, which the checks measure t
 model is evaluated by the grader; recorded numbers must match those measurements; the grader times
 the files by its own clock and reads the code as code), and the probe's facts, which come from its
 own kernel and only corroborate (`grade.core.submission` says what they can and cannot prove).
-Read the executed notebook when a score looks too good. Without the
-sandbox, student code runs with your rights: a changed solution file or course file is then noted
-in the report (and the solution as it was at the start is kept).
+Read the executed notebook when a score looks too good. A change of the solution file or the
+course package during the batch is said on the console (sandboxed, no submission can have made it);
+without the sandbox, student code runs with your rights, so it is noted in the row of the
+submission that ran meanwhile (`tamper`). The solution as it was at the start is kept.
 
 Example:
 
@@ -42,6 +43,7 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -61,7 +63,7 @@ from course_tools.grade.core.plan import (
     to_grade,
     write_gradebooks,
 )
-from course_tools.grade.core.report import Grade
+from course_tools.grade.core.report import Grade, console
 from course_tools.grade.core.roster import Submission, collect_submissions
 from course_tools.grade.core.tamper import TamperWatch
 from course_tools.paths import course_root
@@ -86,7 +88,7 @@ def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progre
         ]
         for future in as_completed(futures):
             g = future.result()
-            bar.set_postfix_str(f"{g.student}: {g.score:g}/{g.max_score:g}")
+            bar.set_postfix_str(f"{console(g.student)}: {g.score:g}/{g.max_score:g}")
             bar.update()
     finally:
         # normally nothing is left; else the queued ones never start, the running ones stop
@@ -99,7 +101,8 @@ def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progre
         # never raises (a tree deeper than the recursion limit included): the gradebook follows
         left = files.remove_tree(base)
         if left:
-            print(f"course grade: could not remove {base} entirely: {'; '.join(left)}")
+            left_out = console("; ".join(left))
+            print(f"course grade: could not remove {base} entirely: {left_out}", file=sys.stderr)
 
 
 # PLR0913: one keyword-only option per `course grade` flag, each with its default (limits and

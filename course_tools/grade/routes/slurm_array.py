@@ -140,14 +140,16 @@ def batch_script(b: Batch, plan: Path, count: int, options: SlurmOptions) -> str
         "task=$!",
         # a work folder the killed process left mounted (`jail.workdir`) is unmounted first
         f'release() {{ {shlex.quote(sys.executable)} -m course_tools.grade.jail.workdir "$1"; }}',
+        # folders a submission made read-only or unreadable are opened up first (chmod does not
+        # follow links met inside); what is left is said in the task's log
+        'remove() { release "$1"; chmod -R u+rwx "$1" 2>/dev/null; rm -rf "$1"; '
+        '[ ! -e "$1" ] || echo "course grade: could not remove $1" >&2; }',
         # at once: SIGKILL follows in KillWait seconds, and the grading process may be blocked in
         # a system call that its handler waits for; again once that process has ended
-        """trap 'release "$work"; rm -rf "$work"; wait "$task"; release "$work"; rm -rf "$work"; \
-exit 143' TERM""",
+        """trap 'remove "$work"; wait "$task"; remove "$work"; exit 143' TERM""",
         'wait "$task"',
         "code=$?",
-        'release "$work"',
-        'rm -rf "$work"',
+        'remove "$work"',
         f'echo "$code" > {shlex.quote(str(logs))}/exit-"$SLURM_ARRAY_TASK_ID"',
         'exit "$code"',
     ]
@@ -398,7 +400,7 @@ def remove_work(folder: Path) -> list[str]:
     try:
         jail_workdir.release_under(folder)
     except Exception as exc:  # noqa: BLE001 - the removal below says what is left
-        print(f"could not unmount under {folder}: {exc}", file=sys.stderr)
+        print(f"could not unmount under {folder}: {report.console(exc)}", file=sys.stderr)
     return files.remove_tree(folder)
 
 
@@ -430,8 +432,9 @@ def run_task(plan: Path, index: int) -> int:
                 checks.stop()
             left = remove_work(base)  # never raises, at any depth (the script removes `work`)
             if left:
-                print(f"could not remove {base} entirely: {'; '.join(left)}", file=sys.stderr)
-    print(f"{g.student}: {g.score:g}/{g.max_score:g} {g.status}")
+                left_out = report.console("; ".join(left))
+                print(f"could not remove {base} entirely: {left_out}", file=sys.stderr)
+    print(f"{report.console(g.student)}: {g.score:g}/{g.max_score:g} {g.status}")
     return 0
 
 

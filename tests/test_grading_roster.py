@@ -1,0 +1,308 @@
+"""The grader's roster and clean-up against a hostile submissions folder: a student folder too large
+to walk, a student's own subfolder names in a shell glob, folders a student made unwritable, names
+that are terminal escape codes or spreadsheet formulas, and edits to the course during a batch.
+
+Most tests build folders and call the roster, files, report and tamper functions directly; the two
+`course grade` runs use notebooks that never start a kernel (the exercise as handed out, invalid
+JSON), so they take seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import pytest
+from grading_submissions import ENV, EXERCISE, SOLUTION, notebook_of, write
+from helpers import ROOT, require_or_skip
+
+from course_tools import cli
+from course_tools.grade.core import files, plan, report, roster, tamper
+from course_tools.grade.core.report import CheckResult, Grade
+from course_tools.grade.jail import sandbox
+from course_tools.grade.routes import batch, slurm_array
+from course_tools.runner import Limits
+
+#: The name a hostile cell gave a file: clears the screen, sets the title, forges a line.
+TRAP_NAME = "\x1b[2J\x1b[H\x1b]0;pwned\x07\x1b[32mall graded\x1b[0m\nalice 12 ∕ 12 graded"
+#: A uid no one uses: a throwaway ordinary user.
+NOBODY = 54321
+
+
+def _crowd(folder: Path, count: int) -> None:
+    """`count` empty files in a subfolder of `folder` (a student's junk)."""
+    junk = folder / "junk"
+    junk.mkdir(parents=True)
+    for i in range(count):
+        (junk / f"{i:06d}").touch()
+
+
+def _students(subs: Path) -> None:
+    """alice (the exercise as handed out), bob and zed (invalid notebooks): none starts a kernel."""
+    for name in ("alice", "bob", "zed"):
+        (subs / name).mkdir(parents=True)
+    shutil.copy(EXERCISE, subs / "alice" / "homework.ipynb")
+    (subs / "bob" / "mine.ipynb").write_text('{"cells": [')
+    (subs / "zed" / "mine.ipynb").write_text('{"cells": [')
+
+
+def _grade(paths: list[Path], out: Path) -> int:
+    argv = ["grade", *map(str, paths), f"--out={out}", "--jobs=1"]
+    argv += [f"--profile={ENV['COURSE_PROFILE']}", f"--data={ENV['COURSE_DATA']}"]
+    return cli.main(argv)
+
+
+def _gradebook(out: Path) -> dict[str, dict[str, str]]:
+    with open(out / "gradebook.csv", newline="") as handle:
+        return {row["student"]: row for row in csv.DictReader(handle)}
+
+
+@pytest.fixture
+def sandboxed():
+    available, detail = sandbox.status()
+    if not available:
+        require_or_skip("sandbox", f"no grading sandbox: {detail}")
+
+
+def test_a_student_folder_past_the_walk_cap_is_its_own_row_and_hides_no_one(tmp_path):
+    """Students are walked one folder at a time, each with its own cap: a folder of more files
+    than the cap (before alice in sorted order) is that student's row, saying why; its notebook is
+    still found when it lies at the folder's top; every other student is found."""
+    subs = tmp_path / "subs"
+    _students(subs)
+    _crowd(subs / "aaron", files.MAX_ENTRIES + 50)  # no notebook at its top
+    write(notebook_of("1"), subs / "aaron" / "junk" / "000000.ipynb")
+    deep = subs / "abel" / Path(*["d"] * (files.MAX_DEPTH + 5))  # past the depth cap
+    deep.mkdir(parents=True)
+    write(notebook_of("1"), deep / "other.ipynb")
+    write(notebook_of("1"), subs / "abel" / "hw.ipynb")
+    found = {s.student: s.path for s in roster.collect_submissions([subs])}
+    assert found == {
+        "aaron": subs / "aaron",
+        "abel": subs / "abel" / "hw.ipynb",
+        "alice": subs / "alice" / "homework.ipynb",
+        "bob": subs / "bob" / "mine.ipynb",
+        "zed": subs / "zed" / "mine.ipynb",
+    }
+    reason = roster.too_many_files(subs / "aaron")
+    assert reason.startswith("too many files: the folder holds more than 100,000 files"), reason
+    assert reason.endswith("hand in the notebook alone")
+    assert "folders deeper than 64 levels" in roster.too_many_files(subs / "abel")
+    assert roster.too_many_files(subs / "alice") == ""
+    assert roster.several_notebooks(subs / "aaron") == []
+
+
+def test_course_grade_gives_a_too_large_folder_its_row_and_grades_the_rest(
+    tmp_path, monkeypatch, sandboxed, capsys
+):
+    """The whole batch (the cap lowered to keep it quick: the same walk): aaron's folder of more
+    files than the cap gets the status "too many files", 0 points and the reason; every other
+    student has a row; the exit status is 0 (every submission got a grade)."""
+    monkeypatch.setattr(files, "MAX_ENTRIES", 200)
+    subs = tmp_path / "subs"
+    _students(subs)
+    _crowd(subs / "aaron", 250)
+    out = tmp_path / "grades"
+    assert _grade([subs], out) == 0, capsys.readouterr()
+    rows = _gradebook(out)
+    assert sorted(rows) == ["aaron", "alice", "bob", "zed"]
+    assert rows["aaron"]["status"] == "too many files" and rows["aaron"]["score"] == "0"
+    assert "more than 200 files and folders; hand in the notebook alone" in rows["aaron"]["notes"]
+    assert rows["alice"]["status"] == "unchanged exercise"
+    assert rows["bob"]["status"] == rows["zed"]["status"] == "invalid notebook"
+    assert "too many files" in (out / "aaron" / "report.md").read_text()
+
+
+def test_a_folder_in_a_shell_glob_is_one_student_whatever_lies_inside(tmp_path):
+    """`course grade subs/*`: each folder given is one student, named by it. mallory's own
+    subfolders named alice and dave are never students (no clash with the real alice, no dave);
+    several notebooks in one such folder are that student's "several notebooks"."""
+    subs = tmp_path / "subs"
+    _students(subs)
+    (subs / "mallory" / "alice").mkdir(parents=True)
+    write(notebook_of("1"), subs / "mallory" / "alice" / "x.ipynb")
+    given = sorted(subs.iterdir())
+    found = {s.student: s.path for s in roster.collect_submissions(given)}
+    assert found["mallory"] == subs / "mallory" / "alice" / "x.ipynb"
+    assert found["alice"] == subs / "alice" / "homework.ipynb"
+    assert sorted(found) == ["alice", "bob", "mallory", "zed"]
+    (subs / "mallory" / "dave").mkdir()
+    write(notebook_of("1"), subs / "mallory" / "dave" / "hw.ipynb")
+    found = {s.student: s.path for s in roster.collect_submissions(given)}
+    assert sorted(found) == ["alice", "bob", "mallory", "zed"]
+    assert found["mallory"] == subs / "mallory"
+    assert len(roster.several_notebooks(subs / "mallory")) == 2
+    # the same folders given as a folder of students: unchanged (alice, bob, mallory, zed)
+    assert sorted(s.student for s in roster.collect_submissions([subs])) == sorted(found)
+
+
+def test_course_grade_of_a_shell_glob_is_not_stopped_by_a_students_subfolder(
+    tmp_path, sandboxed, capsys
+):
+    """The batch of `course grade subs/*` with mallory/alice/x.ipynb beside alice/: rows alice and
+    mallory, exit 0; then mallory/dave/hw.ipynb: a row mallory, none named dave."""
+    subs = tmp_path / "subs"
+    _students(subs)
+    (subs / "mallory" / "alice").mkdir(parents=True)
+    (subs / "mallory" / "alice" / "x.ipynb").write_text('{"cells": [')
+    out = tmp_path / "grades"
+    assert _grade(sorted(subs.iterdir()), out) == 0, capsys.readouterr()
+    rows = _gradebook(out)
+    assert sorted(rows) == ["alice", "bob", "mallory", "zed"]
+    assert rows["alice"]["status"] == "unchanged exercise"
+    shutil.rmtree(subs / "mallory" / "alice")
+    (subs / "mallory" / "dave").mkdir()
+    (subs / "mallory" / "dave" / "hw.ipynb").write_text('{"cells": [')
+    out = tmp_path / "grades-dave"
+    assert _grade(sorted(subs.iterdir()), out) == 0, capsys.readouterr()
+    assert sorted(_gradebook(out)) == ["alice", "bob", "mallory", "zed"]
+
+
+def _unwritable_tree(owner: int) -> Path:
+    """A tree as a submission leaves it: read-only (0500) and unreadable (0000) folders holding
+    files, owned by `owner`, in a fresh folder under /tmp that `owner` may enter."""
+    top = Path(tempfile.mkdtemp(prefix="course-grade-test-"))
+    trap = top / "work" / "trap"
+    (trap / "closed").mkdir(parents=True)
+    (trap / TRAP_NAME).write_bytes(b"x" * 4096)
+    (trap / "closed" / "inside").write_bytes(b"y")
+    for path in [top, *top.rglob("*")]:
+        os.chown(path, owner, owner)
+    os.chmod(trap / "closed", 0o000)
+    os.chmod(trap, 0o500)
+    return top
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a throwaway user's files: needs root")
+def test_remove_tree_removes_folders_a_submission_made_unwritable_as_an_ordinary_user():
+    """As the owner (an ordinary user, not root), a read-only folder holding a file and an
+    unreadable folder inside it are removed entirely, nothing left."""
+    top = _unwritable_tree(NOBODY)
+    try:
+        code = f"from course_tools.grade.core import files; print(files.remove_tree({str(top)!r}))"
+        done = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+            + [sys.executable, "-c", code],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert done.stdout.strip() == "[]", done
+        assert not top.exists()
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(top)], check=False, capture_output=True)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a throwaway user's files: needs root")
+def test_the_slurm_scripts_clean_up_removes_an_unwritable_work_folder_as_an_ordinary_user(
+    tmp_path,
+):
+    """The batch script's own clean-up (`remove "$work"`) as an ordinary user: the tree goes."""
+    b = plan.Batch(tmp_path, SOLUTION, SOLUTION.read_bytes(), plan.GradingSettings(), Limits())
+    script = slurm_array.batch_script(b, tmp_path / "plan.json", 1, slurm_array.SlurmOptions())
+    functions = [line for line in script.splitlines() if line.startswith(("release()", "remove()"))]
+    assert len(functions) == 2, script
+    top = _unwritable_tree(NOBODY)
+    try:
+        work = top / "work"
+        done = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "bash", "-c"]
+            + ["\n".join([*functions, f"remove {str(work)!r}"])],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert not work.exists(), done
+        assert "could not remove" not in done.stderr, done
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(top)], check=False, capture_output=True)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_work_folder_left_behind_is_said_on_the_console_escaped(monkeypatch, capsys, tmp_path):
+    """What the clean-up could not remove is printed, never silently left, and a name that is a
+    terminal escape sequence is printed escaped: no raw ESC, BEL or newline of the submission's."""
+    left = [f"{tmp_path}/trap/{TRAP_NAME}: Permission denied"]
+    stopped = types.SimpleNamespace(close=lambda: None, stop=lambda: None)
+    monkeypatch.setattr(batch, "start_checks", lambda b, base: stopped)
+    monkeypatch.setattr(batch, "TamperWatch", lambda b, suspects: None)
+    monkeypatch.setattr(files, "remove_tree", lambda top: left)
+    batch.grade_here(None, [], 1, progress=False)
+    err = capsys.readouterr().err
+    (line,) = [line for line in err.splitlines() if "could not remove" in line]
+    assert "\\x1b[2J" in line and "Permission denied" in line
+    assert not {"\x1b", "\x07"} & set(err) and "alice 12 ∕ 12 graded" in line
+    assert report.console(TRAP_NAME).count("\\x1b") == 5
+
+
+def test_gradebook_cells_a_spreadsheet_reads_as_formulas_are_quoted(tmp_path):
+    """A student folder named -A1 or =HYPERLINK(...): the student and report cells of
+    gradebook.csv start with "'", as in the Canvas and Moodle files."""
+    grades = []
+    for name in ["-A1", "=1+1", "alice"]:
+        g = Grade(name, Path(f"{name}.ipynb"), "graded")
+        g.results = [CheckResult("q1", "t", 1.0, 1.0)]
+        grades.append(g)
+    report.write_gradebook(grades, tmp_path / "gradebook.csv", ["q1"])
+    report.write_canvas(grades, tmp_path / "canvas.csv", "svhn")
+    report.write_moodle(grades, tmp_path / "moodle.csv", "svhn")
+    for name in ["gradebook.csv", "canvas.csv", "moodle.csv"]:
+        with open(tmp_path / name, newline="") as handle:
+            cells = [cell for row in csv.reader(handle) for cell in row]
+        formulas = [c for c in cells if c.startswith(report.FORMULA_START)]
+        assert formulas == [], (name, formulas)
+    rows = _gradebook(tmp_path)
+    assert sorted(rows) == ["'-A1", "'=1+1", "alice"]
+    assert (
+        rows["'-A1"]["report"] == "'-A1/report.md" and rows["alice"]["report"] == "alice/report.md"
+    )
+
+
+def _watched(tmp_path: Path, monkeypatch, *, sandboxed: bool) -> tuple[tamper.TamperWatch, Path]:
+    package = tmp_path / "course_utils"
+    package.mkdir(parents=True)
+    (package / "setup.py").write_text("x = 1\n")
+    monkeypatch.setattr(plan, "PACKAGE", package)
+    solution = tmp_path / "solution.ipynb"
+    solution.write_text("start")
+    (tmp_path / "out").mkdir()
+    b = types.SimpleNamespace(
+        solution_path=solution, solution_bytes=b"start", out=tmp_path / "out", sandboxed=sandboxed
+    )
+    return tamper.TamperWatch(b, "this submission"), solution
+
+
+def test_an_edit_of_the_course_during_a_sandboxed_batch_blames_no_student(
+    tmp_path, monkeypatch, capsys
+):
+    """Sandboxed, a submission cannot write the course or the solution (read-only in its
+    sandbox): an edit made meanwhile (the instructor's) is said once on the console, not in a row,
+    and the solution as it was at the start is kept."""
+    watch, solution = _watched(tmp_path, monkeypatch, sandboxed=True)
+    solution.write_text("edited")
+    (plan.PACKAGE / "setup.py").write_text("x = 2\n")
+    assert watch.notes() == []
+    err = capsys.readouterr().err
+    assert "solution.ipynb changed during the batch, not by a submission" in err, err
+    assert "course_utils/setup.py changed during the batch, not by a submission" in err, err
+    assert (tmp_path / "out" / "solution.at-batch-start.ipynb").read_text() == "start"
+    assert watch.notes() == [] and capsys.readouterr().err == ""  # said once
+
+
+def test_an_edit_during_an_unsandboxed_batch_is_noted_in_the_row(tmp_path, monkeypatch, capsys):
+    """Without the sandbox the submission could have made the change: its row says so, and that
+    it cannot tell from an edit of the instructor's."""
+    watch, solution = _watched(tmp_path, monkeypatch, sandboxed=False)
+    (plan.PACKAGE / "setup.py").write_text("x = 2\n")
+    (note,) = watch.notes()
+    assert note.startswith("course_utils/setup.py changed while this submission ran"), note
+    assert "or an edit of yours" in note
