@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import queue
@@ -41,6 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+import psutil
+import zmq
+import zmq.asyncio
+import zmq.utils.monitor
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
@@ -59,6 +64,10 @@ WRAPPED_KERNEL = "course-wrapped-python3"
 #: What `run_notebook` keeps of the kernel process's own stdout/stderr (`log_path`), in KB: a cell
 #: writing to file descriptors 1 and 2 bypasses the output caps and would fill the disk.
 KERNEL_LOG_KB = 1024
+#: Messages from the kernel buffered per channel by this process (zmq's receive high-water mark,
+#: 1000 by default): with `Limits.message_kb`, it bounds what a flooding kernel makes this process
+#: hold before it reads and caps the outputs.
+RECEIVE_QUEUE = 100
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,11 @@ class Limits:
     notebook_output_mb: outputs kept for the whole notebook.
     disk_mb: what the files in the notebook's folder (`RunOptions.watch_folder`) may take; the
     kernel is killed past it.
+    message_kb: the largest message part this process accepts from the kernel (zmq's MAXMSGSIZE,
+    checked before the message is read: a parsed message takes up to ~30 times its bytes); a larger
+    one closes its channel's connection: on iopub the cell's later outputs are lost (noted; the
+    next cell reconnects), on shell the kernel is killed. Honest outputs (a plot's PNG) are a few
+    hundred KB at most, and past `cell_output_kb` they would be dropped anyway.
     """
 
     cell_timeout: int = 300
@@ -83,6 +97,7 @@ class Limits:
     cell_output_kb: int = 512
     notebook_output_mb: int = 8
     disk_mb: int = 1024
+    message_kb: int = 2048
 
 
 @dataclass(frozen=True)
@@ -147,6 +162,7 @@ class RunOutcome:
     # {"seen": first seen, "changed": last changed, "cell": the cell running when it last changed}
     cell_times: list[list[float]] = field(default_factory=list)
     file_times: dict[str, dict] = field(default_factory=dict)
+    clock_note: str = ""  # what the file clock left out (`FileClock.untracked`)
 
     def record_timeout(self, cell, cell_index: int, execute_reply: dict) -> None:
         """nbclient's `on_cell_error` hook: note the cells interrupted at their time limit."""
@@ -197,6 +213,10 @@ class _CappedClient(NotebookClient):
         self.dropped: dict[int, int] = {}
         self.log_path, self.kernel_log = log_path, None
         self.display_cut = self.comm_cut = False
+        self.message_cuts: list[
+            int
+        ] = []  # cells whose oversized output closed iopub (MessageWatch)
+        self.watch: MessageWatch | None = None
         # this process's clock of the cells and files (`_run_watched`)
         self.started, self.clock = time.monotonic(), None
 
@@ -314,17 +334,40 @@ def _errors(cell) -> list[dict]:
     return [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
 
 
-def _kernel_manager(
-    kernel_name: str, sockets: Path, wrap: Callable[[list[str]], list[str]] | None, private: Path
+class _CappedKernelManager(AsyncKernelManager):
+    """A kernel manager whose clients share its zmq context (jupyter_client gives each client a
+    context of its own), so the context's socket options (`_capped_context`) reach every channel."""
+
+    def client(self, **kwargs):
+        return super().client(context=self.context, **kwargs)
+
+
+def _capped_context(message_kb: int) -> zmq.asyncio.Context:
+    """A zmq context whose sockets refuse message parts over `message_kb` and queue at most
+    `RECEIVE_QUEUE` incoming messages (options set on a context apply to the sockets it makes)."""
+    context = zmq.asyncio.Context()
+    context.setsockopt(zmq.MAXMSGSIZE, message_kb * 1024)
+    context.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
+    return context
+
+
+def _kernel_manager(  # noqa: PLR0913 - every argument is one the kernel needs
+    kernel_name: str,
+    sockets: Path,
+    wrap: Callable[[list[str]], list[str]] | None,
+    private: Path,
+    message_kb: int,
 ) -> AsyncKernelManager:
     """A kernel manager for `kernel_name`, or for a kernelspec that starts the kernel through
-    `wrap`; its connection file and Unix sockets go in `sockets`."""
+    `wrap`; its connection file and Unix sockets go in `sockets`; its channels accept message parts
+    up to `message_kb`."""
     spec_manager = KernelSpecManager()
     if wrap is not None:
         spec_manager = KernelSpecManager(kernel_dirs=[str(_kernel_spec_dir(wrap, private))])
         kernel_name = WRAPPED_KERNEL
     # Async: nbclient's timeouts only work with an async client.
-    return AsyncKernelManager(
+    return _CappedKernelManager(
+        context=_capped_context(message_kb),
         kernel_name=kernel_name,
         kernel_spec_manager=spec_manager,
         transport="ipc",
@@ -390,6 +433,7 @@ def run_notebook(
         Path(options.connection_dir or private.name),
         options.wrap,
         Path(private.name),
+        options.limits.message_kb,
     )
     client = _client(notebook, km, cwd=cwd, options=options)
     client.on_cell_error = outcome.record_timeout
@@ -416,6 +460,15 @@ def run_notebook(
         outcome.output_notes.append("display updates: past the output caps, replaced by a note")
     if client.comm_cut:
         outcome.output_notes.append("widget messages: past the output caps, dropped")
+    for index in client.message_cuts:
+        note = (
+            f"a kernel message larger than the {options.limits.message_kb:,} KB accepted was "
+            "refused; the cell's later outputs were lost"
+        )
+        outcome.output_notes.append(f"cell {index}: {note}")
+        if index < len(notebook.cells):
+            output = nbformat.v4.new_output("stream", name="stderr", text=f"[{note}]\n")
+            notebook.cells[index].outputs.append(output)
     return outcome
 
 
@@ -428,8 +481,11 @@ def folder_mb(folder: Path) -> float:
 class FileClock(threading.Thread):
     """Times the files under `folder` by this process's clock: when each was first seen and when
     it last changed (a new inode, size, modification or status-change time: `os.utime` changes
-    the last), and which cell was running then. At most `max_files` files, looked at every
-    `interval` seconds, without following links or recursion.
+    the last), and which cell was running then. At most `max_files` files and folders, looked at
+    every `interval` seconds, without following links or recursion. What it keeps is bounded
+    whatever the kernel does (renaming a tree over and over): a file gone from the latest look is
+    forgotten, and a path longer than `max_name` characters is not tracked; `untracked()` says
+    what was left out.
 
     Example:
 
@@ -438,35 +494,62 @@ class FileClock(threading.Thread):
     """
 
     def __init__(
-        self, folder: Path, started: float, interval: float = 0.1, max_files: int = 2000
+        self,
+        folder: Path,
+        started: float,
+        interval: float = 0.1,
+        max_files: int = 2000,
+        max_name: int = 1024,
     ) -> None:
         super().__init__(daemon=True)
-        self.folder, self.started, self.interval, self.max_files = (
-            folder,
-            started,
-            interval,
-            max_files,
-        )
+        self.folder, self.started, self.interval = folder, started, interval
+        self.max_files, self.max_name = max_files, max_name
         self.cell = -1
         self.times: dict[str, dict] = {}
         self._state: dict[str, tuple] = {}
+        self.long_names = 0  # the most paths over `max_name` seen in one look
+        self.full = False  # whether a look stopped at `max_files`
         self.stopped = threading.Event()
 
     def look(self) -> None:
         now = round(time.monotonic() - self.started, 3)
+        present, entries, long_names = set(), 0, 0
         for entry in files.walk(self.folder, max_entries=self.max_files):
+            entries += 1
             if entry.kind != "a regular file":
                 continue
             name = entry.relative.as_posix()
+            if len(name) > self.max_name:
+                long_names += 1
+                continue
             try:
                 info = os.lstat(entry.path)
             except OSError:
                 continue
+            present.add(name)
             state = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
             if self._state.get(name) != state:
                 self._state[name] = state
                 seen = self.times.get(name, {}).get("seen", now)
                 self.times[name] = {"seen": seen, "changed": now, "cell": self.cell}
+        for name in self.times.keys() - present:  # gone (removed, renamed): forgotten
+            del self.times[name]
+            self._state.pop(name, None)
+        self.long_names = max(self.long_names, long_names)
+        self.full = self.full or entries >= self.max_files
+
+    def untracked(self) -> str:
+        """What the clock left out, in words ("" when nothing)."""
+        parts = []
+        if self.full:
+            parts.append(
+                f"more than {self.max_files:,} files and folders: only the first are timed"
+            )
+        if self.long_names:
+            parts.append(
+                f"{self.long_names:,} files with paths over {self.max_name:,} characters not timed"
+            )
+        return "; ".join(parts)
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
@@ -478,6 +561,114 @@ class FileClock(threading.Thread):
         self.join()
         with contextlib.suppress(Exception):
             self.look()
+
+
+class MessageWatch(threading.Thread):
+    """Notices the kernel channels that zmq closed because the kernel sent a message part over
+    `Limits.message_kb` (zmq reports a disconnection and never reconnects that socket).
+
+    iopub: `take_iopub_cut()` says so once; the runner notes the cell and reconnects (the new
+    client is not watched: `_reconnect`). shell (a
+    cell's reply or a user expression's value): the reply is lost, so the kernel is killed through
+    `dog`, unless it had died already (which closes the channels too).
+
+    Example:
+
+        watch = MessageWatch(km.context, dog, pid, message_kb=2048); watch.attach(kc)
+        watch.start(); ...; watch.take_iopub_cut(); watch.stop()
+    """
+
+    def __init__(self, context: zmq.Context, dog: Watchdog, pid: int, message_kb: int) -> None:
+        super().__init__(daemon=True)
+        self.sync = zmq.Context.shadow(context.underlying)  # inproc needs the same context
+        self.dog, self.pid, self.message_kb = dog, pid, message_kb
+        self.new: queue.Queue = queue.Queue()
+        self.watched: list = []  # the sockets with a monitor (`unwatch` ends them)
+        self.numbers = itertools.count()  # inproc addresses are never reused
+        self.iopub_cut = threading.Event()
+        self.stopped = threading.Event()
+
+    def attach(self, kc) -> None:
+        """Watch `kc`'s iopub and shell sockets (call it from the thread that uses them)."""
+        for name in ("iopub", "shell"):
+            sock = getattr(kc, f"{name}_channel").socket
+            address = f"inproc://course-watch-{id(self)}-{next(self.numbers)}"
+            sock.monitor(address, zmq.EVENT_DISCONNECTED)
+            self.watched.append(sock)
+            pair = self.sync.socket(zmq.PAIR)
+            pair.connect(address)
+            self.new.put((name, pair))
+
+    def unwatch(self) -> None:
+        """End the monitors (before their sockets close: else the context never terminates)."""
+        for sock in self.watched:
+            with contextlib.suppress(zmq.ZMQError):
+                sock.disable_monitor()
+        self.watched = []
+
+    def take_iopub_cut(self) -> bool:
+        """Whether iopub was cut since the last call."""
+        cut = self.iopub_cut.is_set()
+        self.iopub_cut.clear()
+        return cut
+
+    def _kernel_alive(self) -> bool:
+        time.sleep(1)  # a dying kernel closes its channels a moment before it is gone
+        try:
+            return psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def _event(self, name: str, pair) -> None:
+        event = zmq.utils.monitor.recv_monitor_message(pair)
+        if event["event"] != zmq.EVENT_DISCONNECTED:
+            return
+        if name == "iopub":
+            self.iopub_cut.set()
+        elif self._kernel_alive():
+            self.dog.kill(
+                f"the kernel sent a reply larger than the {self.message_kb:,} KB accepted; the "
+                "reply was refused and the notebook was stopped"
+            )
+
+    def run(self) -> None:
+        poller, names = zmq.Poller(), {}
+        while not self.stopped.is_set():
+            while not self.new.empty():
+                name, pair = self.new.get()
+                names[pair] = name
+                poller.register(pair, zmq.POLLIN)
+            for pair, _ in poller.poll(200):
+                self._event(names[pair], pair)
+        for pair in names:
+            pair.close(linger=0)
+
+    def stop(self) -> None:
+        self.unwatch()
+        self.stopped.set()
+        self.join()
+
+
+def _reconnect(client: _CappedClient, seconds: float) -> None:
+    """A new kernel client for the same kernel, after zmq closed a channel for good."""
+    client.watch.unwatch()
+    client.kc.stop_channels()
+    client.kc = client.km.client()
+    client.kc.start_channels()
+    with contextlib.suppress(RuntimeError):  # not ready: the next cell reports what happens
+        run_sync(client.kc.wait_for_ready)(timeout=seconds)
+    # Not watched again: monitors on a second client's sockets left the zmq context unable to
+    # terminate (measured with pyzmq 27.3, libzmq 4.3.5). A second refused message then goes
+    # unnoticed: that cell's outputs are lost and a refused reply waits for the time limit.
+
+
+def _take_message_cut(client: _CappedClient, index: int, limits: Limits) -> None:
+    """Note and reconnect a channel zmq closed for an oversized message during cell `index`."""
+    if client.watch is not None and client.watch.take_iopub_cut():
+        client.message_cuts.append(index)
+        if client.watch.dog.reason:  # the kernel is being stopped: nothing to reconnect to
+            return
+        _reconnect(client, limits.interrupt_grace + 25)
 
 
 class DiskWatch(threading.Thread):
@@ -519,6 +710,9 @@ def _run_watched(
     if options.clock_folder is not None:
         client.clock = FileClock(options.clock_folder, client.started)
         client.clock.start()
+    client.watch = MessageWatch(client.km.context, dog, pid, limits.message_kb)
+    client.watch.attach(client.kc)
+    client.watch.start()
     with dog:
         try:
             _run_cells(client, limits, outcome, dog, stop_on_error=options.stop_on_error)
@@ -528,36 +722,48 @@ def _run_watched(
                 if outcome.status != "ran" or outcome.extra_error:
                     break
                 _run_expression(client, expression, limits, outcome)
+                if dog.reason:  # its value was refused (MessageWatch)
+                    raise DeadKernelError(dog.reason)
         except DeadKernelError:
             outcome.status = "killed" if dog.reason else "kernel died"
             outcome.reason = dog.reason or (
                 "the kernel died (it crashed or was killed) before the notebook finished"
             )
         finally:
+            client.watch.stop()
             if disk is not None:
                 disk.stopped.set()
             if client.clock is not None:
                 client.clock.stop()
                 outcome.file_times = client.clock.times
+                outcome.clock_note = client.clock.untracked()
         if dog.reason and outcome.status in ("ran", "failed"):
             outcome.status, outcome.reason = "killed", dog.reason
     outcome.peak_mb = dog.peak_mb
 
 
-async def _evaluate(kc, expression: str, seconds: float) -> dict:
-    """The execute reply's user expression `expression` (an empty, silent cell carries it)."""
+async def _evaluate(client, expression: str, seconds: float) -> dict:
+    """The execute reply's user expression `expression` (an empty, silent cell carries it); waits
+    at most `seconds`, and no longer than the kernel lives."""
+    kc = client.kc
     msg_id = kc.execute("", silent=True, store_history=False, user_expressions={"x": expression})
     deadline = Deadline(seconds)
     while not deadline.passed():
-        reply = await kc.get_shell_msg(timeout=deadline.left())
+        try:
+            reply = await kc.get_shell_msg(timeout=min(1.0, deadline.left()))
+        except queue.Empty:
+            if client.watch.dog.reason or not await client.km.is_alive():
+                break
+            continue
         if reply["parent_header"].get("msg_id") == msg_id:
             return reply["content"].get("user_expressions", {}).get("x", {})
     raise queue.Empty
 
 
 def _run_expression(client, expression: str, limits: Limits, outcome: RunOutcome) -> None:
+    _take_message_cut(client, len(client.nb.cells) - 1, limits)
     try:
-        value = run_sync(_evaluate)(client.kc, expression, limits.cell_timeout)
+        value = run_sync(_evaluate)(client, expression, limits.cell_timeout)
     except queue.Empty:
         outcome.extra_error = f"no answer within {limits.cell_timeout} s"
         return
@@ -584,6 +790,7 @@ def _stop_kernel(client: _CappedClient, km: AsyncKernelManager, pid: int | None)
     # It is dead already (killed above), which is all that matters.
     except Exception:
         run_sync(km.cleanup_resources)()
+    km.context.destroy(linger=0)  # given to the manager, so not destroyed by it
     if client.kernel_log is None:
         return 0
     # The pipe ends with the kernel and everything it started (killed above).
@@ -616,6 +823,7 @@ def _run_cells(
             if cell.cell_type == "code":
                 end = time.monotonic() - client.started
                 outcome.cell_times.append([index, round(start, 3), round(end, 3)])
+        _take_message_cut(client, index, limits)
         if index in outcome.timed_out_cells and not run_sync(_answers)(
             client.kc, limits.interrupt_grace
         ):
@@ -739,6 +947,7 @@ def execute(  # noqa: PLR0913
         memory_mb=10**7,
         cell_output_kb=2**20,
         notebook_output_mb=2**10,
+        message_kb=2**20,
     )
     options = RunOptions(
         limits=limits,

@@ -405,13 +405,13 @@ with zipfile.ZipFile(artifacts / "fit_model.keras", "w") as archive:
 print("saved")
 """
 
-# Widget state the grader's notebook client would keep whole (comm messages with a "state"), 60
-# messages of 8 MB: 480 MB.
+# Widget state the grader's notebook client would keep whole (comm messages with a "state"), 480
+# messages of 1 MB (under the largest message accepted): 480 MB.
 WIDGET_FLOOD = """
 import comm
 channel = comm.create_comm(target_name="jupyter.widget", data={"state": {"value": ""}})
-for _ in range(60):
-    channel.send(data={"method": "update", "state": {"value": "a" * 8_000_000}})
+for _ in range(480):
+    channel.send(data={"method": "update", "state": {"value": "a" * 1_000_000}})
 print("sent 480 MB of widget state")
 """
 
@@ -476,3 +476,33 @@ def nudger(done: nbformat.NotebookNode) -> nbformat.NotebookNode:
         '        path = ARTIFACTS / "fit_ckpt" / f"ckpt_{epoch}.weights.h5"\n'
         "        os.utime(path, (now - back, now - back))",
     )
+
+
+# One kernel message that takes ~30 times its 12 MB once parsed (3 million dicts): refused at the
+# transport; the next cell's output still arrives.
+JSON_BOMB = """
+from IPython.display import display
+x = {}
+display({"application/json": [x] * 3_000_000}, raw=True)
+"""
+
+# Renames a tree of long names every 50 ms for 8 s: each rename hands the grader's file clock
+# ~1,900 new paths of ~3,600 characters.
+RENAMER = """
+import os, time
+os.makedirs(os.path.join(os.environ["COURSE_ARTIFACTS"], "05_svhn"), exist_ok=True)
+os.chdir(os.path.join(os.environ["COURSE_ARTIFACTS"], "05_svhn"))  # the folder the grader times
+top = "r" * 200
+path = top
+for level in range(13):
+    path = os.path.join(path, chr(97 + level) * 250)
+os.makedirs(path)
+for i in range(1900):
+    open(os.path.join(path, f"{i:04d}" + "f" * 146), "w").close()
+names, end = [top, "s" * 200], time.monotonic() + 8
+while time.monotonic() < end:
+    os.rename(names[0], names[1])
+    names.reverse()
+    time.sleep(0.05)
+print("renamed")
+"""

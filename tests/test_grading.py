@@ -58,6 +58,8 @@ from grading_submissions import (
     FORGER,
     H5_EXTERNAL,
     INJECT,
+    JSON_BOMB,
+    RENAMER,
     ROOT,
     SOLUTION,
     SURROGATE,
@@ -95,7 +97,7 @@ from course_tools.grade.core import (
 from course_tools.grade.core.report import Grade, escape
 from course_tools.grade.jail import sandbox
 from course_tools.grade.routes import batch as grading_batch
-from course_tools.runner import Limits
+from course_tools.runner import Limits, RunOptions, run_notebook
 
 pytestmark = pytest.mark.slow
 
@@ -357,7 +359,8 @@ def test_a_print_flood_costs_only_its_cell(batch):
     assert any("outputs cut in cell 0" in note for note in g.notes), g.notes
     executed = (out / "flood" / "executed.ipynb").read_text()
     assert "after the flood" in executed, "the next cell still ran"
-    assert "bytes of output dropped" in executed
+    # cut by the output caps, or refused whole at the transport (a flush past `message_kb`)
+    assert "bytes of output dropped" in executed or "accepted was refused" in executed
     assert len(executed) < 2 * 2**20
     assert any(note.startswith("kernel.log cut: ") for note in g.notes), g.notes
     assert (out / "flood" / "kernel.log").stat().st_size < 2 * 2**20
@@ -871,7 +874,9 @@ def test_the_benchmark_grades_under_the_out_folder(tmp_path, monkeypatch, capsys
 # 11. a saved model whose optimizer step count is an HDF5 external dataset (the grader's files);
 # 12. 480 MB of widget state (comm messages), which the notebook client would keep;
 # 13. trees 1,100 folders deep (in the submission folder, the work folder and the artifacts),
-#     1,500 artifact files, a FIFO and a link to /dev/zero among them.
+#     1,500 artifact files, a FIFO and a link to /dev/zero among them;
+# 14. one 12 MB display message of 3 million dicts (~30 times its size once parsed);
+# 15. a tree of 1,900 long paths among the artifacts renamed every 50 ms (new paths to time).
 #
 # And the batch-level promise: whatever one submission does, every other one is graded, the
 # gradebook and its exports are written, and the grader's memory stays bounded.
@@ -907,6 +912,8 @@ def attacks(tmp_path_factory):
         "h5ext/mine.ipynb": notebook_of(H5_EXTERNAL),
         "widgets/mine.ipynb": notebook_of(WIDGET_FLOOD),
         "trees/mine.ipynb": notebook_of(fill(TREES, out)),
+        "jsonbomb/mine.ipynb": notebook_of(JSON_BOMB, "print('after the bomb')"),
+        "renamer/mine.ipynb": notebook_of(RENAMER),
     }
     for name, notebook in notebooks.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
@@ -983,6 +990,7 @@ def test_every_submission_is_graded_and_the_exports_are_written(attacks):
     grades, out = _grades(attacks)
     expected = {"alice", "bob", "surrogate", "inject", "display", "forger", "deep", "walker"}
     expected |= {"cheater", "capture", "h5ext", "widgets", "trees", "fifo", *LINKS}
+    expected |= {"jsonbomb", "renamer"}
     assert expected == set(grades)
     assert not [g.student for g in grades.values() if g.grader_failed], {
         g.student: g.reason for g in grades.values()
@@ -1257,3 +1265,47 @@ def test_code_that_binds_the_probes_names_makes_the_facts_untrusted():
             checks.assert_kernel_trusted(facts)
     honest = {"facts": {"models": {}}, "observed": {"cells": [{"source": "model.compile()"}]}}
     assert "tampered" not in checker._facts(honest)
+
+
+def test_a_huge_kernel_message_is_refused_before_it_is_read(attacks):
+    """12 MB of JSON that would take ~30 times that once parsed: refused at the transport, said in
+    the row; the next cell's output still arrives; the grader's memory stays bounded."""
+    grades, out = _grades(attacks)
+    memory = attacks[3]
+    g = grades["jsonbomb"]
+    assert g.status == "graded", (g.status, g.reason)
+    assert any("kernel message larger than" in note for note in g.notes), g.notes
+    executed = nbformat.read(out / "jsonbomb" / "executed.ipynb", as_version=4)
+    assert "after the bomb" in json.dumps(executed.cells[1].outputs)
+    assert memory.growth_mb < 400, f"the grader's memory grew by {memory.growth_mb:.0f} MB"
+
+
+def test_renaming_files_does_not_grow_the_graders_clock(attacks):
+    """A tree of long paths renamed every 50 ms: the clock forgets what is gone and does not time
+    paths past its length cap, and the row says what it did not time."""
+    grades, out = _grades(attacks)
+    g = grades["renamer"]
+    assert g.status == "graded", (g.status, g.reason)
+    assert any("clock of the files" in note and "not timed" in note for note in g.notes), g.notes
+    assert attacks[3].growth_mb < 400, attacks[3].growth_mb
+
+
+def test_an_oversized_reply_stops_the_kernel_and_an_oversized_output_only_its_cell(tmp_path):
+    """A user expression's value (the probe's channel) over the accepted message size: the kernel
+    is stopped at once, not after the expression's time limit; an output over it loses only the
+    rest of its cell."""
+    limits = Limits(cell_timeout=60, message_kb=1024)
+    notebook = notebook_of("print('ok')")
+    options = RunOptions(limits=limits, extra_expressions=("'y' * 3_000_000",))
+    started = time.monotonic()
+    outcome = run_notebook(notebook, tmp_path, dict(os.environ), options)
+    assert time.monotonic() - started < 40
+    assert outcome.status == "killed", (outcome.status, outcome.reason)
+    assert "reply larger than the 1,024 KB accepted" in outcome.reason
+
+    notebook = notebook_of("print('x' * 3_000_000)", "print('next')")
+    outcome = run_notebook(notebook, tmp_path, dict(os.environ), RunOptions(limits=limits))
+    assert outcome.status == "ran", (outcome.status, outcome.reason)
+    assert any(note.startswith("cell 0: a kernel message") for note in outcome.output_notes)
+    assert notebook.cells[1].outputs[0]["text"] == "next\n"
+    assert "accepted was refused" in notebook.cells[0].outputs[-1]["text"]

@@ -178,6 +178,8 @@ def _run(
             f"{batch.limits.cell_timeout} s and were interrupted"
         )
     g.notes += [f"outputs cut in {note}" for note in outcome.output_notes]
+    if outcome.clock_note:
+        g.notes.append(f"the grader's clock of the files: {outcome.clock_note}")
     if outcome.log_dropped:
         g.notes.append(
             f"kernel.log cut: the kernel process wrote {outcome.log_dropped:,} bytes more than "

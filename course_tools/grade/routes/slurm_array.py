@@ -429,7 +429,7 @@ def run_task(plan: Path, index: int) -> int:
                 # a second SIGTERM must not stop the clean-up half-way
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
             if checks is not None:
-                checks.stop()
+                checks.close()  # and its control group
             left = remove_work(base)  # never raises, at any depth (the script removes `work`)
             if left:
                 left_out = report.console("; ".join(left))
