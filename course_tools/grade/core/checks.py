@@ -461,8 +461,8 @@ def assert_timings_consistent(
     and the last checkpoint, which spans exactly those epochs with their start-ups and saves: at
     most 3 times that span (+1 s; the grader's clock of the files is polled), at least the span
     less `STARTUP_ALLOWANCE` per timed epoch (an epoch's start-up, the previous iterator's
-    release and a save took up to 40 s on a loaded machine). The checkpoints' times are the grader's (`file_times`): setting a
-    file's times changes nothing."""
+    release and a save took up to 40 s on a loaded machine). The checkpoints' times are the
+    grader's (`file_times`): setting a file's times changes nothing."""
     runs = get(results, "comparison")
     rounds = [run.get("rounds") if isinstance(run, dict) else None for run in runs]
     for run, found in zip(runs, rounds):
