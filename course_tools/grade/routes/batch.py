@@ -46,6 +46,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
@@ -100,6 +101,9 @@ def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progre
         checks.stop()
         # never raises (a tree deeper than the recursion limit included): the gradebook follows
         left = files.remove_tree(base)
+        if left:  # a process of a submission may still be dying: once more
+            time.sleep(0.5)
+            left = files.remove_tree(base)
         if left:
             left_out = console("; ".join(left))
             print(f"course grade: could not remove {base} entirely: {left_out}", file=sys.stderr)

@@ -372,15 +372,15 @@ def _cancel_after(
     elif isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:
         why = signal.Signals(exc.code - 128).name
     else:
-        why = f"{type(exc).__name__}: {exc}"
+        why = f"{type(exc).__name__}: {report.console(exc)}"
     print(f"Cancelling Slurm job {job} ({why}) ...", file=sys.stderr, flush=True)
     try:
         states = cancel(job, logs, len(todo))
         write_gradebooks(b, _all_grades(b, submissions, todo, states, job))
     except Exception as error:
         print(
-            f"Could not confirm that Slurm job {job} ended ({error}): check with squeue, end it "
-            f"with scancel {job}",
+            f"Could not confirm that Slurm job {job} ended ({report.console(error)}): check with "
+            f"squeue, end it with scancel {job}",
             file=sys.stderr,
             flush=True,
         )
