@@ -504,11 +504,12 @@ def assert_accuracy_matches(recorded: Any, scores: dict, what: str) -> None:
 
     At most one example may differ (an exact tie between two logits can break either way with a
     different batch size). A larger gap means the notebook evaluated on other data: most often an
-    in-memory cache of mapped batches (map, then batch, then cache) that was not filled before
-    `evaluate`. Under a strategy Keras first reads one batch from an iterator it then drops; with
-    tf.data's map_and_batch_fusion (on by default) dropping it cancels the fused map calls in
-    flight, and a tf.data bug completes the cache without those examples, so every later pass
-    reads part of the set. A cache of single examples before `batch` is not cut short.
+    in-memory cache after a `map` that was not filled before `evaluate`. Under a strategy Keras
+    first reads one batch from an iterator it then drops; a map call cancelled in flight fails,
+    the cache writer skips the failed element and the dropped iterator's prefetch reads on to the
+    end, so a tf.data bug completes the cache without it: whole batches when the cache comes after
+    `batch`, single examples (rarely) when it comes before. Appendix B measures it; only a cache
+    filled by one complete pass first is safe.
     """
     if not _is_number(recorded):
         raise CheckError(f"the {what} is {recorded!r}, not a number")
@@ -518,8 +519,8 @@ def assert_accuracy_matches(recorded: Any, scores: dict, what: str) -> None:
             f"the {what} is {recorded:.4f}, but the grader measures "
             f"{scores['accuracy']:.4f} for the saved model on all {examples} test examples: "
             "evaluate on the whole test set, with test_ds built without cache() (under a "
-            "strategy, a cache of mapped batches (map, then batch, then cache) can be left "
-            "holding only some of the examples: notebook 1 shows why)"
+            "strategy, an unfilled cache after a map can be completed without some of the "
+            "examples: appendix B shows why, notebook 1 fills its cache first)"
         )
 
 
