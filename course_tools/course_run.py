@@ -1,8 +1,10 @@
 """`course run`: execute every notebook into build/, and start none after a failure.
 
-Each notebook runs in a fresh kernel in its own folder (`runner.execute`); the executed copies
-and a summary (summary.json, summary.md) go to build/. exercises/ is left out: its stubs raise by
-design.
+Each notebook runs in a fresh kernel (`runner.execute`) whose working folder is build/, not the
+checkout: the files a notebook writes go to build/artifacts/<name>/, beside the executed copies and
+a summary (summary.json, summary.md). So two runs with different build folders (`make course`, the
+tests, CI's device sweep) and a student's own session in notebooks/ never share a folder.
+exercises/ is left out: its stubs raise by design.
 
 Two notebooks run at a time (`--jobs`), because one notebook keeps about one core busy: a
 kernel's Python and a small model's steps leave the second core mostly idle. A notebook that
@@ -103,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"course run: --jobs must be at least 1 (got {args.jobs}).", file=sys.stderr)
         return 2
     print(f"Running {len(paths)} notebook(s) with COURSE_PROFILE={args.profile} into {build}")
+    build.mkdir(parents=True, exist_ok=True)  # every kernel's working folder
     # One at a time: course order. Else the notebooks that time themselves wait for the others.
     groups = [paths] if args.jobs == 1 else schedule(paths, {p for p in paths if times_itself(p)})
     labels = {p: f"[{i}/{len(paths)}] {p.parent.name}/{p.name}" for i, p in enumerate(paths, 1)}
@@ -116,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         result = execute(
             path,
             build / path.name,
+            cwd=build,
             env=env,
             cell_timeout=args.cell_timeout,
             progress=progress,

@@ -24,9 +24,6 @@ Example (with the worker scripts a notebook writes):
     with cluster.LocalCluster("ps.py", workers=2, jobs={"chief": 1, "ps": 1}) as c:
         c.wait(until=["chief"])
 
-`fresh_folder(path)` empties the folder a notebook's cluster works in, refusing while another
-running process (another run of the same notebook) uses it.
-
 `error_summary(log)` gives the exception a worker died of and the line of TensorFlow's message that
 says why (its first lines say where: the graph, the node).
 
@@ -40,7 +37,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -394,49 +390,6 @@ def run(
     with LocalCluster(script, workers, **kwargs) as cluster:
         cluster.wait(until=until)
     return cluster
-
-
-class FolderInUse(ClusterError):
-    """Another running process works in the folder `fresh_folder` was asked to empty."""
-
-
-def fresh_folder(path: str | os.PathLike) -> Path:
-    """Empty `path` (created if missing) for this process, unless another running process uses it.
-
-    Two runs of one notebook at the same time (two kernels, `course run` beside a test) would
-    otherwise delete each other's scripts, logs and checkpoints half-way. The pid of the process
-    that emptied the folder is kept beside it (`<path>.pid`); a later call from another process
-    refuses while that one runs, with an error that says what to do. Two calls within the same
-    instant are not told apart.
-
-        WORK = cluster.fresh_folder("artifacts/04_multi_worker")
-    """
-    path = Path(path)
-    owner_file = path.with_name(path.name + ".pid")
-    try:
-        owner = int(owner_file.read_text())
-    except (FileNotFoundError, ValueError):
-        owner = None
-    if owner is not None and owner != os.getpid() and _running(owner):
-        raise FolderInUse(
-            f"{path} is in use by another running process (pid {owner}), most likely another run "
-            f"of this notebook: wait until it ends, or run from another copy of the course. If no "
-            f"such run is going on, delete {owner_file} and run this cell again."
-        )
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    owner_file.write_text(str(os.getpid()))
-    return path
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: nothing is sent, only whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 if __name__ == "__main__":

@@ -52,7 +52,9 @@ def test_run_executes_in_order_stops_at_first_failure_and_writes_a_summary(tmp_p
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
     _notebook(
-        notebooks / "01_ok.ipynb", "import os\nprint('profile', os.environ['COURSE_PROFILE'])"
+        notebooks / "01_ok.ipynb",
+        "import os\nprint('profile', os.environ['COURSE_PROFILE'])",
+        "os.makedirs('artifacts/01_ok'); open('artifacts/01_ok/mark', 'w').close()",
     )
     _notebook(notebooks / "02_fails.ipynb", "x = 1", "raise ValueError('broken on purpose')")
     _notebook(notebooks / "03_never.ipynb", "print('should not run')")
@@ -68,7 +70,14 @@ def test_run_executes_in_order_stops_at_first_failure_and_writes_a_summary(tmp_p
     assert executed.cells[0].outputs[0]["text"].strip() == "profile quick"
     assert (tmp_path / "build" / "summary.md").read_text().count("|") > 10
     assert not (tmp_path / "build" / "03_never.ipynb").exists()
-    assert _processes_in(notebooks) == [], "a kernel outlived `course run`"
+    # The kernel worked in build/: its files are there, and the checkout's notebooks/ is untouched.
+    assert (tmp_path / "build" / "artifacts" / "01_ok" / "mark").is_file()
+    assert sorted(p.name for p in notebooks.iterdir()) == [
+        "01_ok.ipynb",
+        "02_fails.ipynb",
+        "03_never.ipynb",
+    ]
+    assert _processes_in(tmp_path) == [], "a kernel outlived `course run`"
 
 
 def _processes_in(folder):
@@ -111,7 +120,8 @@ def test_grade_refuses_without_bubblewrap_unless_told_the_risk(tmp_path):
     assert not (tmp_path / "grades").exists(), "nothing was graded"
 
 
-#: A cell that sleeps, then writes when it ran (monotonic start, end) into ../ran-<name>.json.
+#: A cell that sleeps, then writes when it ran (monotonic start, end) into ../ran-<name>.json
+#: (the kernel works in build/).
 STAMP = (
     "import json, time\n"
     "start = time.monotonic(); time.sleep(SECONDS)\n"
@@ -132,7 +142,7 @@ def _course_with(tmp_path, names_and_seconds, timed=()):
 
 
 def test_run_shares_the_machine_two_at_a_time_but_a_self_timing_notebook_runs_alone(tmp_path):
-    notebooks = _course_with(
+    _course_with(
         tmp_path, [("01_a", 3), ("02_timed", 1), ("03_b", 3), ("04_c", 1)], timed={"02_timed"}
     )
     proc = subprocess.run(
@@ -151,11 +161,11 @@ def test_run_shares_the_machine_two_at_a_time_but_a_self_timing_notebook_runs_al
     ]
     assert all(row["ok"] for row in summary["notebooks"])
     assert summary["wall_seconds"] < sum(row["seconds"] for row in summary["notebooks"])
-    assert _processes_in(notebooks) == []
+    assert _processes_in(tmp_path) == []
 
 
 def test_ctrl_c_stops_both_running_notebooks_and_leaves_no_kernel(tmp_path):
-    notebooks = _course_with(tmp_path, [("01_a", 120), ("02_b", 120), ("03_c", 1)])
+    _course_with(tmp_path, [("01_a", 120), ("02_b", 120), ("03_c", 1)])
     # As from a terminal: SIGINT at its default. A suite started in the background by a
     # non-interactive shell inherits SIGINT ignored (POSIX), and so would `course run`.
     proc = subprocess.Popen(
@@ -167,7 +177,7 @@ def test_ctrl_c_stops_both_running_notebooks_and_leaves_no_kernel(tmp_path):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
-    while len(_processes_in(notebooks)) < 2:  # both kernels up
+    while len(_processes_in(tmp_path)) < 2:  # both kernels up
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.2)
     time.sleep(1)
@@ -181,4 +191,4 @@ def test_ctrl_c_stops_both_running_notebooks_and_leaves_no_kernel(tmp_path):
             proc.communicate()
     assert proc.returncode != 0 and time.monotonic() - started < 30, stdout + stderr
     assert not (tmp_path / "ran-01_a.json").exists() and not (tmp_path / "ran-03_c.json").exists()
-    assert _processes_in(notebooks) == [], "a kernel outlived Ctrl-C"
+    assert _processes_in(tmp_path) == [], "a kernel outlived Ctrl-C"

@@ -454,28 +454,3 @@ def test_error_summary_gives_the_exception_and_the_line_that_says_why():
         "(stopped sending heartbeats): /job:worker/replica:0/task:1"
     )
     assert cluster.error_summary("ready: worker 0\nfinished at step 192\n") is None
-
-
-def test_fresh_folder_refuses_while_another_run_uses_it_and_empties_it_otherwise(tmp_path):
-    """Two runs of one notebook at once: the second gets a clear error and the first keeps its
-    files; once the first has ended (or in the same process), the folder is emptied."""
-    work = tmp_path / "artifacts" / "04_multi_worker"
-    other = subprocess.Popen(  # another run: a process that empties the folder and keeps going
-        [sys.executable, "-c", f"from course_utils import cluster; "
-         f"(cluster.fresh_folder({str(work)!r}) / 'ckpt').write_text('1'); "
-         f"import time; time.sleep(60)"],
-        cwd=ROOT,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while not (work / "ckpt").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        with pytest.raises(cluster.FolderInUse, match=rf"pid {other.pid}.*another run"):
-            cluster.fresh_folder(work)
-        assert (work / "ckpt").read_text() == "1"  # the other run's file is still there
-    finally:
-        other.kill()
-        other.wait()
-    assert cluster.fresh_folder(work) == work and not list(work.iterdir())  # its owner has ended
-    (work / "logs").mkdir()
-    assert not list(cluster.fresh_folder(work).iterdir())  # this process's own folder, again
