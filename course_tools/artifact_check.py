@@ -8,11 +8,12 @@ follows from the numbers it recorded beside it.
   wrote it.
 - `results.json` of notebooks 3 and 3b: the regime they printed (overhead-, per-example-,
   memory-bandwidth- or compute-bound, below both roofs, or undecided) is derived again from the
-  batch sweep (and 3b's measured roofline) they recorded; 3b's limits are settled again from
-  their sets of rounds (the fastest set another set confirms), must be flagged exactly when they
-  did not settle, and a verdict that a limit's range could flip must be withheld.
+  batch sweep (and 3b's measured roofline) they recorded; 3b's limits are derived again from
+  their sets of rounds (the fastest round of all, and the fastest of the other sets), and a
+  verdict that differs between them must be withheld.
 - `results.json` of notebook 3c: the all-reduce's line is fitted again from the rounds it
-  recorded, and every measured size must lie within the tolerance the notebook states.
+  recorded, every measured size must lie within the tolerance the notebook states, and "alpha
+  dominates" (or the bytes, or too close to call within the line's worst error) must follow.
 
 Example:
     $ .venv/bin/python -m course_tools.artifact_check notebooks/03_single_vs_distributed.ipynb
@@ -109,65 +110,62 @@ def conclusion_problems(path: Path) -> list[str]:
     return found
 
 
-def settled_limit(
-    sets: dict, agreement: float, floor: float = 0.0
-) -> tuple[float, float, float, bool]:
-    """Notebook 3b's rule for one limit, with code of its own: (value, low, high, settled). The
-    value is the fastest set of rounds that another set confirms (fastest rounds within
-    `agreement` of each other), known between that other set and itself; with no two sets
-    agreeing it is the fastest of all, known only between the slowest and the fastest set; below
-    `floor` (a training run went faster) it is at least the floor, with no upper bound unless a
-    set went faster. A limit is settled when two sets agree and no run beat it."""
+def limit_range(sets: dict, floor: float = 0.0) -> tuple[float, float]:
+    """Notebook 3b's rule for one limit, with code of its own: (limit, low). Load can only slow a
+    round, so the limit is the fastest round of all sets (a lower bound on the machine's); low is
+    the fastest round of the other sets, what load alone gave. Both are at least `floor` (a
+    training run that went faster shows the limit was measured low)."""
     tops = sorted((max(rounds) for rounds in sets.values()), reverse=True)
-    agreeing = [(a, b) for a, b in itertools.pairwise(tops) if b >= (1 - agreement) * a]
-    if agreeing:
-        (value, low), high = agreeing[0], agreeing[0][0]
-    else:
-        value, low, high = tops[0], tops[-1], tops[0]
-    settled = bool(agreeing) and value >= floor
-    if value < floor:
-        value = low = floor
-        high = tops[0] if tops[0] > floor else math.inf
-    return value, low, high, settled
+    others = tops[1] if len(tops) > 1 else tops[0]
+    return max(tops[0], floor), max(others, floor)
 
 
-def roofline_verdict(results: dict, fixed_share: float, step_ms: float, peak, bandwidth) -> str:
+def roofline_verdict(
+    results: dict, fixed_share: float, step_ms: float, peak: float, bandwidth: float
+) -> str:
     """Notebook 3b's verdict with these limits: the largest of the fixed part, the roof's part
-    and the rest, or "undecided" for a point above its roof."""
-    intensity = results["intensity"]
+    and the rest, or "undecided" for a point above its roof. The roof's part is named by the side
+    of the ridge, or "near the ridge" when the intensity is within the count's margin of it."""
+    intensity, margin = results["intensity"], results.get("count_margin", 1.0)
     roof = min(peak, bandwidth * intensity)
     roof_share = results["flops_per_step"] / (step_ms / 1000) / roof
     if roof_share > 1:  # the point above its roof: a limit was measured low
         return "undecided"
+    ridge = peak / bandwidth
+    if intensity >= margin * ridge:
+        side = "compute-bound"
+    elif intensity <= ridge / margin:
+        side = "memory-bandwidth-bound"
+    else:
+        side = "near the ridge"
     shares = [
         (fixed_share, "overhead-bound"),
-        (
-            roof_share,
-            "compute-bound" if intensity >= peak / bandwidth else "memory-bandwidth-bound",
-        ),
+        (roof_share, side),
         (max(1 - fixed_share - roof_share, 0.0), "below both roofs"),
     ]
     return max(shares, key=lambda share: share[0])[1]  # the first of equal shares, as 3b does
 
 
-def limits_of(results: dict) -> dict[str, tuple[float, float, float, bool]]:
-    """3b's two limits (value, low, high, settled) for all its physical devices, settled again
-    from the sets of rounds it recorded; a record without rounds gives its limits as exact."""
+def limits_of(results: dict) -> dict[str, tuple[float, float]]:
+    """3b's two limits (limit, low) for all its physical devices, from the sets of rounds it
+    recorded; a record without rounds gives its limits as exact."""
     if "peak_rounds" not in results:
         return {
-            "peak": (results["peak_flops"],) * 3 + (True,),
-            "bandwidth": (results["memory_bandwidth"],) * 3 + (True,),
+            "peak": (results["peak_flops"],) * 2,
+            "bandwidth": (results["memory_bandwidth"],) * 2,
         }
-    physical, agreement = results["physical_devices"], results["agreement"]
+    physical = results["physical_devices"]
     floor = results["sweep_best_flops"] / physical
-    limits = {}
-    for name, key, limit_floor in [
-        ("peak", "peak_rounds", floor),
-        ("bandwidth", "bandwidth_rounds", 0.0),
-    ]:
-        *values, settled = settled_limit(results[key], agreement, limit_floor)
-        limits[name] = (*(physical * v for v in values), settled)
-    return limits
+    return {
+        name: tuple(physical * v for v in limit_range(results[key], limit_floor))
+        for name, key, limit_floor in [
+            ("peak", "peak_rounds", floor),
+            ("bandwidth", "bandwidth_rounds", 0.0),
+        ]
+    }
+
+
+UNITS = {"peak": "FLOP/s", "bandwidth": "B/s"}
 
 
 def expected_regime(results: dict) -> str:
@@ -175,10 +173,10 @@ def expected_regime(results: dict) -> str:
     gives the fixed part of a step. Notebook 3 says overhead-bound when it is over half a step,
     else per-example-bound. Notebook 3b (which records the step's intensity and FLOPs and the
     machine's measured limits) splits the step into the fixed part, the roof's part (the time the
-    roof allows for its FLOPs) and the rest, and names the largest; when a limit did not settle,
-    the verdict must be the same at both ends of its range, else it is withheld ("undecided: the
-    peak did not settle"); so must it be between the two agreeing sets of each settled limit
-    ("undecided: too close to call ...")."""
+    roof allows for its FLOPs) and the rest, and names the largest, with each limit at its fastest
+    round and at the other sets' fastest; when these give different verdicts it is withheld
+    ("undecided: A or B, with the peak between x and y GFLOP/s (r x)", naming each limit whose
+    range alone flips it, or both)."""
     batches = [point["global_batch"] for point in results["sweep"]]
     step_ms = [point["step_ms"] for point in results["sweep"]]
     per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
@@ -188,37 +186,36 @@ def expected_regime(results: dict) -> str:
         return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
     limits = limits_of(results)
 
-    def verdicts(names) -> set[str]:  # the named limits at both ends of their ranges
-        peaks, bandwidths = (limits[k][1:3] if k in names else limits[k][:1] for k in limits)
-        return {
-            roofline_verdict(results, fixed_share, step, p, b) for p in peaks for b in bandwidths
-        }
+    def at_low(*names: str) -> str:  # the named limits at the other sets' fastest round
+        peak, bandwidth = (limits[k][1] if k in names else limits[k][0] for k in limits)
+        return roofline_verdict(results, fixed_share, step, peak, bandwidth)
 
-    verdict = roofline_verdict(
-        results, fixed_share, step, limits["peak"][0], limits["bandwidth"][0]
+    verdict = at_low()
+    found = {at_low(*names) for names in [(), ("peak",), ("bandwidth",), ("peak", "bandwidth")]}
+    if len(found) == 1:
+        return verdict
+    flipping = [k for k in limits if at_low(k) != verdict] or list(limits)
+    ranges = " and ".join(
+        f"the {k} between {limits[k][1] / 1e9:,.1f} and {limits[k][0] / 1e9:,.1f} G{UNITS[k]} "
+        f"({limits[k][0] / limits[k][1]:.2f}x)"
+        for k in flipping
     )
-    unsettled = [name for name, limit in limits.items() if not limit[3]]
-    if verdicts(unsettled) != {verdict}:
-        return f"undecided: the {' and '.join(unsettled)} did not settle"
-    if verdicts(limits) != {verdict}:
-        return "undecided: too close to call within the limits' agreeing sets"
-    return verdict
+    return f"undecided: {' or '.join(sorted(found))}, with {ranges}"
 
 
 def limit_problems(results: dict) -> list[str]:
-    """Notebook 3b's limits: each must be the one its sets of rounds settle on (times the physical
-    devices), and flagged as uncertain exactly when it did not settle: no two sets within the
-    notebook's agreement of each other, or (the peak) a training run of the sweep faster than it."""
+    """Notebook 3b's limits: each recorded limit and its low end must be the ones its sets of
+    rounds give (the fastest round of all, at least the fastest training run for the peak; the
+    fastest of the other sets), times the physical devices."""
     found = []
-    for (name, (value, _, _, settled)), key in zip(
+    for (name, (value, low)), key in zip(
         limits_of(results).items(), ("peak_flops", "memory_bandwidth")
     ):
         if not math.isclose(results[key], value):
-            found.append(f"{key} {results[key]:.4g}, its sets of rounds settle on {value:.4g}")
-        if not settled and name not in results["uncertain"]:
-            found.append(f"the {name} did not settle, but it is not flagged uncertain")
-        elif settled and name in results["uncertain"]:
-            found.append(f"the {name} settled, but it is flagged uncertain")
+            found.append(f"{key} {results[key]:.4g}, its sets of rounds give {value:.4g}")
+        recorded_low = results["limits"][name][1]
+        if not math.isclose(recorded_low, low):
+            found.append(f"the {name}'s low end {recorded_low:.4g}, its sets give {low:.4g}")
     return found
 
 
@@ -272,11 +269,15 @@ def all_reduce_problems(path: Path) -> list[str]:
                 f"{path.name}: at {size / 1024:,.0f} KiB the line misses the measured time by "
                 f"{100 * error:+.0f}% (tolerance {100 * tolerance:.0f}%)"
             )
-    gradients = results["gradient_bytes"] * fit["beta_small"]
-    if results["alpha_dominates"] != (fit["alpha"] > gradients):
-        found.append(
-            f"{path.name}: 'alpha dominates' is {results['alpha_dominates']}, its line says not"
-        )
+    alpha, gradients = fit["alpha"], results["gradient_bytes"] * fit["beta_small"]
+    line = alpha + gradients
+    worst = max(abs(error) for error in fit["errors"].values())
+    if abs(alpha - gradients) <= worst * line:  # inside the line's own error band
+        dominates = "too close to call"
+    else:
+        dominates = "alpha dominates" if alpha > gradients else "the bytes dominate"
+    if results["dominates"] != dominates:
+        found.append(f"{path.name}: {results['dominates']!r} printed, its line says {dominates!r}")
     return found
 
 
