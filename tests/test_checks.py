@@ -187,10 +187,23 @@ def test_the_code_read_as_code_accepts_honest_variants_and_refuses_mistakes():
         "    return tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=n)",
     ):
         checks.assert_loss_code(observed(f"def compute_loss(labels, logits):\n    {body}"))
+    # The all-reduce in a function of the notebook's own that compute_loss calls (at any depth).
+    counted = "tf.distribute.get_replica_context().all_reduce('sum', tf.shape(labels)[0])"
+    helper = (
+        f"def step_examples(labels):\n    return {counted}\n\n"
+        "def examples_of(labels):\n    return step_examples(labels)\n\n"
+        "def compute_loss(labels, logits):\n    per_example = loss_object(labels, logits)\n"
+        "    return tf.nn.compute_average_loss(per_example, global_batch_size=examples_of(labels))"
+    )
+    checks.assert_loss_code(observed(helper))
     for body in (
         "return tf.reduce_mean(loss_object(labels, logits))",
         "return tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=B)",
         "return tf.nn.compute_average_loss(loss_object(labels, logits))",
+        "return mean_of(loss_object(labels, logits))\n\n"
+        "def mean_of(losses):\n    return tf.reduce_mean(losses) + mean_of(losses)",
+        "return tf.reduce_mean(loss_object(labels, logits))\n\n"
+        f"def unused(labels):\n    return {counted}",
     ):
         with pytest.raises(checks.CheckError, match="compute_loss must divide"):
             checks.assert_loss_code(observed(f"def compute_loss(labels, logits):\n    {body}"))

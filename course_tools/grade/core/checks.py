@@ -661,18 +661,20 @@ def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
 
 def assert_loss_code(observed: dict | None, function: str = "compute_loss") -> None:
     """The notebook's code (read by the grader) divides the loss by the examples of the whole
-    step: `function` calls `all_reduce` (the step's examples counted over the replicas).
+    step: `function`, or a function of the notebook's own that it calls, calls `all_reduce` (the
+    step's examples counted over the replicas).
     `compute_average_loss` without `global_batch_size` divides each replica's sum by its own
     examples times the replicas, which is wrong on an uneven last batch (notebook 2 shows it).
     Skipped without observations."""
     if observed is None:
         return
-    calls = reading.Code.of(observed).function_calls(function)
+    calls = reading.Code.of(observed).function_calls(function, follow=True)
     if calls is None:
         raise CheckError(f"the notebook's code does not define `{function}`")
     if "all_reduce" not in calls:
         raise CheckError(
-            f"the notebook's code does not count the examples of the whole step in `{function}`: "
+            f"the notebook's code does not count the examples of the whole step in `{function}` "
+            "or in a function of the notebook's own that it calls: "
             f"{function} must divide the summed per-example losses by the step's examples, "
             "counted over all replicas with an all-reduce (a mean per replica, "
             "compute_average_loss without global_batch_size, or a fixed GLOBAL_BATCH, is wrong "

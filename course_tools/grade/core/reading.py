@@ -242,13 +242,29 @@ class Code:
             name = source
         return methods, name
 
-    def function_calls(self, function: str) -> set[str] | None:
+    def function_calls(self, function: str, *, follow: bool = False) -> set[str] | None:
         """The names of the functions and methods called in `def function`, and the keyword
-        arguments given to them as "call:keyword"; None when it is not defined."""
-        found = None
+        arguments given to them as "call:keyword"; None when it is not defined. With `follow`,
+        also those of the functions of the notebook's own it calls, and theirs in turn
+        (compute_loss calling `count(labels)`, which calls all_reduce: all_reduce is found)."""
+        calls = self._calls()  # one pass over the code: a long notebook costs no more
+        if function not in calls:
+            return None
+        found, todo, seen = set(calls[function]), [function], {function}
+        while follow and todo:
+            for called in calls[todo.pop()]:
+                if called in calls and called not in seen:
+                    seen.add(called)
+                    found |= calls[called]
+                    todo.append(called)
+        return found
+
+    def _calls(self) -> dict[str, set[str]]:
+        """{name of a `def`: what it calls, as `function_calls` says} (the last `def` of a name)."""
+        calls = {}
         for node in self._walk():
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
-                found = set()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found = calls[node.name] = set()
                 for sub in ast.walk(node):
                     if isinstance(sub, ast.Call):
                         callee = sub.func
@@ -261,7 +277,7 @@ class Code:
                         )
                         found.add(called)
                         found.update(f"{called}:{k.arg}" for k in sub.keywords if k.arg)
-        return found
+        return calls
 
     def probe_names_bound(self) -> list[str]:
         """The names the probe relies on (`PROBE_NAMES`) that the code binds, imports or assigns
