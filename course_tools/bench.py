@@ -98,8 +98,9 @@ def notebook_code(
     path: Path = NOTEBOOK, tag: str = TAG, names: tuple[str, ...] = NOTEBOOK_CODE
 ) -> dict:
     """Import the code cells of `path` tagged `tag` (cell metadata "tags") as a module, with the
-    notebook's imports (time, tf, keras, timing), and return its namespace, which must define
-    `names`: `course bench` times exactly what the notebooks teach, with no copy to keep in step.
+    notebook's imports (time, tf, keras, tables, timing), and return its namespace, which must
+    define `names`: `course bench` times exactly what the notebooks teach, with no copy to keep in
+    step.
 
     >>> code = notebook_code()
     >>> model = code["make_model"]()
@@ -118,7 +119,8 @@ def notebook_code(
     # Written to a module file and imported, as d2l does: AutoGraph (tf.function) reads the
     # source of the functions it converts, which code run by exec() does not have.
     header = (
-        "import time\n\nimport keras\nimport tensorflow as tf\n\nfrom course_utils import timing\n"
+        "import time\n\nimport keras\nimport tensorflow as tf\n\n"
+        "from course_utils import tables, timing\n"
     )
     folder = tempfile.mkdtemp(prefix="course_bench_")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # needed until the process ends
