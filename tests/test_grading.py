@@ -143,13 +143,26 @@ def batch(tmp_path_factory, sandboxed):
     paths += [
         folder / "untouched.ipynb",
         folder / "invalid_json.ipynb",
-        write(  # two independent mistakes in one run of the notebook: each costs its own points
+        write(  # two independent mistakes in one run of the notebook: each costs its own points;
+            # compute_loss's all-reduce moved into a helper of its own: right, and earns its point
             restub(
                 restub(
                     edit(
-                        done,
-                        "with strategy.scope():\n    fit_model = make_model()",
-                        "if True:  # forgot `with strategy.scope():`\n    fit_model = make_model()",
+                        edit(
+                            edit(
+                                done,
+                                "with strategy.scope():\n    fit_model = make_model()",
+                                "if True:  # forgot `with strategy.scope():`\n"
+                                "    fit_model = make_model()",
+                            ),
+                            "def compute_loss(labels, logits):\n",
+                            "def step_examples(labels):\n    return "
+                            "tf.distribute.get_replica_context().all_reduce('sum', "
+                            "tf.shape(labels)[0])\n\n\ndef compute_loss(labels, logits):\n",
+                        ),
+                        "    examples = tf.distribute.get_replica_context().all_reduce("
+                        '"sum", tf.shape(labels)[0])\n',
+                        "    examples = step_examples(labels)\n",
                     ),
                     "latest_fit = max(",
                 ),
