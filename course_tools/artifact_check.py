@@ -7,12 +7,16 @@ follows from the numbers it recorded beside it.
   samples, numpy medians), so a sentence such as "slower" over rounds that overlap fails whoever
   wrote it.
 - `results.json` of notebooks 3 and 3b: the regime they printed (overhead-, per-example-,
-  memory-bandwidth- or compute-bound, below both roofs, or undecided) is derived again from the
-  batch sweep (and 3b's measured roofline) they recorded; 3b's limits are derived again from
-  their sets of rounds (the fastest round of all, and the fastest of the other sets), and a
-  verdict that differs between them must be withheld.
+  memory-bandwidth- or compute-bound, below both roofs, no single part dominating, undecided or
+  withheld) is derived again from the batch sweep (and 3b's measured roofline) they recorded.
+  3b's steps are their fastest rounds; its limits are derived again from their sets of rounds
+  (the fastest round of all, and the fastest of the other sets), and a verdict that differs
+  between them must be withheld; so must one drawn while other programs used more than the
+  stated share of the cores, or from a sweep line that misses a point by more than its
+  tolerance or has a negative fixed part.
 - `results.json` of notebook 3c: the all-reduce's line is fitted again from the rounds it
-  recorded, every measured size must lie within the tolerance the notebook states, and "alpha
+  recorded, a measured size beyond the tolerance the notebook states must have been flagged (with
+  one replica: every size within the tolerance of the loop alone, or flagged), and "alpha
   dominates" (or the bytes, or too close to call within the line's worst error) must follow.
 
 Example:
@@ -124,7 +128,8 @@ def roofline_verdict(
     results: dict, fixed_share: float, step_ms: float, peak: float, bandwidth: float
 ) -> str:
     """Notebook 3b's verdict with these limits: the largest of the fixed part, the roof's part
-    and the rest, or "undecided" for a point above its roof. The roof's part is named by the side
+    and the rest when it is more than the recorded majority (half) of the step, else "no single
+    part dominates"; "undecided" for a point above its roof. The roof's part is named by the side
     of the ridge, or "near the ridge" when the intensity is within the count's margin of it."""
     intensity, margin = results["intensity"], results.get("count_margin", 1.0)
     roof = min(peak, bandwidth * intensity)
@@ -143,7 +148,8 @@ def roofline_verdict(
         (roof_share, side),
         (max(1 - fixed_share - roof_share, 0.0), "below both roofs"),
     ]
-    return max(shares, key=lambda share: share[0])[1]  # the first of equal shares, as 3b does
+    share, name = max(shares, key=lambda share: share[0])  # the first of equal shares, as 3b
+    return name if share > results.get("majority", 0.0) else "no single part dominates"
 
 
 def limits_of(results: dict) -> dict[str, tuple[float, float]]:
@@ -168,6 +174,46 @@ def limits_of(results: dict) -> dict[str, tuple[float, float]]:
 UNITS = {"peak": "FLOP/s", "bandwidth": "B/s"}
 
 
+def sweep_ms(results: dict) -> list[float]:
+    """The sweep's ms per step: a point's fastest round when its rounds (examples/s) are recorded
+    (notebook 3b: load only slows a round), else the step_ms it recorded."""
+    return [
+        1000 * point["global_batch"] / max(point["rounds"])
+        if point.get("rounds")
+        else point["step_ms"]
+        for point in results["sweep"]
+    ]
+
+
+def busiest(results: dict) -> tuple[float, str, str]:
+    """The largest share of the cores other programs used during one of 3b's sets of rounds:
+    (share, limit, set); (0, "", "") when no load was recorded."""
+    loads = results.get("loads", {})
+    return max(
+        ((share, name, label) for name in loads for label, share in loads[name].items()),
+        default=(0.0, "", ""),
+    )
+
+
+def line_problem(results: dict, batches: list, step_ms: list) -> str:
+    """Notebook 3b's check of its sweep line: what is wrong with it ("" when nothing is): a
+    point the line misses by more than the recorded tolerance, or a negative fixed part."""
+    if "line_tolerance" not in results:
+        return ""
+    per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
+    times = np.asarray(step_ms, dtype=float)
+    misses = (fixed_ms + per_example_ms * np.asarray(batches, dtype=float)) / times - 1
+    worst, tolerance = float(misses[np.argmax(np.abs(misses))]), results["line_tolerance"]
+    if abs(worst) > tolerance:
+        return (
+            f"the sweep's line misses a point by {100 * worst:+.0f}% "
+            f"(tolerance {100 * tolerance:.0f}%)"
+        )
+    if fixed_ms < 0:
+        return f"the sweep's line has a negative fixed part ({fixed_ms:.2f} ms)"
+    return ""
+
+
 def expected_regime(results: dict) -> str:
     """The verdict notebooks 3 and 3b give for a sweep: a line fitted through (batch, ms/step)
     gives the fixed part of a step. Notebook 3 says overhead-bound when it is over half a step,
@@ -176,14 +222,26 @@ def expected_regime(results: dict) -> str:
     roof allows for its FLOPs) and the rest, and names the largest, with each limit at its fastest
     round and at the other sets' fastest; when these give different verdicts it is withheld
     ("undecided: A or B, with the peak between x and y GFLOP/s (r x)", naming each limit whose
-    range alone flips it, or both)."""
+    range alone flips it, or both). Before all that, 3b withholds it ("withheld: ...") when other
+    programs used more than its recorded `busy` share of the cores during a set of rounds, or
+    when its sweep line misses a point by more than `line_tolerance` or has a negative fixed
+    part. 3b's steps are their fastest rounds (`sweep_ms`)."""
     batches = [point["global_batch"] for point in results["sweep"]]
-    step_ms = [point["step_ms"] for point in results["sweep"]]
+    step_ms = sweep_ms(results)
     per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
     step = step_ms[batches.index(results["batch"])]
     fixed_share = min(max(fixed_ms / step, 0.0), 1.0)
     if "intensity" not in results:
         return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
+    share, limit, label = busiest(results)
+    if share > results.get("busy", 1.0):
+        return (
+            f"withheld: the machine was busy (other programs used {100 * share:.0f}% of its "
+            f"cores while the {limit} was measured, {label})"
+        )
+    problem = line_problem(results, batches, step_ms)
+    if problem:
+        return f"withheld: {problem}"
     limits = limits_of(results)
 
     def at_low(*names: str) -> str:  # the named limits at the other sets' fastest round
@@ -228,6 +286,12 @@ def regime_problems(path: Path) -> list[str]:
         found.append(f"{path.name}: regime {results['regime']!r}, its sweep says {regime!r}")
     if "peak_rounds" in results:
         found += [f"{path.name}: {problem}" for problem in limit_problems(results)]
+    for point, fastest in zip(results["sweep"], sweep_ms(results)):
+        if not math.isclose(point["step_ms"], fastest):
+            found.append(
+                f"{path.name}: {point['step_ms']:.2f} ms per step at a batch of "
+                f"{point['global_batch']}, its fastest round gives {fastest:.2f}"
+            )
     return found
 
 
@@ -252,22 +316,36 @@ def all_reduce_fit(results: dict) -> dict:
 
 
 def all_reduce_problems(path: Path) -> list[str]:
-    """Notebook 3c's all-reduce at `path`: the recorded line must be the one its rounds give, every
-    measured size must lie within the stated tolerance of it, and "alpha dominates" must follow
-    from the line at the gradients' size. With one replica nothing is sent: nothing is fitted."""
+    """Notebook 3c's all-reduce at `path`: the recorded line must be the one its rounds give, a
+    measured size beyond the stated tolerance of it must have been flagged, and "alpha dominates"
+    must follow from the line at the gradients' size. With one replica nothing is sent: nothing
+    is fitted, and every size must be within the tolerance of the loop alone, or flagged."""
     results = json.loads(Path(path).read_text())
+    if results["replicas"] == 1 and "alpha" in results:
+        return [f"{path.name}: a line fitted with one replica"]
+    tolerance, flagged = results["tolerance"], results.get("flagged", False)
     if results["replicas"] == 1:
-        return [f"{path.name}: a line fitted with one replica"] if "alpha" in results else []
+        overhead = min(results["samples"]["loop alone"])
+        worst = max(
+            abs(min(value) / overhead - 1)
+            for key, value in results["samples"].items()
+            if key != "loop alone"
+        )
+        if worst > tolerance and not flagged:
+            return [
+                f"{path.name}: with one replica a size differs from the loop alone by "
+                f"{100 * worst:.0f}% (tolerance {100 * tolerance:.0f}%), not flagged"
+            ]
+        return []
     fit, found = all_reduce_fit(results), []
     for key in ("alpha", "beta_small", "beta_large"):
         if not math.isclose(results[key], fit[key], rel_tol=1e-6, abs_tol=1e-12):
             found.append(f"{path.name}: {key} {results[key]:.4g}, its rounds give {fit[key]:.4g}")
-    tolerance = results["tolerance"]
     for size, error in fit["errors"].items():
-        if abs(error) > tolerance:
+        if abs(error) > tolerance and not flagged:
             found.append(
                 f"{path.name}: at {size / 1024:,.0f} KiB the line misses the measured time by "
-                f"{100 * error:+.0f}% (tolerance {100 * tolerance:.0f}%)"
+                f"{100 * error:+.0f}% (tolerance {100 * tolerance:.0f}%), not flagged"
             )
     alpha, gradients = fit["alpha"], results["gradient_bytes"] * fit["beta_small"]
     line = alpha + gradients

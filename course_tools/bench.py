@@ -78,6 +78,8 @@ LIMITS_CODE = (
     "additions",
     "addition_megabytes",
     "limit_range",
+    "Load",
+    "BUSY",
     "make_model",
     "step_count",
 )
@@ -183,17 +185,29 @@ ALL_REDUCE_SMALL = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)
 ALL_REDUCE_LARGE = (4 << 20, 8 << 20, 16 << 20)
 
 
-def measured_limit(limit_range, measure_set, sets: int = 3) -> dict:
+def measured_limit(limit_range, measure_set, sets: int = 3, *, load=None, busy=1.0) -> dict:
     """Notebook 3b's rule for one limit: `sets` sets of rounds (`measure_set()` gives one); load
     can only slow a round, so the limit is the fastest round of all (a lower bound), and `low`,
-    the fastest round of the other sets, shows how far load alone moved it (`limit_range`)."""
-    taken = {f"set {number}": measure_set() for number in range(1, sets + 1)}
+    the fastest round of the other sets, shows how far load alone moved it (`limit_range`).
+    With `load` (3b's `Load`), each set also records the share of the cores other programs used
+    meanwhile; above `busy` (3b's `BUSY`) the limit is flagged as measured on a busy machine."""
+    taken, others = {}, {}
+    for number in range(1, sets + 1):
+        if load is None:
+            taken[f"set {number}"] = measure_set()
+            continue
+        with load() as measured:
+            taken[f"set {number}"] = measure_set()
+        others[f"set {number}"] = measured.others
     value, low = limit_range(taken)
-    return {
+    limit = {
         "value": value,
         "low": low,
         "fastest_of_each_set": {label: max(rounds) for label, rounds in taken.items()},
     }
+    if others:
+        limit |= {"others_share": others, "busy": max(others.values()) > busy}
+    return limit
 
 
 def machine_figures(mirrored, sizes: Sizes) -> dict:
@@ -207,20 +221,21 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     reduce = notebook_code(ALL_REDUCE_NOTEBOOK, names=ALL_REDUCE_CODE)
     quick = sizes.rounds < FULL.rounds
     rates, limit_range = limits["rates_in_rounds"], limits["limit_range"]
-    work, flops = limits["matrix_products"](1024)
-    peak = measured_limit(limit_range, lambda: rates(work, flops, 3 if quick else 10, sizes.rounds))
+    gpu = bool(import_tensorflow().config.list_logical_devices("GPU"))
+    work, flops = limits["matrix_products"](4096 if gpu else 1024)  # 3b's sizes
+    guard = {"load": limits["Load"], "busy": limits["BUSY"]}
+    peak = measured_limit(
+        limit_range, lambda: rates(work, flops, 3 if quick else 10, sizes.rounds), **guard
+    )
     add, moved = limits["additions"](limits["addition_megabytes"](64 if quick else 256))
     bandwidth = measured_limit(
-        limit_range, lambda: rates(add, moved, 2 if quick else 5, sizes.rounds)
+        limit_range, lambda: rates(add, moved, 2 if quick else 5, sizes.rounds), **guard
     )
     byte_sizes = [*ALL_REDUCE_SMALL, *ALL_REDUCE_LARGE]
     loop = reduce["all_reduce_loop"]
     calls = {"loop alone": loop(mirrored, byte_sizes[0], reduce=False)}
     calls |= {size: loop(mirrored, size) for size in byte_sizes}
-    budget = (16 if quick else 64) << 20
-    repeats = {
-        key: max(10, min(50, budget // (key if key != "loop alone" else 4096))) for key in calls
-    }
+    repeats = dict.fromkeys(calls, 30 if quick else 50)  # as 3c: one count for every loop
     samples = reduce["seconds_per_run"](calls, repeats, sizes.rounds)
     replicas = mirrored.num_replicas_in_sync
     all_reduce = {"replicas": replicas, "sizes_bytes": byte_sizes}
@@ -463,13 +478,22 @@ def all_reduce_line(reduce: dict) -> str:
 
 
 def limit_spreads(limits: dict) -> list[str]:
-    """A line per limit: the fastest round (a lower bound) and the other sets' fastest."""
+    """A line per limit: the fastest round (a lower bound) and the other sets' fastest, and
+    (when measured) the largest share of the cores other programs used during a set."""
     units = {"peak": "GFLOP/s", "bandwidth": "GB/s"}
-    return [
-        f"  {name}: at least {limit['value'] / 1e9:,.1f} {units[name]} (fastest round); the other "
-        f"sets' fastest {limit['low'] / 1e9:,.1f} ({100 * limit['low'] / limit['value']:.0f}%)"
-        for name, limit in limits.items()
-    ]
+    lines = []
+    for name, limit in limits.items():
+        lines.append(
+            f"  {name}: at least {limit['value'] / 1e9:,.1f} {units[name]} (fastest round); the "
+            f"other sets' fastest {limit['low'] / 1e9:,.1f} "
+            f"({100 * limit['low'] / limit['value']:.0f}%)"
+        )
+        if limit.get("others_share"):
+            most = max(limit["others_share"].values())
+            lines[-1] += f"; other programs used up to {100 * most:.0f}% of the cores"
+            if limit["busy"]:
+                lines[-1] += f"\n  FLAG: the machine was busy: the {name} is low, run again"
+    return lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -220,3 +220,34 @@ def test_the_machine_s_limits_get_notebook_3b_s_rule():
     assert bench.limit_spreads({"peak": limit}) == [
         "  peak: at least 100.0 GFLOP/s (fastest round); the other sets' fastest 62.0 (62%)"
     ]
+
+
+def test_a_limit_measured_on_a_busy_machine_is_flagged():
+    """As in notebook 3b, each set of a limit records the share of the cores other programs used
+    (its `Load`); above 3b's `BUSY` the report flags the limit as low."""
+    from course_tools import bench
+
+    code = bench.notebook_code(bench.LIMITS_NOTEBOOK, names=bench.LIMITS_CODE)
+    shares = iter([0.05, 0.6, 0.1])
+
+    class Recorded:  # stands for 3b's Load: the share each set saw, in turn
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *error):
+            self.others = next(shares)
+
+    sets = iter([[100e9], [60e9], [62e9]])
+    busy = code["BUSY"]
+    limit = bench.measured_limit(code["limit_range"], lambda: next(sets), load=Recorded, busy=busy)
+    assert limit["others_share"] == {"set 1": 0.05, "set 2": 0.6, "set 3": 0.1}
+    assert limit["busy"] is True and busy < 0.6
+    assert bench.limit_spreads({"peak": limit}) == [
+        "  peak: at least 100.0 GFLOP/s (fastest round); the other sets' fastest 62.0 (62%); "
+        "other programs used up to 60% of the cores\n"
+        "  FLAG: the machine was busy: the peak is low, run again"
+    ]
+    shares = iter([0.05, 0.1, 0.1])
+    sets = iter([[100e9], [60e9], [62e9]])
+    quiet = bench.measured_limit(code["limit_range"], lambda: next(sets), load=Recorded, busy=busy)
+    assert quiet["busy"] is False and "FLAG" not in bench.limit_spreads({"peak": quiet})[0]

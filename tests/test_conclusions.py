@@ -84,6 +84,7 @@ def _limits_record(**changes) -> dict:
         "peak_rounds": {"section 1": [120e9, 124e9], "section 3": [200e9, 205e9], "c": [150e9]},
         "bandwidth_rounds": {"section 1": [11.5e9, 12e9], "section 3": [11.2e9, 11.9e9]},
         "count_margin": 2,
+        "majority": 0.5,
         "sweep_best_flops": 120e9,
         "regime": "compute-bound",
     } | changes
@@ -167,6 +168,83 @@ def test_the_notebook_and_the_check_take_a_limit_alike():
         assert code["limit_range"](sets, floor) == limit_range(sets, floor)
 
 
+def test_a_part_names_the_verdict_only_when_it_is_more_than_half_the_step(tmp_path):
+    """A roof's part of 43% beside 17% fixed and 41% neither (the shares a review found printed
+    as "compute-bound"): no single part dominates; at 53% of the roof, compute-bound."""
+    sloped = [(64, 10.0), (96, 14.1), (128, 18.2), (192, 26.4)]  # 1.8 ms fixed at 64: 18%
+    record = _limits_record(
+        sweep=[{"global_batch": b, "step_ms": ms} for b, ms in sloped],
+        flops_per_step=0.882e9,  # 88.2 GFLOP/s of a 205 GFLOP/s roof: 43%
+        peak_rounds={"a": [205e9], "b": [204e9]},
+    )
+    assert expected_regime(record) == "no single part dominates"
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record | {"regime": "compute-bound"}))
+    assert "its sweep says 'no single part dominates'" in regime_problems(path)[0]
+    assert expected_regime(record | {"flops_per_step": 1.09e9}) == "compute-bound"
+
+
+def _sweep_with_rounds(fastest_ms: list[float], batches=(64, 96, 128, 192)) -> list[dict]:
+    """A sweep as 3b records it: each point's rounds (examples/s), its fastest one taking
+    `fastest_ms`, the others 1.5x and 2x slower; step_ms is the fastest round."""
+    points = []
+    for batch, ms in zip(batches, fastest_ms):
+        fastest = 1000 * batch / ms
+        points.append(
+            {"global_batch": batch, "step_ms": ms, "rounds": [fastest / 2, fastest, fastest / 1.5]}
+        )
+    return points
+
+
+def test_a_busy_machine_gives_no_verdict(tmp_path):
+    """Other programs used 55% of the cores while the peak's first set ran (more than the
+    recorded 20%): the limits are low, the verdict is withheld and says why; at 10%, decided."""
+    loads = {"peak": {"section 1": 0.55, "section 3": 0.1}, "bandwidth": {"section 1": 0.02}}
+    record = _limits_record(loads=loads, busy=0.2)
+    busy = (
+        "withheld: the machine was busy (other programs used 55% of its cores while the peak "
+        "was measured, section 1)"
+    )
+    assert expected_regime(record) == busy
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record))  # it printed "compute-bound"
+    assert regime_problems(path) == [
+        f"results.json: regime 'compute-bound', its sweep says {busy!r}"
+    ]
+    quiet = {"peak": {"section 1": 0.1}, "bandwidth": {"section 1": 0.02}}
+    assert expected_regime(record | {"loads": quiet}) == "compute-bound"
+
+
+def test_a_sweep_line_that_misses_its_points_or_crosses_zero_gives_no_verdict(tmp_path):
+    """The line must predict every point within the recorded tolerance and have a fixed part of
+    at least zero (a review found -2.77 ms printed as a fact); else no verdict from it."""
+    missing = _sweep_with_rounds([10.0, 20.0, 15.0, 29.0])  # not a line: misses by up to 25%
+    record = _limits_record(sweep=missing, line_tolerance=0.15)
+    assert expected_regime(record).startswith("withheld: the sweep's line misses a point by")
+    negative = _sweep_with_rounds([9.0, 14.8, 20.6, 32.2])  # 0.18 ms per example, -2.6 ms fixed
+    record = _limits_record(sweep=negative, line_tolerance=0.15)
+    assert expected_regime(record) == (
+        "withheld: the sweep's line has a negative fixed part (-2.60 ms)"
+    )
+    record = _limits_record(sweep=_sweep_with_rounds([10.0, 14.8, 19.5, 29.1]), line_tolerance=0.15)
+    assert expected_regime(record) == "compute-bound"
+
+
+def test_a_step_is_its_fastest_round_like_a_limit(tmp_path):
+    """Load only slows a round, so 3b's step is its fastest round, as a limit is: a record whose
+    step_ms is the median round fails, and the verdict is worked out from the fastest."""
+    sweep = _sweep_with_rounds([10.0, 14.8, 19.5, 29.1])
+    record = _limits_record(sweep=sweep, line_tolerance=0.15)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record))
+    assert regime_problems(path) == []
+    sweep[0]["step_ms"] = 15.0  # the median round's time
+    path.write_text(json.dumps(record))
+    assert regime_problems(path) == [
+        "results.json: 15.00 ms per step at a batch of 64, its fastest round gives 10.00"
+    ]
+
+
 SMALL, LARGE = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20], [4 << 20, 8 << 20, 16 << 20]
 
 
@@ -206,6 +284,9 @@ def test_the_all_reduce_line_must_predict_every_size(tmp_path):
     assert ["at 64 KiB the line misses" in problem for problem in all_reduce_problems(path)] == [
         True
     ]
+    assert all_reduce_problems(path)[0].endswith("not flagged")
+    path.write_text(json.dumps(slowed | {"dominates": "too close to call", "flagged": True}))
+    assert all_reduce_problems(path) == []  # the notebook flagged it: a loaded run, said so
     wrong = _all_reduce_results() | {"dominates": "alpha dominates"}  # 80 us against 122 us
     path.write_text(json.dumps(wrong))
     assert all_reduce_problems(path) == [
@@ -216,6 +297,24 @@ def test_the_all_reduce_line_must_predict_every_size(tmp_path):
     assert "alpha 4e-05, its rounds give" in all_reduce_problems(path)[0]
     path.write_text(json.dumps({"replicas": 1, "alpha": 1e-6}))
     assert all_reduce_problems(path) == ["results.json: a line fitted with one replica"]
+
+
+def test_with_one_replica_every_size_takes_the_loop_s_time_or_is_flagged(tmp_path):
+    """Nothing is sent with one replica: a size 40% above the loop alone (say, run fewer times
+    per call, so that the call's own cost weighs more) fails unless the run flagged it."""
+    samples = {"loop alone": [6e-6, 6.5e-6], str(4 << 10): [6.1e-6], str(16 << 20): [8.4e-6]}
+    record = {"replicas": 1, "tolerance": 0.25, "samples": samples, "flagged": False}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record))
+    assert all_reduce_problems(path) == [
+        "results.json: with one replica a size differs from the loop alone by 40% (tolerance "
+        "25%), not flagged"
+    ]
+    path.write_text(json.dumps(record | {"flagged": True}))
+    assert all_reduce_problems(path) == []
+    samples[str(16 << 20)] = [6.3e-6]
+    path.write_text(json.dumps(record))
+    assert all_reduce_problems(path) == []
 
 
 def test_alpha_or_the_bytes_dominate_only_outside_the_line_s_error(tmp_path):
