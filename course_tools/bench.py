@@ -212,7 +212,8 @@ def measured_limit(limit_range, measure_set, sets: int = 3, *, load=None, busy=1
 
 def machine_figures(mirrored, sizes: Sizes) -> dict:
     """This machine's figures with notebooks 3b and 3c's own code and guards: peak FLOP/s and
-    memory bandwidth, each the fastest round of three sets (and the other sets' fastest), the
+    memory bandwidth, each the fastest round of three sets (and the other sets' fastest, and the
+    share of the cores other programs used during each set, flagged above 3b's `BUSY`), the
     all-reduce's alpha and betas over the strategy's replicas with one or two more sets of rounds
     when a size misses its line by more than 3c's tolerance (none with one replica: nothing is
     sent), and the model's intensity. No training run's rate is set against the peak here (3b's

@@ -7,11 +7,13 @@ of its own (all pairs of samples, numpy medians), so a sentence such as "slower"
 overlap fails the test whoever wrote it.
 `assert_regime_consistent` does the same for notebooks 3 and 3b's verdict on where a step's time
 goes (overhead- or per-example-bound; 3b: overhead-, memory-bandwidth- or compute-bound, below
-both roofs, near the ridge, or undecided when a point lies above its roof or the limits' range
-could flip it), from the batch sweep (and 3b's measured roofline) in their results.json; 3b's
-limits must be the fastest round of all (and the other sets' fastest), and notebook 3c's
-all-reduce line must be the one its rounds give, predict every measured size within the
-notebook's tolerance, and call "alpha dominates" only outside its own worst error.
+both roofs, near the ridge, a part named only above half the step, undecided when a point lies
+above its roof or the limits' range could flip it, withheld on a busy machine or from a sweep
+line that misses its points), from the batch sweep (its fastest rounds, for 3b) and 3b's
+measured roofline in their results.json; 3b's limits must be the fastest round of all (and the
+other sets' fastest), and notebook 3c's all-reduce line must be the one its rounds give, flag
+any measured size beyond the notebook's tolerance, and call "alpha dominates" only outside its
+own worst error.
 Both checkers live in course_tools/artifact_check.py; the nbval and browser runs and CI's device
 sweep apply them right after each run, and the tests below check the checkers.
 """
