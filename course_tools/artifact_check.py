@@ -175,11 +175,13 @@ UNITS = {"peak": "FLOP/s", "bandwidth": "B/s"}
 
 
 def sweep_ms(results: dict) -> list[float]:
-    """The sweep's ms per step: a point's fastest round when its rounds (examples/s) are recorded
-    (notebook 3b: load only slows a round), else the step_ms it recorded."""
+    """The sweep's ms per step: in notebook 3b's record (it holds the step's intensity) a point's
+    fastest round when its rounds (examples/s) are recorded, as load only slows a round; else
+    the step_ms it recorded (notebook 3's median)."""
+    fastest = "intensity" in results
     return [
         1000 * point["global_batch"] / max(point["rounds"])
-        if point.get("rounds")
+        if fastest and point.get("rounds")
         else point["step_ms"]
         for point in results["sweep"]
     ]
