@@ -146,6 +146,10 @@ def test_hdf5_data_kept_in_other_files_is_refused(tmp_path):
         checks.safe_file(tmp_path / "model.keras")
 
 
+#: How the exercise makes its strategy: the scope of no other object counts.
+MIRRORED = "import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\n"
+
+
 def observed(*cells: str) -> dict:
     """What the grader observes of a notebook with these code cells (no times)."""
     return {"cells": [{"source": source} for source in cells], "files": {}}
@@ -156,10 +160,12 @@ def test_the_code_read_as_code_accepts_honest_variants_and_refuses_mistakes():
     grader reads (the kernel's facts only corroborate): the course's way and other honest ways
     pass, the classic mistakes fail with what to do."""
     helper = (
-        "def build():\n    with strategy.scope():\n        model = make_model()\n"
+        f"{MIRRORED}def build():\n    with strategy.scope():\n        model = make_model()\n"
         "        model.compile(loss='x')\n    return model\n\nfit_model = build()"
     )
-    scoped = "with strategy.scope():\n    fit_model = make_model()\n    fit_model.compile()"
+    scoped = (
+        f"{MIRRORED}with strategy.scope():\n    fit_model = make_model()\n    fit_model.compile()"
+    )
     for code in (scoped, helper, "%pip list\n" + scoped):
         checks.assert_created_in_scope(observed(code), "fit_model")
     for code, words in [
@@ -262,3 +268,50 @@ def test_timings_hold_for_slow_start_ups_and_fail_when_forged(tmp_path):
             checks.assert_timings_consistent(
                 {"comparison": runs}, tmp_path, 3, 1000, {"files": seen(span)}
             )
+
+
+def test_a_scope_counts_only_for_a_strategy_made_by_tf_distribute_mirrored_strategy():
+    """A class of the notebook's own with a `scope()` method (a null context), another strategy,
+    or a `tf` that is not TensorFlow: the model is not created under MirroredStrategy's scope."""
+    made_here = "with tf.distribute.MirroredStrategy().scope():\n    fit_model = make_model()"
+    imported = (
+        "from tensorflow.distribute import MirroredStrategy as Mirrored\n"
+        "strategy = Mirrored(devices=['/cpu:0'])\n"
+        "with strategy.scope():\n    fit_model = make_model()"
+    )
+    for code in (f"import tensorflow as tf\n{made_here}", imported):
+        checks.assert_created_in_scope(observed(code), "fit_model")
+    scoped = "with strategy.scope():\n    fit_model = make_model()"
+    for strategy in (
+        "import contextlib\nclass FakeStrategy:\n    def scope(self):\n"
+        "        return contextlib.nullcontext()\nstrategy = FakeStrategy()",
+        "import tensorflow as tf\nstrategy = tf.distribute.OneDeviceStrategy('/cpu:0')",
+        "import types\ntf = types.SimpleNamespace(distribute=fake)\n"
+        "strategy = tf.distribute.MirroredStrategy()",
+        f"{MIRRORED}strategy = fake",  # rebound after
+        "",  # never made
+    ):
+        with pytest.raises(checks.CheckError, match="outside any strategy scope"):
+            checks.assert_created_in_scope(observed(strategy, scoped), "fit_model")
+    # the single-device baseline under a fake scope is still "outside any" MirroredStrategy's
+    fake = "strategy = Fake()\nwith strategy.scope():\n    single_model = make_model()"
+    checks.assert_created_in_scope(observed(fake), "single_model", scoped=False)
+
+
+def test_a_shuffle_buffer_below_two_does_not_count_as_shuffling():
+    """`shuffle(1)` keeps every example in its place (the same order each epoch): it earns no
+    shuffling point however it is written; a real buffer, literal or named, does."""
+    for buffer in ("1", "buffer_size=1", "0", "-1", "1.0"):
+        code = f"train_ds = examples.shuffle({buffer}).batch(B)"
+        with pytest.raises(checks.CheckError, match="a buffer of 1 .or less."):
+            checks.assert_pipeline_code(observed(code), "train_ds", "train")
+    for buffer in ("2", "10_000", "BUFFER", "buffer_size=len(labels)"):
+        code = f"train_ds = examples.shuffle({buffer}).batch(B)"
+        checks.assert_pipeline_code(observed(code), "train_ds", "train")
+    # a real shuffle before the batch still counts beside a useless one
+    code = "train_ds = examples.shuffle(1).shuffle(1000).batch(B)"
+    checks.assert_pipeline_code(observed(code), "train_ds", "train")
+    with pytest.raises(checks.CheckError, match="a buffer of 1"):
+        checks.assert_pipeline_code(
+            observed("train_ds = examples.shuffle(1).batch(B)"), "train_ds", "train"
+        )

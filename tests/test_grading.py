@@ -927,10 +927,13 @@ def attacks(tmp_path_factory):
         "trees/mine.ipynb": notebook_of(fill(TREES, out)),
         "jsonbomb/mine.ipynb": notebook_of(JSON_BOMB, "print('after the bomb')"),
         "renamer/mine.ipynb": notebook_of(RENAMER),
+        "formatter/mine.ipynb": notebook_of(FORMATTER_FORGER),
     }
     for name, notebook in notebooks.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         write(notebook, folder / name)
+    (folder / "nbbomb").mkdir()
+    (folder / "nbbomb" / "mine.ipynb").write_text(value_bomb(4_000_000))
     nested(folder / "trees" / "deep")
     for name, target in LINKS.items():
         (folder / name).mkdir()
@@ -1003,7 +1006,7 @@ def test_every_submission_is_graded_and_the_exports_are_written(attacks):
     grades, out = _grades(attacks)
     expected = {"alice", "bob", "surrogate", "inject", "display", "forger", "deep", "walker"}
     expected |= {"cheater", "capture", "h5ext", "widgets", "trees", "fifo", *LINKS}
-    expected |= {"jsonbomb", "renamer"}
+    expected |= {"jsonbomb", "renamer", "nbbomb", "formatter"}
     assert expected == set(grades)
     assert not [g.student for g in grades.values() if g.grader_failed], {
         g.student: g.reason for g in grades.values()
@@ -1099,7 +1102,7 @@ def test_update_display_and_artifacts_are_capped(attacks):
     assert executed.stat().st_size < 10 * 2**20, executed.stat().st_size
     assert any("display" in note for note in g.notes), g.notes
     assert not (out / "display" / "artifacts" / "big.bin").exists()
-    assert any("artifacts larger than" in note for note in g.notes), g.notes
+    assert any("big.bin (100.0 MB) not copied" in note for note in g.notes), g.notes
 
 
 def test_what_a_submission_writes_is_escaped_in_the_report_and_exports(attacks):
@@ -1322,3 +1325,260 @@ def test_an_oversized_reply_stops_the_kernel_and_an_oversized_output_only_its_ce
     assert any(note.startswith("cell 0: a kernel message") for note in outcome.output_notes)
     assert notebook.cells[1].outputs[0]["text"] == "next\n"
     assert "accepted was refused" in notebook.cells[0].outputs[-1]["text"]
+
+
+# Red team 3's findings: a notebook of millions of empty JSON values, the probe's answer forged
+# through IPython's display formatter, a probe answer that is a huge literal, a sparse artifact.
+
+
+def value_bomb(count: int) -> str:
+    """A valid notebook of one cell whose metadata holds `count` empty dicts (11 MB for 4
+    million: parsed, they took the grader past 2 GB)."""
+    notebook = notebook_of("print(1)")
+    notebook.cells[0].metadata["x"] = "BOMB"
+    return nbformat.writes(notebook).replace('"BOMB"', "[" + ",".join(["{}"] * count) + "]")
+
+
+#: Reads right and does nothing (a null-context "strategy", `shuffle(1)`), then makes IPython show
+#: every str that looks like the probe's answer as made-up facts: models mirrored, pipelines
+#: shuffled (the red team's run earned 3 points this way).
+FORMATTER_FORGER = r"""
+import contextlib, json
+class FakeStrategy:
+    def scope(self):
+        return contextlib.nullcontext()
+strategy = FakeStrategy()
+if False:
+    train_ds = train_examples.shuffle(1).batch(GLOBAL_BATCH)
+with strategy.scope():
+    fit_model = object()
+model = {"variables": 2, "distributed_variables": 2, "replicas": 2, "fingerprint": "x"}
+FAKE = {"models": {"fit_model": model}, "datasets": {}, "tampered": []}
+def _printer(obj, p, cycle):
+    p.text(repr(json.dumps(FAKE)) if obj.startswith("{") else repr(obj))
+get_ipython().display_formatter.formatters["text/plain"].for_type(str, _printer)
+"""
+
+
+def test_a_notebook_of_millions_of_json_values_gets_its_row_and_the_batch_its_gradebook(attacks):
+    """The red team's 11 MB notebook of 4 million `{}`: refused before it is parsed (its row
+    says why), the others graded, all three exports written, the grader's memory bounded."""
+    grades, out = _grades(attacks)
+    g = grades["nbbomb"]
+    assert (g.status, g.score) == ("invalid notebook", 0), (g.status, g.reason)
+    assert "JSON values, more than the 200,000 the grader reads" in g.reason, g.reason
+    assert "JSON values" in (out / "nbbomb" / "report.md").read_text()
+    for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
+        assert "nbbomb" in (out / name).read_text(), name
+    assert attacks[3].growth_mb < 250, f"the grader's memory grew by {attacks[3].growth_mb:.0f} MB"
+
+
+def test_json_values_are_counted_before_parsing_with_a_margin_over_real_notebooks(tmp_path):
+    """The count is an upper bound however the JSON is laid out (strings with brackets, commas
+    and escaped quotes inside count as one value), the course's notebooks are far below the cap,
+    and refusing the bomb costs the grader next to nothing."""
+    import tracemalloc
+
+    from course_tools.grade.core import notebooks
+
+    tricky = json.dumps({"a": ['x",[{', "\\", 1, None, {"b": []}], "c": "]},"})
+    assert notebooks.count_values(tricky) >= 9
+    for path in (SOLUTION, EXERCISE):
+        found = notebooks.count_values(path.read_text())
+        assert 0 < found * 100 < notebooks.MAX_VALUES, (path.name, found)
+    bomb = tmp_path / "bomb.ipynb"
+    bomb.write_text(value_bomb(4_000_000))
+    g = Grade("bomb", bomb, status="graded")
+    parts = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4))
+    tracemalloc.start()
+    assert one_submission._read_notebook(g, parts) is None
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    assert g.status == "invalid notebook" and "JSON values" in g.reason, g.reason
+    assert peak < 100, f"refusing an 11 MB notebook took {peak:.0f} MB (parsing it: over 2 GB)"
+    small = tmp_path / "small.ipynb"
+    small.write_text(value_bomb(1000))
+    assert one_submission._read_notebook(Grade("s", small, status="graded"), parts) is not None
+
+
+def test_an_error_while_a_submission_is_read_or_keyed_still_ends_with_the_gradebook(
+    tmp_path, monkeypatch
+):
+    """The batch-level promise when reading one submission raises anything (a MemoryError while
+    it is parsed, an error while its grade's key is computed, even in the grader-error path):
+    its own row says so, the others are graded, and all three exports are written."""
+    from course_tools.grade.core import notebooks
+
+    real_parse, real_key = notebooks.parse, plan.Batch.key
+
+    def parse(text, *args, **kwargs):
+        if "student a" in text:
+            raise MemoryError("parsing it")
+        return real_parse(text, *args, **kwargs)
+
+    def key(self, path):
+        if Path(path).stem == "b":
+            raise RuntimeError("cannot hash it")
+        return real_key(self, path)
+
+    monkeypatch.setattr(notebooks, "parse", parse)
+    monkeypatch.setattr(plan.Batch, "key", key)
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name in "abc":
+        write(notebook_of(f"# student {name}"), folder / f"{name}.ipynb")
+    b = plan.Batch(
+        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
+    )
+    b.out.mkdir()
+    monkeypatch.setattr(
+        grading_batch,
+        "start_checks",
+        lambda b, base: type("C", (), {"close": lambda self: None, "stop": lambda self: None})(),
+    )
+    monkeypatch.setattr(one_submission, "_same_code", lambda a, b: True)  # no kernel: unchanged
+    grades = grading_batch.grade_batch(b, [folder], 2, progress=False, regrade=True)
+    statuses = {g.student: g.status for g in grades}
+    unchanged = "unchanged exercise"
+    assert statuses == {"a": "invalid notebook", "b": unchanged, "c": unchanged}, statuses
+    assert "MemoryError" in grades[0].reason
+    for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
+        assert all(s in (b.out / name).read_text() for s in "abc"), name
+
+
+def _answered(text: str):
+    """A run whose probe answered `text`."""
+    return type("Outcome", (), {"extra_error": "", "extra_output": text})()
+
+
+def test_a_probe_answer_that_is_not_one_string_literal_is_refused_before_it_is_parsed():
+    """The probe's answer is a str's repr; any other text (a 1 MB list of 333,000 dicts, which
+    `ast.literal_eval` turned into 500 MB) is refused by its shape, at no cost."""
+    import tracemalloc
+
+    value = {"models": {}, "note": 'it\'s \\ "quoted"'}
+    assert submission.read_facts(_answered(repr(json.dumps(value)))) == (value, "")
+    triple = "'" * 3 + "{}" + "'" * 3
+    for text in ("[" + "{}," * 333_000 + "]", "'{}' '{}'", "b'{}'", triple, "{'a': 1}"):
+        tracemalloc.start()
+        facts, why = submission.read_facts(_answered(text))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert facts == {} and why.startswith("unreadable facts: not a string"), (text[:20], why)
+        assert peak < 2**20, f"{peak / 2**20:.0f} MB to refuse {text[:20]!r}"
+
+
+def test_code_that_reaches_ipythons_shell_makes_the_facts_untrusted():
+    """The notebook's code, read as code: the display formatter and its printers, the
+    displayhook, the shell's expressions, magics that change the shell, IPython's own modules,
+    also in a string (code written to a file or run by exec), mark the facts untrusted; the
+    transformer's calls for `%pip` and `!ls`, and IPython.display, do not."""
+    for code in (
+        'get_ipython().display_formatter.formatters["text/plain"].for_type(str, f)',
+        "ip = get_ipython()",
+        "shell = globals()['get_ipython']()",
+        "from IPython.core import formatters\nformatters.PlainTextFormatter.__call__ = f",
+        "from IPython.lib import pretty\npretty._type_pprinters[str] = f",
+        "import sys\nsys.displayhook = f",
+        "%config PlainTextFormatter.pprint = False",
+        "%load_ext evil",
+        "%%writefile evil.py\nget_ipython().events.register('post_execute', f)",
+        "exec('import IPython.core.formatters as f')",
+        "%run -i evil.py",
+    ):
+        job = {"facts": {"models": {}}, "observed": {"cells": [{"source": code}]}}
+        facts = checker._facts(job)
+        assert any("reaches IPython's shell" in t for t in facts.get("tampered", [])), code
+        with pytest.raises(checks.CheckError, match="changed how its kernel runs code"):
+            checks.assert_kernel_trusted(facts)
+    honest = [
+        "%pip install --quiet course-utils",
+        "!ls -la\nfiles = !ls",
+        "from IPython.display import display, Image\ndisplay(Image('a.png'))",
+        "%%time\nmodel.fit(train_ds)",
+        "%matplotlib inline",
+    ]
+    solution = nbformat.read(SOLUTION, as_version=4)
+    honest += [c.source for c in solution.cells if c.cell_type == "code"]
+    job = {"facts": {"models": {}}, "observed": {"cells": [{"source": c} for c in honest]}}
+    assert "tampered" not in checker._facts(job), checker._facts(job)
+
+
+#: Each rewrites how IPython shows a str after the probe's reset, or where a fresh formatter
+#: still looks (no name the code reading would catch is needed: these test the kernel side).
+SHOWN_FORGERIES = {
+    "again": (
+        "import threading, time\nip = globals()['get_' + 'ipython']()\n"
+        "def again():\n    while True:\n"
+        "        ip.display_formatter.formatters['text/plain'].for_type(str, f)\n"
+        "        time.sleep(0.001)\n"
+        "f = lambda o, p, c: p.text(repr('{\"models\": {}}'))\n"
+        "threading.Thread(target=again, daemon=True).start()"
+    ),
+    "table": (
+        "from IPython.lib import pretty\n"
+        "pretty._type_pprinters[str] = lambda o, p, c: p.text(repr('{\"models\": {}}'))"
+    ),
+    "class": (
+        "from IPython.core import formatters as fm\nold = fm.PlainTextFormatter.__call__\n"
+        "fm.PlainTextFormatter.__call__ = lambda self, o: (\n"
+        "    repr('{\"models\": {}}') if isinstance(o, str) and o.startswith('{')\n"
+        "    else old(self, o))"
+    ),
+}
+
+
+def test_a_display_formatter_that_rewrites_the_probes_answer_is_refused(tmp_path, sandboxed):
+    """The probe's answer is shown as text by IPython's display formatter: a printer registered
+    before the probe is wiped by its reset (the probe's real facts come back), and one still in
+    the way (registered again by a thread, IPython's printer table or a formatter class changed)
+    makes the probe refuse to answer, as an error no formatter writes: the facts are untrusted."""
+    probe = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
+    setup = submission.RunSetup(Limits(60, 120), probe_source=probe)
+    env = {**os.environ, **ENV}
+    (tmp_path / "wiped").mkdir()
+    outcome, facts, error = submission.run(
+        notebook_of(FORMATTER_FORGER), tmp_path / "wiped", env, setup
+    )
+    # the kernel's real answer: `fit_model` is no model (the forged one said "mirrored")
+    assert error == "" and facts["models"]["fit_model"] is None, (facts, outcome.extra_error)
+    assert facts["tampered"] == [], facts
+    for name, code in SHOWN_FORGERIES.items():
+        (tmp_path / name).mkdir()
+        outcome, facts, error = submission.run(notebook_of(code), tmp_path / name, env, setup)
+        assert error == "", (name, error)
+        tampered = " ".join(facts.get("tampered", []))
+        assert "changed how its kernel shows values" in tampered, (name, facts)
+        with pytest.raises(checks.CheckError, match="changed how its kernel runs code"):
+            checks.assert_kernel_trusted(facts)
+
+
+def test_a_forged_formatter_a_fake_strategy_and_shuffle_1_earn_nothing(attacks):
+    """The red team's forger, through `course grade`: no point for the pipeline, the mirrored
+    model or the model's own file; the report says why."""
+    grades, out = _grades(attacks)
+    g = grades["formatter"]
+    assert g.score == 0, {r.title: r.earned for r in g.results if r.earned}
+    mirrored = failed(g)["fit_model was trained under MirroredStrategy"]
+    assert "tf.distribute.MirroredStrategy" in mirrored, mirrored
+
+
+def test_a_sparse_artifact_is_skipped_alone_and_the_rest_copied(tmp_path):
+    """A 900 MB sparse file (no real bytes) beside small ones: that one file is left out with a
+    note, the others are copied, and the bytes counted are those copied."""
+    work = tmp_path / "work"
+    source = work / "artifacts" / "05_svhn"
+    source.mkdir(parents=True)
+    with open(source / "sparse.bin", "wb") as handle:
+        handle.truncate(900 * 2**20)
+    for index in range(3):
+        (source / f"small{index}.json").write_text("{}" * 1000)
+    (source / "half.bin").write_bytes(b"x" * 40 * 2**20)
+    (source / "other_half.bin").write_bytes(b"y" * 40 * 2**20)
+    target = tmp_path / "copied"
+    notes = one_submission.copy_artifacts(source, target, within=work)
+    copied = {p.name for p in target.iterdir()}
+    assert "sparse.bin" not in copied and {"small0.json", "small1.json", "small2.json"} <= copied
+    assert len({"half.bin", "other_half.bin"} & copied) == 1, copied  # 64 MB in all
+    assert any(n.startswith("artifact sparse.bin (900.0 MB) not copied") for n in notes), notes
+    assert sum(p.stat().st_size for p in target.iterdir()) <= one_submission.ARTIFACTS_MB * 2**20

@@ -497,3 +497,28 @@ def test_the_check_process_runs_in_a_control_group_of_its_own(cgroups_here, tmp_
     finally:
         checks.close()
     assert not any(folder.exists() for folder in folders)
+
+
+def test_the_sandboxs_own_uid_reads_the_etc_files_it_is_given_and_no_other(jail_as_root, tmp_path):
+    """/etc inside is 0755 (bubblewrap would make it 0700 root): the sandbox's uid reads the
+    files of `SYSTEM_ETC` (users, the loader's cache, time zone, certificates), and /etc holds
+    nothing else (no shadow, no service keys)."""
+    code = (
+        "import json, os, pwd\n"
+        "seen = {'mode': oct(os.stat('/etc').st_mode & 0o7777), 'uid': os.getuid(),\n"
+        "        'listed': sorted(os.listdir('/etc')),\n"
+        "        'passwd': open('/etc/passwd').read().split(':')[0],\n"
+        "        'root': pwd.getpwuid(0).pw_name,\n"
+        "        'cache': len(open('/etc/ld.so.cache', 'rb').read())}\n"
+        "print(json.dumps(seen))"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    jailed = _run_jailed(code, work=work)
+    out, err = jailed.communicate(timeout=120)
+    assert jailed.returncode == 0, err[-2000:]
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["uid"] != 0 and seen["mode"] == "0o755", seen
+    assert seen["passwd"] == "root" and seen["root"] == "root" and seen["cache"] > 0, seen
+    assert set(seen["listed"]) <= set(sandbox.SYSTEM_ETC), seen["listed"]
+    assert "shadow" not in seen["listed"] and "munge" not in seen["listed"], seen["listed"]

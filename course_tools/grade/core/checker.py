@@ -41,16 +41,19 @@ CheckVerdict = tuple[bool, str]
 
 def _facts(job: dict) -> dict:
     """The probe's facts, marked tampered with when the notebook's code (read here, never run)
-    binds a name the probe relies on (`reading.PROBE_NAMES`)."""
+    binds a name the probe relies on (`reading.PROBE_NAMES`) or reaches IPython's shell, where
+    the probe's answer could be rewritten (`reading.SHELL_NAMES`)."""
     facts = job["facts"] if isinstance(job.get("facts"), dict) else {}
     try:
-        bound = reading.Code.of(job.get("observed")).probe_names_bound()
+        code = reading.Code.of(job.get("observed"))
+        found = [f"binds `{name}`" for name in code.probe_names_bound()]
+        found += [f"reaches IPython's shell: `{name}`" for name in code.shell_reached()]
     except Exception as exc:  # noqa: BLE001 - whatever the code is, the checks still run
-        bound = [f"unreadable code ({type(exc).__name__})"]
-    if bound:
+        found = [f"unreadable code ({type(exc).__name__})"]
+    if found:
         tampered = facts.get("tampered")
         tampered = tampered if isinstance(tampered, list) else [tampered] if tampered else []
-        facts = {**facts, "tampered": [*tampered, *(f"binds `{name}`" for name in bound)]}
+        facts = {**facts, "tampered": [*tampered, *found]}
     return facts
 
 

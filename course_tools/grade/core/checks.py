@@ -620,9 +620,10 @@ def assert_comparison(results: dict, artifacts: Path) -> None:
 
 
 def assert_created_in_scope(observed: dict | None, name: str, *, scoped: bool = True) -> None:
-    """The notebook's code (read by the grader, `reading`) creates `name` inside a strategy's
-    `with ....scope():` block (scoped=True) or outside any (False). Skipped without observations
-    (the hidden tests run in the solution's own kernel)."""
+    """The notebook's code (read by the grader, `reading`) creates `name` inside the
+    `with ....scope():` block of a strategy it makes with `tf.distribute.MirroredStrategy`
+    (scoped=True) or outside any (False). Skipped without observations (the hidden tests run in
+    the solution's own kernel)."""
     if observed is None:
         return
     inside = reading.Code.of(observed).assigned_in_scope(name)
@@ -634,13 +635,15 @@ def assert_created_in_scope(observed: dict | None, name: str, *, scoped: bool = 
             "one-device baseline without any strategy scope"
             if not scoped
             else f"the notebook's code creates `{name}` outside any strategy scope: create (and "
-            f"compile) {name} inside `with strategy.scope():`, or the strategy does not train it"
+            f"compile) {name} inside `with strategy.scope():` of a strategy made by "
+            "tf.distribute.MirroredStrategy(...), or the strategy does not train it"
         )
 
 
 def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
     """The notebook's code (read by the grader) makes `name` with a `batch`, and for the training
-    set a `shuffle` before it; the test set is not shuffled. Skipped without observations."""
+    set a `shuffle` before it (a literal buffer below 2 is no shuffle); the test set is not
+    shuffled. Skipped without observations."""
     if observed is None:
         return
     methods = reading.Code.of(observed).pipeline(name)
@@ -650,6 +653,11 @@ def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
             "batch it with GLOBAL_BATCH"
         )
     last_batch = len(methods) - 1 - methods[::-1].index("batch")
+    if split == "train" and "shuffle(1)" in methods and "shuffle" not in methods[:last_batch]:
+        raise CheckError(
+            f"the notebook's code shuffles `{name}` with a buffer of 1 (or less), which keeps "
+            "the examples in their order: give shuffle a buffer of thousands of examples"
+        )
     if split == "train" and "shuffle" not in methods[:last_batch]:
         raise CheckError(
             f"the notebook's code does not shuffle `{name}` before batching it: shuffle the "

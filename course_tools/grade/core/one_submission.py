@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 
 from course_tools import colab, exercise
-from course_tools.grade.core import files, reading, report, submission
+from course_tools.grade.core import files, notebooks, reading, report, submission
 from course_tools.grade.core.checker import CheckProcess, CheckVerdict
 from course_tools.grade.core.checks import ARTIFACTS_NAME
 from course_tools.grade.core.plan import CHECK_TIMEOUT_S, NOTEBOOK_MB, Batch
@@ -58,12 +58,13 @@ def copy_artifacts(
     limit_files: int = ARTIFACT_FILES,
 ) -> list[str]:
     """Copy the regular files under `source` (a folder the submission wrote, inside `within`) to
-    `target`, up to `limit_mb` and `limit_files`; notes on what was skipped. Symbolic links are
-    never followed: not in the path from `within` to `source`, not inside it (they could point at
-    the grader's files); FIFOs, sockets and devices are never opened; the walk has no recursion
-    and stops at `files.MAX_DEPTH` levels."""
+    `target`, up to `limit_mb` and `limit_files`; notes on what was skipped. A file larger than
+    what is left of `limit_mb` (a sparse file's apparent size included) is skipped with a note and
+    the others still copied; the bytes counted are those copied. Symbolic links are never
+    followed: not in the path from `within` to `source`, not inside it (they could point at the
+    grader's files); FIFOs, sockets and devices are never opened; the walk has no recursion and
+    stops at `files.MAX_DEPTH` levels."""
     notes: list[str] = []
-    total = copied = 0
     for folder in [source, *source.parents]:
         if folder == within:
             break
@@ -72,7 +73,8 @@ def copy_artifacts(
             return [note]
     if not source.is_dir():
         return notes
-    skipped = 0
+    budget = limit_mb * 2**20
+    total = copied = skipped = too_large = 0
     for entry in files.walk(source, max_entries=limit_files * 10):
         if entry.kind == "a folder":
             continue
@@ -81,22 +83,28 @@ def copy_artifacts(
             if skipped <= MAX_NOTES:
                 notes.append(f"artifact {entry.relative} is {entry.kind}: ignored")
             continue
-        total += entry.size
-        copied += 1
-        if total > limit_mb * 2**20 or copied > limit_files:
-            notes.append(
-                f"artifacts larger than {limit_mb} MB or more than {limit_files} files: the rest "
-                "was ignored"
-            )
+        if copied >= limit_files:
+            notes.append(f"more than {limit_files} files of artifacts: the rest was ignored")
             break
+        if total + entry.size > budget:
+            too_large += 1
+            if too_large <= MAX_NOTES:
+                notes.append(
+                    f"artifact {entry.relative} ({entry.size / 2**20:,.1f} MB) not copied: the "
+                    f"artifacts copied may take {limit_mb} MB in all"
+                )
+            continue
         (target / entry.relative).parent.mkdir(parents=True, exist_ok=True)
         try:
             # its times too: kept for the instructor
-            files.copy_regular(entry.path, target / entry.relative, limit_mb * 2**20)
+            total += files.copy_regular(entry.path, target / entry.relative, budget - total)
+            copied += 1
         except OSError as exc:  # changed since the walk (a kernel's orphan cannot: all killed)
             notes.append(f"artifact {entry.relative} not copied: {exc}")
     if skipped > MAX_NOTES:
         notes.append(f"... and {skipped - MAX_NOTES} more artifacts that are not regular files")
+    if too_large > MAX_NOTES:
+        notes.append(f"... and {too_large - MAX_NOTES} more artifacts too large to copy")
     return notes
 
 
@@ -110,10 +118,11 @@ def zero_results(parts: exercise.SolutionParts, message: str = "") -> list[Check
 
 
 def _read_notebook(g: Grade, parts: exercise.SolutionParts) -> nbformat.NotebookNode | None:
-    """The submission as a notebook, or None (and `g` says why) when it is not one."""
+    """The submission as a notebook, or None (and `g` says why) when it is not one: its bytes
+    capped, and its JSON values counted before they are parsed (`notebooks`)."""
     try:
         text = files.read_regular(g.path, NOTEBOOK_MB * 2**20).decode("utf-8")
-        notebook = nbformat.reads(text, as_version=4)
+        notebook = notebooks.parse(text)
         if not isinstance(notebook.get("cells"), list):
             raise ValueError("it has no list of cells")
         return notebook
@@ -313,4 +322,7 @@ def grade_one(batch: Batch, submission: Submission, where: Workspace) -> Grade:
 def _finish(batch: Batch, submission: Submission, g: Grade, started: float) -> None:
     g.seconds = time.monotonic() - started
     g.max_score = batch.parts.max_points
-    g.key = batch.key(submission.path)
+    try:
+        g.key = batch.key(submission.path)
+    except Exception:  # noqa: BLE001 - no key: graded again next time, the row is still written
+        g.key = ""

@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 
 from course_tools import exercise
-from course_tools.grade.core import files, report
+from course_tools.grade.core import files, notebooks, report
 from course_tools.grade.core.checker import CheckProcess
 from course_tools.grade.core.checks import DATASET
 from course_tools.grade.core.report import Grade
@@ -40,8 +40,9 @@ DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
 CHECK_TIMEOUT_S = 300
 #: Where a batch keeps its plan (for Slurm tasks) under the grades folder.
 PLAN_FOLDER = ".batch"
-#: The largest notebook read (a submission holds its outputs: a few MB).
-NOTEBOOK_MB = 64
+#: The largest notebook read, in MB (the exercise's executed solution takes about 0.12 MB; a
+#: submission with long outputs a few MB). Parsing one costs more (`notebooks.MAX_VALUES`).
+NOTEBOOK_MB = 16
 
 #: The installed course package, watched for changes while submissions run unsandboxed.
 PACKAGE = PACKAGE_ROOT / "course_utils"
@@ -82,7 +83,7 @@ class Batch:
 
     @cached_property
     def solution(self) -> nbformat.NotebookNode:
-        return nbformat.reads(self.solution_bytes.decode("utf-8"), as_version=4)
+        return notebooks.parse(self.solution_bytes.decode("utf-8"))
 
     @cached_property
     def parts(self) -> exercise.SolutionParts:

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 #: Names the grader's probe uses in the kernel (`grade.core.submission`): a notebook that binds
@@ -28,6 +29,35 @@ PROBE_NAMES = frozenset(
 )
 #: The most code read, in characters (the exercise's is about 20,000).
 MAX_CHARS = 2_000_000
+#: What reaches IPython's shell, where a notebook can rewrite the probe's answer (its display
+#: formatter, printers, displayhook, the expressions the probe is sent as, magics): with one, in
+#: the code or in a string of it, the kernel's facts are untrusted. (Words as common as
+#: `formatters` or `events` are left out: they are reached through one of these.)
+SHELL_NAMES = frozenset(
+    {
+        "get_ipython", "display_formatter", "displayhook", "for_type",
+        "for_type_by_name", "type_printers", "deferred_printers", "singleton_printers",
+        "ipython_display_formatter", "mimebundle_formatter", "user_expressions",
+        "_format_user_obj", "_user_obj_error", "register_magic_function", "register_magics",
+        "input_transformers_post", "input_transformer_manager", "ast_transformers",
+        "_type_pprinters", "_deferred_type_pprinters", "_singleton_pprinters",
+        "RepresentationPrinter", "PlainTextFormatter", "DisplayFormatter", "InteractiveShell",
+        "ZMQInteractiveShell",
+    }
+)  # fmt: skip
+#: Modules of IPython's shell (`IPython.display`, which shows a value, is not among them).
+SHELL_MODULES = ("IPython.core", "IPython.lib", "IPython.terminal", "ipykernel", "traitlets")
+#: The magics that change the shell (its configuration, extensions) or run code the grader
+#: never reads (`%run` of a file the notebook wrote).
+SHELL_MAGICS = frozenset({"config", "load_ext", "reload_ext", "run", "alias_magic", "autoawait"})
+#: The calls IPython's transformer writes for `%magic`, `%%magic`, `!command` and `x = !command`.
+MAGIC_CALLS = frozenset({"run_line_magic", "run_cell_magic", "system", "getoutput"})
+_SHELL_WORDS = re.compile(
+    r"\b(?:" + "|".join(sorted(SHELL_NAMES)) + r")\b"
+    r"|\bIPython\.(?:core|lib|terminal)\b|\bipykernel\b"
+)
+#: What `tf.distribute.MirroredStrategy` is, as the code imports it.
+MIRRORED = "tensorflow.distribute.MirroredStrategy"
 
 
 def _python(source: str) -> ast.Module | None:
@@ -39,14 +69,21 @@ def _python(source: str) -> ast.Module | None:
         return None
 
 
-def _is_scope(item: ast.withitem) -> bool:
-    """`with <anything>.scope():`"""
-    call = item.context_expr
-    return (
-        isinstance(call, ast.Call)
-        and isinstance(call.func, ast.Attribute)
-        and call.func.attr == "scope"
-    )
+def _dotted(node: ast.AST) -> str:
+    """`a.b.c` for the expression a.b.c ("" for anything else)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *parts[::-1]]) if isinstance(node, ast.Name) else ""
+
+
+def _below_two(node: ast.AST) -> bool:
+    """A literal number below 2 (`1`, `0`, `-1`): a shuffle buffer that keeps the order."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _below_two(node.operand) or isinstance(node.operand, ast.Constant)
+    value = getattr(node, "value", None) if isinstance(node, ast.Constant) else None
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value < 2
 
 
 def _targets(node: ast.AST) -> list[str]:
@@ -67,10 +104,15 @@ def _targets(node: ast.AST) -> list[str]:
 
 def _calls(node: ast.AST) -> list[str]:
     """The method names called on a chain, outermost last: x.a().b() -> ['a', 'b']; and the
-    name the chain starts from."""
+    name the chain starts from. A shuffle with a literal buffer below 2 is named "shuffle(1)"."""
     names = []
     while True:
         if isinstance(node, ast.Call):
+            buffer = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "buffer_size")]
+            if getattr(node.func, "attr", "") == "shuffle" and buffer and _below_two(buffer[0]):
+                names.append("shuffle(1)")  # a buffer of one keeps the order: no shuffle
+                node = node.func.value
+                continue
             node = node.func
         elif isinstance(node, ast.Attribute):
             names.append(node.attr)
@@ -145,16 +187,68 @@ class Code:
         for tree in self.trees:
             yield from ast.walk(tree)
 
+    def _imported(self) -> dict[str, str]:
+        """{name: the module or object it is imported as}, for names only imports bind."""
+        imported: dict[str, str] = {}
+        bound = set()
+        for node in self._walk():
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    name = alias.asname or alias.name.split(".")[0]
+                    imported[name] = alias.name if alias.asname else name
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                bound.add(node.id)
+        return {name: path for name, path in imported.items() if name not in bound}
+
+    def _is_mirrored(self, node: ast.AST) -> bool:
+        """`node` calls `tf.distribute.MirroredStrategy(...)` (tf imported as TensorFlow)."""
+        if not isinstance(node, ast.Call):
+            return False
+        root, _, rest = _dotted(node.func).partition(".")
+        path = self._imported().get(root, "")
+        return bool(path) and ".".join(filter(None, [path, rest])) == MIRRORED
+
+    def strategies(self) -> set[str]:
+        """The names that only ever hold a `tf.distribute.MirroredStrategy(...)` (as read)."""
+        made: dict[str, bool] = {}
+        for node in self._walk():
+            for name in _targets(node):
+                value = getattr(node, "value", None)
+                made[name] = made.get(name, True) and isinstance(node, ast.Assign)
+                made[name] = made[name] and self._is_mirrored(value)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                made[node.name] = False
+        return {name for name, mirrored in made.items() if mirrored}
+
+    def _is_scope(self, item: ast.withitem, strategies: set[str]) -> bool:
+        """`with strategy.scope():` of a MirroredStrategy (`strategies`, or made right there)."""
+        call = item.context_expr
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "scope"
+        ):
+            return False
+        owner = call.func.value
+        return (isinstance(owner, ast.Name) and owner.id in strategies) or self._is_mirrored(owner)
+
     def assignments(self, name: str) -> list[tuple[ast.AST, bool]]:
         """Each assignment to `name`, anywhere, with whether it lies inside a
-        `with ....scope():` block (at any depth: a loop or an `if` inside it too)."""
+        `with strategy.scope():` block of a `tf.distribute.MirroredStrategy` (`strategies`; at
+        any depth: a loop or an `if` inside it too)."""
         found: list[tuple[ast.AST, bool]] = []
+        strategies = self.strategies()
         for tree in self.trees:
             stack: list[tuple[ast.AST, bool]] = [(tree, False)]
             while stack:
                 node, in_scope = stack.pop()
                 if isinstance(node, (ast.With, ast.AsyncWith)) and any(
-                    _is_scope(i) for i in node.items
+                    self._is_scope(i, strategies) for i in node.items
                 ):
                     in_scope = True
                 if name in _targets(node):
@@ -163,11 +257,13 @@ class Code:
         return found
 
     def functions_with_scope(self) -> set[str]:
-        """The functions whose body opens a `with ....scope():` block."""
+        """The functions whose body opens a MirroredStrategy's `with ....scope():` block."""
         names = set()
+        strategies = self.strategies()
         for node in self._walk():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-                isinstance(sub, (ast.With, ast.AsyncWith)) and any(_is_scope(i) for i in sub.items)
+                isinstance(sub, (ast.With, ast.AsyncWith))
+                and any(self._is_scope(i, strategies) for i in sub.items)
                 for sub in ast.walk(node)
             ):
                 names.add(node.name)
@@ -298,3 +394,38 @@ class Code:
             elif isinstance(node, ast.Constant) and node.value in PROBE_NAMES:
                 bound.add(node.value)  # globals()["exec"] = ...
         return sorted(bound & PROBE_NAMES)
+
+    def shell_reached(self) -> list[str]:
+        """What of IPython's shell the code reaches (`SHELL_NAMES`, `SHELL_MODULES`,
+        `SHELL_MAGICS`), in its names, imports, attributes or strings (code written to a file or
+        run by `exec`): with one, the kernel can rewrite the probe's answer. The `get_ipython()`
+        calls IPython's transformer writes for a `%pip` or `!ls` line are not counted."""
+        reached = set()
+        allowed = set()  # the get_ipython names of a magic's call, as the transformer writes it
+        for node in self._walk():
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in MAGIC_CALLS
+                and isinstance(node.func.value, ast.Call)
+                and getattr(node.func.value.func, "id", "") == "get_ipython"
+            ):
+                allowed.add(id(node.func.value.func))
+                first = node.args[0] if node.args else None
+                magic = first.value if isinstance(first, ast.Constant) else None
+                if node.func.attr.startswith("run_") and magic in SHELL_MAGICS:
+                    reached.add(f"%{magic}")
+        for node in self._walk():
+            if isinstance(node, ast.Name) and node.id in SHELL_NAMES and id(node) not in allowed:
+                reached.add(node.id)
+            elif isinstance(node, ast.Attribute) and node.attr in SHELL_NAMES:
+                reached.add(node.attr)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                modules += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                names = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
+                reached.update(m for m in modules if m.startswith(SHELL_MODULES))
+                reached.update(n for n in names if n in SHELL_NAMES)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                reached.update(_SHELL_WORDS.findall(node.value))
+        return sorted(reached)

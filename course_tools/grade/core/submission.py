@@ -3,10 +3,13 @@
 The probe (`grade.core.probe`, the solution's HIDDEN PROBE cell) collects facts about the objects
 the notebook left in memory. It does not go through the notebook's cells: each of its two steps is
 a user expression of an empty execute request (`RunOptions.extra_expressions`), which IPython
-evaluates without its input or AST transformers. The first step resets those transformers
-(`RESET`), the second checks that they stayed reset and that the shell's methods that run code are
-IPython's own, then loads `grade.core.probe` afresh from the read-only course and runs the probe
-(`PROBE`). Its answer is JSON, read by `read_facts`; anything unreadable is the submission's error.
+evaluates without its input or AST transformers. The first step resets those transformers and
+the display formatter that turns the answer into text (`RESET`), the second checks that they
+stayed reset and that the shell's methods that run code are IPython's own, then loads
+`grade.core.probe` afresh from the read-only course and runs the probe (`PROBE`); before it
+answers, it checks that every step showing its answer as text is IPython's own, and refuses
+(`REFUSED`, an error no formatter writes) when one is not. Its answer is a str's repr of JSON,
+read by `read_facts`; anything unreadable is the submission's error.
 
 What a kernel-side fact can prove: what an honest run of this notebook left in memory (which
 models are mirrored over how many devices, which weights they hold, what the input pipelines
@@ -15,8 +18,9 @@ IPython's or ipykernel's methods, TensorFlow or Python itself), which can answer
 facts. The checks therefore give points only for what the grader observes itself (the saved
 files, evaluated in the check process; its own clock; the notebook's code, read as code) and use
 kernel facts only to corroborate, never to give a point alone; a tampered shell found by `PROBE`,
-or code that binds a name the expressions use (`exec`, `compile`, ...: they are looked up in the
-notebook's namespace), fails every check that rests on facts.
+code that binds a name the expressions use (`exec`, `compile`, ...: they are looked up in the
+notebook's namespace) or that reaches IPython's shell (`reading.SHELL_NAMES`) fails every check
+that rests on facts.
 
 Example:
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import secrets
 import threading
 from dataclasses import dataclass
@@ -42,30 +47,94 @@ from course_tools.runner import Limits, RunOptions, RunOutcome, run_notebook
 
 #: The largest probe answer read, in characters (the course's facts take a few KB).
 MAX_FACTS_CHARS = 2**20
+#: The probe's answer as IPython shows a `str`: one quoted literal, as `repr` writes it (no
+#: prefix, no raw line break, no second literal after it). Checked before `ast.literal_eval`,
+#: which builds a syntax tree of whatever literal it is given (a list of 300,000 dicts: 500 MB).
+_STRING_LITERAL = re.compile(
+    r"'[^'\\\n]*(?:\\.[^'\\\n]*)*'" + "|" + r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"', re.DOTALL
+)
 
-#: Step 1: IPython's input and AST transformers back to a fresh shell's; the manager installed is
-#: remembered under a random name (`{key}_manager`) so that step 2 can tell it was not replaced.
+#: Step 1: IPython's input and AST transformers, and the display formatter that turns the
+#: answer into text (where `for_type(str, ...)` would rewrite it), back to a fresh shell's; those
+#: installed are remembered under random names (`{key}_manager`, `{key}_formatter`) so that step
+#: 2 can tell they were not replaced.
 RESET = """
 import IPython.core.inputtransformer2 as _it2
+from IPython.core.formatters import DisplayFormatter as _DisplayFormatter
 _shell = get_ipython()
 _shell.input_transformers_post = []
 _shell.ast_transformers = []
 _shell.input_transformer_manager = _it2.TransformerManager()
+_shell.display_formatter = _DisplayFormatter(parent=_shell)
 globals()[{key!r} + "_manager"] = _shell.input_transformer_manager
+globals()[{key!r} + "_formatter"] = _shell.display_formatter
 globals()[{key!r}] = "reset"
 """
 
+#: The error the probe raises when the way its answer is shown was changed (its text would be
+#: the notebook's, not the probe's): its message says what, and the facts are untrusted.
+REFUSED = "GraderProbeRefused"
+
 #: Step 2: the checks on step 1's reset, then the probe from the course's own file; the answer is
-#: left as JSON under `{key}`.
+#: left as JSON under `{key}`, after a check of every step that turns it into text (the display
+#: formatter and its formatters' classes and printers, IPython's pretty printer, the shell's
+#: methods that format a user expression's value): one not IPython's own raises `REFUSED`
+#: instead, as an error, whose text no formatter makes.
 PROBE = """
-import importlib.util as _util, json as _json, sys as _sys
+import importlib.util as _util, inspect as _inspect, json as _json, sys as _sys
+import traitlets as _traitlets
+from IPython.lib import pretty as _pretty
 _shell = get_ipython()
+def _ipython_code(function):
+    where = getattr(getattr(function, "__code__", None), "co_filename", "")
+    if where.endswith("/contextlib.py"):  # IPython's own @contextmanager methods
+        return _ipython_code(getattr(function, "__wrapped__", None))
+    return "/IPython/" in where or "/ipykernel/" in where
 def _own(name):
     function = getattr(getattr(_shell, name, None), "__func__", None)
-    where = getattr(getattr(function, "__code__", None), "co_filename", "")
-    return name not in vars(_shell) and ("/IPython/" in where or "/ipykernel/" in where)
+    return name not in vars(_shell) and _ipython_code(function)
+def _own_class(cls):
+    if not cls.__module__.startswith(("IPython.", "ipykernel.")):
+        return False
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith(("IPython.", "ipykernel.")):
+            continue
+        for value in vars(klass).values():
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if _inspect.isfunction(value) and not _ipython_code(value):
+                return False
+            if _inspect.isfunction(value) or isinstance(value, (type, _traitlets.BaseDescriptor)):
+                continue
+            if callable(value):
+                return False
+    return True
+def _own_object(value, methods=("__call__", "format", "lookup", "lookup_by_type", "_check_return")):
+    return _own_class(type(value)) and not set(methods) & set(vars(value))
 _tampered = [name for name in ("run_cell", "run_cell_async", "transform_cell", "user_expressions",
              "run_ast_nodes", "run_code", "should_run_async") if not _own(name)]
+_display = _shell.display_formatter
+_shown = [name for name in ("_format_user_obj", "_user_obj_error") if not _own(name)]
+if _display is not globals().pop({key!r} + "_formatter", None) or not _own_object(_display):
+    _shown.append("display_formatter")
+_formatters = {{"ipython_display": _display.ipython_display_formatter,
+               "mimebundle": _display.mimebundle_formatter, **_display.formatters}}
+def _printers(types, deferred, singletons):
+    # those a str could be shown by: for its type or a base, by name, or by its id
+    found = [types.get(str), types.get(object), *singletons.values()]
+    return [p for p in found + [deferred.get(("builtins", n)) for n in ("str", "object")] if p]
+for _mime, _formatter in _formatters.items():
+    _found = _printers(_formatter.type_printers, _formatter.deferred_printers,
+                       getattr(_formatter, "singleton_printers", {{}}))
+    if not _own_object(_formatter) or not all(map(_ipython_code, _found)):
+        _shown.append(f"the {{_mime}} formatter")
+_found = _printers(
+    _pretty._type_pprinters, _pretty._deferred_type_pprinters, _pretty._singleton_pprinters
+)
+if not all(map(_ipython_code, _found)):
+    _shown.append("IPython's default printers")
+if not all(map(_own_class, (_pretty.RepresentationPrinter, type(_shell.displayhook)))):
+    _shown.append("IPython's pretty printer or displayhook")
 if _shell.input_transformers_post or _shell.ast_transformers:
     _tampered.append("transformers")
 if _shell.input_transformer_manager is not globals().pop({key!r} + "_manager", None):
@@ -78,7 +147,15 @@ import course_tools.grade.core as _core
 _core.probe = _probe  # what `from course_tools.grade.core import probe` finds first
 {source}
 FACTS["tampered"] = _tampered
-globals()[{key!r}] = _json.dumps(FACTS)
+_answer = _json.dumps(FACTS)
+if _shell._format_user_obj(_answer).get("data") != {{"text/plain": repr(_answer)}}:
+    _shown.append("the text/plain form of a str")
+if _shown:
+    class GraderProbeRefused(Exception):
+        pass
+    _shown = ", ".join(_shown)
+    raise GraderProbeRefused(f"the notebook changed how its kernel shows values ({{_shown}})")
+globals()[{key!r}] = _answer
 """
 
 
@@ -91,6 +168,8 @@ def expression(code: str, key: str) -> str:
 def read_facts(outcome: RunOutcome) -> tuple[dict, str]:
     """The facts in the probe's answer, and why there are none ("" when there are). Whatever the
     answer holds (made up by the notebook, malformed, huge, deeply nested), this never raises."""
+    if outcome.extra_error.startswith(f"{REFUSED}: "):  # the notebook's doing: not trusted
+        return {"tampered": [outcome.extra_error.removeprefix(f"{REFUSED}: ")]}, ""
     if outcome.extra_error:
         return {}, outcome.extra_error
     text = outcome.extra_output
@@ -98,6 +177,8 @@ def read_facts(outcome: RunOutcome) -> tuple[dict, str]:
         return {}, "the probe gave no answer"
     if len(text) > MAX_FACTS_CHARS:
         return {}, f"unreadable facts: {len(text):,} characters"
+    if not _STRING_LITERAL.fullmatch(text):  # before parsing: any other literal costs far more
+        return {}, f"unreadable facts: not a string's repr but {text[:60]!r}"
     try:
         value = json.loads(ast.literal_eval(text))
         if not isinstance(value, dict):

@@ -218,8 +218,9 @@ def course_private() -> list[Path]:
 
 
 def _system() -> list[str]:
-    """bwrap options binding `SYSTEM_FOLDERS` and `SYSTEM_ETC` read-only (links made again)."""
-    args = []
+    """bwrap options binding `SYSTEM_FOLDERS` and `SYSTEM_ETC` read-only (links made again), in
+    an /etc of 0755 (bubblewrap would make it 0700, which the sandbox's own uid cannot enter)."""
+    args = ["--perms", "0755", "--dir", "/etc"]
     system = list(SYSTEM_FOLDERS) + [f"/etc/{name}" for name in SYSTEM_ETC]
     for path in system:
         if os.path.islink(path):
