@@ -199,13 +199,17 @@ def _sweep_with_rounds(fastest_ms: list[float], batches=(64, 96, 128, 192)) -> l
 
 
 def test_a_busy_machine_gives_no_verdict(tmp_path):
-    """Other programs used 55% of the cores while the peak's first set ran (more than the
-    recorded 20%): the limits are low, the verdict is withheld and says why; at 10%, decided."""
-    loads = {"peak": {"section 1": 0.55, "section 3": 0.1}, "bandwidth": {"section 1": 0.02}}
+    """Other programs used 55% of the cores while set "c" ran, one of the peak's two fastest sets
+    (its low end): more than the recorded 20%, so the verdict is withheld and says why. Busy
+    during the slowest set, which decides nothing, or under 20% everywhere: decided."""
+    loads = {
+        "peak": {"section 1": 0.1, "section 3": 0.1, "c": 0.55},
+        "bandwidth": {"section 1": 0.02, "section 3": 0.1},
+    }
     record = _limits_record(loads=loads, busy=0.2)
     busy = (
         "withheld: the machine was busy (other programs used 55% of its cores while the peak "
-        "was measured, section 1)"
+        "was measured, c)"
     )
     assert expected_regime(record) == busy
     path = tmp_path / "results.json"
@@ -213,8 +217,10 @@ def test_a_busy_machine_gives_no_verdict(tmp_path):
     assert regime_problems(path) == [
         f"results.json: regime 'compute-bound', its sweep says {busy!r}"
     ]
-    quiet = {"peak": {"section 1": 0.1}, "bandwidth": {"section 1": 0.02}}
-    assert expected_regime(record | {"loads": quiet}) == "compute-bound"
+    loads["peak"] |= {"section 1": 0.55, "c": 0.1}  # the slowest set (120-124 GFLOP/s)
+    assert expected_regime(record) == "compute-bound"
+    loads["bandwidth"]["section 3"] = 0.3  # the sweep's set, whatever the limits
+    assert "while the bandwidth was measured, section 3" in expected_regime(record)
 
 
 def test_a_sweep_line_that_misses_its_points_or_crosses_zero_gives_no_verdict(tmp_path):
