@@ -190,7 +190,8 @@ def measured_limit(limit_range, measure_set, sets: int = 3, *, load=None, busy=1
     can only slow a round, so the limit is the fastest round of all (a lower bound), and `low`,
     the fastest round of the other sets, shows how far load alone moved it (`limit_range`).
     With `load` (3b's `Load`), each set also records the share of the cores other programs used
-    meanwhile; above `busy` (3b's `BUSY`) the limit is flagged as measured on a busy machine."""
+    meanwhile; above `busy` (3b's `BUSY`) during one of the two sets that decide the limit and its
+    low end, the limit is flagged as measured on a busy machine."""
     taken, others = {}, {}
     for number in range(1, sets + 1):
         if load is None:
@@ -205,8 +206,10 @@ def measured_limit(limit_range, measure_set, sets: int = 3, *, load=None, busy=1
         "low": low,
         "fastest_of_each_set": {label: max(rounds) for label, rounds in taken.items()},
     }
-    if others:
-        limit |= {"others_share": others, "busy": max(others.values()) > busy}
+    if others:  # as 3b: the load during the two sets that decide the limit and its low end
+        deciding = sorted(taken, key=lambda label: max(taken[label]))[-2:]
+        most = max(others[label] for label in deciding)
+        limit |= {"others_share": others, "deciding_share": most, "busy": most > busy}
     return limit
 
 
@@ -490,8 +493,8 @@ def limit_spreads(limits: dict) -> list[str]:
             f"({100 * limit['low'] / limit['value']:.0f}%)"
         )
         if limit.get("others_share"):
-            most = max(limit["others_share"].values())
-            lines[-1] += f"; other programs used up to {100 * most:.0f}% of the cores"
+            most = limit["deciding_share"]
+            lines[-1] += f"; other programs used up to {100 * most:.0f}% of the cores meanwhile"
             if limit["busy"]:
                 lines[-1] += f"\n  FLAG: the machine was busy: the {name} is low, run again"
     return lines
