@@ -315,3 +315,66 @@ def test_a_shuffle_buffer_below_two_does_not_count_as_shuffling():
         checks.assert_pipeline_code(
             observed("train_ds = examples.shuffle(1).batch(B)"), "train_ds", "train"
         )
+
+
+TUTORIAL_HELPER = (
+    "def make_pipeline(ds, training):\n"
+    "    if training:\n"
+    "        ds = ds.shuffle(10000)\n"
+    "    return ds.batch(GLOBAL_BATCH).prefetch(2)\n"
+    "train_ds = make_pipeline(train_cached, True)\n"
+    "test_ds = make_pipeline(test_examples, False)"
+)
+
+
+def test_a_helper_that_shuffles_only_when_training_keeps_both_pipeline_points(examples):
+    """The TF tutorials' helper, `if training: ds = ds.shuffle(...)`, used for both sets: the
+    code cannot say which call shuffled, so the order the probe reads decides, and both sets
+    pass (the test set's order is intact)."""
+    for name, split in (("train_ds", "train"), ("test_ds", "test")):
+        checks.assert_pipeline_code(observed(TUTORIAL_HELPER), name, split)
+
+    def make_pipeline(ds, training):
+        if training:
+            ds = ds.shuffle(10000)
+        return ds.batch(GLOBAL_BATCH).prefetch(2)
+
+    train_cached = examples["train"].cache()
+    train_cached.reduce(0, lambda count, _: count + 1)
+    found = facts(
+        train_ds=make_pipeline(train_cached, training=True),
+        test_ds=make_pipeline(examples["test"], training=False),
+    )
+    checks.assert_pipeline(found, "train_ds", "train", GLOBAL_BATCH)
+    checks.assert_pipeline(found, "test_ds", "test", GLOBAL_BATCH)
+
+
+def test_a_helper_that_always_shuffles_still_loses_the_test_set_point():
+    """The same helper with its shuffle outside any branch shuffles the test set too: the code
+    says so, and the test_ds point is lost with the reason."""
+    always = TUTORIAL_HELPER.replace(
+        "    if training:\n        ds = ds.shuffle", "    ds = ds.shuffle"
+    )
+    checks.assert_pipeline_code(observed(always), "train_ds", "train")
+    with pytest.raises(
+        checks.CheckError, match="shuffles `test_ds`: the test set needs no shuffle"
+    ):
+        checks.assert_pipeline_code(observed(always), "test_ds", "test")
+
+
+def test_checkpoints_numbered_by_step_are_named_as_such(tmp_path):
+    """Notebook 4 numbers its checkpoints by optimizer step; in the exercise three epochs of 16
+    steps then give ckpt-16, ckpt-32, ckpt-48: the message names the numbering, not the epochs."""
+    for number in (16, 32, 48):
+        (tmp_path / f"ckpt-{number}.index").write_text("x")
+    files = checks.tf_checkpoints(tmp_path)
+    with pytest.raises(
+        checks.CheckError, match=r"found \[16, 32, 48\]: the optimizer steps"
+    ) as err:
+        checks.assert_epochs_trained(files, 3, 16, None, "the custom loop")
+    assert "manager.save() once per epoch" in str(err.value)
+    assert "train for EPOCHS epochs" not in str(err.value)
+    with pytest.raises(checks.CheckError, match="something other than the epoch"):
+        checks.assert_epochs_trained(files, 3, 10, None, "the custom loop")
+    with pytest.raises(checks.CheckError, match="train for EPOCHS epochs"):  # too few
+        checks.assert_epochs_trained(dict(list(files.items())[:2]), 3, 16, None, "the custom loop")

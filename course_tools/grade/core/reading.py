@@ -133,16 +133,32 @@ def _chain(node: ast.AST) -> tuple[list[str], str, str]:
     return calls, source, ""
 
 
+#: The statements whose body runs for some calls of a function and not for others.
+BRANCHES = (ast.If, ast.Match, ast.For, ast.AsyncFor, ast.While)
+
+
+def _branched(function: ast.FunctionDef) -> set[int]:
+    """The ids of the nodes of `function` that sit in a branch (`if training: ds = ...`): code
+    that runs for some calls and not for others."""
+    inside = set()
+    for node in ast.walk(function):
+        if isinstance(node, BRANCHES) and node is not function:
+            inside.update(id(sub) for sub in ast.walk(node) if sub is not node)
+    return inside
+
+
 def _inlined(function: ast.FunctionDef, name: str, value: ast.AST) -> tuple[list[str], str]:
     """The methods `function` applies to the pipeline it returns, and the caller's name it
-    starts from (the argument given for the parameter the pipeline is made from)."""
+    starts from (the argument given for the parameter the pipeline is made from). A method
+    applied in a branch of the function (`if training: ds = ds.shuffle(...)`) is named with a
+    trailing "?" ("shuffle?"): the code alone cannot say whether this call ran it."""
     body = Code(trees=[ast.Module(body=function.body, type_ignores=[])])
     returned = [n.value for n in ast.walk(body.trees[0]) if isinstance(n, ast.Return) and n.value]
     if not returned:
         return [], ""
     calls, start, _ = _chain(returned[-1])
     if start:
-        inner, start = body._trace(start)
+        inner, start = body._trace(start, branched=_branched(function))
         calls = inner + calls
     parameters = [a.arg for a in function.args.args]
     call = next(
@@ -311,11 +327,15 @@ class Code:
         made from (train_ds = cached.shuffle(...).batch(...), cached = examples.cache():
         ['cache', 'shuffle', 'batch']), a name reassigned from itself (train_ds =
         train_ds.batch(...): the assignment before it), and a function of the notebook's own
-        that returns a pipeline (train_ds = make(cached): its return value, its argument)."""
+        that returns a pipeline (train_ds = make(cached): its return value, its argument; a
+        method it applies in a branch, such as `if training:`, is named with a trailing "?")."""
         return self._trace(name, depth)[0]
 
-    def _trace(self, name: str, depth: int = 20) -> tuple[list[str], str]:
-        """`pipeline`, and the name the pipeline starts from (one this code does not assign)."""
+    def _trace(
+        self, name: str, depth: int = 20, branched: set[int] | None = None
+    ) -> tuple[list[str], str]:
+        """`pipeline`, and the name the pipeline starts from (one this code does not assign).
+        The methods of an assignment among `branched` (node ids) get a trailing "?"."""
         methods: list[str] = []
         functions = self._functions()
         before = None  # only assignments before this place (a name made from itself)
@@ -333,6 +353,8 @@ class Code:
             if helper in functions:
                 inner, source = _inlined(functions[helper], helper, node.value)
                 calls = inner + calls
+            if branched and id(node) in branched:
+                calls = [call if call.endswith("?") else f"{call}?" for call in calls]
             methods = calls + methods
             before = place if source == name else None
             name = source
