@@ -187,11 +187,16 @@ def record(verdict: Verdict, path: str | Path) -> Verdict:
 
 def results_table(results: list[RunResult]) -> str:
     """A text table of the runs (the first is the baseline of the 'vs' column); the rounds and
-    ms/step columns only when some run has them."""
+    ms/step columns only when some run has them. With rounds, the headers say that `seconds` is
+    the run's total and `examples/s` the median round's, so the two need not divide."""
     if not results:
         return "(no runs)"
     base = results[0]
-    header = ["run", "seconds", "examples/s", "rounds (low-high)", "ms/step", f"vs {base.name}"]
+    speed = "examples/s"
+    if any(r.rounds for r in results):
+        speed += ", median round" if all(r.rounds for r in results) else ", median round or total"
+    seconds = "seconds, total" if any(r.rounds for r in results) else "seconds"
+    header = ["run", seconds, speed, "rounds (low-high)", "ms/step", f"vs {base.name}"]
     rows = [
         [
             r.name,

@@ -67,6 +67,32 @@ def test_run_result_table_and_chart():
     assert [bar.get_width() for bar in ax.patches] == [100.0, 50.0]
 
 
+def test_table_headers_say_total_seconds_and_median_round():
+    """With rounds, seconds (the total) and examples/s (the median round) need not divide: the
+    header says which is which, so a reader does not divide one by the other."""
+    timed = run("loop", [100.0, 400.0, 120.0])  # median 120/s; 3 examples/s-rounds
+    header = timing.results_table([timed]).splitlines()[0]
+    assert "seconds, total" in header and "examples/s, median round" in header
+    assert "120" in timing.results_table([timed]).splitlines()[2]
+    mixed = timing.results_table([timed, timing.RunResult("once", 2.0, 100)]).splitlines()[0]
+    assert "examples/s, median round or total" in mixed
+
+
+def test_the_load_of_other_programs_is_measured():
+    """`timing.Load` counts another program's CPU time as the others' share of the cores: a
+    process spinning for a second inside the block holds one core for most of it; this
+    process's own work inside the block is not counted as others'."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    spin = "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass\n"
+    with timing.Load() as load:
+        subprocess.run([sys.executable, "-c", spin], check=True)
+    assert 0.5 / psutil.cpu_count() <= load.others <= 1.0, load.others
+
+
 def test_comparison_chart_labels_sit_clear_of_bars_and_rounds():
     """Each value label starts right of its bar and of the run's fastest round, inside the axes."""
     results = [run("one device", [7400.0, 7691.0, 8200.0]), run("mirrored", [3900.0, 4100.0])]
