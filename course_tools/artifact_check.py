@@ -17,7 +17,9 @@ follows from the numbers it recorded beside it.
 - `results.json` of notebook 3c: the all-reduce's line is fitted again from the rounds it
   recorded, a measured size beyond the tolerance the notebook states must have been flagged (with
   one replica: every size within the tolerance of the loop alone, or flagged), and "alpha
-  dominates" (or the bytes, or too close to call within the line's worst error) must follow.
+  dominates" (or the bytes, or too close to call within the line's worst error) must follow,
+  withheld as in 3b when other programs used more than the recorded `busy` share of the cores
+  during a set of its rounds.
 
 Example:
     $ .venv/bin/python -m course_tools.artifact_check notebooks/03_single_vs_distributed.ipynb
@@ -324,8 +326,10 @@ def all_reduce_fit(results: dict) -> dict:
 def all_reduce_problems(path: Path) -> list[str]:
     """Notebook 3c's all-reduce at `path`: the recorded line must be the one its rounds give, a
     measured size beyond the stated tolerance of it must have been flagged, and "alpha dominates"
-    must follow from the line at the gradients' size. With one replica nothing is sent: nothing
-    is fitted, and every size must be within the tolerance of the loop alone, or flagged."""
+    must follow from the line at the gradients' size, or be withheld when other programs used
+    more than the recorded `busy` share of the cores during a set of rounds (`loads`). With one
+    replica nothing is sent: nothing is fitted, and every size must be within the tolerance of
+    the loop alone, or flagged."""
     results = json.loads(Path(path).read_text())
     if results["replicas"] == 1 and "alpha" in results:
         return [f"{path.name}: a line fitted with one replica"]
@@ -360,6 +364,12 @@ def all_reduce_problems(path: Path) -> list[str]:
         dominates = "too close to call"
     else:
         dominates = "alpha dominates" if alpha > gradients else "the bytes dominate"
+    loads = results.get("loads", [])
+    if loads and max(loads) > results.get("busy", 1.0):  # as 3b: a busy machine, no verdict
+        dominates = (
+            f"withheld: the machine was busy (other programs used {100 * max(loads):.0f}% of "
+            "its cores during the all-reduce's rounds)"
+        )
     if results["dominates"] != dominates:
         found.append(f"{path.name}: {results['dominates']!r} printed, its line says {dominates!r}")
     return found

@@ -78,8 +78,6 @@ LIMITS_CODE = (
     "additions",
     "addition_megabytes",
     "limit_range",
-    "Load",
-    "BUSY",
     "make_model",
     "step_count",
 )
@@ -189,8 +187,8 @@ def measured_limit(limit_range, measure_set, sets: int = 3, *, load=None, busy=1
     """Notebook 3b's rule for one limit: `sets` sets of rounds (`measure_set()` gives one); load
     can only slow a round, so the limit is the fastest round of all (a lower bound), and `low`,
     the fastest round of the other sets, shows how far load alone moved it (`limit_range`).
-    With `load` (3b's `Load`), each set also records the share of the cores other programs used
-    meanwhile; above `busy` (3b's `BUSY`) during one of the two sets that decide the limit and its
+    With `load` (`timing.Load`), each set also records the share of the cores other programs used
+    meanwhile; above `busy` (`timing.BUSY`) during one of the two sets that decide the limit and its
     low end, the limit is flagged as measured on a busy machine."""
     taken, others = {}, {}
     for number in range(1, sets + 1):
@@ -216,18 +214,18 @@ def measured_limit(limit_range, measure_set, sets: int = 3, *, load=None, busy=1
 def machine_figures(mirrored, sizes: Sizes) -> dict:
     """This machine's figures with notebooks 3b and 3c's own code and guards: peak FLOP/s and
     memory bandwidth, each the fastest round of three sets (and the other sets' fastest, and the
-    share of the cores other programs used during each set, flagged above 3b's `BUSY`), the
-    all-reduce's alpha and betas over the strategy's replicas with one or two more sets of rounds
-    when a size misses its line by more than 3c's tolerance (none with one replica: nothing is
-    sent), and the model's intensity. No training run's rate is set against the peak here (3b's
-    sweep does)."""
+    share of the cores other programs used during each set, flagged above `timing.BUSY` as in
+    3b), the all-reduce's alpha and betas over the strategy's replicas with one or two more sets
+    of rounds when a size misses its line by more than 3c's tolerance (none with one replica:
+    nothing is sent), and the model's intensity. No training run's rate is set against the peak
+    here (3b's sweep does)."""
     limits = notebook_code(LIMITS_NOTEBOOK, names=LIMITS_CODE)
     reduce = notebook_code(ALL_REDUCE_NOTEBOOK, names=ALL_REDUCE_CODE)
     quick = sizes.rounds < FULL.rounds
     rates, limit_range = limits["rates_in_rounds"], limits["limit_range"]
     gpu = bool(import_tensorflow().config.list_logical_devices("GPU"))
     work, flops = limits["matrix_products"](4096 if gpu else 1024)  # 3b's sizes
-    guard = {"load": limits["Load"], "busy": limits["BUSY"]}
+    guard = {"load": timing.Load, "busy": timing.BUSY}  # the load rule 3b and 3c share
     peak = measured_limit(
         limit_range, lambda: rates(work, flops, 3 if quick else 10, sizes.rounds), **guard
     )

@@ -44,6 +44,50 @@ class Timer:
         self.seconds = time.perf_counter() - self.start
 
 
+#: Other programs using more than this share of the cores during a measurement: the machine was
+#: busy, so a limit or a price measured then is low, and notebooks 3b and 3c draw no verdict.
+BUSY = 0.2
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    # The machine's busy CPU seconds over all its cores so far, and this process's own.
+    import psutil  # here, not at import: only the notebooks that measure load need it
+
+    machine, mine = psutil.cpu_times(), psutil.Process().cpu_times()
+    idle = machine.idle + getattr(machine, "iowait", 0.0)  # iowait: Linux only
+    guests = getattr(machine, "guest", 0.0) + getattr(machine, "guest_nice", 0.0)  # in user too
+    return sum(machine) - idle - guests, mine.user + mine.system
+
+
+class Load:
+    """The share of the machine's cores used by everything but this process during a `with`
+    block, `others` (0.5: half of them), from the machine's CPU times less this process's own.
+
+    "Everything but this process" is broad: other programs, but also a hypervisor's steal time
+    on a virtual machine (Colab's, a cloud's) and, in a container, the whole host's other work
+    (psutil reads the host's counters): load a student cannot always close.
+
+    >>> with Load() as load:
+    ...     total = sum(range(10**6))  # the measurement
+    >>> 0.0 <= load.others <= 1.0
+    True
+    """
+
+    others = 0.0
+
+    def __enter__(self) -> Load:
+        self.start, self.clock = _cpu_seconds(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import psutil
+
+        (machine, mine), (machine_before, mine_before) = _cpu_seconds(), self.start
+        cores_seconds = (time.perf_counter() - self.clock) * psutil.cpu_count()
+        others = machine - machine_before - (mine - mine_before)
+        self.others = min(max(others, 0.0) / cores_seconds, 1.0) if cores_seconds else 0.0
+
+
 @dataclass
 class RunResult:
     """One timed run: `examples` trained in `seconds`, and the examples/s of each round (the

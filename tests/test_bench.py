@@ -224,14 +224,16 @@ def test_the_machine_s_limits_get_notebook_3b_s_rule():
 
 def test_a_limit_measured_on_a_busy_machine_is_flagged():
     """As in notebook 3b, each set of a limit records the share of the cores other programs used
-    (its `Load`); above 3b's `BUSY` during one of the two sets that decide the limit (100) and its
-    low end (62), the report flags the limit as low; busy during the slowest set (60), not."""
+    (`timing.Load`); above `timing.BUSY` during one of the two sets that decide the limit (100)
+    and its low end (62), the report flags the limit as low; busy during the slowest set (60),
+    not."""
     from course_tools import bench
+    from course_utils import timing
 
     code = bench.notebook_code(bench.LIMITS_NOTEBOOK, names=bench.LIMITS_CODE)
-    busy, shares = code["BUSY"], iter([])
+    busy, shares = timing.BUSY, iter([])
 
-    class Recorded:  # stands for 3b's Load: the share each set saw, in turn
+    class Recorded:  # stands for timing.Load: the share each set saw, in turn
         def __enter__(self):
             return self
 

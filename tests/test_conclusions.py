@@ -342,6 +342,24 @@ def test_alpha_or_the_bytes_dominate_only_outside_the_line_s_error(tmp_path):
     assert all_reduce_problems(path) == []
 
 
+def test_a_busy_machine_gives_no_all_reduce_verdict(tmp_path):
+    """As in 3b: when other programs used more than the recorded `busy` share of the cores during
+    a set of 3c's rounds (the second here, 35%), "the bytes dominate" must be withheld; at 15%
+    in every set, the call stands."""
+    path = tmp_path / "results.json"
+    busy = _all_reduce_results() | {"loads": [0.05, 0.35], "busy": 0.2}
+    path.write_text(json.dumps(busy))
+    assert all_reduce_problems(path) == [
+        "results.json: 'the bytes dominate' printed, its line says \"withheld: the machine was "
+        "busy (other programs used 35% of its cores during the all-reduce's rounds)\""
+    ]
+    withheld = "withheld: the machine was busy (other programs used 35% of its cores during "
+    path.write_text(json.dumps(busy | {"dominates": withheld + "the all-reduce's rounds)"}))
+    assert all_reduce_problems(path) == []
+    path.write_text(json.dumps(busy | {"loads": [0.15, 0.15]}))
+    assert all_reduce_problems(path) == []
+
+
 def _run(name: str, rounds: list[float]) -> timing.RunResult:
     return timing.RunResult(name, seconds=1.0, examples=1, rounds=rounds)
 
