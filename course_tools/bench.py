@@ -217,7 +217,8 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     share of the cores other programs used during each set, flagged above `timing.BUSY` as in
     3b), the all-reduce's alpha and betas over the strategy's replicas with one or two more sets
     of rounds when a size misses its line by more than 3c's tolerance (none with one replica:
-    nothing is sent), and the model's intensity. No training run's rate is set against the peak
+    nothing is sent), the load beside each set of those rounds, flagged busy as in 3c, and the
+    model's intensity. No training run's rate is set against the peak
     here (3b's sweep does)."""
     limits = notebook_code(LIMITS_NOTEBOOK, names=LIMITS_CODE)
     reduce = notebook_code(ALL_REDUCE_NOTEBOOK, names=ALL_REDUCE_CODE)
@@ -238,16 +239,24 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     calls = {"loop alone": loop(mirrored, byte_sizes[0], reduce=False)}
     calls |= {size: loop(mirrored, size) for size in byte_sizes}
     repeats = dict.fromkeys(calls, 30 if quick else 50)  # as 3c: one count for every loop
-    samples = reduce["seconds_per_run"](calls, repeats, sizes.rounds)
+    shares = []  # as 3c: the share of the cores other programs used during each set of rounds
+
+    def reduce_rounds() -> dict:
+        with timing.Load() as load:
+            taken = reduce["seconds_per_run"](calls, repeats, sizes.rounds)
+        shares.append(load.others)
+        return taken
+
+    samples = reduce_rounds()
     replicas = mirrored.num_replicas_in_sync
-    all_reduce = {"replicas": replicas, "sizes_bytes": byte_sizes}
+    all_reduce = {"replicas": replicas, "sizes_bytes": byte_sizes, "others_share": shares}
     if replicas > 1:
         tolerance = reduce["TOLERANCE"]
         fit = reduce["fit_all_reduce"](samples, ALL_REDUCE_SMALL, ALL_REDUCE_LARGE)
         for _ in range(2):  # as notebook 3c: one more set of rounds while a size misses its line
             if max(abs(e) for e in fit["errors"].values()) <= tolerance:
                 break
-            more = reduce["seconds_per_run"](calls, repeats, sizes.rounds)
+            more = reduce_rounds()
             samples = {key: samples[key] + more[key] for key in samples}
             fit = reduce["fit_all_reduce"](samples, ALL_REDUCE_SMALL, ALL_REDUCE_LARGE)
         worst = max(abs(e) for e in fit["errors"].values())
@@ -260,6 +269,7 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
             "worst_error": worst,
             "tolerance": tolerance,
             "within_tolerance": worst <= tolerance,
+            "busy": max(shares) > timing.BUSY,  # 3c withholds its alpha-or-bytes call then
         }
     model = limits["make_model"]()
     step_flops, step_bytes, _ = limits["step_count"](model, PER_REPLICA_BATCH)
@@ -475,6 +485,13 @@ def all_reduce_line(reduce: dict) -> str:
             ""
             if reduce.get("within_tolerance", True)
             else f"\n  FLAG: the line misses a size by more than {100 * reduce['tolerance']:.0f}%"
+        )
+        + (
+            f"\n  FLAG: the machine was busy: other programs used up to "
+            f"{100 * max(reduce['others_share']):.0f}% of the cores during the rounds; as in "
+            "notebook 3c, no call between alpha and the bytes: run again"
+            if reduce.get("busy")
+            else ""
         )
     )
 

@@ -105,6 +105,10 @@ def test_quick_bench_reports_the_machine_s_roofline_figures(quick_report):
     reduce, model = machine["all_reduce"], machine["model"]
     assert reduce["replicas"] == 2 and len(reduce["sizes_bytes"]) >= 4
     assert 0 < reduce["alpha_seconds"] < 0.1 or reduce["beta_seconds_per_byte"] > 0
+    assert reduce["others_share"] and all(0 <= s <= 1 for s in reduce["others_share"])
+    from course_utils import timing
+
+    assert reduce["busy"] == (max(reduce["others_share"]) > timing.BUSY)
     assert model["gradient_bytes"] == 4 * 121_930  # the notebook's CNN, float32
     assert 5 < model["intensity_flop_per_byte"] < 50
     assert "This machine (notebook 3b's roofline figures)" in proc.stdout
@@ -258,3 +262,24 @@ def test_a_limit_measured_on_a_busy_machine_is_flagged():
     quiet = measure([0.05, 0.6, 0.1])  # the slowest set was the busy one
     assert quiet["busy"] is False and "FLAG" not in bench.limit_spreads({"peak": quiet})[0]
     assert "up to 10% of the cores" in bench.limit_spreads({"peak": quiet})[0]
+
+
+def test_an_all_reduce_line_measured_on_a_busy_machine_is_flagged():
+    """As notebook 3c, `course bench` measures the load beside the all-reduce's rounds: busy
+    during one set, the report flags the line and draws no alpha-or-bytes call; quiet, no flag."""
+    from course_tools import bench
+
+    fit = {
+        "replicas": 2,
+        "alpha_seconds": 100e-6,
+        "beta_seconds_per_byte": 50e-12,
+        "beta_large_seconds_per_byte": 80e-12,
+        "worst_error": 0.1,
+        "tolerance": 0.25,
+        "within_tolerance": True,
+        "overhead_seconds": 9e-6,
+    }
+    busy = bench.all_reduce_line(fit | {"others_share": [0.1, 0.7], "busy": True})
+    assert "FLAG: the machine was busy: other programs used up to 70% of the cores" in busy
+    quiet = bench.all_reduce_line(fit | {"others_share": [0.1], "busy": False})
+    assert "FLAG" not in quiet and "alpha 100 us" in quiet
