@@ -298,6 +298,51 @@ def test_a_scope_counts_only_for_a_strategy_made_by_tf_distribute_mirrored_strat
     checks.assert_created_in_scope(observed(fake), "single_model", scoped=False)
 
 
+def test_a_strategy_made_by_a_helper_annotated_or_aliased_is_a_strategy_scope():
+    """A strategy returned by a function of the notebook's own, assigned with an annotation, or
+    an alias of one (`s = strategy`, alias of an alias) is MirroredStrategy's scope; a helper
+    that returns anything else, or an alias of a fake, is not."""
+    scoped = "with strategy.scope():\n    fit_model = make_model()"
+    made = "tf.distribute.MirroredStrategy()"
+    for strategy in (
+        f"def make_strategy():\n    return {made}\nstrategy = make_strategy()",
+        f"strategy: tf.distribute.Strategy = {made}",
+        f"mirrored = {made}\nstrategy = mirrored",
+        f"first = {made}\nsecond = first\nstrategy = second",
+    ):
+        checks.assert_created_in_scope(observed(f"{MIRRORED}{strategy}", scoped), "fit_model")
+    helper = f"def make_strategy():\n    return {made}\n"
+    direct = "with make_strategy().scope():\n    fit_model = make_model()"
+    checks.assert_created_in_scope(observed(f"{MIRRORED}{helper}", direct), "fit_model")
+    for strategy in (
+        "def make_strategy():\n    return Fake()\nstrategy = make_strategy()",
+        f"def make_strategy(real):\n    if real:\n        return {made}\n    return Fake()\n"
+        "strategy = make_strategy(False)",
+        "fake = Fake()\nstrategy = fake",
+        "strategy: tf.distribute.Strategy = Fake()",
+    ):
+        with pytest.raises(checks.CheckError, match="outside any strategy scope"):
+            checks.assert_created_in_scope(observed(f"{MIRRORED}{strategy}", scoped), "fit_model")
+
+
+def test_a_shuffle_buffer_named_once_below_two_does_not_count_as_shuffling():
+    """A buffer held in a name whose only assignment is a literal below 2 (`SHUFFLE_BUFFER = 1`)
+    keeps the order as `shuffle(1)` does; a name assigned more than once, or a parameter of the
+    same name, is a real buffer as far as the code can tell."""
+    for code in (
+        "SHUFFLE_BUFFER = 1  # tuned\ntrain_ds = examples.shuffle(SHUFFLE_BUFFER).batch(B)",
+        "BUFFER: int = 0\ntrain_ds = examples.shuffle(buffer_size=BUFFER).batch(B)",
+    ):
+        with pytest.raises(checks.CheckError, match="a buffer of 1 .or less."):
+            checks.assert_pipeline_code(observed(code), "train_ds", "train")
+    for code in (
+        "BUFFER = 1\nBUFFER = 10_000\ntrain_ds = examples.shuffle(BUFFER).batch(B)",
+        "BUF = 1\nfor BUF in (9, 99):\n    pass\ntrain_ds = examples.shuffle(BUF).batch(B)",
+        "BUFFER = 10_000\ntrain_ds = examples.shuffle(BUFFER).batch(B)",
+    ):
+        checks.assert_pipeline_code(observed(code), "train_ds", "train")
+
+
 def test_a_shuffle_buffer_below_two_does_not_count_as_shuffling():
     """`shuffle(1)` keeps every example in its place (the same order each epoch): it earns no
     shuffling point however it is written; a real buffer, literal or named, does."""

@@ -90,6 +90,8 @@ from course_tools.grade.core import (
     files,
     one_submission,
     plan,
+    probe,
+    reading,
     report,
     roster,
     submission,
@@ -1470,9 +1472,10 @@ def test_a_probe_answer_that_is_not_one_string_literal_is_refused_before_it_is_p
 
 def test_code_that_reaches_ipythons_shell_makes_the_facts_untrusted():
     """The notebook's code, read as code: the display formatter and its printers, the
-    displayhook, the shell's expressions, magics that change the shell, IPython's own modules,
-    also in a string (code written to a file or run by exec), mark the facts untrusted; the
-    transformer's calls for `%pip` and `!ls`, and IPython.display, do not."""
+    displayhook, the shell's expressions, IPython's own modules, also in code the kernel runs
+    from a string (a `%%writefile` file, exec's string, a `%config` value), and `%run`, mark
+    the facts untrusted; the transformer's calls for `%pip` and `!ls`, and IPython.display, do
+    not."""
     for code in (
         'get_ipython().display_formatter.formatters["text/plain"].for_type(str, f)',
         "ip = get_ipython()",
@@ -1481,14 +1484,16 @@ def test_code_that_reaches_ipythons_shell_makes_the_facts_untrusted():
         "from IPython.lib import pretty\npretty._type_pprinters[str] = f",
         "import sys\nsys.displayhook = f",
         "%config PlainTextFormatter.pprint = False",
-        "%load_ext evil",
         "%%writefile evil.py\nget_ipython().events.register('post_execute', f)",
         "exec('import IPython.core.formatters as f')",
         "%run -i evil.py",
     ):
         job = {"facts": {"models": {}}, "observed": {"cells": [{"source": code}]}}
         facts = checker._facts(job)
-        assert any("reaches IPython's shell" in t for t in facts.get("tampered", [])), code
+        assert any(
+            "reaches IPython's shell" in t or "`%run` runs a file" in t
+            for t in facts.get("tampered", [])
+        ), code
         with pytest.raises(checks.CheckError, match="changed how its kernel runs code"):
             checks.assert_kernel_trusted(facts)
     honest = [
@@ -1497,6 +1502,7 @@ def test_code_that_reaches_ipythons_shell_makes_the_facts_untrusted():
         "from IPython.display import display, Image\ndisplay(Image('a.png'))",
         "%%time\nmodel.fit(train_ds)",
         "%matplotlib inline",
+        *HONEST_SHELL_LINES,
     ]
     solution = nbformat.read(SOLUTION, as_version=4)
     honest += [c.source for c in solution.cells if c.cell_type == "code"]
@@ -1582,3 +1588,228 @@ def test_a_sparse_artifact_is_skipped_alone_and_the_rest_copied(tmp_path):
     assert len({"half.bin", "other_half.bin"} & copied) == 1, copied  # 64 MB in all
     assert any(n.startswith("artifact sparse.bin (900.0 MB) not copied") for n in notes), notes
     assert sum(p.stat().st_size for p in target.iterdir()) <= one_submission.ARTIFACTS_MB * 2**20
+
+
+#: Lines an honest notebook writes that look like the shell but cannot reach the probe's path:
+#: the course teaches `%load_ext tensorboard` (notebook 1); `%config` of the inline backend; a
+#: string or a docstring naming the shell.
+HONEST_SHELL_LINES = (
+    "%config InlineBackend.figure_format = 'retina'",
+    "%load_ext tensorboard",
+    "%load_ext autoreload\n%autoreload 2",
+    "%reload_ext tensorboard",
+    "print('kernel: ipykernel on Colab')",
+    'def helper():\n    """Unlike get_ipython().run_cell, this runs nothing."""\n    return 1',
+    "# the display_formatter is IPython's",
+)
+
+
+def test_honest_magics_strings_and_docstrings_keep_the_facts_trusted():
+    """The completed exercise with each honest line keeps its facts trusted (all 12 points'
+    worth); the lines that reach the probe's path still mark them untrusted, `%run` with why
+    and what to do."""
+    done = [c.source for c in completed_exercise().cells if c.cell_type == "code"]
+    for line in HONEST_SHELL_LINES:
+        job = {"facts": {"models": {}}, "observed": {"cells": [{"source": c} for c in done]}}
+        job["observed"]["cells"].insert(3, {"source": line})
+        facts = checker._facts(job)
+        assert "tampered" not in facts, (line, facts)
+        checks.assert_kernel_trusted(facts)
+    for line, said in (
+        ("ip = get_ipython()\nip.display_formatter.formatters.clear()", "display_formatter"),
+        ("from ipykernel import zmqshell", "ipykernel"),
+        ("%config PlainTextFormatter.type_printers = {str: f}", "PlainTextFormatter"),
+        ("%config InlineBackend.x = __import__('json').__setattr__('dumps', f)", "__setattr__"),
+        ("%run helpers.py", "put that code in the notebook's cells"),
+    ):
+        job = {"facts": {"models": {}}, "observed": {"cells": [{"source": c} for c in done]}}
+        job["observed"]["cells"].append({"source": line})
+        tampered = " ".join(checker._facts(job).get("tampered", []))
+        assert said in tampered, (line, tampered)
+
+
+def test_assigning_an_attribute_of_an_imported_module_makes_the_facts_untrusted():
+    """`json.dumps = f` (the red team's forger), a strategy class replaced, setattr, an alias of
+    a module, a module's `__dict__`: each marks the facts untrusted, naming the cell and line;
+    an environment variable or a matplotlib setting (an item, not an attribute) does not."""
+    for code in (
+        "import json\n_dumps = json.dumps\njson.dumps = _tidy",
+        "import tensorflow as tf\ntf.distribute.MirroredStrategy = FakeStrategy",
+        "import json\nsetattr(json, 'dumps', f)",
+        "import numpy as np\nnp.random.shuffle = f",
+        "import json as j\nm = j\nm.dumps = f",
+        "from json import encoder\nencoder.__dict__['c_make_encoder'] = None",
+        "%%time\nimport json\njson.dumps = f",
+    ):
+        job = {
+            "facts": {"models": {}},
+            "observed": {"cells": [{"source": "x = 1"}, {"source": code}]},
+        }
+        tampered = " ".join(checker._facts(job).get("tampered", []))
+        assert "changes a library the grader relies on (cell 2, line" in tampered, (code, tampered)
+    for code in (
+        "import os\nos.environ['TF_CPP_MIN_LOG_LEVEL'] = '2'",
+        "import matplotlib.pyplot as plt\nplt.rcParams['figure.figsize'] = (8, 4)",
+        "import tensorflow as tf\nmodel = tf.keras.Sequential()\nmodel.trainable = False",
+    ):
+        job = {"facts": {"models": {}}, "observed": {"cells": [{"source": code}]}}
+        assert "tampered" not in checker._facts(job), code
+
+
+def test_the_probe_answers_with_builtin_reprs_that_no_notebook_replaces(tmp_path, sandboxed):
+    """The probe's facts are written by the builtin types' own repr after an exact-type check,
+    not by the kernel's `json.dumps`: a notebook that replaces json.dumps (through names built
+    at run time, which the code reading cannot see) changes nothing, and the facts read back
+    whole (nan and inf included); a value of another type is refused."""
+    facts = {
+        "models": {"m": None},
+        "ratios": [1.0, float("inf")],
+        "note": 'it\'s \\ "q"',
+        "ok": True,
+    }
+    answer = probe.answer(facts)
+    assert submission.read_facts(_answered(repr(answer))) == (facts, "")
+    with pytest.raises(TypeError, match="not a builtin value"):
+        probe.answer({"models": {"m": type("Text", (str,), {})("x")}})
+    forge = (
+        "import json\n_real = json.dumps\n"
+        "FAKE = {'models': {'fit_model': {'variables': 2, 'distributed_variables': 2, "
+        "'replicas': 2, 'fingerprint': 'x'}}, 'datasets': {}, 'tampered': []}\n"
+        "def _forge(obj, *args, **kwargs):\n"
+        "    forged = FAKE if isinstance(obj, dict) and 'models' in obj else obj\n"
+        "    return _real(forged, *args, **kwargs)\n"
+        "setattr(__import__('js' + 'on'), 'dumps', _forge)"
+    )
+    code = reading.Code.of({"cells": [{"source": forge}]})
+    assert code.module_patches() == [], "the forger is meant to be invisible to the reading"
+    setup = submission.RunSetup(
+        Limits(60, 120),
+        probe_source=exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe,
+    )
+    outcome, found, error = submission.run(
+        notebook_of(forge), tmp_path, {**os.environ, **ENV}, setup
+    )
+    assert error == "" and found["models"]["fit_model"] is None, (found, outcome.extra_error)
+
+
+def _unterminated(size: int) -> str:
+    """The red team's file: one string that never ends, `size` bytes of escaped quotes."""
+    return '{"' + 'a\\"' * ((size - 2) // 3)
+
+
+def test_an_unterminated_string_is_refused_in_time_linear_in_the_files_size(tmp_path):
+    """A notebook-sized file whose string never ends (the regular expression used before
+    restarted from every later quote: days at the cap) is refused as not JSON, at the cap's
+    size well within a second or so, and 8 times the size costs about 8 times the time."""
+    from course_tools.grade.core import notebooks
+
+    def seconds(text: str) -> float:
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            with pytest.raises(notebooks.NotJSON, match="never ends"):
+                notebooks.parse(text)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    ratio = seconds(_unterminated(8 * 2**20)) / seconds(_unterminated(2**20))
+    assert ratio < 20, f"8 times the size took {ratio:.0f} times as long (quadratic: 64)"
+    path = tmp_path / "hw.ipynb"
+    path.write_text(_unterminated(plan.NOTEBOOK_MB * 2**20))
+    g = Grade("redos", path, status="graded")
+    parts = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4))
+    started = time.perf_counter()
+    assert one_submission._read_notebook(g, parts) is None
+    took = time.perf_counter() - started
+    assert took < 5, f"refusing a {plan.NOTEBOOK_MB} MB unterminated string took {took:.1f} s"
+    assert g.status == "invalid notebook" and "never ends" in g.reason, g.reason
+
+
+# --- red team 4's submissions, through `course grade` -------------------------------------------
+
+#: The red team's forger: every fact goes through json.dumps, which it rewrites so that the
+#: unshuffled train_ds looks reshuffled on its second pass.
+JSON_DUMPS_FORGER = """import json
+
+_dumps = json.dumps
+
+
+def _tidy(obj, *args, **kwargs):
+    train = obj.get("datasets", {}).get("train_ds") if isinstance(obj, dict) else None
+    if train and len(train.get("passes", [])) > 1:
+        for k in ("in_order", "batches"):
+            train["passes"][1][k] = "reshuffled-" + str(train["passes"][1][k])
+    return _dumps(obj, *args, **kwargs)
+
+
+json.dumps = _tidy"""
+
+
+@pytest.fixture(scope="module")
+def red4(tmp_path_factory, sandboxed):
+    """`course grade --jobs 2` of: a notebook-sized file whose string never ends; the untouched
+    exercise; the completed exercise with the honest magics; with `json.dumps` replaced and an
+    unshuffled pipeline; with its strategy made by a helper, an annotation and an alias."""
+    folder = tmp_path_factory.mktemp("red4")
+    out = tmp_path_factory.mktemp("grades")
+    done = completed_exercise()
+    strategy = "strategy = tf.distribute.MirroredStrategy()\n"
+    magics = edit(done, strategy, f"%config InlineBackend.figure_format = 'retina'\n{strategy}")
+    magics.cells.append(nbformat.v4.new_code_cell("%load_ext tensorboard\n%load_ext autoreload"))
+    forge = edit(
+        done,
+        "train_ds = train_cached.shuffle(10_000)",
+        "SHUFFLE_BUFFER = 1  # tuned\ntrain_ds = train_cached.shuffle(SHUFFLE_BUFFER)",
+    )
+    forge.cells.append(nbformat.v4.new_code_cell(JSON_DUMPS_FORGER))
+    factory = edit(
+        done,
+        strategy,
+        "def make_strategy():\n    return tf.distribute.MirroredStrategy()\n\n\n"
+        "mirrored: tf.distribute.Strategy = make_strategy()\nstrategy = mirrored\n",
+    )
+    for name, notebook in {"magics": magics, "forge": forge, "factory": factory}.items():
+        (folder / name).mkdir()
+        write(notebook, folder / name / "hw.ipynb")
+    (folder / "redos").mkdir()
+    (folder / "redos" / "hw.ipynb").write_text(_unterminated(plan.NOTEBOOK_MB * 2**20))
+    (folder / "bob").mkdir()
+    shutil.copy(EXERCISE, folder / "bob" / "hw.ipynb")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in ENV.items():
+            patch.setenv(name, value)
+        started = time.monotonic()
+        code = cli.main(["grade", str(folder), f"--out={out}", "--jobs=2"])
+    rows = {r["student"]: r for r in csv.DictReader((out / "gradebook.csv").open())}
+    print(f"\nred team 4's batch: {time.monotonic() - started:.0f} s, exit {code}")
+    return rows, out, code
+
+
+def test_an_unterminated_string_file_gets_its_row_and_the_batch_its_gradebooks(red4):
+    rows, out, code = red4
+    assert rows["redos"]["status"] == "invalid notebook", rows["redos"]
+    assert "never ends" in (out / "redos" / "report.md").read_text()
+    assert rows["bob"]["status"] == "unchanged exercise", rows["bob"]
+    for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
+        text = (out / name).read_text()
+        assert "redos" in text and "bob" in text, name
+
+
+def test_honest_magics_keep_full_marks_through_course_grade(red4):
+    rows, out, _ = red4
+    assert (rows["magics"]["score"], rows["magics"]["status"]) == ("12", "graded"), (
+        out / "magics" / "report.md"
+    ).read_text()
+
+
+def test_a_replaced_json_dumps_and_a_buffer_of_one_earn_no_pipeline_point(red4):
+    rows, out, _ = red4
+    report = (out / "forge" / "report.md").read_text().replace("\\", "")  # unescaped
+    assert "changes a library the grader relies on" in report and "json.dumps" in report, report
+    assert "a buffer of 1" in report, report
+    assert rows["forge"]["q1"] == "0", rows["forge"]
+
+
+def test_a_strategy_made_by_a_helper_keeps_full_marks_through_course_grade(red4):
+    rows, out, _ = red4
+    assert rows["factory"]["score"] == "12", (out / "factory" / "report.md").read_text()

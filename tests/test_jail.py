@@ -451,6 +451,28 @@ def test_what_a_killed_grader_left_is_cleaned_up_by_the_next(cgroups_here, tmp_p
     assert not any(folder.exists() for folder in stale)
 
 
+def test_a_killed_graders_folder_is_removed_by_the_next_course_grade(jail_as_root, tmp_path):
+    """A grader killed while blocked (SIGTERM from `timeout`, SIGKILL) leaves its folder of work
+    folders, a work folder still mounted in it: the next `course grade` unmounts and removes it;
+    a living grader's folder, and one of a name it did not make, are left alone."""
+    from course_tools.grade.routes import batch
+
+    dead = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    left = tmp_path / f"{batch.BASE_PREFIX}{dead.pid}-x1y2"
+    (left / "bob").mkdir(parents=True)
+    assert workdir.cap(left / "bob", disk_mb=1)
+    (left / "bob" / "artifact").write_text("x")
+    dead.kill()
+    dead.wait()
+    living = tmp_path / f"{batch.BASE_PREFIX}{os.getpid()}-a1b2"
+    other = tmp_path / f"{batch.BASE_PREFIX}v9i6zjjq"  # not made by a grader of this version
+    living.mkdir()
+    other.mkdir()
+    assert batch.remove_dead_graders_folders(tmp_path) == [left]
+    assert not left.exists() and not workdir.is_capped(left / "bob")
+    assert living.exists() and other.exists()
+
+
 def test_a_slurm_tasks_folder_is_unmounted_before_it_is_removed(jail_as_root, tmp_path):
     """A task's grader killed before its own clean-up leaves its work folder mounted inside the
     task's node-local folder; the task's script unmounts it (`python -m ...jail.workdir`) so

@@ -41,13 +41,21 @@ CheckVerdict = tuple[bool, str]
 
 def _facts(job: dict) -> dict:
     """The probe's facts, marked tampered with when the notebook's code (read here, never run)
-    binds a name the probe relies on (`reading.PROBE_NAMES`) or reaches IPython's shell, where
-    the probe's answer could be rewritten (`reading.SHELL_NAMES`)."""
+    binds a name the probe relies on (`reading.PROBE_NAMES`), reaches IPython's shell, where
+    the probe's answer could be rewritten (`reading.SHELL_NAMES`, `reading.SHELL_MAGICS`), or
+    assigns an attribute of an imported module (`json.dumps = f`: `Code.module_patches`)."""
     facts = job["facts"] if isinstance(job.get("facts"), dict) else {}
     try:
         code = reading.Code.of(job.get("observed"))
         found = [f"binds `{name}`" for name in code.probe_names_bound()]
-        found += [f"reaches IPython's shell: `{name}`" for name in code.shell_reached()]
+        for name in code.shell_reached():
+            why = reading.MAGIC_WHY.get(name.removeprefix("%"))
+            found.append(f"`{name}` {why}" if why else f"reaches IPython's shell: `{name}`")
+        found += [
+            f"changes a library the grader relies on ({where}): a library's own functions "
+            "could answer for the notebook; remove that assignment"
+            for where in code.module_patches()
+        ]
     except Exception as exc:  # noqa: BLE001 - whatever the code is, the checks still run
         found = [f"unreadable code ({type(exc).__name__})"]
     if found:

@@ -9,6 +9,12 @@ string costs no more than its bytes), then a count of the characters that open a
 `{`, `,`): at least as many as the values the text holds, however it is laid out. The course's
 executed solution holds about 1,800 values; the cap is more than 100 times that.
 
+The pass is linear whatever the text: a string runs to its closing quote or, unterminated, to
+the end of the text (the pattern always matches, so it never restarts from a later quote, which
+made an unterminated string cost time quadratic in the file's size); a text that ends inside a
+string, or does not start with `{`, is not a notebook and is refused (`NotJSON`) before
+anything is counted further.
+
 Example:
 
     from course_tools.grade.core import notebooks
@@ -25,24 +31,43 @@ import nbformat
 #: about 1,800; at the cap, parsing takes about 100 MB).
 MAX_VALUES = 200_000
 
-#: A JSON string, escapes included (no backtracking: each character matches one way only).
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+#: A JSON string, escapes included, to its closing quote or, unterminated, to the end of the
+#: text: it matches from every quote it starts at, so a scan never restarts (each character
+#: matches one way only, and there is nothing to backtrack for).
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+#: Appended before the strings are dropped: when the text ends inside a string, ` "` closes it
+#: (the space absorbs a trailing backslash) and the `x` is left; otherwise ` "x` is a string of
+#: its own, unterminated, and is dropped with the rest.
+_END = ' "x'
 
 
 class TooManyValues(ValueError):
     """A notebook holding more JSON values than the grader parses."""
 
 
+class NotJSON(ValueError):
+    """A text that cannot be a notebook's JSON (a string that never ends, no `{` first)."""
+
+
 def count_values(text: str) -> int:
     """An upper bound on the JSON values in `text` (at most twice their number): the characters
-    outside strings that start a value or separate two."""
-    bare = _STRING.sub("", text)
+    outside strings that start a value or separate two. Time linear in the text's length;
+    NotJSON when a string in it never ends.
+
+    >>> count_values('{"a": [1, "x,{"]}')
+    4
+    """
+    bare = _STRING.sub("", text + _END)
+    if bare.endswith("x"):
+        raise NotJSON("a string in it never ends (no closing quote): it is not JSON")
     return bare.count("{") + bare.count("[") + bare.count(",") + 1
 
 
 def parse(text: str, max_values: int = MAX_VALUES) -> nbformat.NotebookNode:
     """`text` as a version 4 notebook; TooManyValues, before anything is parsed, when it holds
-    more than `max_values` JSON values."""
+    more than `max_values` JSON values; NotJSON when it cannot be JSON (see `count_values`)."""
+    if not text.lstrip()[:1] == "{":
+        raise NotJSON("it does not start with `{`: it is not a notebook's JSON")
     found = count_values(text)
     if found > max_values:
         raise TooManyValues(

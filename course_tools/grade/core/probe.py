@@ -22,6 +22,38 @@ if TYPE_CHECKING:
     import keras
 
 
+#: The most values `answer` writes (the course's facts hold a few thousand).
+MAX_VALUES = 100_000
+
+
+def answer(facts: dict) -> str:
+    """`facts` as the text the grader reads (`submission.read_facts`): the repr of builtin
+    values, written by the dict type's own C code, after a check that every key and value is
+    of an exact builtin type (a subclass, or an object of the notebook's, could write its own
+    repr). The types are reached through literals and their methods are C code: a notebook can
+    replace neither (it could replace `json.dumps`, which the probe used before).
+
+    >>> answer({"models": {"m": None}, "ratios": [1.0, 0.5]})
+    "{'models': {'m': None}, 'ratios': [1.0, 0.5]}"
+    """
+    plain = ("".__class__, (0).__class__, (0.0).__class__, True.__class__, None.__class__)
+    holders = ({}.__class__, [].__class__)
+    todo, seen = [facts], 0
+    while todo:
+        value = todo.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise ValueError(f"more than {MAX_VALUES:,} values in the facts")
+        kind = type(value)
+        if kind is holders[0]:
+            todo += [*value.keys(), *value.values()]
+        elif kind is holders[1]:
+            todo += value
+        elif not any(kind is allowed for allowed in plain):
+            raise TypeError(f"a fact of type {kind.__name__!r}, not a builtin value")
+    return holders[0].__repr__(facts) if type(facts) is holders[0] else ""
+
+
 def fingerprint(model: keras.Model) -> str:
     """A hash of a Keras model's weights (same weights, same hash; mirrored variables included)."""
     import numpy as np

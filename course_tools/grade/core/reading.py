@@ -19,8 +19,8 @@ Example:
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 #: Names the grader's probe uses in the kernel (`grade.core.submission`): a notebook that binds
 #: one of them can answer the probe itself.
@@ -30,9 +30,10 @@ PROBE_NAMES = frozenset(
 #: The most code read, in characters (the exercise's is about 20,000).
 MAX_CHARS = 2_000_000
 #: What reaches IPython's shell, where a notebook can rewrite the probe's answer (its display
-#: formatter, printers, displayhook, the expressions the probe is sent as, magics): with one, in
-#: the code or in a string of it, the kernel's facts are untrusted. (Words as common as
-#: `formatters` or `events` are left out: they are reached through one of these.)
+#: formatter, printers, displayhook, the expressions the probe is sent as): with one as a name or
+#: an attribute in the code (not in a string, a docstring or a comment), the kernel's facts are
+#: untrusted. (Words as common as `formatters` or `events` are left out: they are reached
+#: through one of these.)
 SHELL_NAMES = frozenset(
     {
         "get_ipython", "display_formatter", "displayhook", "for_type",
@@ -47,15 +48,36 @@ SHELL_NAMES = frozenset(
 )  # fmt: skip
 #: Modules of IPython's shell (`IPython.display`, which shows a value, is not among them).
 SHELL_MODULES = ("IPython.core", "IPython.lib", "IPython.terminal", "ipykernel", "traitlets")
-#: The magics that change the shell (its configuration, extensions) or run code the grader
-#: never reads (`%run` of a file the notebook wrote).
-SHELL_MAGICS = frozenset({"config", "load_ext", "reload_ext", "run", "alias_magic", "autoawait"})
+#: The magics that change how the shell runs code, or run code the grader never reads (`%run` of
+#: a file). `%config` and `%load_ext` are not among them: the probe builds a fresh display
+#: formatter (a configured printer survives in it, but not unseen: the probe refuses to answer
+#: past one not IPython's own), and `%config`'s value is read as code (`MAGIC_CODE`); an
+#: extension is an installed package, or a file the notebook wrote with `%%writefile`, read as
+#: code too.
+SHELL_MAGICS = frozenset({"run", "alias_magic", "autoawait"})
+#: Why each of `SHELL_MAGICS` leaves the facts untrusted, and what to do instead.
+MAGIC_WHY = {
+    "run": "runs a file the grader cannot read as code: put that code in the notebook's cells",
+    "alias_magic": "renames what a magic runs: call the magic by its own name",
+    "autoawait": "changes how the shell runs each cell: remove it",
+}
+#: The magics whose text is Python the kernel runs: the cell of `%%time`, a `%timeit` line, the
+#: value of a `%config` line (`cfg.` + its text, as IPython runs it), a `%%writefile` file
+#: (imported or loaded as an extension later). Read as code when it parses.
+MAGIC_CODE = {
+    "time": "",
+    "timeit": "",
+    "prun": "",
+    "capture": "",
+    "writefile": "",
+    "config": "cfg.",
+}
+#: The methods that set or delete an attribute.
+SET_ATTRIBUTE = frozenset({"__setattr__", "__delattr__"})
+#: The functions whose string argument is code the kernel runs.
+CODE_RUNNERS = frozenset({"exec", "eval", "compile"})
 #: The calls IPython's transformer writes for `%magic`, `%%magic`, `!command` and `x = !command`.
 MAGIC_CALLS = frozenset({"run_line_magic", "run_cell_magic", "system", "getoutput"})
-_SHELL_WORDS = re.compile(
-    r"\b(?:" + "|".join(sorted(SHELL_NAMES)) + r")\b"
-    r"|\bIPython\.(?:core|lib|terminal)\b|\bipykernel\b"
-)
 #: What `tf.distribute.MirroredStrategy` is, as the code imports it.
 MIRRORED = "tensorflow.distribute.MirroredStrategy"
 
@@ -133,6 +155,97 @@ def _chain(node: ast.AST) -> tuple[list[str], str, str]:
     return calls, source, ""
 
 
+def _magic(node: ast.AST) -> tuple[str, list[ast.AST]]:
+    """The magic's name and arguments of `get_ipython().run_line_magic(name, ...)` (or
+    run_cell_magic), as IPython's transformer writes a `%name` line; ("", []) for anything else."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("run_line_magic", "run_cell_magic")
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        return "", []
+    return node.args[0].value, node.args[1:]
+
+
+def _code_text(node: ast.AST) -> str:
+    """The Python text `node` has the kernel run, when it is given as a literal: a magic's
+    (`MAGIC_CODE`), or the string given to exec, eval or compile; "" for anything else."""
+    name, args = _magic(node)
+    texts = [a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    if name in MAGIC_CODE and texts:
+        return MAGIC_CODE[name] + texts[-1]  # the cell's text, or the line's
+    if (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") in CODE_RUNNERS
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        return node.args[0].value
+    return ""
+
+
+def _named(node: ast.AST) -> str:
+    """The name a string stands for where it is used as one: the key of a subscript
+    (`globals()["get_ipython"]`) or the name given to getattr; "" for anything else."""
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+    elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr":
+        key = node.args[1] if len(node.args) > 1 else None
+    else:
+        return ""
+    return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else ""
+
+
+def _root(node: ast.AST) -> ast.Name | None:
+    """The name an expression of attributes and subscripts starts from (`a` of a.b[0].c)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node if isinstance(node, ast.Name) else None
+
+
+def _patches(node: ast.AST, modules: set[str]) -> bool:
+    """`node` sets or deletes an attribute of one of `modules` (names of imported modules, or
+    bound from one), or an item of its `__dict__` / `vars(...)`."""
+
+    def module_attribute(target: ast.AST) -> bool:
+        if isinstance(target, ast.Attribute):
+            return getattr(_root(target), "id", None) in modules
+        if isinstance(target, ast.Subscript):  # vars(json)["dumps"], json.__dict__["dumps"]
+            owner = target.value
+            if isinstance(owner, ast.Attribute) and owner.attr == "__dict__":
+                return getattr(_root(owner), "id", None) in modules
+            return (
+                isinstance(owner, ast.Call)
+                and getattr(owner.func, "id", "") == "vars"
+                and bool(owner.args)
+                and getattr(_root(owner.args[0]), "id", None) in modules
+            )
+        return False
+
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete)):
+        written = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+        stored = (ast.Store, ast.Del)  # a.b = 1 stores a.b; (a.b, c) = ... too; a[b.c] = no
+        targets = [
+            t for w in written for t in ast.walk(w) if isinstance(getattr(t, "ctx", None), stored)
+        ]
+    elif (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") in ("setattr", "delattr")
+        and node.args
+    ):
+        return getattr(_root(node.args[0]), "id", None) in modules
+    elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") in SET_ATTRIBUTE:
+        owner = node.func.value  # json.__setattr__(...), __import__("json").__setattr__(...)
+        return isinstance(owner, ast.Call) or getattr(_root(owner), "id", None) in modules
+    else:
+        return False
+    return any(module_attribute(t) for t in targets)
+
+
 #: The statements whose body runs for some calls of a function and not for others.
 BRANCHES = (ast.If, ast.Match, ast.For, ast.AsyncFor, ast.While)
 
@@ -182,12 +295,14 @@ class Code:
     """The submission's code cells, parsed."""
 
     trees: list[ast.Module] = field(default_factory=list)
+    #: The number (from 1) of the observed cell each of `trees` was parsed from.
+    cells: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, observed: dict | None) -> Code:
         """The code of the cells the grader observed (empty without observations)."""
         code, chars = cls(), 0
-        for cell in (observed or {}).get("cells", []):
+        for number, cell in enumerate((observed or {}).get("cells", []), 1):
             source = cell.get("source") if isinstance(cell, dict) else None
             if not isinstance(source, str):
                 continue
@@ -197,7 +312,60 @@ class Code:
             tree = _python(source)
             if tree is not None:
                 code.trees.append(tree)
+                code.cells.append(number)
+        code._fold_buffers()
         return code
+
+    def _fold_buffers(self) -> None:
+        """Write the literal into each `.shuffle(NAME)` whose NAME is only ever assigned one
+        literal below 2 (`SHUFFLE_BUFFER = 1`), as if it were written there: such a shuffle
+        keeps the order (`_calls` names it "shuffle(1)")."""
+        literal: dict[str, ast.AST] = {}
+        good, other = set(), set()
+        for node in self._walk():
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and _below_two(node.value):
+                        good.add(id(target))
+                        literal[target.id] = node.value
+            elif isinstance(node, ast.arg):
+                other.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                other.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                other.add(node.name)
+        for node in self._walk():
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                if id(node) not in good:
+                    other.add(node.id)
+        values = {name: value for name, value in literal.items() if name not in other}
+        for node in self._walk():
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "shuffle":
+                if node.args and getattr(node.args[0], "id", None) in values:
+                    node.args[0] = values[node.args[0].id]
+                for keyword in node.keywords:
+                    if keyword.arg == "buffer_size" and getattr(keyword.value, "id", 0) in values:
+                        keyword.value = values[keyword.value.id]
+
+    def _run_code(self) -> list[tuple[int, ast.Module]]:
+        """(cell number, tree) of every piece of code the kernel runs: the cells, and the text
+        of magics and calls that run Python (`MAGIC_CODE`: a `%%time` cell, a `%config` value, a
+        `%%writefile` file; `exec("...")`), where it parses (nested up to 3 deep)."""
+        numbers = self.cells or [0] * len(self.trees)
+        found = list(zip(numbers, self.trees, strict=False))
+        todo = list(found)
+        for _ in range(3):
+            more = []
+            for number, tree in todo:
+                for node in ast.walk(tree):
+                    text = _code_text(node)
+                    parsed = _python(text) if text else None
+                    if parsed is not None:
+                        more.append((number, parsed))
+            found += more
+            todo = more
+        return found
 
     def _walk(self):
         for tree in self.trees:
@@ -229,17 +397,53 @@ class Code:
         path = self._imported().get(root, "")
         return bool(path) and ".".join(filter(None, [path, rest])) == MIRRORED
 
+    @cached_property
+    def _makers(self) -> set[str]:
+        """The notebook's own functions every `return` of which gives a new
+        `tf.distribute.MirroredStrategy(...)` (one level: `def make_strategy(): return
+        tf.distribute.MirroredStrategy()`)."""
+        return self._mirrored_makers()
+
+    def _mirrored_makers(self) -> set[str]:
+        """The notebook's own functions every `return` of which gives a new
+        `tf.distribute.MirroredStrategy(...)` (one level: `def make_strategy(): return
+        tf.distribute.MirroredStrategy()`)."""
+        makers = set()
+        for name, function in self._functions().items():
+            returned = [n.value for n in ast.walk(function) if isinstance(n, ast.Return)]
+            if returned and all(v is not None and self._is_mirrored(v) for v in returned):
+                makers.add(name)
+        return makers
+
     def strategies(self) -> set[str]:
-        """The names that only ever hold a `tf.distribute.MirroredStrategy(...)` (as read)."""
-        made: dict[str, bool] = {}
+        """The names that only ever hold a `tf.distribute.MirroredStrategy(...)` (as read): made
+        by a call of it, or of a function of the notebook's own that returns one, assigned
+        plainly or with an annotation, or an alias of such a name (`s = strategy`)."""
+        makers = self._makers
+        assigned: dict[str, list[ast.AST | None]] = {}
         for node in self._walk():
             for name in _targets(node):
-                value = getattr(node, "value", None)
-                made[name] = made.get(name, True) and isinstance(node, ast.Assign)
-                made[name] = made[name] and self._is_mirrored(value)
+                plain = isinstance(node, (ast.Assign, ast.AnnAssign))
+                value = getattr(node, "value", None) if plain else None
+                assigned.setdefault(name, []).append(value)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                made[node.name] = False
-        return {name for name, mirrored in made.items() if mirrored}
+                assigned.setdefault(node.name, []).append(None)
+
+        def made(value: ast.AST | None, known: set[str]) -> bool:
+            if value is None:
+                return False
+            if isinstance(value, ast.Name):  # an alias
+                return value.id in known
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) in makers:
+                return True
+            return self._is_mirrored(value)
+
+        known: set[str] = set()
+        while True:  # aliases of aliases: each round can only add names
+            found = {n for n, values in assigned.items() if all(made(v, known) for v in values)}
+            if found == known:
+                return known
+            known = found
 
     def _is_scope(self, item: ast.withitem, strategies: set[str]) -> bool:
         """`with strategy.scope():` of a MirroredStrategy (`strategies`, or made right there)."""
@@ -251,6 +455,8 @@ class Code:
         ):
             return False
         owner = call.func.value
+        if isinstance(owner, ast.Call) and getattr(owner.func, "id", None) in self._makers:
+            return True  # with make_strategy().scope():
         return (isinstance(owner, ast.Name) and owner.id in strategies) or self._is_mirrored(owner)
 
     def assignments(self, name: str) -> list[tuple[ast.AST, bool]]:
@@ -419,35 +625,75 @@ class Code:
 
     def shell_reached(self) -> list[str]:
         """What of IPython's shell the code reaches (`SHELL_NAMES`, `SHELL_MODULES`,
-        `SHELL_MAGICS`), in its names, imports, attributes or strings (code written to a file or
-        run by `exec`): with one, the kernel can rewrite the probe's answer. The `get_ipython()`
-        calls IPython's transformer writes for a `%pip` or `!ls` line are not counted."""
+        `SHELL_MAGICS`, as "%run"), as names, attributes and imports of the code the kernel runs
+        (`_run_code`: cells, `%%time` cells, `%config` values, `%%writefile` files, exec's
+        strings), also as a string used as a name (`globals()["get_ipython"]`, getattr's),
+        never in another string, a docstring or a comment: with one, the kernel can
+        rewrite the probe's answer. The `get_ipython()` calls IPython's transformer writes for
+        a magic (`%pip`, `!ls`, `%config`) are not counted."""
         reached = set()
         allowed = set()  # the get_ipython names of a magic's call, as the transformer writes it
-        for node in self._walk():
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in MAGIC_CALLS
-                and isinstance(node.func.value, ast.Call)
-                and getattr(node.func.value.func, "id", "") == "get_ipython"
-            ):
-                allowed.add(id(node.func.value.func))
-                first = node.args[0] if node.args else None
-                magic = first.value if isinstance(first, ast.Constant) else None
-                if node.func.attr.startswith("run_") and magic in SHELL_MAGICS:
-                    reached.add(f"%{magic}")
-        for node in self._walk():
-            if isinstance(node, ast.Name) and node.id in SHELL_NAMES and id(node) not in allowed:
-                reached.add(node.id)
-            elif isinstance(node, ast.Attribute) and node.attr in SHELL_NAMES:
-                reached.add(node.attr)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-                modules += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-                names = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
-                reached.update(m for m in modules if m.startswith(SHELL_MODULES))
-                reached.update(n for n in names if n in SHELL_NAMES)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                reached.update(_SHELL_WORDS.findall(node.value))
+        trees = [tree for _, tree in self._run_code()]
+        for tree in trees:
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in MAGIC_CALLS
+                    and isinstance(node.func.value, ast.Call)
+                    and getattr(node.func.value.func, "id", "") == "get_ipython"
+                ):
+                    allowed.add(id(node.func.value.func))
+                    if _magic(node)[0] in SHELL_MAGICS:
+                        reached.add(f"%{_magic(node)[0]}")
+        for tree in trees:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name) and node.id in SHELL_NAMES:
+                    if id(node) not in allowed:
+                        reached.add(node.id)
+                elif isinstance(node, ast.Attribute) and node.attr in SHELL_NAMES:
+                    reached.add(node.attr)
+                elif _named(node) in SHELL_NAMES:  # globals()["get_ipython"], getattr(x, "...")
+                    reached.add(_named(node))
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    imported = isinstance(node, ast.Import)
+                    modules = [a.name for a in node.names] if imported else [node.module or ""]
+                    names = [] if imported else [a.name for a in node.names]
+                    reached.update(m for m in modules if m.startswith(SHELL_MODULES))
+                    reached.update(n for n in names if n in SHELL_NAMES)
         return sorted(reached)
+
+    def module_patches(self) -> list[str]:
+        """The assignments, in the code the kernel runs, to an attribute of an imported module or
+        of a name bound from one (`json.dumps = f`, `tf.distribute.MirroredStrategy = Fake`,
+        `setattr(json, "dumps", f)`, `vars(np)["x"] = f`, `m = json; m.dumps = f`), each as
+        "cell N, line L: `...`": with one, a library the probe or the course calls may answer
+        for the notebook. (`os.environ["X"] = "1"` or `plt.rcParams[...] = ...` change an
+        item, not an attribute, and are not counted.)"""
+        run = self._run_code()
+        modules: set[str] = set()
+        for _, tree in run:
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    modules.update((a.asname or a.name).split(".")[0] for a in node.names)
+        modules.discard("*")
+        for _ in range(5):  # names bound from one: m = json, d = tf.distribute
+            bound = {
+                name
+                for _, tree in run
+                for node in ast.walk(tree)
+                if isinstance(node, (ast.Assign, ast.AnnAssign))
+                and isinstance(node.value, (ast.Name, ast.Attribute))
+                and getattr(_root(node.value), "id", None) in modules
+                for name in _targets(node)
+            }
+            if bound <= modules:
+                break
+            modules |= bound
+        found = []
+        for number, tree in run:
+            for node in ast.walk(tree):
+                if _patches(node, modules):
+                    line = ast.unparse(node).splitlines()[0][:80]
+                    found.append(f"cell {number}, line {node.lineno}: `{line}`")
+        return list(dict.fromkeys(found))

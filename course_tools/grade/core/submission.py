@@ -8,8 +8,9 @@ the display formatter that turns the answer into text (`RESET`), the second chec
 stayed reset and that the shell's methods that run code are IPython's own, then loads
 `grade.core.probe` afresh from the read-only course and runs the probe (`PROBE`); before it
 answers, it checks that every step showing its answer as text is IPython's own, and refuses
-(`REFUSED`, an error no formatter writes) when one is not. Its answer is a str's repr of JSON,
-read by `read_facts`; anything unreadable is the submission's error.
+(`REFUSED`, an error no formatter writes) when one is not. Its answer is a str's repr of the
+facts' repr, written by the builtin types' own C code (`probe.answer`), read by `read_facts`;
+anything unreadable is the submission's error.
 
 What a kernel-side fact can prove: what an honest run of this notebook left in memory (which
 models are mirrored over how many devices, which weights they hold, what the input pipelines
@@ -32,7 +33,6 @@ Example:
 from __future__ import annotations
 
 import ast
-import json
 import re
 import secrets
 import threading
@@ -47,6 +47,9 @@ from course_tools.runner import Limits, RunOptions, RunOutcome, run_notebook
 
 #: The largest probe answer read, in characters (the course's facts take a few KB).
 MAX_FACTS_CHARS = 2**20
+#: The most brackets and commas in the facts parsed (`ast.literal_eval` builds a syntax tree of
+#: them: about 1.5 KB a value).
+MAX_FACTS_VALUES = probe.MAX_VALUES
 #: The probe's answer as IPython shows a `str`: one quoted literal, as `repr` writes it (no
 #: prefix, no raw line break, no second literal after it). Checked before `ast.literal_eval`,
 #: which builds a syntax tree of whatever literal it is given (a list of 300,000 dicts: 500 MB).
@@ -76,12 +79,13 @@ globals()[{key!r}] = "reset"
 REFUSED = "GraderProbeRefused"
 
 #: Step 2: the checks on step 1's reset, then the probe from the course's own file; the answer is
-#: left as JSON under `{key}`, after a check of every step that turns it into text (the display
-#: formatter and its formatters' classes and printers, IPython's pretty printer, the shell's
-#: methods that format a user expression's value): one not IPython's own raises `REFUSED`
-#: instead, as an error, whose text no formatter makes.
+#: left under `{key}` as the repr of builtin values (`probe.answer`: nothing the notebook can
+#: replace writes it, unlike `json.dumps`), after a check of every step that turns it into text
+#: (the display formatter and its formatters' classes and printers, IPython's pretty printer,
+#: the shell's methods that format a user expression's value): one not IPython's own raises
+#: `REFUSED` instead, as an error, whose text no formatter makes.
 PROBE = """
-import importlib.util as _util, inspect as _inspect, json as _json, sys as _sys
+import importlib.util as _util, inspect as _inspect, sys as _sys
 import traitlets as _traitlets
 from IPython.lib import pretty as _pretty
 _shell = get_ipython()
@@ -147,8 +151,8 @@ import course_tools.grade.core as _core
 _core.probe = _probe  # what `from course_tools.grade.core import probe` finds first
 {source}
 FACTS["tampered"] = _tampered
-_answer = _json.dumps(FACTS)
-if _shell._format_user_obj(_answer).get("data") != {{"text/plain": repr(_answer)}}:
+_answer = _probe.answer(FACTS)
+if _shell._format_user_obj(_answer).get("data") != {{"text/plain": "".__class__.__repr__(_answer)}}:
     _shown.append("the text/plain form of a str")
 if _shown:
     class GraderProbeRefused(Exception):
@@ -163,6 +167,23 @@ def expression(code: str, key: str) -> str:
     """A user expression that runs `code` in the notebook's namespace and gives back what it left
     under `key` (removed)."""
     return f"exec(compile({code!r}, '<grader probe>', 'exec'), globals()) or globals().pop({key!r})"
+
+
+class _Floats(ast.NodeTransformer):
+    """`nan` and `inf` (a float's repr) as the floats they are, for `ast.literal_eval`."""
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return ast.Constant(float(node.id)) if node.id in ("nan", "inf") else node
+
+
+def _literal(text: str):
+    """The builtin values `probe.answer` wrote (`nan` and `inf`, which a float's repr writes,
+    included); ValueError past `MAX_FACTS_VALUES` brackets and commas, before parsing."""
+    found = sum(text.count(c) for c in "{[(,")
+    if found > MAX_FACTS_VALUES:
+        raise ValueError(f"{found:,} brackets and commas, more than {MAX_FACTS_VALUES:,}")
+    tree = _Floats().visit(ast.parse(text, mode="eval"))
+    return ast.literal_eval(tree.body)
 
 
 def read_facts(outcome: RunOutcome) -> tuple[dict, str]:
@@ -180,9 +201,9 @@ def read_facts(outcome: RunOutcome) -> tuple[dict, str]:
     if not _STRING_LITERAL.fullmatch(text):  # before parsing: any other literal costs far more
         return {}, f"unreadable facts: not a string's repr but {text[:60]!r}"
     try:
-        value = json.loads(ast.literal_eval(text))
+        value = _literal(ast.literal_eval(text))
         if not isinstance(value, dict):
-            raise TypeError(f"a JSON {type(value).__name__}, not an object")
+            raise TypeError(f"a {type(value).__name__}, not a dict")
     except Exception as exc:  # noqa: BLE001 - whatever the notebook made of it
         return {}, f"unreadable facts: {type(exc).__name__}: {str(exc)[:200]}"
     return value, ""

@@ -50,6 +50,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+import psutil
 from tqdm.auto import tqdm
 
 from course_tools.grade.core import files
@@ -67,15 +68,40 @@ from course_tools.grade.core.plan import (
 from course_tools.grade.core.report import Grade, console
 from course_tools.grade.core.roster import Submission, collect_submissions
 from course_tools.grade.core.tamper import TamperWatch
+from course_tools.grade.jail import workdir
 from course_tools.paths import course_root
 from course_tools.runner import Limits
+
+#: The grader's folder of work folders: this prefix, its pid, "-" (`remove_dead_graders_folders`).
+BASE_PREFIX = f"{workdir.SOURCE}-"
+
+
+def remove_dead_graders_folders(where: Path | None = None) -> list[Path]:
+    """Remove the folders of work folders (`BASE_PREFIX`<pid>-...) that graders of this user
+    that are gone left in `where` (the temporary folder): killed before their clean-up
+    (SIGKILL, an out-of-memory kill, a `timeout` while one thread held the interpreter), with
+    any work folder still mounted in them unmounted first. Returns those removed."""
+    removed = []
+    for folder in Path(where or tempfile.gettempdir()).glob(f"{BASE_PREFIX}*-*"):
+        pid = folder.name.removeprefix(BASE_PREFIX).split("-")[0]
+        try:
+            mine = folder.lstat().st_uid == os.getuid() and folder.is_dir()
+        except OSError:
+            continue
+        if mine and not folder.is_symlink() and pid.isdigit() and not psutil.pid_exists(int(pid)):
+            workdir.release_under(folder)
+            if not files.remove_tree(folder):
+                removed.append(folder)
+    return removed
 
 
 def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progress: bool) -> None:
     """Grade `submissions` on this machine, `jobs` at a time; save each grade as it comes. On
     Ctrl-C or an error, the submissions not started are dropped and the running kernels killed
-    before it raises (grades saved so far stay)."""
-    base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
+    before it raises (grades saved so far stay). A dead grader's folders are removed first."""
+    for folder in remove_dead_graders_folders():
+        print(f"course grade: removed {folder}, left by a grader that was killed", file=sys.stderr)
+    base = Path(tempfile.mkdtemp(prefix=f"{BASE_PREFIX}{os.getpid()}-")).resolve()
     checks = start_checks(batch, base)
     suspects = "this submission" + (" or one running at the same time" if jobs > 1 else "")
     watch = TamperWatch(batch, suspects)
