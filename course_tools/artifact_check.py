@@ -233,7 +233,8 @@ def expected_regime(results: dict) -> str:
     range alone flips it, or both). Before all that, 3b withholds it ("withheld: ...") when other
     programs used more than its recorded `busy` share of the cores during a set of rounds, or
     when its sweep line misses a point by more than `line_tolerance` or has a negative fixed
-    part. 3b's steps are their fastest rounds (`sweep_ms`)."""
+    part, or when it took fewer `rounds` per set than `min_rounds` (the quick profile's smoke
+    test). 3b's steps are their fastest rounds (`sweep_ms`)."""
     batches = [point["global_batch"] for point in results["sweep"]]
     step_ms = sweep_ms(results)
     per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
@@ -250,6 +251,12 @@ def expected_regime(results: dict) -> str:
     problem = line_problem(results, batches, step_ms)
     if problem:
         return f"withheld: {problem}"
+    rounds, needed = results.get("rounds"), results.get("min_rounds", 0)
+    if rounds is not None and rounds < needed:  # the quick profile: a smoke test
+        return (
+            f"withheld: {rounds} rounds per set, a smoke test (the quick profile); a verdict "
+            f"needs {needed} (the cpu or full profile)"
+        )
     limits = limits_of(results)
 
     def at_low(*names: str) -> str:  # the named limits at the other sets' fastest round

@@ -238,6 +238,17 @@ def test_a_sweep_line_that_misses_its_points_or_crosses_zero_gives_no_verdict(tm
     assert expected_regime(record) == "compute-bound"
 
 
+def test_a_verdict_needs_the_noise_rule_s_rounds_the_quick_profile_gives_none():
+    """A quiet machine and a line that holds still give no verdict from 3 rounds per set (the
+    quick profile, a smoke test): 3b needs 5 (`min_rounds`, the noise rule's count)."""
+    record = _limits_record(rounds=3, min_rounds=5)
+    assert expected_regime(record) == (
+        "withheld: 3 rounds per set, a smoke test (the quick profile); a verdict needs 5 "
+        "(the cpu or full profile)"
+    )
+    assert expected_regime(_limits_record(rounds=5, min_rounds=5)) == "compute-bound"
+
+
 def test_a_step_is_its_fastest_round_like_a_limit(tmp_path):
     """Load only slows a round, so 3b's step is its fastest round, as a limit is: a record whose
     step_ms is the median round fails, and the verdict is worked out from the fastest."""
