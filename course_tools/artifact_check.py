@@ -252,11 +252,8 @@ def expected_regime(results: dict) -> str:
     if problem:
         return f"withheld: {problem}"
     rounds, needed = results.get("rounds"), results.get("min_rounds", 0)
-    if rounds is not None and rounds < needed:  # the quick profile: a smoke test
-        return (
-            f"withheld: {rounds} rounds per set, a smoke test (the quick profile); a verdict "
-            f"needs {needed} (the cpu or full profile)"
-        )
+    if rounds is not None and rounds < needed:  # the quick profile
+        return f"withheld: {rounds} rounds per set, a smoke test; a verdict needs {needed}"
     limits = limits_of(results)
 
     def at_low(*names: str) -> str:  # the named limits at the other sets' fastest round

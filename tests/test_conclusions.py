@@ -243,8 +243,7 @@ def test_a_verdict_needs_the_noise_rule_s_rounds_the_quick_profile_gives_none():
     quick profile, a smoke test): 3b needs 5 (`min_rounds`, the noise rule's count)."""
     record = _limits_record(rounds=3, min_rounds=5)
     assert expected_regime(record) == (
-        "withheld: 3 rounds per set, a smoke test (the quick profile); a verdict needs 5 "
-        "(the cpu or full profile)"
+        "withheld: 3 rounds per set, a smoke test; a verdict needs 5"
     )
     assert expected_regime(_limits_record(rounds=5, min_rounds=5)) == "compute-bound"
 
