@@ -192,3 +192,26 @@ def test_ctrl_c_stops_both_running_notebooks_and_leaves_no_kernel(tmp_path):
     assert proc.returncode != 0 and time.monotonic() - started < 30, stdout + stderr
     assert not (tmp_path / "ran-01_a.json").exists() and not (tmp_path / "ran-03_c.json").exists()
     assert _processes_in(tmp_path) == [], "a kernel outlived Ctrl-C"
+
+
+def test_grade_accepts_the_cpu_profile_and_passes_it_to_the_notebooks():
+    import argparse
+
+    from course_tools.grade import command
+    from course_tools.grade.core.plan import GradingSettings
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args(["alice.ipynb", "--profile", "cpu"])
+    settings = GradingSettings(profile=args.profile, devices=args.devices)
+    assert settings.env()["COURSE_PROFILE"] == "cpu"
+    assert parser.parse_args(["alice.ipynb"]).profile == "quick"
+    proc = subprocess.run(
+        [*COURSE, "grade", "alice.ipynb", "--profile", "gpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    assert "invalid choice: 'gpu'" in proc.stderr
