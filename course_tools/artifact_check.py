@@ -222,6 +222,23 @@ def line_problem(results: dict, batches: list, step_ms: list) -> str:
     return ""
 
 
+def peak_measured_low(results: dict) -> str:
+    """Notebook 3b's check that no training run beat the peak's sets: "" when none did, else why
+    the peak was measured low. A floored peak sits at both ends of its range and puts the run
+    that set it at 100% of its roof, so no verdict can rest on it."""
+    if "peak_rounds" not in results:
+        return ""
+    physical = results["physical_devices"]
+    best = max(max(rounds) for rounds in results["peak_rounds"].values())
+    if results["sweep_best_flops"] / physical <= best:
+        return ""
+    return (
+        "the peak was measured low: a training run went faster "
+        f"({results['sweep_best_flops'] / 1e9:,.1f} GFLOP/s, the peak's sets at most "
+        f"{physical * best / 1e9:,.1f})"
+    )
+
+
 def expected_regime(results: dict) -> str:
     """The verdict notebooks 3 and 3b give for a sweep: a line fitted through (batch, ms/step)
     gives the fixed part of a step. Notebook 3 says overhead-bound when it is over half a step,
@@ -234,7 +251,8 @@ def expected_regime(results: dict) -> str:
     programs used more than its recorded `busy` share of the cores during a set of rounds, or
     when its sweep line misses a point by more than `line_tolerance` or has a negative fixed
     part, or when it took fewer `rounds` per set than `min_rounds` (the quick profile's smoke
-    test). 3b's steps are their fastest rounds (`sweep_ms`)."""
+    test), or when a training run went faster than every round of the peak (`peak_measured_low`).
+    3b's steps are their fastest rounds (`sweep_ms`)."""
     batches = [point["global_batch"] for point in results["sweep"]]
     step_ms = sweep_ms(results)
     per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
@@ -254,6 +272,9 @@ def expected_regime(results: dict) -> str:
     rounds, needed = results.get("rounds"), results.get("min_rounds", 0)
     if rounds is not None and rounds < needed:  # the quick profile
         return f"withheld: {rounds} rounds per set, a smoke test; a verdict needs {needed}"
+    low = peak_measured_low(results)
+    if low:
+        return f"withheld: {low}"
     limits = limits_of(results)
 
     def at_low(*names: str) -> str:  # the named limits at the other sets' fastest round

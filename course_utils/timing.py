@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -59,13 +60,35 @@ def _cpu_seconds() -> tuple[float, float]:
     return sum(machine) - idle - guests, mine.user + mine.system
 
 
+#: cgroup v2's CPU quota for this process's group: "max 100000" (none) or "200000 100000" (2 CPUs).
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def usable_cpus() -> float:
+    """The CPUs this process may use: those its affinity allows (`os.sched_getaffinity`, where
+    the system has it; else every visible CPU), fewer when a cgroup v2 quota (`CPU_MAX`) is set
+    and can be read."""
+    count = float(
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )
+    try:
+        quota, period = CPU_MAX.read_text().split()[:2]
+        return min(count, int(quota) / int(period)) if quota != "max" else count
+    except (OSError, ValueError):  # no cgroup v2 quota readable: the visible CPUs
+        return count
+
+
 class Load:
-    """The share of the machine's cores used by everything but this process during a `with`
-    block, `others` (0.5: half of them), from the machine's CPU times less this process's own.
+    """The share of the cores this process may use (`usable_cpus`: its affinity, and a cgroup
+    v2 quota when one is set and readable; else the visible CPUs) that everything but this
+    process used during a `with` block, `others` (0.5: half of them), from the machine's CPU
+    times less this process's own (capped at 1).
 
     "Everything but this process" is broad: other programs, but also a hypervisor's steal time
     on a virtual machine (Colab's, a cloud's) and, in a container, the whole host's other work
-    (psutil reads the host's counters): load a student cannot always close.
+    (psutil reads the host's counters): load a student cannot always close. A quota's
+    throttling is time nobody used, so it is not counted: under a quota the share is of the
+    quota's CPUs.
 
     >>> with Load() as load:
     ...     total = sum(range(10**6))  # the measurement
@@ -80,10 +103,8 @@ class Load:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        import psutil
-
         (machine, mine), (machine_before, mine_before) = _cpu_seconds(), self.start
-        cores_seconds = (time.perf_counter() - self.clock) * psutil.cpu_count()
+        cores_seconds = (time.perf_counter() - self.clock) * usable_cpus()
         others = machine - machine_before - (mine - mine_before)
         self.others = min(max(others, 0.0) / cores_seconds, 1.0) if cores_seconds else 0.0
 

@@ -156,6 +156,27 @@ def test_a_run_faster_than_the_peak_makes_the_peak_at_least_that_fast(tmp_path):
     ]
 
 
+def test_a_peak_a_training_run_beat_withholds_the_verdict(tmp_path):
+    """Every set of the peak tops out at 205 GFLOP/s, but the 64/replica run reached 260: the
+    floor puts that run at 100% of its roof and both ends of the range at 260, so no range can
+    flip it; the peak was measured low, so no verdict (a record naming one fails)."""
+    record = _limits_record(sweep_best_flops=260e9, peak_flops=260e9, flops_per_step=2.6e9)
+    record["limits"] = {"peak": [260e9, 260e9], "bandwidth": [12e9, 11.9e9]}
+    withheld = (
+        "withheld: the peak was measured low: a training run went faster "
+        "(260.0 GFLOP/s, the peak's sets at most 205.0)"
+    )
+    assert expected_regime(record) == withheld
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record | {"regime": "near the ridge"}))
+    assert f"its sweep says {withheld!r}" in regime_problems(path)[0]
+    path.write_text(json.dumps(record | {"regime": withheld}))
+    assert regime_problems(path) == []
+    # the peak's sets reach the run's rate: a verdict again
+    reached = record["peak_rounds"] | {"after the sweep": [260e9]}
+    assert expected_regime(record | {"peak_rounds": reached}) == "near the ridge"
+
+
 def test_the_notebook_and_the_check_take_a_limit_alike():
     """3b's own `limit_range` (its tagged cell) and artifact_check's, written apart, agree."""
     code = bench.notebook_code(bench.LIMITS_NOTEBOOK, names=("limit_range",))

@@ -93,6 +93,30 @@ def test_the_load_of_other_programs_is_measured():
     assert 0.5 / psutil.cpu_count() <= load.others <= 1.0, load.others
 
 
+def test_the_load_is_a_share_of_the_cpus_this_process_may_use(tmp_path, monkeypatch):
+    """A cgroup v2 quota of 1.5 CPUs (cpu.max "150000 100000") caps the CPUs `timing.Load`
+    divides by; "max" (no quota) or an unreadable file leaves this process's affinity."""
+    import os
+
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpu_max = tmp_path / "cpu.max"
+    monkeypatch.setattr(timing, "CPU_MAX", cpu_max)
+    cpu_max.write_text("150000 100000\n")
+    assert timing.usable_cpus() == min(allowed, 1.5)
+    cpu_max.write_text("max 100000\n")
+    assert timing.usable_cpus() == allowed
+    cpu_max.unlink()
+    assert timing.usable_cpus() == allowed
+    cpu_max.write_text("50000 100000\n")  # half a CPU: another program's second is all of it
+    spin = "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass\n"
+    import subprocess
+    import sys
+
+    with timing.Load() as load:
+        subprocess.run([sys.executable, "-c", spin], check=True)
+    assert load.others == 1.0, load.others
+
+
 def test_comparison_chart_labels_sit_clear_of_bars_and_rounds():
     """Each value label starts right of its bar and of the run's fastest round, inside the axes."""
     results = [run("one device", [7400.0, 7691.0, 8200.0]), run("mirrored", [3900.0, 4100.0])]
