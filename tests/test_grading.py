@@ -1813,3 +1813,87 @@ def test_a_replaced_json_dumps_and_a_buffer_of_one_earn_no_pipeline_point(red4):
 def test_a_strategy_made_by_a_helper_keeps_full_marks_through_course_grade(red4):
     rows, out, _ = red4
     assert rows["factory"]["score"] == "12", (out / "factory" / "report.md").read_text()
+
+
+def _untrusted(*cells: str) -> str:
+    """What the check process says marks the facts of a notebook of `cells` untrusted."""
+    job = {"facts": {"models": {}}, "observed": {"cells": [{"source": c} for c in cells]}}
+    return " ".join(checker._facts(job).get("tampered", []))
+
+
+def test_honest_attributes_of_objects_and_other_modules_leave_the_facts_trusted():
+    """Only modules imported (or their aliases) the grader relies on count: a callback's
+    `self.best = np.inf` (the red team's 1/12) leaves the exercise's own `self.x = ...` trusted,
+    and so do the usual loss, tf.data and pandas settings, a class from `from X import Y`, and a
+    function's parameter that reuses a module's name; replacing a function of json, numpy or
+    TensorFlow still counts, through an alias too."""
+    callback = (
+        "import numpy as np\nimport tensorflow as tf\n"
+        "class BestLoss(tf.keras.callbacks.Callback):\n"
+        "    def on_train_begin(self, logs=None):\n        self.best = np.inf\n"
+    )
+    given = "class EpochTimer:\n    def on_train_begin(self, logs=None):\n        self.seconds = []"
+    assert _untrusted(given, callback) == ""
+    for code in (
+        "import pandas as pd\npd.options.display.max_rows = 50",
+        "import sys\nsys.argv = ['train.py']",
+        "import tensorflow as tf\nloss_fn = tf.keras.losses.SparseCategoricalCrossentropy()\n"
+        "loss_fn.reduction = tf.keras.losses.Reduction.NONE",
+        "import tensorflow as tf\nopts = tf.data.Options()\n"
+        "opts.experimental_distribute.auto_shard_policy = "
+        "tf.data.experimental.AutoShardPolicy.DATA",
+        "import tensorflow as tf\noptions = tf.data.Options()\n"
+        "options.threading.private_threadpool_size = tf.data.AUTOTUNE",
+        "import time\nclass T:\n    def start(self):\n        self.clock = time.perf_counter",
+        "import tensorflow as tf\nclass T:\n    def start(self):\n"
+        "        self.compute = tf.float32",
+        "import numpy as np\nclass S:\n    def stop(self):\n"
+        "        self.model.stop_training = np.True_",
+        "from tensorflow.keras.callbacks import Callback\nCallback.verbose = 0",
+        "import numpy as np\ndef settle(np):\n    np.x = 1",
+    ):
+        assert _untrusted(code) == "", code
+    for code in (
+        "import json\njson.dumps = f",
+        "import tensorflow as tf\ntf.distribute.MirroredStrategy = Fake",
+        "import numpy as np\nnp.asarray = f",
+        "import json\nm = json\nm.dumps = f",
+    ):
+        assert "changes a library the grader relies on (cell 1, line" in _untrusted(code), code
+
+
+def test_a_probe_name_in_a_string_counts_only_where_it_names_something():
+    """A dict key, a printed word or a timing's label `'eval'`/`'compile'` (the red team's 1/12)
+    leaves the facts trusted, and so does a variable named `eval` (IPython evaluates the probe
+    with its own eval); the key of `globals()` and setattr's name still count, and a variable
+    that hides `compile` is told to be renamed."""
+    for code in (
+        "summary = {'train': 'done', 'eval': 'skipped'}\nprint(summary)",
+        "print('eval')",
+        "times = {}\ntimes['compile'] = 1.0",
+        "eval = model.evaluate(ds)",
+    ):
+        assert _untrusted(code) == "", code
+    assert "binds `exec`" in _untrusted("globals()['exec'] = f")
+    assert "binds `compile`" in _untrusted("import builtins\nsetattr(builtins, 'compile', f)")
+    said = _untrusted("compile = 3")
+    assert "rename your variable `compile`: it hides Python's compile" in said, said
+
+
+def test_a_module_reached_by_other_plain_routes_still_counts():
+    """The red team's bypasses written plainly in the code: a module's namespace updated,
+    `object.__setattr__`, `importlib.import_module(...)`, and an alias made by a loop, a
+    `with`, a walrus or a tuple."""
+    for code in (
+        "import json\nvars(json).update(dumps=f)",
+        "import json\njson.__dict__.update(dumps=f)",
+        "import numpy\nobject.__setattr__(numpy, 'asarray', f)",
+        "import numpy\ntype.__setattr__(numpy, 'asarray', f)",
+        "import importlib\nimportlib.import_module('json').dumps = f",
+        "import hashlib\nfor m in [hashlib]:\n    m.sha256 = f",
+        "import json\nfrom contextlib import nullcontext\nwith nullcontext(json) as m:\n"
+        "    m.dumps = f",
+        "import json\n(m := json)\nm.dumps = f",
+        "import json\nm, n = json, 1\nm.dumps = f",
+    ):
+        assert "changes a library the grader relies on (cell 1, line" in _untrusted(code), code

@@ -47,7 +47,13 @@ def _facts(job: dict) -> dict:
     facts = job["facts"] if isinstance(job.get("facts"), dict) else {}
     try:
         code = reading.Code.of(job.get("observed"))
-        found = [f"binds `{name}`" for name in code.probe_names_bound()]
+        found = [
+            f"binds `{name}`: rename your variable `{name}`: it hides Python's {name}, which "
+            "grading uses"
+            if name.isidentifier() and "builtins" not in name
+            else f"binds `{name}`: Python's builtins, which grading uses"
+            for name in code.probe_names_bound()
+        ]
         for name in code.shell_reached():
             why = reading.MAGIC_WHY.get(name.removeprefix("%"))
             found.append(f"`{name}` {why}" if why else f"reaches IPython's shell: `{name}`")

@@ -22,10 +22,11 @@ import ast
 from dataclasses import dataclass, field
 from functools import cached_property
 
-#: Names the grader's probe uses in the kernel (`grade.core.submission`): a notebook that binds
-#: one of them can answer the probe itself.
+#: Names the grader's probe uses in the kernel (`grade.core.submission`: its expressions are
+#: looked up in the notebook's namespace): a notebook that binds one of them can answer the probe
+#: itself. (`eval` is not among them: IPython evaluates the expressions with its own module's.)
 PROBE_NAMES = frozenset(
-    {"exec", "compile", "globals", "get_ipython", "__builtins__", "__import__", "builtins", "eval"}
+    {"exec", "compile", "globals", "get_ipython", "__builtins__", "__import__", "builtins"}
 )
 #: The most code read, in characters (the exercise's is about 20,000).
 MAX_CHARS = 2_000_000
@@ -74,6 +75,22 @@ MAGIC_CODE = {
 }
 #: The methods that set or delete an attribute.
 SET_ATTRIBUTE = frozenset({"__setattr__", "__delattr__"})
+#: The calls that change a dict in place (a module's `vars(...)` or `__dict__`).
+NAMESPACE_CHANGES = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__"})
+#: The calls that give a module by its name.
+IMPORTERS = frozenset({"__import__", "import_module"})
+#: The modules the grader's probe, the course's code it loads and the kernel that answers rely
+#: on: an attribute of one assigned by the notebook could answer for it. Others (`pandas`, `os`,
+#: `time`, `matplotlib`) are the notebook's own business: `pd.options.display.max_rows = 50`.
+RELIED_ON = frozenset(
+    {
+        "builtins", "json", "numpy", "hashlib", "tensorflow", "keras", "tf_keras", "IPython",
+        "ipykernel", "traitlets", "jupyter_client", "zmq", "importlib", "inspect", "math",
+        "course_utils", "course_tools",
+    }
+)  # fmt: skip
+#: The attributes of `sys` the probe relies on (`sys.argv = [...]` is fine).
+SYS_RELIED_ON = frozenset({"modules", "meta_path", "path_hooks", "path_importer_cache"})
 #: The functions whose string argument is code the kernel runs.
 CODE_RUNNERS = frozenset({"exec", "eval", "compile"})
 #: The calls IPython's transformer writes for `%magic`, `%%magic`, `!command` and `x = !command`.
@@ -200,6 +217,30 @@ def _named(node: ast.AST) -> str:
     return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else ""
 
 
+#: Where a string key is a name of the kernel's: `globals()[...]`, `vars()[...]`,
+#: `__builtins__[...]`, `builtins.__dict__[...]`.
+NAMESPACES = ("globals()", "vars()", "__builtins__", "builtins.__dict__", "__builtins__.__dict__")
+
+
+def _namespace_key(node: ast.AST) -> str:
+    """The name a string stands for where it names something of the kernel's: the key of a
+    subscript of a namespace (`NAMESPACES`: `globals()["exec"]`), or the name given to setattr,
+    getattr or delattr; "" for anything else (`{"eval": 1}`, `print("eval")`)."""
+    if isinstance(node, ast.Subscript):
+        if ast.unparse(node.value) not in NAMESPACES:
+            return ""
+        key = node.slice
+    elif isinstance(node, ast.Call) and getattr(node.func, "id", "") in (
+        "setattr",
+        "getattr",
+        "delattr",
+    ):
+        key = node.args[1] if len(node.args) > 1 else None
+    else:
+        return ""
+    return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else ""
+
+
 def _root(node: ast.AST) -> ast.Name | None:
     """The name an expression of attributes and subscripts starts from (`a` of a.b[0].c)."""
     while isinstance(node, (ast.Attribute, ast.Subscript)):
@@ -207,23 +248,76 @@ def _root(node: ast.AST) -> ast.Name | None:
     return node if isinstance(node, ast.Name) else None
 
 
-def _patches(node: ast.AST, modules: set[str]) -> bool:
-    """`node` sets or deletes an attribute of one of `modules` (names of imported modules, or
-    bound from one), or an item of its `__dict__` / `vars(...)`."""
+def _attribute_path(node: ast.AST) -> tuple[ast.AST, list[str]]:
+    """What an expression of attributes and subscripts starts from, and the attributes on the
+    way (`sys.modules["json"].dumps`: (the Name sys, ['modules', 'dumps']))."""
+    attributes = []
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute):
+            attributes.append(node.attr)
+        node = node.value
+    return node, attributes[::-1]
+
+
+def _imported_module(node: ast.AST) -> str | None:
+    """The module `__import__("json")` or `importlib.import_module("json")` gives ("?" when
+    its name is not a literal); None for any other expression."""
+    if not isinstance(node, ast.Call) or not (
+        getattr(node.func, "id", "") in IMPORTERS or getattr(node.func, "attr", "") in IMPORTERS
+    ):
+        return None
+    name = node.args[0] if node.args else None
+    return name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else "?"
+
+
+def _relied_on(module: str, attributes: list[str]) -> bool:
+    """The grader's probe or its kernel relies on `module`'s attribute `attributes` (`RELIED_ON`;
+    of `sys`, only `SYS_RELIED_ON`)."""
+    root, *rest = module.split(".")
+    if root == "?":
+        return True  # a module named at run time: any of them
+    if root == "sys":
+        path = [*rest, *attributes]
+        return bool(path) and path[0] in SYS_RELIED_ON
+    return root in RELIED_ON
+
+
+def _module_of(node: ast.AST, modules: dict[str, str]) -> tuple[str, list[str]] | None:
+    """(module, attributes) when `node` starts from one of `modules` ({name: module}) or an
+    import call; None otherwise."""
+    start, attributes = _attribute_path(node)
+    imported = _imported_module(start)
+    if imported is not None:
+        return imported, attributes
+    if isinstance(start, ast.Name) and start.id in modules:
+        return modules[start.id], attributes
+    return None
+
+
+def _patches(node: ast.AST, modules: dict[str, str]) -> bool:
+    """`node` sets or deletes an attribute of a module the grader relies on (`_relied_on`;
+    `modules`: {name: the module it stands for}), or an item of its `__dict__` / `vars(...)`,
+    or updates those."""
+
+    def relied(target: ast.AST, more: list[str] = ()) -> bool:
+        found = _module_of(target, modules)
+        return found is not None and _relied_on(found[0], [*found[1], *more])
+
+    def namespace_of(owner: ast.AST) -> bool:  # vars(json), json.__dict__
+        if isinstance(owner, ast.Attribute) and owner.attr == "__dict__":
+            return relied(owner.value)
+        return (
+            isinstance(owner, ast.Call)
+            and getattr(owner.func, "id", "") == "vars"
+            and bool(owner.args)
+            and relied(owner.args[0])
+        )
 
     def module_attribute(target: ast.AST) -> bool:
         if isinstance(target, ast.Attribute):
-            return getattr(_root(target), "id", None) in modules
+            return relied(target)
         if isinstance(target, ast.Subscript):  # vars(json)["dumps"], json.__dict__["dumps"]
-            owner = target.value
-            if isinstance(owner, ast.Attribute) and owner.attr == "__dict__":
-                return getattr(_root(owner), "id", None) in modules
-            return (
-                isinstance(owner, ast.Call)
-                and getattr(owner.func, "id", "") == "vars"
-                and bool(owner.args)
-                and getattr(_root(owner.args[0]), "id", None) in modules
-            )
+            return namespace_of(target.value)
         return False
 
     if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete)):
@@ -232,18 +326,26 @@ def _patches(node: ast.AST, modules: set[str]) -> bool:
         targets = [
             t for w in written for t in ast.walk(w) if isinstance(getattr(t, "ctx", None), stored)
         ]
-    elif (
-        isinstance(node, ast.Call)
-        and getattr(node.func, "id", "") in ("setattr", "delattr")
-        and node.args
-    ):
-        return getattr(_root(node.args[0]), "id", None) in modules
-    elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") in SET_ATTRIBUTE:
-        owner = node.func.value  # json.__setattr__(...), __import__("json").__setattr__(...)
-        return isinstance(owner, ast.Call) or getattr(_root(owner), "id", None) in modules
-    else:
+        return any(module_attribute(t) for t in targets)
+    if not isinstance(node, ast.Call):
         return False
-    return any(module_attribute(t) for t in targets)
+    function = node.func
+    if getattr(function, "id", "") in ("setattr", "delattr") and node.args:
+        name = node.args[1] if len(node.args) > 1 else None
+        more = (
+            [name.value] if isinstance(name, ast.Constant) and isinstance(name.value, str) else []
+        )
+        return relied(node.args[0], more)
+    if not isinstance(function, ast.Attribute):
+        return False
+    if function.attr in SET_ATTRIBUTE:
+        owner = function.value  # json.__setattr__(...), object.__setattr__(json, ...)
+        if isinstance(owner, ast.Call) and getattr(owner.func, "id", "") == "type":
+            return True  # type(json).__setattr__(...): of whatever it is given
+        if isinstance(owner, ast.Name) and owner.id in ("object", "type") and node.args:
+            return relied(node.args[0])
+        return relied(owner)
+    return function.attr in NAMESPACE_CHANGES and namespace_of(function.value)
 
 
 #: The statements whose body runs for some calls of a function and not for others.
@@ -619,8 +721,8 @@ class Code:
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 if node.value.id in ("builtins", "__builtins__"):
                     bound.add(node.value.id)
-            elif isinstance(node, ast.Constant) and node.value in PROBE_NAMES:
-                bound.add(node.value)  # globals()["exec"] = ...
+            elif _namespace_key(node) in PROBE_NAMES:
+                bound.add(_namespace_key(node))  # globals()["exec"] = ..., setattr(builtins, ...)
         return sorted(bound & PROBE_NAMES)
 
     def shell_reached(self) -> list[str]:
@@ -664,36 +766,99 @@ class Code:
         return sorted(reached)
 
     def module_patches(self) -> list[str]:
-        """The assignments, in the code the kernel runs, to an attribute of an imported module or
-        of a name bound from one (`json.dumps = f`, `tf.distribute.MirroredStrategy = Fake`,
-        `setattr(json, "dumps", f)`, `vars(np)["x"] = f`, `m = json; m.dumps = f`), each as
-        "cell N, line L: `...`": with one, a library the probe or the course calls may answer
-        for the notebook. (`os.environ["X"] = "1"` or `plt.rcParams[...] = ...` change an
-        item, not an attribute, and are not counted.)"""
+        """The assignments, in the code the kernel runs, to an attribute of a module the grader
+        relies on (`RELIED_ON`), imported (`import json`, `import tensorflow as tf`) or an alias
+        of one (`m = json`, and as a walrus, a loop over a literal list, a `with ... as`, a
+        tuple) (`json.dumps = f`, `tf.distribute.MirroredStrategy = Fake`,
+        `setattr(json, "dumps", f)`, `vars(np).update(...)`, `object.__setattr__(np, ...)`,
+        `importlib.import_module("json").dumps = f`), each as "cell N, line L: `...`": with one,
+        a library the probe or the course calls may answer for the notebook. A function's
+        parameter or local of the same name is not the module (`def f(np): np.x = 1`); a name
+        from `from X import Y` is a module only when lowercase, of a module relied on
+        (`from json import encoder`; not `Callback`). (`os.environ["X"] = "1"`,
+        `pd.options.display.max_rows = 50` or `self.best = np.inf` are not counted.)"""
         run = self._run_code()
-        modules: set[str] = set()
+        modules: dict[str, str] = {}
         for _, tree in run:
             for node in ast.walk(tree):
-                if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    modules.update((a.asname or a.name).split(".")[0] for a in node.names)
-        modules.discard("*")
-        for _ in range(5):  # names bound from one: m = json, d = tf.distribute
-            bound = {
-                name
-                for _, tree in run
-                for node in ast.walk(tree)
-                if isinstance(node, (ast.Assign, ast.AnnAssign))
-                and isinstance(node.value, (ast.Name, ast.Attribute))
-                and getattr(_root(node.value), "id", None) in modules
-                for name in _targets(node)
-            }
-            if bound <= modules:
+                if isinstance(node, ast.Import):
+                    for a in node.names:
+                        name = a.asname or a.name.split(".")[0]
+                        modules[name] = a.name if a.asname else name
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    for a in node.names:
+                        full = f"{node.module}.{a.name}"
+                        if a.name[:1].islower() and _relied_on(full, []):
+                            modules[a.asname or a.name] = full
+        modules.pop("*", None)
+        aliases: set[int] = set()  # the Name targets bound to a module
+        for _ in range(5):  # aliases of aliases: m = json; n = m
+            before = dict(modules)
+            for _, tree in run:
+                for node in ast.walk(tree):
+                    for target, module in _aliases(node, modules):
+                        modules.setdefault(target.id, module)
+                        aliases.add(id(target))
+            if modules == before:
                 break
-            modules |= bound
         found = []
+
+        def visit(node: ast.AST, known: dict[str, str], number: int) -> None:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                local = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+                local |= {
+                    n.id
+                    for n in ast.walk(node)
+                    if isinstance(n, ast.Name)
+                    and isinstance(n.ctx, ast.Store)
+                    and id(n) not in aliases
+                }
+                known = {k: v for k, v in known.items() if k not in local}
+            if _patches(node, known):
+                line = ast.unparse(node).splitlines()[0][:80]
+                found.append(f"cell {number}, line {node.lineno}: `{line}`")
+            for child in ast.iter_child_nodes(node):
+                visit(child, known, number)
+
         for number, tree in run:
-            for node in ast.walk(tree):
-                if _patches(node, modules):
-                    line = ast.unparse(node).splitlines()[0][:80]
-                    found.append(f"cell {number}, line {node.lineno}: `{line}`")
+            visit(tree, modules, number)
         return list(dict.fromkeys(found))
+
+
+def _aliases(node: ast.AST, modules: dict[str, str]) -> list[tuple[ast.Name, str]]:
+    """The plain names `node` binds to one of `modules` ({name: module}), each with its module:
+    `m = json`, `m: Any = json`, `(m := json)`, `m, n = json, 1`, `for m in [json]:`,
+    `with nullcontext(json) as m:`, `m = importlib.import_module("json")`."""
+
+    def module(value: ast.AST | None) -> str | None:
+        if isinstance(value, ast.Name):
+            return modules.get(value.id)
+        return _imported_module(value) if value is not None else None
+
+    pairs: list[tuple[ast.AST, ast.AST | None]] = []
+    if isinstance(node, ast.Assign):
+        pairs = [(t, node.value) for t in node.targets]
+    elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)):
+        pairs = [(node.target, node.value)]
+    elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+        items = node.iter.elts if isinstance(node.iter, (ast.List, ast.Tuple, ast.Set)) else []
+        pairs = [(node.target, item) for item in items]
+    elif isinstance(node, (ast.With, ast.AsyncWith)):
+        for item in node.items:
+            value = item.context_expr  # `with json as m`, `with nullcontext(json) as m`
+            given = (
+                [*value.args, *(k.value for k in value.keywords)]
+                if isinstance(value, ast.Call)
+                else []
+            )
+            inside = [n for n in [value, *given] if module(n)]
+            if inside and item.optional_vars is not None:
+                pairs.append((item.optional_vars, inside[0]))
+    found = []
+    while pairs:
+        target, value = pairs.pop()
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
+            pairs += zip(target.elts, value.elts, strict=False)
+        elif isinstance(target, ast.Name) and module(value):
+            found.append((target, module(value)))
+    return found
