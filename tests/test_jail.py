@@ -473,6 +473,40 @@ def test_a_killed_graders_folder_is_removed_by_the_next_course_grade(jail_as_roo
     assert living.exists() and other.exists()
 
 
+def test_a_graders_folder_whose_lock_is_held_elsewhere_is_left_alone(tmp_path):
+    """A grader in another pid namespace sharing this temporary folder: its pid means nothing
+    here, but it holds its folder's lock, so the folder stays; once it is gone, the folder
+    goes."""
+    from course_tools.grade.routes import batch
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that no process here has
+    folder = tmp_path / f"{batch.BASE_PREFIX}{gone.pid}-k3m4"
+    (folder / "carol").mkdir(parents=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path\n"
+            "from course_tools.grade.routes import batch\n"
+            "batch.hold_alive_lock(Path(sys.argv[1])); print('held', flush=True)\n"
+            "sys.stdin.read()",
+            str(folder),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert batch.remove_dead_graders_folders(tmp_path) == []
+        assert (folder / "carol").is_dir()
+    finally:
+        holder.communicate("")
+    assert batch.remove_dead_graders_folders(tmp_path) == [folder]
+    assert not folder.exists()
+
+
 def test_a_slurm_tasks_folder_is_unmounted_before_it_is_removed(jail_as_root, tmp_path):
     """A task's grader killed before its own clean-up leaves its work folder mounted inside the
     task's node-local folder; the task's script unmounts it (`python -m ...jail.workdir`) so

@@ -42,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import tempfile
@@ -74,13 +75,43 @@ from course_tools.runner import Limits
 
 #: The grader's folder of work folders: this prefix, its pid, "-" (`remove_dead_graders_folders`).
 BASE_PREFIX = f"{workdir.SOURCE}-"
+#: The file in a grader's folder of work folders that it holds an flock on for its whole life:
+#: a grader in another pid namespace sharing this temporary folder holds it too.
+ALIVE_LOCK = ".grader-alive.lock"
+
+
+def hold_alive_lock(base: Path) -> int:
+    """Lock `base`'s `ALIVE_LOCK` (exclusive) and return its descriptor: keep it open while
+    `base` is in use (the lock goes with the process, however it ends)."""
+    fd = os.open(base / ALIVE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _dead_lock(folder: Path, pid: str) -> int | None:
+    """The descriptor of `folder`'s `ALIVE_LOCK`, locked here, when its grader is gone (-1 when
+    the folder has no lock, from a grader before it or killed before taking it, and its pid is
+    not running here); None while a grader, in any pid namespace, still holds it."""
+    try:
+        fd = os.open(folder / ALIVE_LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return -1 if pid.isdigit() and not psutil.pid_exists(int(pid)) else None
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def remove_dead_graders_folders(where: Path | None = None) -> list[Path]:
     """Remove the folders of work folders (`BASE_PREFIX`<pid>-...) that graders of this user
     that are gone left in `where` (the temporary folder): killed before their clean-up
     (SIGKILL, an out-of-memory kill, a `timeout` while one thread held the interpreter), with
-    any work folder still mounted in them unmounted first. Returns those removed."""
+    any work folder still mounted in them unmounted first. A folder whose `ALIVE_LOCK` is
+    held (by a grader here or in another pid namespace) is left alone. Returns those removed."""
     removed = []
     for folder in Path(where or tempfile.gettempdir()).glob(f"{BASE_PREFIX}*-*"):
         pid = folder.name.removeprefix(BASE_PREFIX).split("-")[0]
@@ -88,10 +119,16 @@ def remove_dead_graders_folders(where: Path | None = None) -> list[Path]:
             mine = folder.lstat().st_uid == os.getuid() and folder.is_dir()
         except OSError:
             continue
-        if mine and not folder.is_symlink() and pid.isdigit() and not psutil.pid_exists(int(pid)):
+        lock = _dead_lock(folder, pid) if mine and not folder.is_symlink() else None
+        if lock is None:
+            continue
+        try:
             workdir.release_under(folder)
             if not files.remove_tree(folder):
                 removed.append(folder)
+        finally:
+            if lock >= 0:
+                os.close(lock)
     return removed
 
 
@@ -102,6 +139,7 @@ def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progre
     for folder in remove_dead_graders_folders():
         print(f"course grade: removed {folder}, left by a grader that was killed", file=sys.stderr)
     base = Path(tempfile.mkdtemp(prefix=f"{BASE_PREFIX}{os.getpid()}-")).resolve()
+    alive = hold_alive_lock(base)  # held until the folder is gone
     checks = start_checks(batch, base)
     suspects = "this submission" + (" or one running at the same time" if jobs > 1 else "")
     watch = TamperWatch(batch, suspects)
@@ -133,6 +171,7 @@ def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progre
         if left:
             left_out = console("; ".join(left))
             print(f"course grade: could not remove {base} entirely: {left_out}", file=sys.stderr)
+        os.close(alive)
 
 
 # PLR0913: one keyword-only option per `course grade` flag, each with its default (limits and
