@@ -1700,7 +1700,8 @@ def _unterminated(size: int) -> str:
 def test_an_unterminated_string_is_refused_in_time_linear_in_the_files_size(tmp_path):
     """A notebook-sized file whose string never ends (the regular expression used before
     restarted from every later quote: days at the cap) is refused as not JSON, at the cap's
-    size well within a second or so, and 8 times the size costs about 8 times the time."""
+    size too, and 8 times the size costs about 8 times the time (a ratio, not a time: the suite
+    runs on loaded machines; `course bench`-style figures belong in benchmarks)."""
     from course_tools.grade.core import notebooks
 
     def seconds(text: str) -> float:
@@ -1718,10 +1719,7 @@ def test_an_unterminated_string_is_refused_in_time_linear_in_the_files_size(tmp_
     path.write_text(_unterminated(plan.NOTEBOOK_MB * 2**20))
     g = Grade("redos", path, status="graded")
     parts = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4))
-    started = time.perf_counter()
     assert one_submission._read_notebook(g, parts) is None
-    took = time.perf_counter() - started
-    assert took < 5, f"refusing a {plan.NOTEBOOK_MB} MB unterminated string took {took:.1f} s"
     assert g.status == "invalid notebook" and "never ends" in g.reason, g.reason
 
 
