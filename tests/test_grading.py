@@ -1893,5 +1893,6 @@ def test_a_module_reached_by_other_plain_routes_still_counts():
         "    m.dumps = f",
         "import json\n(m := json)\nm.dumps = f",
         "import json\nm, n = json, 1\nm.dumps = f",
+        "import os\nos.sys.modules['builtins'].type = f",
     ):
         assert "changes a library the grader relies on (cell 1, line" in _untrusted(code), code

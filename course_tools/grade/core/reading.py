@@ -274,10 +274,12 @@ def _relied_on(module: str, attributes: list[str]) -> bool:
     """The grader's probe or its kernel relies on `module`'s attribute `attributes` (`RELIED_ON`;
     of `sys`, only `SYS_RELIED_ON`)."""
     root, *rest = module.split(".")
+    path = [*rest, *attributes]
     if root == "?":
         return True  # a module named at run time: any of them
+    if any(a == "sys" and b in SYS_RELIED_ON for a, b in zip(path, path[1:], strict=False)):
+        return True  # os.sys.modules["json"].dumps: the modules reached through another's sys
     if root == "sys":
-        path = [*rest, *attributes]
         return bool(path) and path[0] in SYS_RELIED_ON
     return root in RELIED_ON
 
