@@ -112,7 +112,8 @@ class Load:
 @dataclass
 class RunResult:
     """One timed run: `examples` trained in `seconds`, and the examples/s of each round (the
-    speed is their median). batch_size: the global batch, for ms/step."""
+    speed is their median). batch_size: the global batch, for ms/step; step_examples: the
+    examples of an average step when short last batches make it smaller (`from_epochs`)."""
 
     name: str
     seconds: float
@@ -121,6 +122,7 @@ class RunResult:
     rounds: list[float] = field(default_factory=list)
     batch_size: int = 0
     warmup_seconds: float = 0.0
+    step_examples: float = 0.0
 
     @property
     def examples_per_sec(self) -> float:
@@ -131,18 +133,32 @@ class RunResult:
     @property
     def step_ms(self) -> float:
         """Milliseconds per step at the median speed (0 when the batch is unknown)."""
-        speed = self.examples_per_sec
-        return 1000 * self.batch_size / speed if self.batch_size and speed else 0.0
+        speed, per_step = self.examples_per_sec, self.step_examples or self.batch_size
+        return 1000 * per_step / speed if per_step and speed else 0.0
 
     @classmethod
     def from_epochs(
-        cls, name: str, seconds: list[float], steps: list[int], batch_size: int
+        cls,
+        name: str,
+        seconds: list[float],
+        steps: list[int],
+        batch_size: int,
+        examples: int | None = None,
     ) -> RunResult:
-        """Timed epochs, each one round; the first is left out when there are more (it traces)."""
+        """Timed epochs, each one round; the first is left out when there are more (it traces).
+
+        examples: the examples in one epoch; give it when the last batch can be short, else each
+        epoch counts steps x batch_size (more than it trained on).
+
+        >>> RunResult.from_epochs("fit", [9.0, 2.0], [3, 3], batch_size=128, examples=300).rounds
+        [150.0]
+        """
         skip = 1 if len(seconds) > 1 else 0
         seconds, steps = seconds[skip:], steps[skip:]
-        rounds = [n * batch_size / s for s, n in zip(seconds, steps) if s > 0]
-        return cls(name, sum(seconds), sum(steps) * batch_size, len(seconds), rounds, batch_size)
+        counts = [n * batch_size if examples is None else examples for n in steps]
+        rounds = [c / s for s, c in zip(seconds, counts) if s > 0]
+        per_step = sum(counts) / sum(steps) if examples is not None and sum(steps) else 0.0
+        return cls(name, sum(seconds), sum(counts), len(seconds), rounds, batch_size, 0.0, per_step)
 
 
 NOISE_RULE = (

@@ -32,9 +32,10 @@ def test_the_exercises_epoch_clock_records_epochs_and_steps():
         for cell in solution["cells"]
         if "".join(cell["source"]).startswith("class EpochClock")
     ]
-    namespace = {"keras": keras, "time": time, "timing": timing}
+    # 90 examples in batches of 25: 4 steps an epoch, the last one short (15)
+    namespace = {"keras": keras, "time": time, "timing": timing, "NUM_TRAIN": 90}
     exec(source, namespace)
-    x, y = np.random.rand(100, 4).astype("float32"), np.random.randint(0, 2, 100)
+    x, y = np.random.rand(90, 4).astype("float32"), np.random.randint(0, 2, 90)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     clock = namespace["EpochClock"]()
@@ -43,8 +44,9 @@ def test_the_exercises_epoch_clock_records_epochs_and_steps():
     # each epoch's start-up (before its first step) is part of the epoch, and the steps follow it
     assert all(0 < s < e for s, e in zip(clock.start_seconds, clock.epoch_seconds))
     result = clock.run("fit", 25)
-    assert result.epochs == 2 and result.examples == 200  # the tracing epoch left out
-    per_epoch = [100 / s for s in clock.epoch_seconds[1:]]  # each epoch is one round
+    # the tracing epoch left out; the examples counted, not 4 steps x 25
+    assert result.epochs == 2 and result.examples == 180
+    per_epoch = [90 / s for s in clock.epoch_seconds[1:]]  # each epoch is one round
     assert result.rounds == pytest.approx(per_epoch) and result.batch_size == 25
     assert result.examples_per_sec == pytest.approx(np.median(per_epoch))
 
@@ -55,6 +57,10 @@ def test_timed_epochs_become_rounds_without_the_first():
     assert three.rounds == [40.0, 20.0] and three.step_ms == pytest.approx(1000 * 8 / 30)
     one = timing.RunResult.from_epochs("loop", [2.0], [10], batch_size=8)
     assert (one.epochs, one.rounds) == (1, [40.0])  # a single epoch is all there is
+    # 75 examples in 10 steps of 8 (the last batch short): the examples count, not steps x batch
+    short = timing.RunResult.from_epochs("loop", [9.0, 2.5], [10, 10], batch_size=8, examples=75)
+    assert (short.examples, short.rounds) == (75, [30.0])
+    assert short.step_ms == pytest.approx(1000 * 7.5 / 30)  # 7.5 examples a step on average
 
 
 def test_run_result_table_and_chart():
