@@ -594,6 +594,20 @@ def test_course_grade_refuses_one_device_and_a_name_clash_with_exit_2(tmp_path, 
     assert "are both the submission of 'a'" in capsys.readouterr().err
 
 
+def _batch_without_checks(tmp_path, monkeypatch) -> plan.Batch:
+    """A batch writing into tmp_path/out whose check process is a stand-in that does nothing."""
+    b = plan.Batch(
+        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
+    )
+    b.out.mkdir()
+    monkeypatch.setattr(
+        grading_batch,
+        "start_checks",
+        lambda b, base: type("C", (), {"close": lambda self: None, "stop": lambda self: None})(),
+    )
+    return b
+
+
 def test_one_submission_failing_to_save_is_its_own_grader_error(tmp_path, monkeypatch):
     """The batch-level promise: whatever happens while one submission is graded, saved or
     reported (here its report cannot be written), every other submission is graded and the
@@ -610,15 +624,7 @@ def test_one_submission_failing_to_save_is_its_own_grader_error(tmp_path, monkey
     folder.mkdir()
     for name in "abc":
         (folder / f"{name}.ipynb").write_text('{"cells": [')
-    b = plan.Batch(
-        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
-    )
-    b.out.mkdir()
-    monkeypatch.setattr(
-        grading_batch,
-        "start_checks",
-        lambda b, base: type("C", (), {"close": lambda self: None, "stop": lambda self: None})(),
-    )
+    b = _batch_without_checks(tmp_path, monkeypatch)
     grades = grading_batch.grade_batch(b, [folder], 2, progress=False, regrade=True)
     statuses = {g.student: g.status for g in grades}
     assert statuses == {"a": "invalid notebook", "b": "grader error", "c": "invalid notebook"}
@@ -1429,15 +1435,7 @@ def test_an_error_while_a_submission_is_read_or_keyed_still_ends_with_the_gradeb
     folder.mkdir()
     for name in "abc":
         write(notebook_of(f"# student {name}"), folder / f"{name}.ipynb")
-    b = plan.Batch(
-        tmp_path / "out", SOLUTION, SOLUTION.read_bytes(), _settings()["settings"], Limits()
-    )
-    b.out.mkdir()
-    monkeypatch.setattr(
-        grading_batch,
-        "start_checks",
-        lambda b, base: type("C", (), {"close": lambda self: None, "stop": lambda self: None})(),
-    )
+    b = _batch_without_checks(tmp_path, monkeypatch)
     monkeypatch.setattr(one_submission, "_same_code", lambda a, b: True)  # no kernel: unchanged
     grades = grading_batch.grade_batch(b, [folder], 2, progress=False, regrade=True)
     statuses = {g.student: g.status for g in grades}
