@@ -262,9 +262,14 @@ def expected_regime(results: dict) -> str:
         return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
     share, limit, label = busiest(results)
     if share > results.get("busy", 1.0):
+        during = (  # the sweep's load is stored under both limits: 3b names the sweep
+            f"the sweep ran ({label})"
+            if label == "section 3"
+            else f"the {limit} was measured, {label}"
+        )
         return (
             f"withheld: the machine was busy (other programs used {100 * share:.0f}% of its "
-            f"cores while the {limit} was measured, {label})"
+            f"cores while {during})"
         )
     problem = line_problem(results, batches, step_ms)
     if problem:

@@ -51,13 +51,19 @@ BUSY = 0.2
 
 
 def _cpu_seconds() -> tuple[float, float]:
-    # The machine's busy CPU seconds over all its cores so far, and this process's own.
+    # The busy CPU seconds so far of the CPUs this process may run on (its affinity, where the
+    # system has one; else all), so that they match `usable_cpus`, and this process's own.
     import psutil  # here, not at import: only the notebooks that measure load need it
 
-    machine, mine = psutil.cpu_times(), psutil.Process().cpu_times()
-    idle = machine.idle + getattr(machine, "iowait", 0.0)  # iowait: Linux only
-    guests = getattr(machine, "guest", 0.0) + getattr(machine, "guest_nice", 0.0)  # in user too
-    return sum(machine) - idle - guests, mine.user + mine.system
+    per_cpu, mine = psutil.cpu_times(percpu=True), psutil.Process().cpu_times()
+    if hasattr(os, "sched_getaffinity"):  # psutil lists the CPUs by number (all online)
+        per_cpu = [per_cpu[i] for i in sorted(os.sched_getaffinity(0)) if i < len(per_cpu)]
+    busy = 0.0
+    for cpu in per_cpu:
+        idle = cpu.idle + getattr(cpu, "iowait", 0.0)  # iowait: Linux only
+        guests = getattr(cpu, "guest", 0.0) + getattr(cpu, "guest_nice", 0.0)  # in user too
+        busy += sum(cpu) - idle - guests
+    return busy, mine.user + mine.system
 
 
 #: cgroup v2's CPU quota for this process's group: "max 100000" (none) or "200000 100000" (2 CPUs).
@@ -81,8 +87,9 @@ def usable_cpus() -> float:
 class Load:
     """The share of the cores this process may use (`usable_cpus`: its affinity, and a cgroup
     v2 quota when one is set and readable; else the visible CPUs) that everything but this
-    process used during a `with` block, `others` (0.5: half of them), from the machine's CPU
-    times less this process's own (capped at 1).
+    process used during a `with` block, `others` (0.5: half of them), from the busy times of
+    the CPUs in its affinity less this process's own (capped at 1): work on CPUs this process
+    cannot use (another job's `taskset` or Slurm cpuset) is not counted.
 
     "Everything but this process" is broad: other programs, but also a hypervisor's steal time
     on a virtual machine (Colab's, a cloud's) and, in a container, the whole host's other work

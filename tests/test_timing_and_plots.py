@@ -123,6 +123,40 @@ def test_the_load_is_a_share_of_the_cpus_this_process_may_use(tmp_path, monkeypa
     assert load.others == 1.0, load.others
 
 
+def test_the_load_counts_only_the_cpus_this_process_may_run_on(monkeypatch, tmp_path):
+    """Pinned to CPU 1 (`taskset`, a Slurm cpuset), another program's second on CPU 0 is not
+    load on this process's CPUs: `others` counts the busy time of the CPUs in its affinity only,
+    the same CPUs `usable_cpus` divides by; a second on CPU 1 fills it."""
+    import os
+    from types import SimpleNamespace
+
+    import psutil
+
+    fields = psutil.cpu_times()._fields
+    zero = psutil.cpu_times()._make([0.0] * len(fields))
+    before = [zero, zero]
+    after = {
+        "cpu 0 busy": [zero._replace(user=1.0), zero],
+        "cpu 1 busy": [zero, zero._replace(user=1.0)],
+    }
+    snapshots = []
+
+    def cpu_times(*, percpu=False):  # per CPU, or summed over the machine as psutil does
+        snapshot = snapshots.pop(0)
+        return snapshot if percpu else zero._make(map(sum, zip(*snapshot)))
+
+    monkeypatch.setattr(psutil, "cpu_times", cpu_times)
+    own = SimpleNamespace(cpu_times=lambda: SimpleNamespace(user=0.0, system=0.0))
+    monkeypatch.setattr(psutil, "Process", lambda: own)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1}, raising=False)
+    monkeypatch.setattr(timing, "CPU_MAX", tmp_path / "none")  # no quota
+    for case, expected in [("cpu 0 busy", 0.0), ("cpu 1 busy", 1.0)]:
+        snapshots[:] = [before, after[case]]
+        with timing.Load() as load:
+            time.sleep(0.05)  # the block's wall time: 1 CPU-second is more than it on one CPU
+        assert load.others == expected, (case, load.others)
+
+
 def test_comparison_chart_labels_sit_clear_of_bars_and_rounds():
     """Each value label starts right of its bar and of the run's fastest round, inside the axes."""
     results = [run("one device", [7400.0, 7691.0, 8200.0]), run("mirrored", [3900.0, 4100.0])]
