@@ -245,19 +245,25 @@ def expected_regime(results: dict) -> str:
     else per-example-bound. Notebook 3b (which records the step's intensity and FLOPs and the
     machine's measured limits) splits the step into the fixed part, the roof's part (the time the
     roof allows for its FLOPs) and the rest, and names the largest, with each limit at its fastest
-    round and at the other sets' fastest; when these give different verdicts it is withheld
-    ("undecided: A or B, with the peak between x and y GFLOP/s (r x)", naming each limit whose
-    range alone flips it, or both). Before all that, 3b withholds it ("withheld: ...") when other
-    programs used more than its recorded `busy` share of the cores during a set of rounds, or
-    when its sweep line misses a point by more than `line_tolerance` or has a negative fixed
-    part, or when it took fewer `rounds` per set than `min_rounds` (the quick profile's smoke
-    test), or when a training run went faster than every round of the peak (`peak_measured_low`).
-    3b's steps are their fastest rounds (`sweep_ms`)."""
+    round and at the other sets' fastest, and the step at its fastest round and at its
+    next-fastest; when these give different verdicts it is withheld ("undecided: A or B, with
+    the peak between x and y GFLOP/s (r x)", naming each limit whose range alone flips it, or
+    both, and the step when its spread flips it). Before all that, 3b withholds it
+    ("withheld: ...") when other programs used more than its recorded `busy` share of the cores
+    during a set of rounds, or when its sweep line misses a point by more than
+    `line_tolerance` or has a negative fixed part, or when it took fewer `rounds` per set than
+    `min_rounds` (the quick profile's smoke test), or when a training run went faster than
+    every round of the peak (`peak_measured_low`). 3b's steps are their fastest
+    rounds (`sweep_ms`)."""
     batches = [point["global_batch"] for point in results["sweep"]]
     step_ms = sweep_ms(results)
     per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
     step = step_ms[batches.index(results["batch"])]
     fixed_share = min(max(fixed_ms / step, 0.0), 1.0)
+    rounds_of_step = results["sweep"][batches.index(results["batch"])].get("rounds") or []
+    next_step = (  # the step's next-fastest round (3b): its spread can flip the verdict
+        1000 * results["batch"] / sorted(rounds_of_step)[-2:][0] if rounds_of_step else step
+    )
     if "intensity" not in results:
         return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
     share, limit, label = busiest(results)
@@ -282,20 +288,30 @@ def expected_regime(results: dict) -> str:
         return f"withheld: {low}"
     limits = limits_of(results)
 
-    def at_low(*names: str) -> str:  # the named limits at the other sets' fastest round
+    def at_low(*names: str, at: float = 0.0) -> str:  # named limits low, the step at `at` ms
         peak, bandwidth = (limits[k][1] if k in names else limits[k][0] for k in limits)
-        return roofline_verdict(results, fixed_share, step, peak, bandwidth)
+        at = at or step
+        share = min(max(fixed_ms / at, 0.0), 1.0)
+        return roofline_verdict(results, share, at, peak, bandwidth)
 
     verdict = at_low()
-    found = {at_low(*names) for names in [(), ("peak",), ("bandwidth",), ("peak", "bandwidth")]}
+    combos = [(), ("peak",), ("bandwidth",), ("peak", "bandwidth")]
+    found = {at_low(*names, at=at) for names in combos for at in (step, next_step)}
     if len(found) == 1:
         return verdict
-    flipping = [k for k in limits if at_low(k) != verdict] or list(limits)
-    ranges = " and ".join(
+    step_flips = at_low(at=next_step) != verdict
+    flipping = [k for k in limits if at_low(k) != verdict]
+    flipping = flipping or ([] if step_flips else list(limits))
+    ranges = [
         f"the {k} between {limits[k][1] / 1e9:,.1f} and {limits[k][0] / 1e9:,.1f} G{UNITS[k]} "
         f"({limits[k][0] / limits[k][1]:.2f}x)"
         for k in flipping
-    )
+    ]
+    if step_flips:
+        ranges.append(
+            f"the step between {step:.1f} and {next_step:.1f} ms (its two fastest rounds)"
+        )
+    ranges = " and ".join(ranges)
     return f"undecided: {' or '.join(sorted(found))}, with {ranges}"
 
 

@@ -209,14 +209,36 @@ def test_a_part_names_the_verdict_only_when_it_is_more_than_half_the_step(tmp_pa
 
 def _sweep_with_rounds(fastest_ms: list[float], batches=(64, 96, 128, 192)) -> list[dict]:
     """A sweep as 3b records it: each point's rounds (examples/s), its fastest one taking
-    `fastest_ms`, the others 1.5x and 2x slower; step_ms is the fastest round."""
+    `fastest_ms`, the others 1.02x (too close to flip a verdict), 1.5x and 2x slower; step_ms is
+    the fastest round."""
     points = []
     for batch, ms in zip(batches, fastest_ms):
         fastest = 1000 * batch / ms
         points.append(
-            {"global_batch": batch, "step_ms": ms, "rounds": [fastest / 2, fastest, fastest / 1.5]}
+            {
+                "global_batch": batch,
+                "step_ms": ms,
+                "rounds": [fastest / 2, fastest, fastest / 1.02, fastest / 1.5],
+            }
         )
     return points
+
+
+def test_a_verdict_inside_the_steps_own_spread_is_undecided():
+    """A review's 4-device run: the roof's part 51.6% of the step on its fastest round, 48.5% on
+    its next-fastest (6% slower), either side of the majority (50%): no verdict can rest on one
+    round, so it is undecided and names the step's range. The same step with rounds 1% apart
+    stays compute-bound."""
+    flops = 0.516 * 205e9 * 0.010  # 51.6% of the 205 GFLOP/s roof in the fastest 10 ms
+    record = _limits_record(flops_per_step=flops)
+    step = record["sweep"][[p["global_batch"] for p in record["sweep"]].index(64)]
+    step["rounds"] = [6400.0, 6400.0 * 48.5 / 51.6, 6400.0 / 1.2]  # examples/s: 10 ms fastest
+    assert expected_regime(record) == (
+        "undecided: compute-bound or no single part dominates, with the step between 10.0 and "
+        "10.6 ms (its two fastest rounds)"
+    )
+    step["rounds"] = [6400.0, 6400.0 / 1.01, 6400.0 / 1.2]
+    assert expected_regime(record) == "compute-bound"
 
 
 def test_a_busy_machine_gives_no_verdict(tmp_path):
