@@ -372,7 +372,8 @@ def all_reduce_fit(results: dict) -> dict:
 def all_reduce_problems(path: Path) -> list[str]:
     """Notebook 3c's all-reduce at `path`: the recorded line must be the one its rounds give, a
     measured size beyond the stated tolerance of it must have been flagged, and "alpha dominates"
-    must follow from the line at the gradients' size, or be withheld when other programs used
+    must follow from the line at the gradients' size, or be withheld when the line misses a size
+    beyond the tolerance (as 3b's sweep line) or when other programs used
     more than the recorded `busy` share of the cores during a set of rounds (`loads`). With one
     replica nothing is sent: nothing is fitted, and every size must be within the tolerance of
     the loop alone, or flagged."""
@@ -410,6 +411,11 @@ def all_reduce_problems(path: Path) -> list[str]:
         dominates = "too close to call"
     else:
         dominates = "alpha dominates" if alpha > gradients else "the bytes dominate"
+    if worst > tolerance:  # as 3b: a line that misses a measured size draws no verdict
+        dominates = (
+            f"withheld: the line misses a measured size by {100 * worst:.0f}% "
+            f"(tolerance {100 * tolerance:.0f}%)"
+        )
     loads = results.get("loads", [])
     if loads and max(loads) > results.get("busy", 1.0):  # as 3b: a busy machine, no verdict
         dominates = (

@@ -345,14 +345,19 @@ def test_the_all_reduce_line_must_predict_every_size(tmp_path):
     path = tmp_path / "results.json"
     path.write_text(json.dumps(_all_reduce_results()))
     assert all_reduce_problems(path) == []
-    slowed = _all_reduce_results(scale={64 << 10: 1.6})  # one size slowed: a wide error band
-    path.write_text(json.dumps(slowed | {"dominates": "too close to call"}))
+    slowed = _all_reduce_results(scale={64 << 10: 1.6})  # one size slowed: the line misses it
+    withheld = "withheld: the line misses a measured size by 38% (tolerance 25%)"
+    path.write_text(json.dumps(slowed | {"dominates": withheld}))
     assert ["at 64 KiB the line misses" in problem for problem in all_reduce_problems(path)] == [
         True
     ]
     assert all_reduce_problems(path)[0].endswith("not flagged")
+    path.write_text(json.dumps(slowed | {"dominates": withheld, "flagged": True}))
+    assert all_reduce_problems(path) == []  # the notebook flagged it and drew no call, as 3b
     path.write_text(json.dumps(slowed | {"dominates": "too close to call", "flagged": True}))
-    assert all_reduce_problems(path) == []  # the notebook flagged it: a loaded run, said so
+    assert all_reduce_problems(path) == [  # a call from a flagged line: what 3b never does
+        f"results.json: 'too close to call' printed, its line says {withheld!r}"
+    ]
     wrong = _all_reduce_results() | {"dominates": "alpha dominates"}  # 80 us against 122 us
     path.write_text(json.dumps(wrong))
     assert all_reduce_problems(path) == [
