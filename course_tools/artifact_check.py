@@ -8,12 +8,9 @@ follows from the numbers it recorded beside it.
   wrote it.
 - `results.json` of notebooks 3 and 3b: the regime they printed (overhead-, per-example-,
   memory-bandwidth- or compute-bound, below both roofs, no single part dominating, undecided or
-  withheld) is derived again from the batch sweep (and 3b's measured roofline) they recorded.
-  3b's steps are their fastest rounds; its limits are derived again from their sets of rounds
-  (the fastest round of all, and the fastest of the other sets), and a verdict that differs
-  between them must be withheld; so must one drawn while other programs used more than the
-  stated share of the cores, or from a sweep line that misses a point by more than its
-  tolerance or has a negative fixed part.
+  withheld) is derived again from the batch sweep (and 3b's measured roofline) they recorded,
+  3b's by `course_utils.verdict`, the rule its cells call; 3b's recorded limits and step times
+  must be the ones its rounds give.
 - `results.json` of notebook 3c: the all-reduce's line is fitted again from the rounds it
   recorded, a measured size beyond the tolerance the notebook states must have been flagged (with
   one replica: every size within the tolerance of the loop alone, or flagged), and "alpha
@@ -39,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from course_tools import output_check
+from course_utils import verdict
 
 #: Where a notebook writes, under artifacts/ next to it (default: its own stem).
 ARTIFACT_DIRS = {"05_svhn_solution": "05_svhn", "05_svhn_exercise": "05_svhn"}
@@ -116,203 +114,26 @@ def conclusion_problems(path: Path) -> list[str]:
     return found
 
 
-def limit_range(sets: dict, floor: float = 0.0) -> tuple[float, float]:
-    """Notebook 3b's rule for one limit, with code of its own: (limit, low). Load can only slow a
-    round, so the limit is the fastest round of all sets (a lower bound on the machine's); low is
-    the fastest round of the other sets, what load alone gave. Both are at least `floor` (a
-    training run that went faster shows the limit was measured low)."""
-    tops = sorted((max(rounds) for rounds in sets.values()), reverse=True)
-    others = tops[1] if len(tops) > 1 else tops[0]
-    return max(tops[0], floor), max(others, floor)
-
-
-def roofline_verdict(
-    results: dict, fixed_share: float, step_ms: float, peak: float, bandwidth: float
-) -> str:
-    """Notebook 3b's verdict with these limits: the largest of the fixed part, the roof's part
-    and the rest when it is more than the recorded majority (half) of the step, else "no single
-    part dominates"; "undecided" for a point above its roof. The roof's part is named by the side
-    of the ridge, or "near the ridge" when the intensity is within the count's margin of it."""
-    intensity, margin = results["intensity"], results.get("count_margin", 1.0)
-    roof = min(peak, bandwidth * intensity)
-    roof_share = results["flops_per_step"] / (step_ms / 1000) / roof
-    if roof_share > 1:  # the point above its roof: a limit was measured low
-        return "undecided"
-    ridge = peak / bandwidth
-    if intensity >= margin * ridge:
-        side = "compute-bound"
-    elif intensity <= ridge / margin:
-        side = "memory-bandwidth-bound"
-    else:
-        side = "near the ridge"
-    shares = [
-        (fixed_share, "overhead-bound"),
-        (roof_share, side),
-        (max(1 - fixed_share - roof_share, 0.0), "below both roofs"),
-    ]
-    share, name = max(shares, key=lambda share: share[0])  # the first of equal shares, as 3b
-    return name if share > results.get("majority", 0.0) else "no single part dominates"
-
-
-def limits_of(results: dict) -> dict[str, tuple[float, float]]:
-    """3b's two limits (limit, low) for all its physical devices, from the sets of rounds it
-    recorded; a record without rounds gives its limits as exact."""
-    if "peak_rounds" not in results:
-        return {
-            "peak": (results["peak_flops"],) * 2,
-            "bandwidth": (results["memory_bandwidth"],) * 2,
-        }
-    physical = results["physical_devices"]
-    floor = results["sweep_best_flops"] / physical
-    return {
-        name: tuple(physical * v for v in limit_range(results[key], limit_floor))
-        for name, key, limit_floor in [
-            ("peak", "peak_rounds", floor),
-            ("bandwidth", "bandwidth_rounds", 0.0),
-        ]
-    }
-
-
-UNITS = {"peak": "FLOP/s", "bandwidth": "B/s"}
-
-
 def sweep_ms(results: dict) -> list[float]:
-    """The sweep's ms per step: in notebook 3b's record (it holds the step's intensity) a point's
-    fastest round when its rounds (examples/s) are recorded, as load only slows a round; else
-    the step_ms it recorded (notebook 3's median)."""
-    fastest = "intensity" in results
-    return [
-        1000 * point["global_batch"] / max(point["rounds"])
-        if fastest and point.get("rounds")
-        else point["step_ms"]
-        for point in results["sweep"]
-    ]
-
-
-def busiest(results: dict) -> tuple[float, str, str]:
-    """The largest share of the cores other programs used during one of 3b's sets of rounds that
-    decide its verdict: each limit's two fastest sets (its value and low end) and the sweep's
-    ("section 3"). (share, limit, set); (0, "", "") when no load was recorded."""
-    loads, found = results.get("loads", {}), []
-    for name, key in (("peak", "peak_rounds"), ("bandwidth", "bandwidth_rounds")):
-        if name not in loads:
-            continue
-        sets = results[key]
-        deciding = {*sorted(sets, key=lambda label: max(sets[label]))[-2:], "section 3"}
-        found += [(loads[name][label], name, label) for label in deciding if label in loads[name]]
-    return max(found, default=(0.0, "", ""))
-
-
-def line_problem(results: dict, batches: list, step_ms: list) -> str:
-    """Notebook 3b's check of its sweep line: what is wrong with it ("" when nothing is): a
-    point the line misses by more than the recorded tolerance, or a negative fixed part."""
-    if "line_tolerance" not in results:
-        return ""
-    per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
-    times = np.asarray(step_ms, dtype=float)
-    misses = (fixed_ms + per_example_ms * np.asarray(batches, dtype=float)) / times - 1
-    worst, tolerance = float(misses[np.argmax(np.abs(misses))]), results["line_tolerance"]
-    if abs(worst) > tolerance:
-        return (
-            f"the sweep's line misses a point by {100 * worst:+.0f}% "
-            f"(tolerance {100 * tolerance:.0f}%)"
-        )
-    if fixed_ms < 0:
-        return f"the sweep's line has a negative fixed part ({fixed_ms:.2f} ms)"
-    return ""
-
-
-def peak_measured_low(results: dict) -> str:
-    """Notebook 3b's check that no training run beat the peak's sets: "" when none did, else why
-    the peak was measured low. A floored peak sits at both ends of its range and puts the run
-    that set it at 100% of its roof, so no verdict can rest on it."""
-    if "peak_rounds" not in results:
-        return ""
-    physical = results["physical_devices"]
-    best = max(max(rounds) for rounds in results["peak_rounds"].values())
-    if results["sweep_best_flops"] / physical <= best:
-        return ""
-    return (
-        "the peak was measured low: a training run went faster "
-        f"({results['sweep_best_flops'] / 1e9:,.1f} GFLOP/s, the peak's sets at most "
-        f"{physical * best / 1e9:,.1f})"
-    )
+    """The sweep's ms per step: notebook 3b's (its record holds the step's intensity) are its
+    points' fastest rounds (`verdict.sweep_ms`); notebook 3's, the medians it recorded."""
+    if "intensity" in results:
+        return verdict.sweep_ms(results)
+    return [point["step_ms"] for point in results["sweep"]]
 
 
 def expected_regime(results: dict) -> str:
-    """The verdict notebooks 3 and 3b give for a sweep: a line fitted through (batch, ms/step)
-    gives the fixed part of a step. Notebook 3 says overhead-bound when it is over half a step,
-    else per-example-bound. Notebook 3b (which records the step's intensity and FLOPs and the
-    machine's measured limits) splits the step into the fixed part, the roof's part (the time the
-    roof allows for its FLOPs) and the rest, and names the largest, with each limit at its fastest
-    round and at the other sets' fastest, and the step at its fastest round and at its
-    next-fastest; when these give different verdicts it is withheld ("undecided: A or B, with
-    the peak between x and y GFLOP/s (r x)", naming each limit whose range alone flips it, or
-    both, and the step when its spread flips it). Before all that, 3b withholds it
-    ("withheld: ...") when other programs used more than its recorded `busy` share of the cores
-    during a set of rounds, or when its sweep line misses a point by more than
-    `line_tolerance` or has a negative fixed part, or when it took fewer `rounds` per set than
-    `min_rounds` (the quick profile's smoke test), or when a training run went faster than
-    every round of the peak (`peak_measured_low`). 3b's steps are their fastest
-    rounds (`sweep_ms`)."""
+    """The verdict notebooks 3 and 3b give for a sweep. Notebook 3: a line through (batch,
+    ms/step) gives the fixed part of a step, overhead-bound when it is over half the step, else
+    per-example-bound. Notebook 3b (its record holds the step's intensity): `verdict.regime`, the
+    rule its cells call, from the rounds it recorded."""
+    if "intensity" in results:
+        return verdict.regime(results)
     batches = [point["global_batch"] for point in results["sweep"]]
     step_ms = sweep_ms(results)
     per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
-    step = step_ms[batches.index(results["batch"])]
-    fixed_share = min(max(fixed_ms / step, 0.0), 1.0)
-    rounds_of_step = results["sweep"][batches.index(results["batch"])].get("rounds") or []
-    next_step = (  # the step's next-fastest round (3b): its spread can flip the verdict
-        1000 * results["batch"] / sorted(rounds_of_step)[-2:][0] if rounds_of_step else step
-    )
-    if "intensity" not in results:
-        return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
-    share, limit, label = busiest(results)
-    if share > results.get("busy", 1.0):
-        during = (  # the sweep's load is stored under both limits: 3b names the sweep
-            f"the sweep ran ({label})"
-            if label == "section 3"
-            else f"the {limit} was measured, {label}"
-        )
-        return (
-            f"withheld: the machine was busy (other programs used {100 * share:.0f}% of its "
-            f"cores while {during})"
-        )
-    problem = line_problem(results, batches, step_ms)
-    if problem:
-        return f"withheld: {problem}"
-    rounds, needed = results.get("rounds"), results.get("min_rounds", 0)
-    if rounds is not None and rounds < needed:  # the quick profile
-        return f"withheld: {rounds} rounds per set, a smoke test; a verdict needs {needed}"
-    low = peak_measured_low(results)
-    if low:
-        return f"withheld: {low}"
-    limits = limits_of(results)
-
-    def at_low(*names: str, at: float = 0.0) -> str:  # named limits low, the step at `at` ms
-        peak, bandwidth = (limits[k][1] if k in names else limits[k][0] for k in limits)
-        at = at or step
-        share = min(max(fixed_ms / at, 0.0), 1.0)
-        return roofline_verdict(results, share, at, peak, bandwidth)
-
-    verdict = at_low()
-    combos = [(), ("peak",), ("bandwidth",), ("peak", "bandwidth")]
-    found = {at_low(*names, at=at) for names in combos for at in (step, next_step)}
-    if len(found) == 1:
-        return verdict
-    step_flips = at_low(at=next_step) != verdict
-    flipping = [k for k in limits if at_low(k) != verdict]
-    flipping = flipping or ([] if step_flips else list(limits))
-    ranges = [
-        f"the {k} between {limits[k][1] / 1e9:,.1f} and {limits[k][0] / 1e9:,.1f} G{UNITS[k]} "
-        f"({limits[k][0] / limits[k][1]:.2f}x)"
-        for k in flipping
-    ]
-    if step_flips:
-        ranges.append(
-            f"the step between {step:.1f} and {next_step:.1f} ms (its two fastest rounds)"
-        )
-    ranges = " and ".join(ranges)
-    return f"undecided: {' or '.join(sorted(found))}, with {ranges}"
+    fixed_share = fixed_ms / step_ms[batches.index(results["batch"])]
+    return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
 
 
 def limit_problems(results: dict) -> list[str]:
@@ -321,7 +142,7 @@ def limit_problems(results: dict) -> list[str]:
     fastest of the other sets), times the physical devices."""
     found = []
     for (name, (value, low)), key in zip(
-        limits_of(results).items(), ("peak_flops", "memory_bandwidth")
+        verdict.limits_of(results).items(), ("peak_flops", "memory_bandwidth")
     ):
         if not math.isclose(results[key], value):
             found.append(f"{key} {results[key]:.4g}, its sets of rounds give {value:.4g}")

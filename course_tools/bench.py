@@ -39,7 +39,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from course_utils import tables, timing
+from course_utils import tables, timing, verdict
 from course_utils.quiet import import_tensorflow
 
 #: Per-replica batch of the course's notebooks (global batch = this x replicas).
@@ -77,7 +77,6 @@ LIMITS_CODE = (
     "matrix_products",
     "additions",
     "addition_megabytes",
-    "limit_range",
     "make_model",
     "step_count",
 )
@@ -183,10 +182,11 @@ ALL_REDUCE_SMALL = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)
 ALL_REDUCE_LARGE = (4 << 20, 8 << 20, 16 << 20)
 
 
-def measured_limit(limit_range, measure_set, sets: int = 3, *, load=None, busy=1.0) -> dict:
+def measured_limit(measure_set, sets: int = 3, *, load=None, busy=1.0) -> dict:
     """Notebook 3b's rule for one limit: `sets` sets of rounds (`measure_set()` gives one); load
     can only slow a round, so the limit is the fastest round of all (a lower bound), and `low`,
-    the fastest round of the other sets, shows how far load alone moved it (`limit_range`).
+    the fastest round of the other sets, shows how far load alone moved it
+    (`verdict.limit_range`).
     With `load` (`timing.Load`), each set also records the share of the cores other programs used
     meanwhile; above `busy` (`timing.BUSY`) during one of the two sets that decide the limit and its
     low end, the limit is flagged as measured on a busy machine."""
@@ -198,15 +198,14 @@ def measured_limit(limit_range, measure_set, sets: int = 3, *, load=None, busy=1
         with load() as measured:
             taken[f"set {number}"] = measure_set()
         others[f"set {number}"] = measured.others
-    value, low = limit_range(taken)
+    value, low = verdict.limit_range(taken)
     limit = {
         "value": value,
         "low": low,
         "fastest_of_each_set": {label: max(rounds) for label, rounds in taken.items()},
     }
     if others:  # as 3b: the load during the two sets that decide the limit and its low end
-        deciding = sorted(taken, key=lambda label: max(taken[label]))[-2:]
-        most = max(others[label] for label in deciding)
+        most = max(others[label] for label in verdict.deciding(taken))
         limit |= {"others_share": others, "deciding_share": most, "busy": most > busy}
     return limit
 
@@ -223,17 +222,13 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     limits = notebook_code(LIMITS_NOTEBOOK, names=LIMITS_CODE)
     reduce = notebook_code(ALL_REDUCE_NOTEBOOK, names=ALL_REDUCE_CODE)
     quick = sizes.rounds < FULL.rounds
-    rates, limit_range = limits["rates_in_rounds"], limits["limit_range"]
+    rates = limits["rates_in_rounds"]
     gpu = bool(import_tensorflow().config.list_logical_devices("GPU"))
     work, flops = limits["matrix_products"](4096 if gpu else 1024)  # 3b's sizes
     guard = {"load": timing.Load, "busy": timing.BUSY}  # the load rule 3b and 3c share
-    peak = measured_limit(
-        limit_range, lambda: rates(work, flops, 3 if quick else 10, sizes.rounds), **guard
-    )
+    peak = measured_limit(lambda: rates(work, flops, 3 if quick else 10, sizes.rounds), **guard)
     add, moved = limits["additions"](limits["addition_megabytes"](64 if quick else 256))
-    bandwidth = measured_limit(
-        limit_range, lambda: rates(add, moved, 2 if quick else 5, sizes.rounds), **guard
-    )
+    bandwidth = measured_limit(lambda: rates(add, moved, 2 if quick else 5, sizes.rounds), **guard)
     byte_sizes = [*ALL_REDUCE_SMALL, *ALL_REDUCE_LARGE]
     loop = reduce["all_reduce_loop"]
     calls = {"loop alone": loop(mirrored, byte_sizes[0], reduce=False)}

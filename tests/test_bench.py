@@ -212,13 +212,13 @@ def test_notebook_3s_measure_warms_up_then_times_interleaved_rounds():
 
 
 def test_the_machine_s_limits_get_notebook_3b_s_rule():
-    """A limit is the fastest round of three sets (the notebook's `limit_range`): a fast set is
-    not "disturbed", load only slows a round; the report shows the other sets' fastest beside it."""
+    """A limit is the fastest round of three sets (`verdict.limit_range`, the rule 3b's cells
+    call): a fast set is not "disturbed", load only slows a round; the report shows the other
+    sets' fastest beside it."""
     from course_tools import bench
 
-    code = bench.notebook_code(bench.LIMITS_NOTEBOOK, names=bench.LIMITS_CODE)
     sets = iter([[100e9, 40e9], [60e9], [62e9], [10e9]])
-    limit = bench.measured_limit(code["limit_range"], lambda: next(sets))
+    limit = bench.measured_limit(lambda: next(sets))
     assert (limit["value"], limit["low"]) == (100e9, 62e9)
     assert next(sets) == [10e9]  # three sets, no fourth
     assert bench.limit_spreads({"peak": limit}) == [
@@ -234,7 +234,6 @@ def test_a_limit_measured_on_a_busy_machine_is_flagged():
     from course_tools import bench
     from course_utils import timing
 
-    code = bench.notebook_code(bench.LIMITS_NOTEBOOK, names=bench.LIMITS_CODE)
     busy, shares = timing.BUSY, iter([])
 
     class Recorded:  # stands for timing.Load: the share each set saw, in turn
@@ -247,9 +246,7 @@ def test_a_limit_measured_on_a_busy_machine_is_flagged():
     def measure(set_shares: list[float]) -> dict:
         nonlocal shares
         shares, sets = iter(set_shares), iter([[100e9], [60e9], [62e9]])
-        return bench.measured_limit(
-            code["limit_range"], lambda: next(sets), load=Recorded, busy=busy
-        )
+        return bench.measured_limit(lambda: next(sets), load=Recorded, busy=busy)
 
     limit = measure([0.05, 0.1, 0.6])
     assert limit["others_share"] == {"set 1": 0.05, "set 2": 0.1, "set 3": 0.6}

@@ -29,16 +29,16 @@ import pytest
 from helpers import assert_conclusions_consistent, assert_regime_consistent
 
 from course_tools import bench
-from course_tools.artifact_check import (
-    all_reduce_problems,
-    expected_regime,
-    limit_range,
-    regime_problems,
-)
+from course_tools.artifact_check import all_reduce_problems, expected_regime, regime_problems
 from course_utils import timing
+from course_utils.verdict import limit_range
 
 SLOPED = [(64, 10.0), (96, 14.8), (128, 19.5), (192, 29.1)]  # about 4% fixed at 64
 FLAT = [(64, 10.0), (96, 10.2), (128, 10.5), (192, 10.9)]  # about 90% fixed
+ABOVE_THE_ROOF = (
+    "undecided: the step ran above its roof at both ends of each limit's range, so a limit was "
+    "measured low and no roof can be named"
+)
 
 
 @pytest.mark.parametrize(
@@ -52,8 +52,9 @@ FLAT = [(64, 10.0), (96, 10.2), (128, 10.5), (192, 10.9)]  # about 90% fixed
         (SLOPED, {"intensity": 20.0, "flops_per_step": 1.2e9}, "compute-bound"),
         (SLOPED, {"intensity": 20.0, "flops_per_step": 0.45e9}, "below both roofs"),
         (FLAT, {"intensity": 20.0, "flops_per_step": 0.1e9}, "overhead-bound"),
-        # a point above its roof (150% of it): a limit was measured low, no roof is named
-        (SLOPED, {"intensity": 20.0, "flops_per_step": 2.25e9}, "undecided"),
+        # a point above its roof (150% of it): a limit was measured low, no roof is named, and
+        # the line says so (a bare "undecided" left the reader to guess)
+        (SLOPED, {"intensity": 20.0, "flops_per_step": 2.25e9}, ABOVE_THE_ROOF),
     ],
 )
 def test_the_regime_follows_from_the_sweep(tmp_path, sweep, roofline, regime):
@@ -177,18 +178,43 @@ def test_a_peak_a_training_run_beat_withholds_the_verdict(tmp_path):
     assert expected_regime(record | {"peak_rounds": reached}) == "near the ridge"
 
 
-def test_the_notebook_and_the_check_take_a_limit_alike():
-    """3b's own `limit_range` (its tagged cell) and artifact_check's, written apart, agree."""
-    code = bench.notebook_code(bench.LIMITS_NOTEBOOK, names=("limit_range",))
+def test_one_rule_takes_a_limit_for_the_notebook_bench_and_the_check():
+    """A limit is the fastest round of all sets, its low end the other sets' fastest, both at
+    least the floor; 3b's cells and `course bench` call this rule (no copy of it is left)."""
     cases = [
-        ({"a": [120.0, 124.0], "b": [200.0, 205.0], "c": [150.0]}, 0.0),
-        ({"a": [104.6], "b": [64.3], "c": [61.9], "d": [50.8]}, 0.0),
-        ({"a": [200.0, 204.0], "b": [205.0]}, 260.0),
-        ({"a": [200.0], "b": [205.0]}, 202.0),
-        ({"a": [100.0]}, 0.0),
+        ({"a": [120.0, 124.0], "b": [200.0, 205.0], "c": [150.0]}, 0.0, (205.0, 150.0)),
+        ({"a": [104.6], "b": [64.3], "c": [61.9], "d": [50.8]}, 0.0, (104.6, 64.3)),
+        ({"a": [200.0, 204.0], "b": [205.0]}, 260.0, (260.0, 260.0)),
+        ({"a": [200.0], "b": [205.0]}, 202.0, (205.0, 202.0)),
+        ({"a": [100.0]}, 0.0, (100.0, 100.0)),
     ]
-    for sets, floor in cases:
-        assert code["limit_range"](sets, floor) == limit_range(sets, floor)
+    for sets, floor, expected in cases:
+        assert limit_range(sets, floor) == expected
+    cells = bench.notebook_code(bench.LIMITS_NOTEBOOK, names=bench.LIMITS_CODE)
+    assert "limit_range" not in cells and cells["verdict"].limit_range is limit_range
+    notebook = bench.LIMITS_NOTEBOOK.read_text()
+    assert "verdict.limit_range(" in notebook and "verdict.regime(record)" in notebook
+    assert "def limit_range(" not in notebook and "def verdict_at(" not in notebook
+
+
+def test_undecided_names_every_limit_an_outcome_needs():
+    """Near the ridge only with BOTH limits at their low ends (the peak 150 and the bandwidth 5
+    GB/s: ridge 30, intensity 50 within its factor 2), the bandwidth alone flipping nothing: the
+    sentence names the bandwidth too (a review found it left out), and the peak."""
+    record = _limits_record(
+        intensity=50.0,
+        flops_per_step=0.44 * 205e9 * 0.010,  # 44% of the 205 GFLOP/s roof: below both roofs
+        bandwidth_rounds={"section 1": [11.5e9, 12e9], "section 3": [5e9]},
+    )
+    assert expected_regime(record) == (
+        "undecided: below both roofs or compute-bound or near the ridge, with the peak between "
+        "150.0 and 205.0 GFLOP/s (1.37x) and the bandwidth between 5.0 and 12.0 GB/s (2.40x)"
+    )
+    one = record | {"bandwidth_rounds": {"section 1": [12e9], "section 3": [11.9e9]}}
+    assert expected_regime(one) == (
+        "undecided: below both roofs or compute-bound, with the peak between 150.0 and 205.0 "
+        "GFLOP/s (1.37x)"
+    )
 
 
 def test_a_part_names_the_verdict_only_when_it_is_more_than_half_the_step(tmp_path):

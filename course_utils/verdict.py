@@ -1,0 +1,270 @@
+"""Notebook 3b's verdict on where a step's time goes, by rule, from the run's record.
+
+The record is the dict 3b saves as results.json: the sweep's points (global batch, rounds in
+examples/s), the step's FLOPs and intensity, each limit's sets of rounds (rates) and the load
+during each set. One rule, used by the notebook, `course bench` and the artifact check:
+
+- a limit is the fastest round of all its sets (load only slows a round, so it is a lower bound);
+  its low end is the fastest round of the other sets (`limit_range`);
+- no verdict (`withheld`) when other programs used more than `busy` of the cores during a set
+  that decides it, the sweep's line misses a point by more than `line_tolerance` or has a
+  negative fixed part, a set had fewer than `min_rounds` rounds, or a training run beat every
+  round of the peak;
+- else the step splits into the fixed part, the roof's part and the rest, and the largest is named
+  when it is over `majority` of the step (`split`), at each limit's two ends and the step's two
+  fastest rounds; "undecided" names what flips it (`regime`).
+
+Example:
+    >>> from course_utils import verdict
+    >>> verdict.limit_range({"section 1": [120e9, 124e9], "section 3": [205e9]})
+    (205000000000.0, 124000000000.0)
+    >>> verdict.side(intensity=40.0, peak=200e9, bandwidth=10e9)  # ridge 20, margin 2
+    'compute-bound'
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from course_utils.tables import count
+
+#: The counted intensity may be off by this factor either way: within it, a point is near the ridge.
+COUNT_MARGIN = 2.0
+#: A part names the verdict only when it explains more than this share of the step.
+MAJORITY = 0.5
+#: The noise rule's rounds per set: fewer (the quick profile) is a smoke test.
+MIN_ROUNDS = 5
+#: A point of the sweep may lie this far from its line.
+LINE_TOLERANCE = 0.15
+UNITS = {"peak": "FLOP/s", "bandwidth": "B/s"}
+SWEEP_SET = "section 3"  # the set measured beside the sweep: it decides every verdict
+
+
+def limit_range(sets: dict[str, list[float]], floor: float = 0.0) -> tuple[float, float]:
+    """(limit, low): the fastest round of all sets, and the fastest round of the other sets,
+    each at least `floor` (the fastest training run, for the peak).
+
+    >>> limit_range({"a": [100.0], "b": [62.0, 60.0]}, floor=80.0)
+    (100.0, 80.0)
+    """
+    tops = sorted(max(rounds) for rounds in sets.values())
+    return max(tops[-1], floor), max(tops[-2] if len(tops) > 1 else tops[-1], floor)
+
+
+def deciding(sets: dict[str, list[float]]) -> list[str]:
+    """The two sets that give a limit and its low end: the two with the fastest rounds."""
+    return sorted(sets, key=lambda label: max(sets[label]))[-2:]
+
+
+def busiest(loads: dict[str, dict[str, float]], sets: dict[str, dict]) -> tuple[float, str, str]:
+    """(share, limit, set): the most other programs used of the cores during a set that decides
+    a verdict, each limit's two fastest sets and the sweep's; (0, "", "") with no load recorded.
+    The sweep's load is stored under both limits: its set is named before a limit's.
+
+    >>> busiest({"peak": {"a": 0.1, "b": 0.3}}, {"peak": {"a": [2.0], "b": [1.0], "c": [0.5]}})
+    (0.3, 'peak', 'b')
+    """
+    found = [
+        (loads[name][label], label == SWEEP_SET, name, label)
+        for name in loads
+        for label in {*deciding(sets[name]), SWEEP_SET}
+        if label in loads[name]
+    ]
+    share, _, name, label = max(found, default=(0.0, False, "", ""))
+    return share, name, label
+
+
+def while_busy(name: str, label: str) -> str:
+    """When the machine was busy, in words: the sweep, or the limit's set."""
+    return f"the sweep ran ({label})" if label == SWEEP_SET else f"the {name} was measured, {label}"
+
+
+def line_problem(batches: list[float], step_ms: list[float], tolerance: float) -> str:
+    """What is wrong with the sweep's line through (global batch, ms per step), "" if nothing:
+    a point it misses by more than `tolerance`, or a negative fixed part.
+
+    >>> line_problem([64, 128, 192], [10.0, 20.0, 30.0], 0.15)
+    ''
+    """
+    per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
+    times = np.asarray(step_ms, dtype=float)
+    misses = (fixed_ms + per_example_ms * np.asarray(batches, dtype=float)) / times - 1
+    worst = float(misses[np.argmax(np.abs(misses))])
+    if abs(worst) > tolerance:
+        return (
+            f"the sweep's line misses a point by {100 * worst:+.0f}% "
+            f"(tolerance {100 * tolerance:.0f}%)"
+        )
+    if fixed_ms < 0:
+        return f"the sweep's line has a negative fixed part ({fixed_ms:.2f} ms)"
+    return ""
+
+
+def side(intensity: float, peak: float, bandwidth: float, margin: float = COUNT_MARGIN) -> str:
+    """The roof's side of the ridge (peak / bandwidth), or "near the ridge" within `margin`."""
+    ridge = peak / bandwidth
+    if intensity >= margin * ridge:
+        return "compute-bound"
+    return "memory-bandwidth-bound" if intensity <= ridge / margin else "near the ridge"
+
+
+def split(record: dict, step_ms: float, fixed_ms: float, peak: float, bandwidth: float) -> str:
+    """The verdict at these limits and this step time: the largest of the fixed part, the roof's
+    part and the rest when over the majority, else "no single part dominates"; "above its roof"
+    when the step ran faster than the roof allows (a limit was measured low)."""
+    intensity = record["intensity"]
+    roof = record["flops_per_step"] / (step_ms / 1000) / min(peak, bandwidth * intensity)
+    if roof > 1:
+        return "above its roof"
+    fixed = min(max(fixed_ms / step_ms, 0.0), 1.0)
+    shares = [  # the first of equal shares wins
+        (fixed, "overhead-bound"),
+        (roof, side(intensity, peak, bandwidth, record.get("count_margin", 1.0))),
+        (max(1 - fixed - roof, 0.0), "below both roofs"),
+    ]
+    share, name = max(shares, key=lambda item: item[0])
+    return name if share > record.get("majority", 0.0) else "no single part dominates"
+
+
+def limits_of(record: dict) -> dict[str, tuple[float, float]]:
+    """The two limits (value, low) for all physical devices, from the sets of rounds recorded
+    (the peak at least the fastest training run); a record without rounds gives them as exact."""
+    if "peak_rounds" not in record:
+        return {"peak": (record["peak_flops"],) * 2, "bandwidth": (record["memory_bandwidth"],) * 2}
+    physical = record["physical_devices"]
+    floor = record["sweep_best_flops"] / physical
+    peak = limit_range(record["peak_rounds"], floor)
+    bandwidth = limit_range(record["bandwidth_rounds"])
+    return {
+        "peak": tuple(physical * v for v in peak),
+        "bandwidth": tuple(physical * v for v in bandwidth),
+    }
+
+
+def sweep_ms(record: dict) -> list[float]:
+    """Each sweep point's ms per step: its fastest round (load only slows one) when its rounds
+    (examples/s) are recorded, else the `step_ms` recorded."""
+    return [
+        1000 * p["global_batch"] / max(p["rounds"]) if p.get("rounds") else p["step_ms"]
+        for p in record["sweep"]
+    ]
+
+
+def peak_measured_low(record: dict) -> str:
+    """Why the peak was measured low: a training run went faster than every round of the peak
+    (its floor would put that run at 100% of its roof, at both ends); "" when none did."""
+    if "peak_rounds" not in record:
+        return ""
+    physical, best = record["physical_devices"], record["sweep_best_flops"]
+    fastest = physical * max(max(rounds) for rounds in record["peak_rounds"].values())
+    if best <= fastest:
+        return ""
+    return (
+        f"the peak was measured low: a training run went faster ({best / 1e9:,.1f} GFLOP/s, the "
+        f"peak's sets at most {fastest / 1e9:,.1f})"
+    )
+
+
+def withheld(record: dict) -> str:
+    """Why no verdict is drawn ("withheld: ..."), or "" when one is: a busy machine, a sweep line
+    that does not hold, fewer rounds than the noise rule's, a peak measured low."""
+    sets = {"peak": record.get("peak_rounds", {}), "bandwidth": record.get("bandwidth_rounds", {})}
+    share, name, label = busiest(record.get("loads", {}), sets)
+    if share > record.get("busy", 1.0):
+        return (
+            f"withheld: the machine was busy (other programs used {100 * share:.0f}% of its "
+            f"cores while {while_busy(name, label)})"
+        )
+    if "line_tolerance" in record:
+        batches = [p["global_batch"] for p in record["sweep"]]
+        problem = line_problem(batches, sweep_ms(record), record["line_tolerance"])
+        if problem:
+            return f"withheld: {problem}"
+    rounds, needed = record.get("rounds"), record.get("min_rounds", 0)
+    if rounds is not None and rounds < needed:
+        return f"withheld: {rounds} rounds per set, a smoke test; a verdict needs {needed}"
+    low = peak_measured_low(record)
+    return f"withheld: {low}" if low else ""
+
+
+def regime(record: dict) -> str:
+    """3b's verdict: `withheld` first; else `split` at each limit at its value or low end and the
+    step at its fastest or next-fastest round. When these differ: "undecided: A or B, with ...",
+    naming every limit (and the step) that any listed outcome needs."""
+    reason = withheld(record)
+    if reason:
+        return reason
+    batches = [p["global_batch"] for p in record["sweep"]]
+    times = sweep_ms(record)
+    fixed_ms = float(np.polyfit(batches, times, 1)[1])
+    point = record["sweep"][batches.index(record["batch"])]
+    step = times[batches.index(record["batch"])]
+    rounds = sorted(point.get("rounds") or [])
+    steps = {"step": step, "next": 1000 * record["batch"] / rounds[-2] if rounds[1:] else step}
+    limits = limits_of(record)
+
+    def at(low: tuple[str, ...], which: str) -> str:  # the named limits at their low ends
+        peak, bandwidth = (limits[k][k in low] for k in ("peak", "bandwidth"))
+        return split(record, steps[which], fixed_ms, peak, bandwidth)
+
+    cases = sorted(  # fewest changes first: what an outcome needs is its smallest cases
+        [
+            (low, which)
+            for size in range(3)
+            for low in itertools.combinations(limits, size)
+            for which in ("step", "next")
+        ],
+        key=lambda case: len(case[0]) + (case[1] == "next"),
+    )
+    outcomes = {case: at(*case) for case in cases}
+    first = outcomes[((), "step")]
+    found = sorted(set(outcomes.values()))
+    if found == ["above its roof"]:
+        return (
+            "undecided: the step ran above its roof at both ends of each limit's range, so a "
+            "limit was measured low and no roof can be named"
+        )
+    if len(found) == 1:
+        return first
+    needs: dict[str, None] = {}
+    for outcome in set(found) - {first}:
+        making = [case for case in cases if outcomes[case] == outcome]
+        smallest = len(making[0][0]) + (making[0][1] == "next")
+        for low, which in making:
+            if len(low) + (which == "next") == smallest:
+                needs |= dict.fromkeys([*low, *(["step"] if which == "next" else [])])
+    ranges = [
+        f"the {k} between {limits[k][1] / 1e9:,.1f} and {limits[k][0] / 1e9:,.1f} G{UNITS[k]} "
+        f"({limits[k][0] / limits[k][1]:.2f}x)"
+        for k in limits
+        if k in needs
+    ]
+    if "step" in needs:
+        ranges.append(
+            f"the step between {steps['step']:.1f} and {steps['next']:.1f} ms "
+            "(its two fastest rounds)"
+        )
+    return f"undecided: {' or '.join(found)}, with {' and '.join(ranges)}"
+
+
+def groups(sets: dict[str, list[float]], load: dict[str, float], unit: str) -> str:
+    """All rounds in order of rate, split at the widest gap when it exceeds 1.5x; each group with
+    the load (others' share) of the sets its rounds came from.
+
+    >>> groups({"a": [100e9, 98e9]}, {"a": 0.05}, "FLOP/s")
+    'one group, 2 rounds at 98.0-100.0 GFLOP/s (others 5%), no gap above 1.5x'
+    """
+    ordered = sorted((r / 1e9, label) for label, rounds in sets.items() for r in rounds)
+    gaps = [b[0] / a[0] for a, b in zip(ordered, ordered[1:])]
+
+    def group(g: list) -> str:
+        span = f"{g[0][0]:,.1f}" if len(g) == 1 else f"{g[0][0]:,.1f}-{g[-1][0]:,.1f}"
+        shares = ", ".join(f"{100 * load[k]:.0f}%" for k in dict.fromkeys(k for _, k in g))
+        return f"{count(len(g), 'round')} at {span} G{unit} (others {shares})"
+
+    if not gaps or max(gaps) < 1.5:
+        return f"one group, {group(ordered)}, no gap above 1.5x"
+    cut = gaps.index(max(gaps)) + 1
+    return f"two groups, {group(ordered[:cut])} and {group(ordered[cut:])} ({max(gaps):.1f}x gap)"
