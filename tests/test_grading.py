@@ -1277,18 +1277,78 @@ def test_timings_are_checked_against_the_graders_clock_not_the_files_times(tmp_p
         checks.assert_timings_consistent(results, tmp_path, 3, 1000, {"files": seen})
 
 
-def test_code_that_binds_the_probes_names_makes_the_facts_untrusted():
-    """The check process reads the notebook's code: a notebook that defines `exec` (or assigns
-    `builtins.compile`) has its kernel's facts marked tampered with, and every check resting on
-    them fails."""
-    for code in ("def exec(code, namespace=None):\n    pass", "import builtins\nbuiltins.x = 1"):
+def test_a_patched_builtins_module_makes_the_facts_untrusted_a_variable_named_exec_does_not():
+    """The probe looks up no name in the notebook's namespace: a variable or function named
+    `exec` or `compile` (or the namespace updated with one) is the notebook's own business,
+    while changing the builtins module itself, which the probe's code calls, marks the kernel's
+    facts untrusted and every check resting on them fails."""
+    for code in (
+        "import builtins\nbuiltins.compile = f",
+        "__builtins__.exec = f",
+        "import builtins as b\nsetattr(b, 'compile', f)",
+        "import _frozen_importlib\n_frozen_importlib.__builtins__ = {}",
+    ):
         job = {"facts": {"models": {}}, "observed": {"cells": [{"source": code}]}}
         facts = checker._facts(job)
         assert facts["tampered"], code
         with pytest.raises(checks.CheckError, match="changed how its kernel runs code"):
             checks.assert_kernel_trusted(facts)
-    honest = {"facts": {"models": {}}, "observed": {"cells": [{"source": "model.compile()"}]}}
-    assert "tampered" not in checker._facts(honest)
+    for code in (
+        "def exec(code, namespace=None):\n    pass",
+        "compile = 3",
+        "globals().update(compile=f)",
+        "model.compile()",
+    ):
+        assert _untrusted(code) == "", code
+
+
+#: A notebook that binds every name a probe run in its namespace would look up, in the ways a
+#: reading of its code cannot list (red team 6), each to a forger that would add a made-up model
+#: to the probe's facts; it also leaves a file behind if any of them is ever called.
+REBINDER = """
+import builtins, pathlib
+real_compile = builtins.compile
+FORGED = "\\nFACTS['models']['fit_model'] = {'replicas': 2, 'fingerprint': 'forged'}"
+
+def forger(source, *args, **kwargs):
+    pathlib.Path("forger-called").write_text("yes")
+    if isinstance(source, str) and "FACTS" in source:
+        source = source + FORGED
+    return real_compile(source, *args, **kwargs)
+
+def fake_globals():
+    pathlib.Path("forger-called").write_text("yes")
+    return {"fit_model": "forged"}
+
+globals().update(compile=forger)
+globals().setdefault("isinstance", lambda *a: True)
+match forger:
+    case exec:
+        pass
+fake_builtins = dict(vars(builtins), compile=forger, exec=lambda *a: None)
+globals()["__builtins__"] = fake_builtins
+import __main__
+__main__.globals = fake_globals
+print("bound")
+"""
+
+
+def test_names_the_notebook_binds_do_not_reach_the_probe(tmp_path, sandboxed):
+    """`compile`, `exec`, `globals`, `isinstance` and `__builtins__` bound in the notebook's
+    namespace (by update, setdefault, a match capture, `__main__`): the probe calls none of them
+    (the forger never runs) and answers with what the kernel holds (no `fit_model`)."""
+    probe = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
+    outcome, facts, error = submission.run(
+        notebook_of(REBINDER),
+        tmp_path,
+        {**os.environ, **ENV},
+        submission.RunSetup(Limits(60, 120), probe_source=probe),
+    )
+    assert "bound" in _outputs(outcome), _outputs(outcome)
+    assert error == "", error
+    assert facts["models"]["fit_model"] is None, facts["models"]
+    assert not facts.get("tampered"), facts.get("tampered")
+    assert not (tmp_path / "forger-called").exists(), "the notebook's forger was called"
 
 
 def test_a_huge_kernel_message_is_refused_before_it_is_read(attacks):
@@ -1849,6 +1909,7 @@ def test_honest_attributes_of_objects_and_other_modules_leave_the_facts_trusted(
         "        self.model.stop_training = np.True_",
         "from tensorflow.keras.callbacks import Callback\nCallback.verbose = 0",
         "import numpy as np\ndef settle(np):\n    np.x = 1",
+        "import json\ndef f():\n    json = Settings()\n    json.dumps = 1",
     ):
         assert _untrusted(code) == "", code
     for code in (
@@ -1860,22 +1921,24 @@ def test_honest_attributes_of_objects_and_other_modules_leave_the_facts_trusted(
         assert "changes a library the grader relies on (cell 1, line" in _untrusted(code), code
 
 
-def test_a_probe_name_in_a_string_counts_only_where_it_names_something():
-    """A dict key, a printed word or a timing's label `'eval'`/`'compile'` (the red team's 1/12)
-    leaves the facts trusted, and so does a variable named `eval` (IPython evaluates the probe
-    with its own eval); the key of `globals()` and setattr's name still count, and a variable
-    that hides `compile` is told to be renamed."""
+def test_showing_every_value_and_a_no_op_assignment_leave_the_facts_trusted():
+    """Two honest lines the red team saw cost 11 of 12 points: IPython's "show every value"
+    setting (it changes only what `run_cell` shows, which the probe never goes through), in its
+    three usual spellings, and a library's attribute assigned to itself. Reaching the shell's
+    class for anything else still counts."""
     for code in (
-        "summary = {'train': 'done', 'eval': 'skipped'}\nprint(summary)",
-        "print('eval')",
-        "times = {}\ntimes['compile'] = 1.0",
-        "eval = model.evaluate(ds)",
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "InteractiveShell.ast_node_interactivity = 'all'",
+        "%config InteractiveShell.ast_node_interactivity = 'all'",
+        "get_ipython().ast_node_interactivity = 'last_expr_or_assign'",
+        "import json\njson.dumps = json.dumps",
     ):
         assert _untrusted(code) == "", code
-    assert "binds `exec`" in _untrusted("globals()['exec'] = f")
-    assert "binds `compile`" in _untrusted("import builtins\nsetattr(builtins, 'compile', f)")
-    said = _untrusted("compile = 3")
-    assert "rename your variable `compile`: it hides Python's compile" in said, said
+    said = _untrusted(
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "InteractiveShell.ast_node_interactivity = 'all'\nInteractiveShell.run_cell = f"
+    )
+    assert "reaches IPython's shell: `InteractiveShell`" in said, said
 
 
 def test_a_module_reached_by_other_plain_routes_still_counts():
@@ -1894,5 +1957,19 @@ def test_a_module_reached_by_other_plain_routes_still_counts():
         "import json\n(m := json)\nm.dumps = f",
         "import json\nm, n = json, 1\nm.dumps = f",
         "import os\nos.sys.modules['builtins'].type = f",
+        # red team 6: scopes Python gives a name of its own, and more plain aliases
+        "import json\ndef f():\n    [0 for json in ()]\n    json.dumps = print",
+        "import json\ndef f():\n    def g():\n        json = 1\n    json.dumps = print",
+        "import json\ndef f():\n    global json\n    if False:\n        json = None\n"
+        "    json.dumps = print",
+        "import tensorflow as tf\ndef f():\n    [1 for tf in ()]\n"
+        "    tf.distribute.MirroredStrategy = object",
+        "import json\nmatch json:\n    case m:\n        m.dumps = f",
+        "import json\nm = json or None\nm.dumps = f",
+        "import json\nm = json if x else None\nm.dumps = f",
+        "import sys\nsys.modules.get('json').dumps = f",
+        "import sys\nm = sys.modules.get('json')\nm.dumps = f",
+        "import tensorflow as tf\ngetattr(tf, 'distribute').MirroredStrategy = object",
+        "import json, types\ntypes.ModuleType.__setattr__(json, 'dumps', f)",
     ):
         assert "changes a library the grader relies on (cell 1, line" in _untrusted(code), code

@@ -41,25 +41,21 @@ CheckVerdict = tuple[bool, str]
 
 def _facts(job: dict) -> dict:
     """The probe's facts, marked tampered with when the notebook's code (read here, never run)
-    binds a name the probe relies on (`reading.PROBE_NAMES`), reaches IPython's shell, where
-    the probe's answer could be rewritten (`reading.SHELL_NAMES`, `reading.SHELL_MAGICS`), or
-    assigns an attribute of an imported module (`json.dumps = f`: `Code.module_patches`)."""
+    reaches IPython's shell, where the probe's answer could be rewritten (`reading.SHELL_NAMES`,
+    `reading.SHELL_MAGICS`), or assigns an attribute of a module the probe relies on
+    (`json.dumps = f`: `Code.module_patches`)."""
     facts = job["facts"] if isinstance(job.get("facts"), dict) else {}
     try:
         code = reading.Code.of(job.get("observed"))
-        found = [
-            f"binds `{name}`: rename your variable `{name}`: it hides Python's {name}, which "
-            "grading uses"
-            if name.isidentifier() and "builtins" not in name
-            else f"binds `{name}`: Python's builtins, which grading uses"
-            for name in code.probe_names_bound()
-        ]
+        found = []
         for name in code.shell_reached():
             why = reading.MAGIC_WHY.get(name.removeprefix("%"))
             found.append(f"`{name}` {why}" if why else f"reaches IPython's shell: `{name}`")
         found += [
             f"changes a library the grader relies on ({where}): a library's own functions "
-            "could answer for the notebook; remove that assignment"
+            "could answer for the notebook; remove that assignment (a shim such as "
+            "`np.float = float` belongs in your own code: write `float`), and the checks that "
+            "use the kernel's memory count again"
             for where in code.module_patches()
         ]
     except Exception as exc:  # noqa: BLE001 - whatever the code is, the checks still run

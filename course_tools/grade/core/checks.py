@@ -321,9 +321,9 @@ def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
 
 def assert_kernel_trusted(facts: dict) -> None:
     """The probe found IPython's shell as IPython made it (no transformer, no replaced method that
-    runs code), and the notebook's code binds none of the names the probe relies on (the check
-    process adds those it reads, `reading.PROBE_NAMES`): else none of the kernel's facts can be
-    trusted."""
+    runs code), and the notebook's code neither reaches that shell nor changes a library the
+    probe relies on (the check process adds what it reads, `checker._facts`): else none of the
+    kernel's facts can be trusted."""
     tampered = (facts or {}).get("tampered")
     if tampered:
         raise CheckError(

@@ -22,12 +22,6 @@ import ast
 from dataclasses import dataclass, field
 from functools import cached_property
 
-#: Names the grader's probe uses in the kernel (`grade.core.submission`: its expressions are
-#: looked up in the notebook's namespace): a notebook that binds one of them can answer the probe
-#: itself. (`eval` is not among them: IPython evaluates the expressions with its own module's.)
-PROBE_NAMES = frozenset(
-    {"exec", "compile", "globals", "get_ipython", "__builtins__", "__import__", "builtins"}
-)
 #: The most code read, in characters (the exercise's is about 20,000).
 MAX_CHARS = 2_000_000
 #: What reaches IPython's shell, where a notebook can rewrite the probe's answer (its display
@@ -85,8 +79,8 @@ IMPORTERS = frozenset({"__import__", "import_module"})
 RELIED_ON = frozenset(
     {
         "builtins", "json", "numpy", "hashlib", "tensorflow", "keras", "tf_keras", "IPython",
-        "ipykernel", "traitlets", "jupyter_client", "zmq", "importlib", "inspect", "math",
-        "course_utils", "course_tools",
+        "ipykernel", "traitlets", "jupyter_client", "zmq", "importlib", "_frozen_importlib",
+        "inspect", "math", "course_utils", "course_tools",
     }
 )  # fmt: skip
 #: The attributes of `sys` the probe relies on (`sys.argv = [...]` is fine).
@@ -205,36 +199,25 @@ def _code_text(node: ast.AST) -> str:
     return ""
 
 
+def _shows_every_value(node: ast.AST) -> bool:
+    """`node` sets which of a cell's values IPython shows (`InteractiveShell.ast_node_interactivity
+    = "all"`, through the class, `get_ipython()` or `%config`) to a literal: a setting of
+    `run_cell` only, which neither the probe's expressions nor the text of its answer go through."""
+    return (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Attribute)
+        and node.targets[0].attr == "ast_node_interactivity"
+        and _literal_name(node.value) is not None
+    )
+
+
 def _named(node: ast.AST) -> str:
     """The name a string stands for where it is used as one: the key of a subscript
     (`globals()["get_ipython"]`) or the name given to getattr; "" for anything else."""
     if isinstance(node, ast.Subscript):
         key = node.slice
     elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr":
-        key = node.args[1] if len(node.args) > 1 else None
-    else:
-        return ""
-    return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else ""
-
-
-#: Where a string key is a name of the kernel's: `globals()[...]`, `vars()[...]`,
-#: `__builtins__[...]`, `builtins.__dict__[...]`.
-NAMESPACES = ("globals()", "vars()", "__builtins__", "builtins.__dict__", "__builtins__.__dict__")
-
-
-def _namespace_key(node: ast.AST) -> str:
-    """The name a string stands for where it names something of the kernel's: the key of a
-    subscript of a namespace (`NAMESPACES`: `globals()["exec"]`), or the name given to setattr,
-    getattr or delattr; "" for anything else (`{"eval": 1}`, `print("eval")`)."""
-    if isinstance(node, ast.Subscript):
-        if ast.unparse(node.value) not in NAMESPACES:
-            return ""
-        key = node.slice
-    elif isinstance(node, ast.Call) and getattr(node.func, "id", "") in (
-        "setattr",
-        "getattr",
-        "delattr",
-    ):
         key = node.args[1] if len(node.args) > 1 else None
     else:
         return ""
@@ -248,15 +231,41 @@ def _root(node: ast.AST) -> ast.Name | None:
     return node if isinstance(node, ast.Name) else None
 
 
+def _literal_name(node: ast.AST | None) -> str | None:
+    """The text of a string literal, None for anything else."""
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
 def _attribute_path(node: ast.AST) -> tuple[ast.AST, list[str]]:
     """What an expression of attributes and subscripts starts from, and the attributes on the
-    way (`sys.modules["json"].dumps`: (the Name sys, ['modules', 'dumps']))."""
+    way (`sys.modules["json"].dumps`: (the Name sys, ['modules', 'dumps'])); `getattr(x, "a")`
+    is the attribute a of x, and `x.get("k")` the item k of x
+    (`getattr(sys.modules.get("json"), "dumps")`: the same)."""
     attributes = []
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
+    while True:
         if isinstance(node, ast.Attribute):
             attributes.append(node.attr)
-        node = node.value
-    return node, attributes[::-1]
+            node = node.value
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", "") == "getattr"
+            and len(node.args) >= 2
+            and _literal_name(node.args[1]) is not None
+        ):
+            attributes.append(node.args[1].value)
+            node = node.args[0]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and _literal_name(node.args[0]) is not None
+        ):
+            node = node.func.value
+        else:
+            return node, attributes[::-1]
 
 
 def _imported_module(node: ast.AST) -> str | None:
@@ -286,8 +295,13 @@ def _relied_on(module: str, attributes: list[str]) -> bool:
 
 def _module_of(node: ast.AST, modules: dict[str, str]) -> tuple[str, list[str]] | None:
     """(module, attributes) when `node` starts from one of `modules` ({name: module}) or an
-    import call; None otherwise."""
+    import call, also as an operand of `or`/`and` or of `... if ... else ...` (`json or None`);
+    None otherwise."""
     start, attributes = _attribute_path(node)
+    if isinstance(start, (ast.BoolOp, ast.IfExp)):
+        operands = start.values if isinstance(start, ast.BoolOp) else [start.body, start.orelse]
+        found = [_module_of(operand, modules) for operand in operands]
+        return next(((m, [*a, *attributes]) for m, a in filter(None, found)), None)
     imported = _imported_module(start)
     if imported is not None:
         return imported, attributes
@@ -322,6 +336,10 @@ def _patches(node: ast.AST, modules: dict[str, str]) -> bool:
             return namespace_of(target.value)
         return False
 
+    if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [
+        ast.unparse(node.value)
+    ]:
+        return False  # json.dumps = json.dumps: the same object, nothing changes
     if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete)):
         written = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
         stored = (ast.Store, ast.Del)  # a.b = 1 stores a.b; (a.b, c) = ... too; a[b.c] = no
@@ -344,9 +362,8 @@ def _patches(node: ast.AST, modules: dict[str, str]) -> bool:
         owner = function.value  # json.__setattr__(...), object.__setattr__(json, ...)
         if isinstance(owner, ast.Call) and getattr(owner.func, "id", "") == "type":
             return True  # type(json).__setattr__(...): of whatever it is given
-        if isinstance(owner, ast.Name) and owner.id in ("object", "type") and node.args:
-            return relied(node.args[0])
-        return relied(owner)
+        # object.__setattr__(json, ...), types.ModuleType.__setattr__(json, ...)
+        return relied(owner) or bool(node.args) and relied(node.args[0])
     return function.attr in NAMESPACE_CHANGES and namespace_of(function.value)
 
 
@@ -707,26 +724,6 @@ class Code:
                         found.update(f"{called}:{k.arg}" for k in sub.keywords if k.arg)
         return calls
 
-    def probe_names_bound(self) -> list[str]:
-        """The names the probe relies on (`PROBE_NAMES`) that the code binds, imports or assigns
-        attributes of: with one, the kernel can answer the probe itself."""
-        bound = set()
-        for node in self._walk():
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bound.add(node.name)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                for alias in node.names:
-                    bound.add((alias.asname or alias.name).split(".")[0])
-                    bound.add(alias.name.split(".")[0])
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-                bound.add(node.id)
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                if node.value.id in ("builtins", "__builtins__"):
-                    bound.add(node.value.id)
-            elif _namespace_key(node) in PROBE_NAMES:
-                bound.add(_namespace_key(node))  # globals()["exec"] = ..., setattr(builtins, ...)
-        return sorted(bound & PROBE_NAMES)
-
     def shell_reached(self) -> list[str]:
         """What of IPython's shell the code reaches (`SHELL_NAMES`, `SHELL_MODULES`,
         `SHELL_MAGICS`, as "%run"), as names, attributes and imports of the code the kernel runs
@@ -752,9 +749,26 @@ class Code:
                         reached.add(f"%{_magic(node)[0]}")
         for tree in trees:
             for node in ast.walk(tree):
+                if _shows_every_value(node):  # InteractiveShell.ast_node_interactivity = "all"
+                    allowed.update(id(sub) for sub in ast.walk(node.targets[0]))
+        shell_class = [
+            n for t in trees for n in ast.walk(t) if getattr(n, "id", "") == "InteractiveShell"
+        ]
+        if all(id(n) in allowed for n in shell_class):  # its import serves only that line
+            allowed.update(
+                id(n)
+                for t in trees
+                for n in ast.walk(t)
+                if isinstance(n, ast.ImportFrom)
+                and n.module == "IPython.core.interactiveshell"
+                and [(a.name, a.asname) for a in n.names] == [("InteractiveShell", None)]
+            )
+        for tree in trees:
+            for node in ast.walk(tree):
+                if id(node) in allowed:
+                    continue
                 if isinstance(node, ast.Name) and node.id in SHELL_NAMES:
-                    if id(node) not in allowed:
-                        reached.add(node.id)
+                    reached.add(node.id)
                 elif isinstance(node, ast.Attribute) and node.attr in SHELL_NAMES:
                     reached.add(node.attr)
                 elif _named(node) in SHELL_NAMES:  # globals()["get_ipython"], getattr(x, "...")
@@ -793,28 +807,22 @@ class Code:
                         if a.name[:1].islower() and _relied_on(full, []):
                             modules[a.asname or a.name] = full
         modules.pop("*", None)
-        aliases: set[int] = set()  # the Name targets bound to a module
+        modules.setdefault("__builtins__", "builtins")  # the kernel's name for the module
+        aliases: set[int] = set()  # the nodes that bind a name to a module
         for _ in range(5):  # aliases of aliases: m = json; n = m
             before = dict(modules)
             for _, tree in run:
                 for node in ast.walk(tree):
                     for target, module in _aliases(node, modules):
-                        modules.setdefault(target.id, module)
+                        modules.setdefault(_bound_name(target), module)
                         aliases.add(id(target))
             if modules == before:
                 break
         found = []
 
         def visit(node: ast.AST, known: dict[str, str], number: int) -> None:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                local = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
-                local |= {
-                    n.id
-                    for n in ast.walk(node)
-                    if isinstance(n, ast.Name)
-                    and isinstance(n.ctx, ast.Store)
-                    and id(n) not in aliases
-                }
+            if isinstance(node, SCOPES):
+                local = _scope_locals(node, aliases)
                 known = {k: v for k, v in known.items() if k not in local}
             if _patches(node, known):
                 line = ast.unparse(node).splitlines()[0][:80]
@@ -827,14 +835,36 @@ class Code:
         return list(dict.fromkeys(found))
 
 
-def _aliases(node: ast.AST, modules: dict[str, str]) -> list[tuple[ast.Name, str]]:
-    """The plain names `node` binds to one of `modules` ({name: module}), each with its module:
-    `m = json`, `m: Any = json`, `(m := json)`, `m, n = json, 1`, `for m in [json]:`,
-    `with nullcontext(json) as m:`, `m = importlib.import_module("json")`."""
+def _aliases(node: ast.AST, modules: dict[str, str]) -> list[tuple[ast.AST, str]]:
+    """The plain names `node` binds to one of `modules` ({name: module}), each with its module
+    (the Name, or the capture pattern, that binds it): `m = json`, `m: Any = json`,
+    `(m := json)`, `m, n = json, 1`, `m = json or None`, `m = json if x else None`,
+    `for m in [json]:`, `with nullcontext(json) as m:`, `m = importlib.import_module("json")`,
+    `m = sys.modules.get("json")`, `match json: case m:`."""
 
     def module(value: ast.AST | None) -> str | None:
         if isinstance(value, ast.Name):
             return modules.get(value.id)
+        if isinstance(value, (ast.BoolOp, ast.IfExp)):
+            operands = value.values if isinstance(value, ast.BoolOp) else [value.body, value.orelse]
+            return next(filter(None, map(module, operands)), None)
+        if isinstance(value, (ast.Subscript, ast.Call)):  # sys.modules["json"], .get("json")
+            container, key = (
+                (value.value, value.slice)
+                if isinstance(value, ast.Subscript)
+                else (getattr(value.func, "value", None), value.args[0] if value.args else None)
+            )
+            named = _literal_name(key)
+            if (
+                container is not None
+                and named
+                and _module_of(container, modules)
+                == (
+                    "sys",
+                    ["modules"],
+                )
+            ):
+                return named
         return _imported_module(value) if value is not None else None
 
     pairs: list[tuple[ast.AST, ast.AST | None]] = []
@@ -856,6 +886,14 @@ def _aliases(node: ast.AST, modules: dict[str, str]) -> list[tuple[ast.Name, str
             inside = [n for n in [value, *given] if module(n)]
             if inside and item.optional_vars is not None:
                 pairs.append((item.optional_vars, inside[0]))
+    elif isinstance(node, ast.Match) and module(node.subject):
+        captures = [
+            n
+            for case in node.cases
+            for n in ast.walk(case.pattern)
+            if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name
+        ]
+        return [(capture, module(node.subject)) for capture in captures]
     found = []
     while pairs:
         target, value = pairs.pop()
@@ -864,3 +902,53 @@ def _aliases(node: ast.AST, modules: dict[str, str]) -> list[tuple[ast.Name, str
         elif isinstance(target, ast.Name) and module(value):
             found.append((target, module(value)))
     return found
+
+
+#: The nodes that open a scope of their own (names bound in them are theirs alone).
+SCOPES = (
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
+    ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+)  # fmt: skip
+
+
+def _bound_name(node: ast.AST) -> str | None:
+    """The name `node` binds: a Name stored or deleted, a capture pattern's, a def's or class's,
+    an import's; None for anything else."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        return node.id
+    if isinstance(node, (ast.MatchAs, ast.MatchStar)):
+        return node.name
+    if isinstance(node, ast.MatchMapping):
+        return node.rest
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name
+    return None
+
+
+def _scope_locals(scope: ast.AST, aliases: set[int]) -> set[str]:
+    """The names local to `scope` (one of `SCOPES`), as Python decides: its parameters (or a
+    comprehension's targets) and the names bound in its own body, not in a scope nested in it,
+    less those declared `global` or `nonlocal`; a name bound to a module (`aliases`: the ids of
+    the binding nodes) does not hide the module."""
+    if isinstance(scope, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        return {
+            n.id for g in scope.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)
+        } - {n.id for g in scope.generators for n in ast.walk(g.target) if id(n) in aliases}
+    names = set()
+    if not isinstance(scope, ast.ClassDef):
+        names = {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}
+    body = [scope.body] if isinstance(scope, ast.Lambda) else scope.body
+    declared = set()
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        name = _bound_name(node)
+        if name and id(node) not in aliases:
+            names.add(name)
+        if not isinstance(node, SCOPES):
+            todo += ast.iter_child_nodes(node)
+    return names - declared

@@ -3,14 +3,17 @@
 The probe (`grade.core.probe`, the solution's HIDDEN PROBE cell) collects facts about the objects
 the notebook left in memory. It does not go through the notebook's cells: each of its two steps is
 a user expression of an empty execute request (`RunOptions.extra_expressions`), which IPython
-evaluates without its input or AST transformers. The first step resets those transformers and
-the display formatter that turns the answer into text (`RESET`), the second checks that they
-stayed reset and that the shell's methods that run code are IPython's own, then loads
-`grade.core.probe` afresh from the read-only course and runs the probe (`PROBE`); before it
-answers, it checks that every step showing its answer as text is IPython's own, and refuses
-(`REFUSED`, an error no formatter writes) when one is not. Its answer is a str's repr of the
-facts' repr, written by the builtin types' own C code (`probe.answer`), read by `read_facts`;
-anything unreadable is the submission's error.
+evaluates without its input or AST transformers, in the notebook's namespace. The expression looks
+up no name there (`expression`): it reaches the interpreter's builtins from a literal and runs the
+step in a namespace of its own, so a notebook that binds `exec`, `compile`, `globals`,
+`isinstance` or `__builtins__` changes nothing the probe calls. The first step resets IPython's
+input and AST transformers and the display formatter that turns the answer into text (`RESET`),
+the second checks that they stayed reset and that the shell's methods that run code are
+IPython's own, then loads `grade.core.probe` afresh from the read-only course and runs the probe
+(`PROBE`); before it answers, it checks that every step showing its answer as text is IPython's
+own, and refuses (`REFUSED`, an error no formatter writes) when one is not. Its answer is a str's
+repr of the facts' repr, written by the builtin types' own C code (`probe.answer`), read by
+`read_facts`; anything unreadable is the submission's error.
 
 What a kernel-side fact can prove: what an honest run of this notebook left in memory (which
 models are mirrored over how many devices, which weights they hold, what the input pipelines
@@ -19,9 +22,8 @@ IPython's or ipykernel's methods, TensorFlow or Python itself), which can answer
 facts. The checks therefore give points only for what the grader observes itself (the saved
 files, evaluated in the check process; its own clock; the notebook's code, read as code) and use
 kernel facts only to corroborate, never to give a point alone; a tampered shell found by `PROBE`,
-code that binds a name the expressions use (`exec`, `compile`, ...: they are looked up in the
-notebook's namespace) or that reaches IPython's shell (`reading.SHELL_NAMES`) fails every check
-that rests on facts.
+code that reaches IPython's shell (`reading.SHELL_NAMES`) or changes a library the probe relies
+on (`reading.Code.module_patches`) fails every check that rests on facts.
 
 Example:
 
@@ -64,14 +66,15 @@ _STRING_LITERAL = re.compile(
 RESET = """
 import IPython.core.inputtransformer2 as _it2
 from IPython.core.formatters import DisplayFormatter as _DisplayFormatter
-_shell = get_ipython()
+from IPython.core.getipython import get_ipython as _get_ipython
+_shell = _get_ipython()
 _shell.input_transformers_post = []
 _shell.ast_transformers = []
 _shell.input_transformer_manager = _it2.TransformerManager()
 _shell.display_formatter = _DisplayFormatter(parent=_shell)
 globals()[{key!r} + "_manager"] = _shell.input_transformer_manager
 globals()[{key!r} + "_formatter"] = _shell.display_formatter
-globals()[{key!r}] = "reset"
+{key} = "reset"
 """
 
 #: The error the probe raises when the way its answer is shown was changed (its text would be
@@ -87,8 +90,9 @@ REFUSED = "GraderProbeRefused"
 PROBE = """
 import importlib.util as _util, inspect as _inspect, sys as _sys
 import traitlets as _traitlets
+from IPython.core.getipython import get_ipython as _get_ipython
 from IPython.lib import pretty as _pretty
-_shell = get_ipython()
+_shell = _get_ipython()
 def _ipython_code(function):
     where = getattr(getattr(function, "__code__", None), "co_filename", "")
     if where.endswith("/contextlib.py"):  # IPython's own @contextmanager methods
@@ -159,14 +163,34 @@ if _shown:
         pass
     _shown = ", ".join(_shown)
     raise GraderProbeRefused(f"the notebook changed how its kernel shows values ({{_shown}})")
-globals()[{key!r}] = _answer
+{key} = _answer
 """
 
 
+#: The interpreter's builtins, reached from a literal without looking up a name: the builtins
+#: importlib's bootstrap module was run with, found through its `BuiltinImporter` (the first
+#: class of that name; the interpreter makes it before any notebook runs, and the search stops
+#: there). A user expression is evaluated in the notebook's namespace, where `exec`, `compile`,
+#: `globals` or `__builtins__` itself can be bound to anything, in ways no reading of the code
+#: could list (`globals().update(compile=f)`, a match capture, `__main__.compile = f`).
+BUILTINS = (
+    "(c for c in ''.__class__.__base__.__subclasses__() if c.__name__ == 'BuiltinImporter')"
+    ".__next__().find_spec.__func__.__globals__['__builtins__']"
+)
+
+
 def expression(code: str, key: str) -> str:
-    """A user expression that runs `code` in the notebook's namespace and gives back what it left
-    under `key` (removed)."""
-    return f"exec(compile({code!r}, '<grader probe>', 'exec'), globals()) or globals().pop({key!r})"
+    """A user expression that runs `code` and gives back what it left under `key`, without a
+    name looked up in the notebook's namespace: the code runs in a namespace of its own, whose
+    builtins are the interpreter's (`BUILTINS`) and whose `globals()` is the notebook's
+    namespace (as the probe cell finds it when it runs in the solution).
+
+    >>> expression("x = 1", "x").startswith("(lambda b, n:")
+    True
+    """
+    run = f"b['exec'](b['compile']({code!r}, '<grader probe>', 'exec'), p) or p[{key!r}]"
+    own = "{'__builtins__': b, '__name__': '__grader_probe__', 'globals': lambda: n}"
+    return f"(lambda b, n: (lambda p: {run})({own}))({BUILTINS}, (lambda: 0).__globals__)"
 
 
 class _Floats(ast.NodeTransformer):
