@@ -423,3 +423,22 @@ def test_checkpoints_numbered_by_step_are_named_as_such(tmp_path):
         checks.assert_epochs_trained(files, 3, 10, None, "the custom loop")
     with pytest.raises(checks.CheckError, match="train for EPOCHS epochs"):  # too few
         checks.assert_epochs_trained(dict(list(files.items())[:2]), 3, 16, None, "the custom loop")
+
+
+def test_a_placeholder_before_the_scope_is_not_where_the_model_is_created():
+    """`custom_model = None` (or an annotation) outside the scope, then the model made under it:
+    created in the scope (a review's honest submission lost a point to it); a placeholder alone
+    creates nothing, and a model made outside the scope after a placeholder inside still counts
+    as outside."""
+    scoped = "with strategy.scope():\n    custom_model = make_model()"
+    for before in ("custom_model = None\n", "custom_model: keras.Model\n"):
+        code = f"{MIRRORED}strategy = tf.distribute.MirroredStrategy()\n{before}{scoped}"
+        checks.assert_created_in_scope(observed(code), "custom_model")
+    with pytest.raises(checks.CheckError, match="never assigns `custom_model`"):
+        checks.assert_created_in_scope(observed("custom_model = None"), "custom_model")
+    outside = (
+        f"{MIRRORED}strategy = tf.distribute.MirroredStrategy()\n"
+        "with strategy.scope():\n    custom_model = None\ncustom_model = make_model()"
+    )
+    with pytest.raises(checks.CheckError, match="outside any strategy scope"):
+        checks.assert_created_in_scope(observed(outside), "custom_model")

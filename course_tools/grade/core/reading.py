@@ -614,9 +614,14 @@ class Code:
 
     def assigned_in_scope(self, name: str) -> bool | None:
         """Whether `name` is created under a strategy's scope: every assignment to it lies in a
-        `with ....scope():` block or calls a function that opens one. None when the code never
-        assigns it."""
-        found = self.assignments(name)
+        `with ....scope():` block or calls a function that opens one. A placeholder creates
+        nothing and is left out (`custom_model = None` before the scope, an annotation without
+        a value). None when the code never assigns it anything else."""
+        found = [
+            (node, in_scope)
+            for node, in_scope in self.assignments(name)
+            if not isinstance(getattr(node, "value", None), (ast.Constant, type(None)))
+        ]
         if not found:
             return None
         helpers = self.functions_with_scope()
