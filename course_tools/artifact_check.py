@@ -190,6 +190,22 @@ def all_reduce_fit(results: dict) -> dict:
     return {"alpha": alpha, "beta_small": beta_small, "beta_large": beta_large, "errors": errors}
 
 
+def step_share_problems(results: dict, name: str) -> list[str]:
+    """Notebook 3c's section 4: the all-reduce's share of a step (`step_share`) must be withheld
+    (null) with one replica and when other programs used more than the `busy` share of the cores
+    during the step's rounds (`step_load`), as 3b withholds its verdict."""
+    if "step_load" not in results or results.get("step_share") is None:
+        return []
+    if results["replicas"] == 1:
+        return [f"{name}: a share of a step given with one replica"]
+    if results["step_load"] > results.get("busy", 1.0):
+        return [
+            f"{name}: a share of a step given while other programs used "
+            f"{100 * results['step_load']:.0f}% of the cores during the step's rounds"
+        ]
+    return []
+
+
 def all_reduce_problems(path: Path) -> list[str]:
     """Notebook 3c's all-reduce at `path`: the recorded line must be the one its rounds give, a
     measured size beyond the stated tolerance of it must have been flagged, and "alpha dominates"
@@ -197,10 +213,11 @@ def all_reduce_problems(path: Path) -> list[str]:
     beyond the tolerance (as 3b's sweep line) or when other programs used
     more than the recorded `busy` share of the cores during a set of rounds (`loads`). With one
     replica nothing is sent: nothing is fitted, and every size must be within the tolerance of
-    the loop alone, or flagged."""
+    the loop alone, or flagged. The share of a step, as `step_share_problems`."""
     results = json.loads(Path(path).read_text())
     if results["replicas"] == 1 and "alpha" in results:
         return [f"{path.name}: a line fitted with one replica"]
+    found = step_share_problems(results, path.name)
     tolerance, flagged = results["tolerance"], results.get("flagged", False)
     if results["replicas"] == 1:
         overhead = min(results["samples"]["loop alone"])
@@ -210,12 +227,12 @@ def all_reduce_problems(path: Path) -> list[str]:
             if key != "loop alone"
         )
         if worst > tolerance and not flagged:
-            return [
+            found.append(
                 f"{path.name}: with one replica a size differs from the loop alone by "
                 f"{100 * worst:.0f}% (tolerance {100 * tolerance:.0f}%), not flagged"
-            ]
-        return []
-    fit, found = all_reduce_fit(results), []
+            )
+        return found
+    fit = all_reduce_fit(results)
     for key in ("alpha", "beta_small", "beta_large"):
         if not math.isclose(results[key], fit[key], rel_tol=1e-6, abs_tol=1e-12):
             found.append(f"{path.name}: {key} {results[key]:.4g}, its rounds give {fit[key]:.4g}")

@@ -414,6 +414,27 @@ def test_with_one_replica_every_size_takes_the_loop_s_time_or_is_flagged(tmp_pat
     assert all_reduce_problems(path) == []
 
 
+def test_the_all_reduce_s_share_of_a_step_is_withheld_on_a_busy_machine(tmp_path):
+    """3c's section 4 measures the load beside the step's rounds: a share of the step given
+    while others used 45% of the cores (above the recorded 20%) fails, withheld (null) passes,
+    and so does a share measured quietly; with one replica no share may be given."""
+    path = tmp_path / "results.json"
+    busy = _all_reduce_results() | {"busy": 0.2, "step_load": 0.45, "step_share": 0.3}
+    path.write_text(json.dumps(busy))
+    assert all_reduce_problems(path) == [
+        "results.json: a share of a step given while other programs used 45% of the cores "
+        "during the step's rounds"
+    ]
+    path.write_text(json.dumps(busy | {"step_share": None}))
+    assert all_reduce_problems(path) == []
+    path.write_text(json.dumps(busy | {"step_load": 0.05}))
+    assert all_reduce_problems(path) == []
+    samples = {"loop alone": [6e-6], str(4 << 10): [6.1e-6]}
+    one = {"replicas": 1, "tolerance": 0.25, "samples": samples, "step_load": 0.0}
+    path.write_text(json.dumps(one | {"step_share": 0.1}))
+    assert all_reduce_problems(path) == ["results.json: a share of a step given with one replica"]
+
+
 def test_alpha_or_the_bytes_dominate_only_outside_the_line_s_error(tmp_path):
     """alpha 100 us against 110 us of bytes: exact rounds call it ("the bytes dominate"); with one
     large size 40% slow the line misses some size by more than those 10 us in 210: too close."""
