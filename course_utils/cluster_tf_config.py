@@ -10,10 +10,15 @@ would share its GPUs it also gives each task its own (`task_gpus`):
 
 Why not TensorFlow's `tf.distribute.cluster_resolver.SlurmClusterResolver`: it gives every task of
 a node the port `port_base` + the task's rank on the node (`port_base` is a constructor argument,
-8888 by default), so two jobs on one node collide unless each is given its own base; and it hands
-out GPUs per task from `gpus_per_node`, where 0 fails (no task gets a port:
-https://github.com/tensorflow/tensorflow/issues/56894, "cannot be configured to use no GPUs"): on
-CPU nodes it works only with `gpus_per_node` set to the tasks per node and `auto_set_gpu=False`.
+8888 by default), so two jobs on one node collide unless each is given its own base. It also hands
+out GPUs per task, and on a node without GPUs it does not start (TensorFlow 2.21;
+https://github.com/tensorflow/tensorflow/issues/56894, "cannot be configured to use no GPUs"):
+`gpus_per_node=0` raises "ValueError: range() arg 3 must not be zero" (0 GPUs per task becomes the
+step of a `range`), and `gpus_per_task=1` with it raises "RuntimeError: Requested more GPUs per node
+than available.". It does run with `gpus_per_node` set to the tasks per node and
+`auto_set_gpu=False`, but then `num_accelerators()` says {'GPU': 1}: MultiWorkerMirroredStrategy
+sets each worker up with a GPU device it does not have, and the variables end up on the CPU only
+through soft placement. A workaround that misdescribes the machine, not a supported CPU setup.
 This file uses the ports Slurm reserves for the step, runs on CPU nodes as they are, and writes
 TF_CONFIG, which every strategy and `TFConfigClusterResolver` read.
 
