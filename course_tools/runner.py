@@ -672,22 +672,55 @@ def _take_message_cut(client: _CappedClient, index: int, limits: Limits) -> None
 
 
 class DiskWatch(threading.Thread):
-    """Kills the kernel (through `dog`) once the files under `folder` take more than `limit_mb`;
-    it looks every `interval` seconds."""
+    """Kills the kernel (through `dog`) once the files under `folder` take more than `limit_mb`,
+    or number more than `max_entries` files, folders and links (default: the capped work
+    folder's inodes, `workdir.INODES`: empty files take no bytes), or hold a folder it cannot
+    list; it looks every `interval` seconds, at any depth and path length (`files.usage`).
 
-    def __init__(self, folder: Path, limit_mb: float, dog: Watchdog, interval: float = 0.5):
+    Example:
+
+        DiskWatch(Path("work/alice"), limit_mb=1024, dog=dog).start()
+    """
+
+    def __init__(  # noqa: PLR0913 - the folder, its two caps, who kills and how often
+        self,
+        folder: Path,
+        limit_mb: float,
+        dog: Watchdog,
+        interval: float = 0.5,
+        max_entries: int | None = None,
+    ):
         super().__init__(daemon=True)
+        from course_tools.grade.jail import workdir  # the jail's cap, for the same promise
+
         self.folder, self.limit_mb, self.dog, self.interval = folder, limit_mb, dog, interval
+        self.max_entries = workdir.INODES if max_entries is None else max_entries
         self.stopped = threading.Event()
+
+    def over(self) -> str:
+        """Why the folder is over its caps now ("" when it is not)."""
+        used = files.usage(self.folder, max_entries=self.max_entries)
+        if used.bytes > self.limit_mb * 2**20:
+            return (
+                f"disk limit: the notebook's folder took {used.bytes / 2**20:,.0f} MB, more than "
+                f"the {self.limit_mb:g} MB allowed, and the notebook was stopped"
+            )
+        if used.entries > self.max_entries:
+            return (
+                f"disk limit: the notebook's folder held more than {self.max_entries:,} files "
+                f"and folders, and the notebook was stopped"
+            )
+        if used.unlisted:
+            return (
+                "disk limit: the notebook's folder held a folder the grader could not list "
+                "(its size unknown), and the notebook was stopped"
+            )
+        return ""
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
-            used = folder_mb(self.folder)
-            if used > self.limit_mb:
-                self.dog.kill(
-                    f"disk limit: the notebook's folder took {used:,.0f} MB, more than the "
-                    f"{self.limit_mb:g} MB allowed, and the notebook was stopped"
-                )
+            if reason := self.over():
+                self.dog.kill(reason)
                 return
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from course_tools.exercise import HiddenTest
 from course_tools.grade.core import reading
-from course_tools.grade.core.checks import clear_cache
+from course_tools.grade.core.checks import MESSAGE_CHARS, cap_message, clear_cache
 from course_tools.processes import Watchdog, kill_tree
 
 if TYPE_CHECKING:
@@ -37,6 +37,13 @@ if TYPE_CHECKING:
 
 #: (passed, message) for one hidden test.
 CheckVerdict = tuple[bool, str]
+
+#: The longest answer line the grader reads from the check process: every message is cut to
+#: `MESSAGE_CHARS` there, so this is room for a hundred tests' messages, escaped for JSON.
+ANSWER_CHARS = 100 * 6 * (MESSAGE_CHARS + 100)
+#: What `CheckProcess._read` queues for a longer line (then it reads no more: the process is
+#: restarted).
+TOO_LONG = "too long"
 
 
 def _facts(job: dict) -> dict:
@@ -83,9 +90,10 @@ def _run_tests(job: dict, settings) -> list[dict]:
             exec(code, namespace)
             results.append({"passed": True, "message": ""})
         except AssertionError as exc:
-            results.append({"passed": False, "message": str(exc) or "an assertion failed"})
+            message = cap_message(str(exc) or "an assertion failed")
+            results.append({"passed": False, "message": message})
         except Exception as exc:
-            message = f"{type(exc).__name__}: {str(exc)[:500]}"
+            message = cap_message(f"{type(exc).__name__}: {exc}", 500)
             results.append({"passed": False, "message": message})
     return results
 
@@ -151,7 +159,12 @@ class CheckProcess:
 
     @staticmethod
     def _read(process: subprocess.Popen, lines: queue.Queue) -> None:
-        for line in process.stdout:
+        """Queue each answer line, at most `ANSWER_CHARS` of it: a longer one is queued as
+        `TOO_LONG`, and nothing after it."""
+        while line := process.stdout.readline(ANSWER_CHARS + 1):
+            if len(line) > ANSWER_CHARS:
+                lines.put(TOO_LONG)
+                return
             lines.put(line)
         # end of output: the process exited
         lines.put(None)
@@ -177,6 +190,9 @@ class CheckProcess:
             line, why = None, "the grader's check process stopped"
         else:
             why = "the grader's check process crashed while reading these files"
+        if line == TOO_LONG:
+            line = None
+            why = f"the grader's check process answered more than {ANSWER_CHARS:,} characters"
         if line is None and dog.reason:
             why = f"{dog.reason} while reading these files"
         elif line is None and self.cgroup is not None and self.cgroup.oom_kills() > self.ooms:

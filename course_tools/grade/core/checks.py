@@ -62,8 +62,25 @@ TRAIN_EXAMPLES = 4096
 STARTUP_ALLOWANCE = 60
 
 
+#: The most characters of one check's message: a library's error can repeat, whole, a name the
+#: student wrote in a file (Keras's "Could not deserialize" repeats a layer's class name).
+MESSAGE_CHARS = 2000
+
+
 class CheckError(AssertionError):
     """A hidden test failed; the message tells the student what is wrong and what to do."""
+
+
+def cap_message(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """`text`, cut after `limit` characters with a note of how many were cut.
+
+    Example:
+
+        cap_message("x" * 2500)  # 'xx...x... (500 characters cut)', 2,000 x's kept
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} characters cut)"
 
 
 # Loaded models, test scores and dataset sizes, kept while one submission is checked.
@@ -249,7 +266,9 @@ def positive(value: Any) -> bool:
 
 
 def load_model(path: Path) -> keras.Model:
-    """Load a .keras file safely (no Lambda code); compiled when possible, to read its optimizer."""
+    """Load a .keras file safely (no Lambda code); compiled when possible, to read its optimizer.
+    A file that cannot be loaded is tried once per submission (its failure is kept like a model),
+    and Keras's error is cut (`cap_message`): it can repeat the names the file's config holds."""
     import keras
 
     path = safe_file(Path(path))
@@ -257,15 +276,15 @@ def load_model(path: Path) -> keras.Model:
     key = ("model", str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     if key not in _cache:
         try:
-            model = keras.models.load_model(path, compile=True, safe_mode=True)
+            _cache[key] = keras.models.load_model(path, compile=True, safe_mode=True)
         except Exception:
             try:
-                model = keras.models.load_model(path, compile=False, safe_mode=True)
+                _cache[key] = keras.models.load_model(path, compile=False, safe_mode=True)
             except Exception as exc:
-                raise CheckError(
-                    f"{path.name} cannot be loaded: {type(exc).__name__}: {exc}"
-                ) from None
-        _cache[key] = model
+                error = cap_message(f"{type(exc).__name__}: {exc}", MESSAGE_CHARS // 2)
+                _cache[key] = CheckError(f"{path.name} cannot be loaded: {error}")
+    if isinstance(_cache[key], CheckError):
+        raise CheckError(*_cache[key].args)
     return _cache[key]
 
 

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import stat
 from collections.abc import Iterator
@@ -137,8 +138,9 @@ def walk(
     """Every entry under `top` (not `top` itself), folders before their contents, names sorted,
     without following links and without recursion (a stack: any depth is safe). It enters at most
     `max_depth` levels and yields at most `max_entries` (default: `MAX_DEPTH`, `MAX_ENTRIES`);
-    past a cap it stops, raising TreeTooLarge when `strict`. A folder that cannot be listed is
-    skipped."""
+    past a cap it stops, raising TreeTooLarge when `strict`, and it reads no more of a folder than
+    the cap allows (a folder past it is sorted by the names read). A folder that cannot be listed
+    is skipped."""
     max_depth = MAX_DEPTH if max_depth is None else max_depth
     max_entries = MAX_ENTRIES if max_entries is None else max_entries
     stack: list[tuple[Path, Path, int]] = [(Path(top), Path(), 0)]
@@ -147,9 +149,11 @@ def walk(
         folder, relative, depth = stack.pop()
         try:
             with os.scandir(folder) as listing:
-                entries = sorted(listing, key=lambda e: e.name, reverse=True)
+                # no more than the cap allows is read: a folder of millions is not listed whole
+                entries = list(itertools.islice(listing, max_entries - count + 1))
         except OSError:
             continue
+        entries.sort(key=lambda e: e.name, reverse=True)
         below = []
         for entry in reversed(entries):
             try:
@@ -173,37 +177,189 @@ def walk(
         stack.extend(reversed(below))
 
 
-def disk_bytes(top: Path) -> int:
-    """The bytes the files and folders under `top` take on disk (links not followed, no cap on
-    depth or count: for a watch of the whole tree)."""
-    total = 0
-    stack = [Path(top)]
-    while stack:
-        folder = stack.pop()
+class LostWay(OSError):
+    """A folder's parent changed while `_Tree` was inside it (the tree was moved meanwhile)."""
+
+
+class _Tree:
+    """A tree walked through directory descriptors, never full paths: each folder is opened
+    relative to its parent (`openat`) and left through its `..`, checked to be the parent it came
+    from, so a tree of any depth and any path length (past PATH_MAX, 4,096 characters) is reached
+    whole with one folder open at a time, and without recursion. Links are never followed.
+
+    `visit(fd, name, info)` is called for each entry of each folder (`fd`: the folder's
+    descriptor, `info`: its lstat); `leave(fd, name)` after a folder `name` of the folder `fd`
+    was walked; `enter(fd, name, info)` before a folder is opened, `failed(where, exc)` when one
+    cannot be opened or listed. `stop()` ends the walk early."""
+
+    def __init__(self, top: Path) -> None:
+        self.top, self.stopped = Path(top), False
+
+    def enter(self, fd: int, name: str, info: os.stat_result) -> None:
+        """Called before the folder `name` of `fd` is opened."""
+
+    def visit(self, fd: int, name: str, info: os.stat_result) -> None:
+        """Called for each entry."""
+
+    def leave(self, fd: int, name: str) -> None:
+        """Called once the folder `name` of `fd` was walked."""
+
+    def failed(self, where: str, exc: OSError) -> None:
+        """Called for a folder that cannot be opened or listed."""
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def _listing(self, fd: int, where: str) -> list[str]:
+        """The names of the folders in `fd`, after `visit` saw each entry."""
+        folders = []
         try:
-            with os.scandir(folder) as listing:
+            with os.scandir(fd) as listing:
                 for entry in listing:
                     try:
-                        info = entry.stat(follow_symlinks=False)
-                    except OSError:
+                        info = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
+                    except FileNotFoundError:
                         continue
-                    total += info.st_blocks * 512
+                    self.visit(fd, entry.name, info)
+                    if self.stopped:
+                        return []
                     if stat.S_ISDIR(info.st_mode):
-                        stack.append(Path(entry.path))
-        except OSError:
+                        folders.append(entry.name)
+        except OSError as exc:
+            self.failed(where, exc)
+        return folders
+
+    def run(self) -> None:
+        """Walk the tree under `top` (raises OSError when `top` cannot be opened, LostWay when
+        the tree was moved during the walk)."""
+        fd = os.open(self.top, _DIR_FLAGS)
+        # each level: (its identity, its name, its folders still to walk)
+        levels = [(_identity(fd), "", self._listing(fd, str(self.top)))]
+        try:
+            while levels and not self.stopped:
+                identity, name, pending = levels[-1]
+                if pending:
+                    child = pending.pop()
+                    where = f"{self.top}/.../{child}" if len(levels) > 1 else f"{self.top}/{child}"
+                    try:
+                        self.enter(fd, child, os.stat(child, dir_fd=fd, follow_symlinks=False))
+                        inner = os.open(child, _DIR_FLAGS, dir_fd=fd)
+                    except FileNotFoundError:
+                        continue  # gone meanwhile
+                    except OSError as exc:
+                        self.failed(where, exc)
+                        continue
+                    os.close(fd)
+                    fd = inner
+                    levels.append((_identity(fd), child, self._listing(fd, where)))
+                    continue
+                levels.pop()
+                if not levels:
+                    break
+                parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = parent
+                if _identity(fd) != levels[-1][0]:
+                    raise LostWay(f"{self.top}: a folder was moved during the walk")
+                self.leave(fd, name)
+        finally:
+            os.close(fd)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
+
+
+@dataclass
+class Usage:
+    """What a tree takes: its bytes on disk, its entries (files, folders, links), and the folders
+    in it that could not be listed (whose contents are unknown: a watch counts that as over)."""
+
+    bytes: int = 0
+    entries: int = 0
+    unlisted: int = 0
+
+
+class _Measure(_Tree):
+    def __init__(self, top: Path, max_entries: int | None) -> None:
+        super().__init__(top)
+        self.usage, self.max_entries = Usage(), max_entries
+
+    def visit(self, fd: int, name: str, info: os.stat_result) -> None:
+        self.usage.bytes += info.st_blocks * 512
+        self.usage.entries += 1
+        if self.max_entries is not None and self.usage.entries > self.max_entries:
+            self.stop()
+
+    def failed(self, where: str, exc: OSError) -> None:
+        self.usage.unlisted += 1
+
+
+def usage(top: Path, max_entries: int | None = None, tries: int = 3) -> Usage:
+    """The bytes and entries under `top` (not `top` itself) at any depth and path length, links
+    not followed; the count stops just past `max_entries`. A folder that cannot be opened or
+    listed is counted in `unlisted`; a walk that loses its way (a folder moved while it was
+    inside) is tried again, `tries` times in all, then counted as one unlisted folder.
+
+    Example:
+
+        used = files.usage(Path("work/alice"), max_entries=20_000)
+        over = used.bytes > 2**30 or used.entries > 20_000 or used.unlisted
+    """
+    for _ in range(tries):
+        measure = _Measure(top, max_entries)
+        try:
+            measure.run()
+        except LostWay:
             continue
-    return total
+        except OSError:
+            measure.usage.unlisted += 1
+        return measure.usage
+    return Usage(unlisted=1)
+
+
+def disk_bytes(top: Path) -> int:
+    """The bytes the files and folders under `top` take on disk (links not followed, no cap on
+    depth, path length or count: `usage`)."""
+    return usage(top).bytes
+
+
+class _Remove(_Tree):
+    """Empties a tree: each folder opened up to its owner (`_open_up`) before it is entered,
+    files unlinked and folders removed relative to their parent's descriptor."""
+
+    def __init__(self, top: Path, problems: list[str]) -> None:
+        super().__init__(top)
+        self.problems = problems
+
+    def enter(self, fd: int, name: str, info: os.stat_result) -> None:
+        _open_up(fd, name, info)
+
+    def visit(self, fd: int, name: str, info: os.stat_result) -> None:
+        if not stat.S_ISDIR(info.st_mode):
+            _remove(os.unlink, fd, name, self.problems)
+
+    def leave(self, fd: int, name: str) -> None:
+        _remove(os.rmdir, fd, name, self.problems)
+
+    def failed(self, where: str, exc: OSError) -> None:
+        self.problems.append(f"{_short(where)}: {exc.strerror or exc}")
 
 
 def remove_tree(top: Path) -> list[str]:
-    """Remove `top` and everything under it, at any depth, without following links; never raises.
-    Returns what could not be removed (empty when everything went), for the grader to report.
+    """Remove `top` and everything under it, at any depth and path length, without following
+    links; never raises. Returns what could not be removed (empty when everything went), for the
+    grader to report.
 
     Each folder is made readable, writable and searchable by its owner (`_open_up`) before it is
     listed and emptied, so folders a submission made read-only or unreadable (0500, 0000) go too,
-    as the grader's own user. Folders are emptied with a stack, not recursion (shutil.rmtree
-    recurses, so a tree deeper than the recursion limit raises RecursionError, which its onerror
-    does not catch)."""
+    as the grader's own user. The tree is walked through directory descriptors (`_Tree`), not
+    full paths (a path past PATH_MAX cannot be opened) nor recursion (shutil.rmtree recurses, so
+    a tree deeper than the recursion limit raises RecursionError)."""
     problems: list[str] = []
     top = Path(top)
     try:
@@ -212,63 +368,34 @@ def remove_tree(top: Path) -> list[str]:
         if not top.is_dir() or top.is_symlink():
             top.unlink()
             return []
-        # (folder, listed): a folder is removed once its contents were
-        stack: list[tuple[Path, bool]] = [(top, False)]
-        while stack:
-            folder, listed = stack.pop()
-            if listed:
-                _remove(os.rmdir, folder, problems)
-                continue
-            stack.append((folder, True))
-            _open_up(folder)
-            with _scandir(folder, problems) as listing:
-                for entry in listing:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append((Path(entry.path), False))
-                    else:
-                        _remove(os.unlink, Path(entry.path), problems)
+        with contextlib.suppress(OSError):
+            _open_up(None, str(top), os.lstat(top))
+        _Remove(top, problems).run()
+        _remove(os.rmdir, None, str(top), problems)
     except Exception as exc:  # noqa: BLE001 - a clean-up reports, it never stops the batch
-        problems.append(f"{top}: {type(exc).__name__}: {exc}")
+        problems.append(f"{_short(str(top))}: {type(exc).__name__}: {exc}")
     return problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
 
 
-def _open_up(folder: Path) -> None:
-    """Give the owner read, write and search permission on `folder` (a folder, not a link: checked
-    right before; the submission's processes are gone by then), so its entries can be listed and
-    unlinked. Quiet where the grader is not the owner: the removal then says what is left."""
-    with contextlib.suppress(OSError):
-        info = os.lstat(folder)
-        if stat.S_ISDIR(info.st_mode) and info.st_mode & 0o700 != 0o700:
-            os.chmod(folder, stat.S_IMODE(info.st_mode) | 0o700)
+def _short(text: str, limit: int = 300) -> str:
+    """`text`, its middle cut past `limit` characters (a name can be thousands long)."""
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
 
 
-class _Listing:
-    """os.scandir that gives nothing (and records why) when the folder cannot be listed."""
-
-    def __init__(self, folder: Path, problems: list[str]) -> None:
-        self.folder, self.problems, self.inner = folder, problems, None
-
-    def __enter__(self):
-        try:
-            self.inner = os.scandir(self.folder)
-            return list(self.inner)
-        except OSError as exc:
-            self.problems.append(f"{self.folder}: {exc.strerror or exc}")
-        return []
-
-    def __exit__(self, *exc_info) -> None:
-        if self.inner is not None:
-            self.inner.close()
+def _open_up(fd: int | None, name: str, info: os.stat_result) -> None:
+    """Give the owner read, write and search permission on the folder `name` of `fd` (a folder,
+    not a link: `info` is its lstat, taken right before; the submission's processes are gone by
+    then), so its entries can be listed and unlinked. Quiet where the grader is not the owner:
+    the removal then says what is left."""
+    if stat.S_ISDIR(info.st_mode) and info.st_mode & 0o700 != 0o700:
+        with contextlib.suppress(OSError):
+            os.chmod(name, stat.S_IMODE(info.st_mode) | 0o700, dir_fd=fd)
 
 
-def _scandir(folder: Path, problems: list[str]) -> _Listing:
-    return _Listing(folder, problems)
-
-
-def _remove(function, path: Path, problems: list[str]) -> None:
+def _remove(function, fd: int | None, name: str, problems: list[str]) -> None:
     try:
-        function(path)
+        function(name, dir_fd=fd)
     except FileNotFoundError:
         pass
     except OSError as exc:
-        problems.append(f"{path}: {exc.strerror or exc}")
+        problems.append(f"{_short(name)}: {exc.strerror or exc}")

@@ -1,0 +1,210 @@
+"""The grader's limits on what a hostile submission makes: the check process's messages and answer
+line are capped whatever a model file holds, a tree past PATH_MAX is measured whole and removed,
+and the user route's disk watch counts files, not only bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from course_tools.grade.core import checker, checks, files
+from course_tools.runner import DiskWatch
+
+#: Folders of 250-character names, 20 deep: a path of about 5,000 characters, past PATH_MAX.
+LONG_NAME, LONG_DEPTH = "x" * 250, 20
+
+
+def long_tree(top: Path, data: int = 0) -> None:
+    """`LONG_DEPTH` folders named `LONG_NAME` under `top`, and at the bottom a file `big` of
+    `data` bytes; made relative to each folder's descriptor (its full path cannot be opened)."""
+    top.mkdir(parents=True)
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(LONG_DEPTH):
+            os.mkdir(LONG_NAME, dir_fd=fd)
+            inner = os.open(LONG_NAME, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        out = os.open("big", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        try:
+            for _ in range(data // 2**20):
+                os.write(out, b"\1" * 2**20)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def test_a_tree_past_path_max_is_measured_whole_and_removed(tmp_path):
+    """A file at the bottom of a 5,000-character path counts in the disk use, and the clean-up
+    removes it all (a full path that long cannot be opened: ENAMETOOLONG)."""
+    top = tmp_path / "work"
+    long_tree(top, data=8 * 2**20)
+    assert len(str(top)) + LONG_DEPTH * (len(LONG_NAME) + 1) > 4096
+    used = files.usage(top)
+    assert used.bytes >= 8 * 2**20 and used.entries == LONG_DEPTH + 1 and used.unlisted == 0
+    assert files.disk_bytes(top) == used.bytes
+    assert files.remove_tree(top) == [] and not top.exists()
+
+
+def test_the_disk_watch_stops_a_kernel_past_its_caps(tmp_path):
+    """The user route's watch stops the kernel for bytes hidden past PATH_MAX and for a folder of
+    many empty files (no bytes at all), and says which in the row's reason."""
+
+    class Dog:
+        reason = ""
+
+        def kill(self, reason: str) -> None:
+            self.reason = reason
+
+    deep = tmp_path / "deep"
+    long_tree(deep, data=4 * 2**20)
+    dog = Dog()
+    watch = DiskWatch(deep, limit_mb=2, dog=dog, interval=0.01)
+    watch.start()
+    watch.join(timeout=30)
+    assert "took 4 MB, more than the 2 MB allowed" in dog.reason
+
+    many = tmp_path / "many"
+    many.mkdir()
+    for index in range(300):
+        (many / f"{index:04d}").touch()
+    dog = Dog()
+    watch = DiskWatch(many, limit_mb=1024, dog=dog, interval=0.01, max_entries=200)
+    watch.start()
+    watch.join(timeout=30)
+    assert "more than 200 files and folders" in dog.reason
+
+    dog = Dog()
+    assert DiskWatch(many, limit_mb=1024, dog=dog, max_entries=1000).over() == ""
+
+
+def test_a_walk_reads_no_more_of_a_folder_than_its_cap(tmp_path, monkeypatch):
+    """`walk` stops reading a folder at its entry cap instead of listing (and sorting) it whole."""
+    for index in range(2000):
+        (tmp_path / f"{index:04d}").touch()
+    read = []
+    scandir = os.scandir
+
+    class Counting:
+        def __init__(self, path):
+            self.inner = scandir(path)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            self.inner.close()
+
+        def __iter__(self):
+            for entry in self.inner:
+                read.append(entry.name)
+                yield entry
+
+    monkeypatch.setattr(files.os, "scandir", Counting)
+    assert len(list(files.walk(tmp_path, max_entries=10))) == 10
+    assert len(read) <= 11
+    with pytest.raises(files.TreeTooLarge, match="more than 10 files"):
+        list(files.walk(tmp_path, max_entries=10, strict=True))
+
+
+def test_a_failed_checks_message_is_cut(tmp_path):
+    """An assertion's message (a CheckError is one) and any other error are cut in the check
+    process, with how much was cut."""
+    job = {
+        "artifacts": str(tmp_path),
+        "tests": [
+            {"title": "assert", "source": "assert False, 'a' * 10**6"},
+            {"title": "error", "source": "raise ValueError('b' * 10**6)"},
+            {"title": "short", "source": "assert False, 'kept whole'"},
+        ],
+    }
+    cut, error, short = checker._run_tests(job, settings=None)
+    assert cut["message"] == "a" * checks.MESSAGE_CHARS + (
+        f"... ({10**6 - checks.MESSAGE_CHARS:,} characters cut)"
+    )
+    assert error["message"].startswith("ValueError: bbb") and len(error["message"]) < 600
+    assert short == {"passed": False, "message": "kept whole"}
+
+
+def test_a_model_file_that_cannot_be_loaded_is_tried_once_and_its_error_cut(tmp_path, monkeypatch):
+    """Keras's error on a .keras file whose layer class name is 100,000 characters repeats that
+    name: the check's message keeps 1,000 of them, and the file is loaded once per submission,
+    however many tests ask for it."""
+    import keras
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    path = tmp_path / "fit_model.keras"
+    model.save(path)
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(members["config.json"])
+    config["config"]["layers"][-1]["class_name"] = "Nope" + "_" * 100_000
+    members["config.json"] = json.dumps(config).encode()
+    path.unlink()
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+    loads = []
+    load = keras.models.load_model
+
+    def counting(*args, **kwargs):
+        loads.append(kwargs.get("compile"))
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(keras.models, "load_model", counting)
+    checks.clear_cache()
+    try:
+        messages = []
+        for _ in range(3):
+            with pytest.raises(checks.CheckError) as err:
+                checks.load_model(path)
+            messages.append(str(err.value))
+    finally:
+        checks.clear_cache()
+    assert loads == [True, False]
+    assert messages[0] == messages[1] == messages[2]
+    assert messages[0].startswith("fit_model.keras cannot be loaded: ")
+    assert "characters cut)" in messages[0] and len(messages[0]) < checks.MESSAGE_CHARS
+
+
+# A check process whose answer is one line of 5 MB for a job on a folder named "huge".
+HUGE_ANSWER = """
+import json, sys
+for line in sys.stdin:
+    job = json.loads(line)
+    message = "x" * 5_000_000 if job["artifacts"].endswith("huge") else "fine"
+    print(json.dumps([{"passed": False, "message": message}] * len(job["tests"])), flush=True)
+"""
+
+
+def test_the_grader_reads_a_capped_answer_line_and_restarts_the_check_process(tmp_path):
+    """An answer line longer than `ANSWER_CHARS` is that submission's error (never kept whole),
+    and the next submission gets a fresh check process."""
+    from course_tools.exercise import HiddenTest
+
+    process = checker.CheckProcess(
+        dict(os.environ),
+        cwd=tmp_path,
+        log_path=tmp_path / "checks.log",
+        wrap=lambda argv: [sys.executable, "-c", HUGE_ANSWER],
+    )
+    tests = [HiddenTest(question="1", title="one", points=1, source="pass", cell_index=0)] * 2
+    try:
+        first = process.run(tmp_path / "huge", {}, tests, timeout=60)
+        stopped = process.process is None
+        second = process.run(tmp_path / "fine", {}, tests, timeout=60)
+    finally:
+        process.close()
+    assert len(first) == 2
+    for passed, message in first:
+        assert not passed and len(message) < 1000
+        assert f"answered more than {checker.ANSWER_CHARS:,} characters" in message
+    assert stopped and second == [(False, "fine")] * 2
