@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -208,3 +209,34 @@ def test_the_grader_reads_a_capped_answer_line_and_restarts_the_check_process(tm
         assert not passed and len(message) < 1000
         assert f"answered more than {checker.ANSWER_CHARS:,} characters" in message
     assert stopped and second == [(False, "fine")] * 2
+
+
+def test_the_sandbox_sees_no_control_group_and_no_network_device(tmp_path):
+    """Inside the sandbox /sys/fs/cgroup and the network devices' folders are empty and
+    read-only: no other sandbox's memory use or host pids, no host interface names."""
+    from helpers import require_or_skip
+
+    from course_tools.grade.jail import sandbox
+
+    available, detail = sandbox.status()
+    if not available:
+        require_or_skip("sandbox", f"no grading sandbox: {detail}")
+    masked = [folder for folder in sandbox.MASKED if os.listdir(folder)]
+    assert masked, "nothing to hide on this host"
+    code = (
+        "import json, os, sys\n"
+        "seen = {f: os.listdir(f) for f in sys.argv[1:] if os.path.isdir(f)}\n"
+        "try:\n"
+        "    open(os.path.join(sys.argv[1], 'x'), 'w')\n"
+        "    seen['written'] = True\n"
+        "except OSError:\n"
+        "    pass\n"
+        "print(json.dumps(seen))\n"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = sandbox.wrap([sys.executable, "-c", code, *masked], writable=[work], cwd=work)
+    env = sandbox.kernel_env(dict(os.environ), home=work)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == dict.fromkeys(masked, [])

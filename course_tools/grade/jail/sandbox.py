@@ -12,7 +12,8 @@ writes only to its own work folder and a private /tmp (in memory, capped like /d
 lives in its own PID namespace (everything it starts dies with it, and it cannot see or signal the
 grader or other submissions), keeps no capabilities (so root inside cannot remount anything
 writable), and is killed when the grader dies (`--die-with-parent`). The host's knobs are
-read-only in it (/proc/sys, /proc/sysrq-trigger, /sys). Run as root, its code runs as a uid of its
+read-only in it (/proc/sys, /proc/sysrq-trigger, /sys), and the host's control groups and network
+devices are not in it at all (`MASKED`). Run as root, its code runs as a uid of its
 own (`identity`), in the control group it is given (`cgroups`), with at most `NPROC` tasks and no
 core dumps; which of these hold on a host, `limits` says.
 
@@ -84,6 +85,11 @@ COVER_MB = 1
 NPROC = 1024 + 32 * (os.cpu_count() or 1)
 #: Written to, the kernel's magic SysRq trigger reboots or crashes the host.
 SYSRQ = "/proc/sysrq-trigger"
+#: Folders of /sys a sandbox sees empty (an empty read-only tmpfs over each): every control
+#: group's memory use and host pids (other graders' sandboxes and jobs among them), and the
+#: host's network devices. Nothing the course runs needs them (`timing.usable_cpus` then counts
+#: the CPUs the affinity allows).
+MASKED = ("/sys/fs/cgroup", "/sys/class/net", "/sys/devices/virtual/net")
 
 
 #: The host's folders a sandbox sees (read-only; a symbolic link such as /bin -> usr/bin is made
@@ -267,6 +273,9 @@ def wrap(  # noqa: PLR0913
     # host-wide knobs: read-only even to a root that has capabilities (/proc/irq and /proc/bus
     # bubblewrap covers itself)
     args += ["--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", *[SYSRQ] * 2]
+    for folder in MASKED:
+        if os.path.isdir(folder):
+            args += [*_tmpfs(folder, COVER_MB), "--remount-ro", folder]
     # --dev's tmpfs (and /dev/shm, a folder of it) has no size limit: read-only, /dev/shm capped;
     # both in-memory folders writable by whoever the sandbox runs as, like a host's
     args += ["--remount-ro", "/dev", "--perms", "01777", *_tmpfs("/dev/shm", SHM_MB)]
