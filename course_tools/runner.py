@@ -111,9 +111,14 @@ class RunOptions:
     folder; a sandboxed kernel needs one it can see).
     wrap: turns the kernel's command line into the one to start (e.g. `sandbox.wrap`).
     extra_cell: code run after the last cell, its stdout into `RunOutcome.extra_output`.
+    first_expression: an expression evaluated as soon as the kernel starts, before the first
+    cell (as the user expression of an empty execute request); its value, as text, is given to
+    `extra_expressions` when that is a function (the grader's probe checks against it what the
+    notebook changed).
     extra_expressions: expressions evaluated after the last cell, in order, each as the user
     expression of an empty execute request (IPython's input and AST transformers do not touch
-    it); the last one's value, as text, into `RunOutcome.extra_output`.
+    it), or a function of the first expression's text that gives them; the last one's value, as
+    text, into `RunOutcome.extra_output`.
     progress: a progress bar's label.
     log_path: the first `KERNEL_LOG_KB` of the kernel process's own output (default: discarded).
     watch_folder: the folder whose disk use `Limits.disk_mb` caps.
@@ -127,7 +132,8 @@ class RunOptions:
     connection_dir: Path | None = None
     wrap: Callable[[list[str]], list[str]] | None = None
     extra_cell: str = ""
-    extra_expressions: tuple[str, ...] = ()
+    first_expression: str = ""
+    extra_expressions: tuple[str, ...] | Callable[[str], tuple[str, ...]] = ()
     progress: str | None = None
     log_path: Path | None = None
     watch_folder: Path | None = None
@@ -748,10 +754,16 @@ def _run_watched(
     client.watch.start()
     with dog:
         try:
+            first = ""
+            if options.first_expression:
+                first = _first_answer(client, options.first_expression, limits, outcome)
             _run_cells(client, limits, outcome, dog, stop_on_error=options.stop_on_error)
             if options.extra_cell and outcome.status == "ran":
                 _run_extra(client, client.nb, options.extra_cell, outcome)
-            for expression in options.extra_expressions:
+            expressions = options.extra_expressions
+            if callable(expressions):
+                expressions = expressions(first) if first else ()
+            for expression in expressions:
                 if outcome.status != "ran" or outcome.extra_error:
                     break
                 _run_expression(client, expression, limits, outcome)
@@ -791,6 +803,24 @@ async def _evaluate(client, expression: str, seconds: float) -> dict:
         if reply["parent_header"].get("msg_id") == msg_id:
             return reply["content"].get("user_expressions", {}).get("x", {})
     raise queue.Empty
+
+
+def _first_answer(client, expression: str, limits: Limits, outcome: RunOutcome) -> str:
+    """The text of `expression`'s value, evaluated before the first cell ("" when it fails: then
+    `outcome.extra_error` says why)."""
+    try:
+        value = run_sync(_evaluate)(client, expression, limits.cell_timeout)
+    except queue.Empty:
+        value = {"ename": "no answer", "evalue": f"within {limits.cell_timeout} s"}
+    data = value.get("data") if isinstance(value, dict) else None
+    text = data.get("text/plain") if isinstance(data, dict) else None
+    if not isinstance(value, dict) or value.get("status") != "ok" or not isinstance(text, str):
+        error = value if isinstance(value, dict) else {}
+        outcome.extra_error = (
+            f"before the first cell: {error.get('ename')}: {str(error.get('evalue'))[:300]}"
+        )
+        return ""
+    return text
 
 
 def _run_expression(client, expression: str, limits: Limits, outcome: RunOutcome) -> None:

@@ -1910,6 +1910,11 @@ def test_honest_attributes_of_objects_and_other_modules_leave_the_facts_trusted(
         "from tensorflow.keras.callbacks import Callback\nCallback.verbose = 0",
         "import numpy as np\ndef settle(np):\n    np.x = 1",
         "import json\ndef f():\n    json = Settings()\n    json.dumps = 1",
+        # red team 7a: a name rebound at the top level is no longer the module
+        "import tensorflow as tf, keras\nfor m in (tf, keras):\n    print(m.__version__)\n"
+        "m = keras.models.load_model('x.keras')\nm.trainable = False",
+        "import keras\nv = {lib.__name__: 1 for lib in [keras]}\nlib = Clock()\nlib.start = 0",
+        "from course_utils import data\ndata = pd.DataFrame()\ndata.columns = ['epoch']",
     ):
         assert _untrusted(code) == "", code
     for code in (
@@ -1919,6 +1924,91 @@ def test_honest_attributes_of_objects_and_other_modules_leave_the_facts_trusted(
         "import json\nm = json\nm.dumps = f",
     ):
         assert "changes a library the grader relies on (cell 1, line" in _untrusted(code), code
+
+
+#: Red team 7a's ways to hand the probe other builtins: swap the namespace its path goes through
+#: for a copy with a forged `compile`; rename a class that comes before `BuiltinImporter` and
+#: give it a `find_spec` whose globals hold the copy; replace `compile` in the builtins module
+#: itself, from a string built at run time (which no reading of the code sees).
+BUILTINS_SWAPS = {
+    "namespace": """
+from importlib.machinery import BuiltinImporter
+namespace = BuiltinImporter.find_spec.__func__.__globals__
+namespace["__builtins__"] = dict(namespace["__builtins__"], compile=forger)
+""",
+    "renamed": """
+import types
+from importlib._bootstrap import _ModuleLock
+fake = dict(vars(builtins), compile=forger)
+globals_ = {"__builtins__": fake}
+_ModuleLock.find_spec = classmethod(types.FunctionType((lambda cls: 0).__code__, globals_))
+_ModuleLock.__name__ = "BuiltinImporter"
+""",
+    "module": """
+setattr(builtins, "comp" + "ile", forger)
+""",
+}
+SWAP_FORGER = """
+import builtins, pathlib
+real_compile = builtins.compile
+
+def forger(source, *args, **kwargs):
+    if isinstance(source, str) and "FACTS" in source:  # the probe's code
+        pathlib.Path("forger-called").write_text("yes")
+    return real_compile(source, *args, **kwargs)
+"""
+
+
+@pytest.mark.parametrize("swap", sorted(BUILTINS_SWAPS))
+def test_builtins_changed_after_the_kernel_started_are_refused(tmp_path, sandboxed, swap):
+    """The probe compares the builtins it finds with what they were before the first cell (the
+    same dict, each value the same object): any of red team 7a's swaps makes it refuse, naming
+    what changed, and the forger never sees the probe's code."""
+    probe = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
+    outcome, facts, error = submission.run(
+        notebook_of(SWAP_FORGER, BUILTINS_SWAPS[swap] + "print('swapped')"),
+        tmp_path,
+        {**os.environ, **ENV},
+        submission.RunSetup(Limits(60, 120), probe_source=probe),
+    )
+    assert "swapped" in _outputs(outcome), _outputs(outcome)
+    assert error == "", error
+    assert "models" not in facts, facts
+    said = " ".join(facts["tampered"])
+    expected = "compile" if swap == "module" else "their namespace"
+    assert f"the notebook changed Python's builtins ({expected})" in said, said
+    assert not (tmp_path / "forger-called").exists(), "the forger compiled the probe's code"
+
+
+def test_code_the_reading_cannot_read_makes_the_facts_untrusted():
+    """Red team 7a installed its forger with `exec(SRC)`: code given to exec, eval or compile as
+    anything but a literal, a module imported by a computed name, runpy, or a Python file written
+    by `open` rather than `%%writefile` is code the grader never reads, and says so; a literal
+    (str, bytes, an f-string without values) is read like a cell, and honest writes and
+    `model.compile()` are fine."""
+    for code in (
+        'SRC = "import builtins"\nexec(SRC)',
+        'exec(f"x = {y}")',
+        "import importlib\nimportlib.import_module(name)",
+        "import runpy\nrunpy.run_path('m.py')",
+        "open('m.py', 'w').write(text)\nimport m",
+        "from pathlib import Path\nPath('helpers.py').write_text(text)",
+    ):
+        said = _untrusted(code)
+        assert "runs code the grader cannot read as code (cell 1, line" in said, (code, said)
+    for code in (
+        'exec(b"import builtins\\nbuiltins.compile = f")',
+        'exec(f"import builtins\\nbuiltins.compile = f")',
+        'import builtins\nbuiltins.exec("import builtins\\nbuiltins.compile = f")',
+    ):
+        assert "changes a library the grader relies on" in _untrusted(code), code
+    for code in (
+        'x = eval("1 + 1")',
+        "open('results.json', 'w').write(text)",
+        "with open(ARTIFACTS / 'log.txt', 'w') as f:\n    f.write(text)",
+        "model.compile(optimizer='adam')",
+    ):
+        assert _untrusted(code) == "", code
 
 
 def test_showing_every_value_and_a_no_op_assignment_leave_the_facts_trusted():
@@ -1971,5 +2061,23 @@ def test_a_module_reached_by_other_plain_routes_still_counts():
         "import sys\nm = sys.modules.get('json')\nm.dumps = f",
         "import tensorflow as tf\ngetattr(tf, 'distribute').MirroredStrategy = object",
         "import json, types\ntypes.ModuleType.__setattr__(json, 'dumps', f)",
+        # red team 7a: Python's scopes exactly, the modules every import gives, rebindings
+        "import builtins\nclass C:\n    builtins = None\n    def go(self):\n"
+        "        builtins.compile = f",
+        "import builtins\ndef o():\n    builtins = None\n    def i():\n"
+        "        global builtins\n        builtins.compile = f",
+        "import builtins\ndef g(builtins=None, _=setattr(builtins, 'compile', f)):\n    pass",
+        "import builtins\n@deco(setattr(builtins, 'compile', f))\ndef h(builtins):\n    pass",
+        "import builtins\n[0 for builtins in [setattr(builtins, 'compile', f)]]",
+        "import builtins\n(lambda builtins=None, _=setattr(builtins, 'compile', f): 0)",
+        "import sys\nsys.modules['hashlib'] = fake",
+        "import sys\nsys.modules.update(hashlib=fake)",
+        "import sys\ndel sys.modules['hashlib']",
+        "import os\nos.sys.modules['hashlib'] = fake",
+        "from sys import modules\nmodules['math'] = fake",
+        "from importlib.machinery import BuiltinImporter\nBuiltinImporter.find_spec = f",
+        "import json\nm = 3\nglobals()['m'] = json\nm.dumps = g",
+        "import json\nm = json\nif x:\n    m = 3\nm.dumps = g",
+        "import json\nm = 3\ndef f():\n    global m\n    m = json\nf()\nm.dumps = g",
     ):
         assert "changes a library the grader relies on (cell 1, line" in _untrusted(code), code

@@ -49,8 +49,9 @@ TOO_LONG = "too long"
 def _facts(job: dict) -> dict:
     """The probe's facts, marked tampered with when the notebook's code (read here, never run)
     reaches IPython's shell, where the probe's answer could be rewritten (`reading.SHELL_NAMES`,
-    `reading.SHELL_MAGICS`), or assigns an attribute of a module the probe relies on
-    (`json.dumps = f`: `Code.module_patches`)."""
+    `reading.SHELL_MAGICS`), assigns an attribute of a module the probe relies on
+    (`json.dumps = f`: `Code.module_patches`), or runs code it cannot read (`exec(SRC)`:
+    `Code.unread_code`)."""
     facts = job["facts"] if isinstance(job.get("facts"), dict) else {}
     try:
         code = reading.Code.of(job.get("observed"))
@@ -64,6 +65,10 @@ def _facts(job: dict) -> dict:
             "`np.float = float` belongs in your own code: write `float`), and the checks that "
             "use the kernel's memory count again"
             for where in code.module_patches()
+        ]
+        found += [
+            f"runs code the grader cannot read as code ({where}): put that code in a cell"
+            for where in code.unread_code()
         ]
     except Exception as exc:  # noqa: BLE001 - whatever the code is, the checks still run
         found = [f"unreadable code ({type(exc).__name__})"]

@@ -70,7 +70,9 @@ MAGIC_CODE = {
 #: The methods that set or delete an attribute.
 SET_ATTRIBUTE = frozenset({"__setattr__", "__delattr__"})
 #: The calls that change a dict in place (a module's `vars(...)` or `__dict__`).
-NAMESPACE_CHANGES = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__"})
+NAMESPACE_CHANGES = frozenset(
+    {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
+)
 #: The calls that give a module by its name.
 IMPORTERS = frozenset({"__import__", "import_module"})
 #: The modules the grader's probe, the course's code it loads and the kernel that answers rely
@@ -181,22 +183,71 @@ def _magic(node: ast.AST) -> tuple[str, list[ast.AST]]:
     return node.args[0].value, node.args[1:]
 
 
+def _runs_code(node: ast.AST) -> bool:
+    """`node` calls exec, eval or compile, by name or through the builtins module."""
+    if not isinstance(node, ast.Call):
+        return False
+    function = node.func
+    if isinstance(function, ast.Name):
+        return function.id in CODE_RUNNERS
+    return (
+        isinstance(function, ast.Attribute)
+        and function.attr in CODE_RUNNERS
+        and _dotted(function.value) in ("builtins", "__builtins__")
+    )
+
+
+def _literal_code(node: ast.AST | None) -> str | None:
+    """The text of a literal given as code: a str, bytes (UTF-8), or an f-string without a
+    value in it; None for anything else (a name, an f-string with values, a call)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+        value = node.value
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
+        return "".join(v.value for v in node.values)
+    return None
+
+
 def _code_text(node: ast.AST) -> str:
     """The Python text `node` has the kernel run, when it is given as a literal: a magic's
-    (`MAGIC_CODE`), or the string given to exec, eval or compile; "" for anything else."""
+    (`MAGIC_CODE`), or the literal given to exec, eval or compile (`_literal_code`); "" for
+    anything else."""
     name, args = _magic(node)
     texts = [a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
     if name in MAGIC_CODE and texts:
         return MAGIC_CODE[name] + texts[-1]  # the cell's text, or the line's
-    if (
-        isinstance(node, ast.Call)
-        and getattr(node.func, "id", "") in CODE_RUNNERS
-        and node.args
-        and isinstance(node.args[0], ast.Constant)
-        and isinstance(node.args[0].value, str)
-    ):
-        return node.args[0].value
+    if _runs_code(node) and node.args:
+        return _literal_code(node.args[0]) or ""
     return ""
+
+
+def _unread_code(node: ast.AST, modules: dict[str, str]) -> bool:
+    """`node` has the kernel run code the grader cannot read as code: exec, eval or compile
+    given anything but a literal (`exec(SRC)`, an f-string with values); a module imported by a
+    name built at run time (`importlib.import_module(name)`); runpy; or a Python file written
+    other than with `%%writefile` (`open("m.py", "w")`, `Path("m.py").write_text(...)`), which
+    an import or `%run` would then run."""
+    if _runs_code(node):
+        return not node.args or _literal_code(node.args[0]) is None
+    if _imported_module(node) == "?":
+        return True
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+        return any((n or "").split(".")[0] == "runpy" for n in names)
+    if not isinstance(node, ast.Call):
+        return False
+    path = None
+    if getattr(node.func, "id", "") == "open" and node.args:
+        mode = node.args[1] if len(node.args) > 1 else None
+        mode = next((k.value for k in node.keywords if k.arg == "mode"), mode)
+        writes = isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wax")
+        path = node.args[0] if writes else None
+    elif getattr(node.func, "attr", "") in ("write_text", "write_bytes"):
+        owner = node.func.value  # Path("m.py").write_text(...), (folder / "m.py").write_text(...)
+        path = owner.args[0] if isinstance(owner, ast.Call) and owner.args else owner
+        path = path.right if isinstance(path, ast.BinOp) else path
+    text = _literal_name(path) if path is not None else None
+    return bool(text) and text.endswith(".py")
 
 
 def _shows_every_value(node: ast.AST) -> bool:
@@ -319,7 +370,10 @@ def _patches(node: ast.AST, modules: dict[str, str]) -> bool:
         found = _module_of(target, modules)
         return found is not None and _relied_on(found[0], [*found[1], *more])
 
-    def namespace_of(owner: ast.AST) -> bool:  # vars(json), json.__dict__
+    def namespace_of(owner: ast.AST) -> bool:  # vars(json), json.__dict__, sys.modules
+        found = _module_of(owner, modules)
+        if found is not None and ".".join([found[0], *found[1]]).endswith("sys.modules"):
+            return True  # the modules every import gives: sys.modules["hashlib"] = fake
         if isinstance(owner, ast.Attribute) and owner.attr == "__dict__":
             return relied(owner.value)
         return (
@@ -786,6 +840,18 @@ class Code:
                     reached.update(n for n in names if n in SHELL_NAMES)
         return sorted(reached)
 
+    def unread_code(self) -> list[str]:
+        """Where the code the kernel runs has it run code the grader cannot read as code
+        (`_unread_code`: `exec(SRC)`, runpy, a Python file written by `open`), each as "cell N,
+        line L: `...`": what that code does, the reading never sees."""
+        found = []
+        for number, tree in self._run_code():
+            for node in ast.walk(tree):
+                if _unread_code(node, {}):
+                    line = ast.unparse(node).splitlines()[0][:80]
+                    found.append(f"cell {number}, line {node.lineno}: `{line}`")
+        return list(dict.fromkeys(found))
+
     def module_patches(self) -> list[str]:
         """The assignments, in the code the kernel runs, to an attribute of a module the grader
         relies on (`RELIED_ON`), imported (`import json`, `import tensorflow as tf`) or an alias
@@ -809,7 +875,8 @@ class Code:
                 elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                     for a in node.names:
                         full = f"{node.module}.{a.name}"
-                        if a.name[:1].islower() and _relied_on(full, []):
+                        plumbing = node.module.split(".")[0] in PLUMBING  # BuiltinImporter too
+                        if plumbing or a.name[:1].islower() and _relied_on(full, []):
                             modules[a.asname or a.name] = full
         modules.pop("*", None)
         modules.setdefault("__builtins__", "builtins")  # the kernel's name for the module
@@ -823,21 +890,136 @@ class Code:
                         aliases.add(id(target))
             if modules == before:
                 break
+        rebound = _top_level_rebindings(run, aliases)
         found = []
 
-        def visit(node: ast.AST, known: dict[str, str], number: int) -> None:
-            if isinstance(node, SCOPES):
-                local = _scope_locals(node, aliases)
-                known = {k: v for k, v in known.items() if k not in local}
-            if _patches(node, known):
+        def visit(node: ast.AST, known: dict[str, str], number: int, *, top: bool) -> None:
+            """`known`: the module names visible at `node`; `top`: it is outside any function,
+            class or comprehension."""
+            where = (number, getattr(node, "lineno", 0))
+            visible = _unless_rebound(known, rebound, where) if top else known
+            if _patches(node, visible):
                 line = ast.unparse(node).splitlines()[0][:80]
                 found.append(f"cell {number}, line {node.lineno}: `{line}`")
-            for child in ast.iter_child_nodes(node):
-                visit(child, known, number)
+            for child, scope in _children_in_scopes(node, known, modules, aliases):
+                visit(child, scope, number, top=top and scope is known)
 
         for number, tree in run:
-            visit(tree, modules, number)
+            for statement in tree.body:
+                visit(statement, modules, number, top=True)
         return list(dict.fromkeys(found))
+
+
+#: Modules of the import machinery the probe's path to the builtins goes through: any name
+#: imported from one (`from importlib.machinery import BuiltinImporter`) is theirs.
+PLUMBING = frozenset({"builtins", "importlib", "_frozen_importlib", "_frozen_importlib_external"})
+
+
+def _children_in_scopes(
+    node: ast.AST, known: dict[str, str], modules: dict[str, str], aliases: set[int]
+) -> list[tuple[ast.AST, dict[str, str]]]:
+    """`node`'s children, each with the module names visible where Python evaluates it: a
+    function's decorators, defaults and annotations, a class's bases, and a comprehension's first
+    iterable in the enclosing scope; a body in its own scope, less the names bound there (a
+    `global` name is the module's again); a class body's functions skip the class's names."""
+
+    def inner(scope: ast.AST, start: dict[str, str]) -> dict[str, str]:
+        local = _scope_locals(scope, aliases)
+        names = {k: v for k, v in start.items() if k not in local}
+        declared = [
+            n for sub in _own_statements(scope) if isinstance(sub, ast.Global) for n in sub.names
+        ]
+        names.update({n: modules[n] for n in declared if n in modules})
+        return names
+
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        outside = [*getattr(node, "decorator_list", []), *node.args.defaults]
+        outside += [d for d in node.args.kw_defaults if d is not None]
+        outside += [a.annotation for a in ast.walk(node.args) if getattr(a, "annotation", None)]
+        outside += [node.returns] if getattr(node, "returns", None) else []
+        body = [node.body] if isinstance(node, ast.Lambda) else node.body
+        scope = inner(node, getattr(node, "_enclosing", known))
+        return [(n, known) for n in outside] + [(n, scope) for n in body]
+    if isinstance(node, ast.ClassDef):
+        outside = [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]
+        scope = inner(node, known)
+        for sub in node.body:  # a method sees the enclosing scope, not the class's names
+            for function in ast.walk(sub):
+                if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    function._enclosing = known  # type: ignore[attr-defined]
+        return [(n, known) for n in outside] + [(n, scope) for n in node.body]
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        scope = inner(node, known)
+        parts = [(node.generators[0].iter, known)]  # evaluated where the comprehension is
+        for index, generator in enumerate(node.generators):
+            parts += [(generator.target, scope), *((test, scope) for test in generator.ifs)]
+            parts += [(generator.iter, scope)] if index else []
+        results = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        return parts + [(result, scope) for result in results]
+    return [(child, known) for child in ast.iter_child_nodes(node)]
+
+
+def _own_statements(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of `scope`'s own body, not of the scopes nested in it."""
+    body = [scope.body] if isinstance(scope, ast.Lambda) else list(getattr(scope, "body", []))
+    found, todo = [], list(body)
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if not isinstance(node, SCOPES):
+            todo += ast.iter_child_nodes(node)
+    return found
+
+
+def _top_level_rebindings(
+    run: list[tuple[int, ast.Module]], aliases: set[int]
+) -> dict[str, list[tuple[tuple[int, int], bool]]]:
+    """For each name bound at the top level of a cell, where ((cell, line) of the statement) and
+    whether to a module: imports and aliases anywhere at the top level, and the plain
+    statements that bind it to anything else (`m = make_model()` directly in a cell's body: it
+    certainly ran before the statements after it). A name also bound to a module inside a
+    function or class (which may run at any time, `global m`) or by a namespace's key
+    (`globals()["m"] = json`) is left out: no binding at the top level ends it."""
+    found: dict[str, list[tuple[tuple[int, int], bool]]] = {}
+    anywhere = set()
+    for number, tree in run:
+        for statement in tree.body:
+            where = (number, getattr(statement, "lineno", 0))
+            for node in _own_statements(ast.Module(body=[statement], type_ignores=[])):
+                name = _bound_name(node)
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    for a in node.names:
+                        bound = (a.asname or a.name).split(".")[0]
+                        found.setdefault(bound, []).append((where, True))
+                elif name and id(node) in aliases:
+                    found.setdefault(name, []).append((where, True))
+                elif name and isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                    if statement.value is not None:
+                        found.setdefault(name, []).append((where, False))
+            for node in ast.walk(statement):
+                if isinstance(node, SCOPES[:4]):  # functions, lambdas and classes
+                    anywhere.update(_bound_name(n) for n in ast.walk(node) if id(n) in aliases)
+                named = _namespace_binding(node)
+                if named:
+                    anywhere.add(named[0])
+    return {name: bindings for name, bindings in found.items() if name not in anywhere}
+
+
+def _unless_rebound(
+    known: dict[str, str],
+    rebound: dict[str, list[tuple[tuple[int, int], bool]]],
+    line: tuple[int, int],
+) -> dict[str, str]:
+    """`known` less the names that, at (cell, line) of the top level, were last bound by a plain
+    statement to something else than a module (`for m in (tf, np): ...` then `m =
+    load_model(...)`: `m.trainable = False` is the model's). Inside a function, which may run at
+    any time, every binding counts (the caller does not ask)."""
+    gone = set()
+    for name in known:
+        before = [(at, module) for at, module in rebound.get(name, []) if at < line]
+        if before and not max(before)[1]:
+            gone.add(name)
+    return {k: v for k, v in known.items() if k not in gone} if gone else known
 
 
 def _aliases(node: ast.AST, modules: dict[str, str]) -> list[tuple[ast.AST, str]]:
@@ -873,6 +1055,9 @@ def _aliases(node: ast.AST, modules: dict[str, str]) -> list[tuple[ast.AST, str]
         return _imported_module(value) if value is not None else None
 
     pairs: list[tuple[ast.AST, ast.AST | None]] = []
+    named = _namespace_binding(node)
+    if named and module(named[1]):  # globals()["m"] = json
+        return [(ast.copy_location(ast.Name(id=named[0], ctx=ast.Store()), node), module(named[1]))]
     if isinstance(node, ast.Assign):
         pairs = [(t, node.value) for t in node.targets]
     elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)):
@@ -907,6 +1092,38 @@ def _aliases(node: ast.AST, modules: dict[str, str]) -> list[tuple[ast.AST, str]
         elif isinstance(target, ast.Name) and module(value):
             found.append((target, module(value)))
     return found
+
+
+#: The calls that give a namespace of the kernel's: `globals()`, `vars()`, `locals()`.
+NAMESPACE_CALLS = frozenset({"globals", "vars", "locals"})
+
+
+def _namespace_binding(node: ast.AST) -> tuple[str, ast.AST] | None:
+    """(name, value) when `node` binds a literal name through a namespace's key:
+    `globals()["m"] = v`, `globals().update(m=v)`, `.setdefault("m", v)`, `.__setitem__("m", v)`;
+    None for anything else."""
+
+    def namespace(owner: ast.AST) -> bool:
+        return (
+            isinstance(owner, ast.Call)
+            and getattr(owner.func, "id", "") in NAMESPACE_CALLS
+            and not owner.args
+        )
+
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target = node.targets[0]
+        if isinstance(target, ast.Subscript) and namespace(target.value):
+            name = _literal_name(target.slice)
+            return (name, node.value) if name else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if not namespace(node.func.value):
+            return None
+        if node.func.attr == "update" and node.keywords and node.keywords[0].arg:
+            return node.keywords[0].arg, node.keywords[0].value
+        if node.func.attr in ("setdefault", "__setitem__") and len(node.args) == 2:
+            name = _literal_name(node.args[0])
+            return (name, node.args[1]) if name else None
+    return None
 
 
 #: The nodes that open a scope of their own (names bound in them are theirs alone).

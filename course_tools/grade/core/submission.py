@@ -168,29 +168,74 @@ if _shown:
 
 
 #: The interpreter's builtins, reached from a literal without looking up a name: the builtins
-#: importlib's bootstrap module was run with, found through its `BuiltinImporter` (the first
-#: class of that name; the interpreter makes it before any notebook runs, and the search stops
-#: there). A user expression is evaluated in the notebook's namespace, where `exec`, `compile`,
-#: `globals` or `__builtins__` itself can be bound to anything, in ways no reading of the code
-#: could list (`globals().update(compile=f)`, a match capture, `__main__.compile = f`).
+#: importlib's bootstrap module was run with, found through its `BuiltinImporter`. A user
+#: expression is evaluated in the notebook's namespace, where `exec`, `compile`, `globals` or
+#: `__builtins__` itself can be bound to anything, in ways no reading of the code could list. The
+#: path itself is made of objects a notebook can change (the module's namespace, the class's
+#: name): what it gives is checked against `ANCHOR` before it is used (`expression`).
 BUILTINS = (
     "(c for c in ''.__class__.__base__.__subclasses__() if c.__name__ == 'BuiltinImporter')"
     ".__next__().find_spec.__func__.__globals__['__builtins__']"
 )
+#: `object.__repr__`, which writes an object's address ("<dict object at 0x7f...>"): two objects
+#: alive at once never share one.
+REPR = "''.__class__.__base__.__repr__"
+#: The first expression, evaluated as the kernel starts, before any of the notebook's code runs
+#: (`RunOptions.first_expression`): the address of the builtins dict and of each of its values,
+#: one "name address" a line, which the probe's steps compare with what they find.
+ANCHOR = (
+    "(lambda b, R: R(b) + ''.join(['\\n' + k + ' ' + R(v) for k, v in b.items()]))"
+    f"({BUILTINS}, {REPR})"
+)
+#: The builtins the kernel itself swaps while it runs code (ipykernel forwards `input` and
+#: `getpass` to the front end for each request): not compared.
+SWAPPED = frozenset({"input", "raw_input", "getpass"})
+#: An error of a class named `REFUSED`, raised from an expression (no `raise` there, no name to
+#: look up): `type` and `BaseException` are found through `type`'s own descriptors, which no
+#: class can override, among the interpreter's own (static) types.
+_RAISE = (
+    "(lambda T: (_ for _ in ()).throw(T('" + "GraderProbeRefused" + "', ([c for c in "
+    "''.__class__.__base__.__subclasses__() if T.__dict__['__flags__'].__get__(c) & 512 == 0 "
+    "and T.__dict__['__name__'].__get__(c) == 'BaseException'][0],), {{}})({message})))"
+    "(''.__class__.__class__)"
+)
 
 
-def expression(code: str, key: str) -> str:
+def read_anchor(text: str) -> tuple[str, dict[str, str]]:
+    """The builtins dict's address and each value's, from the text of `ANCHOR`'s answer (a str's
+    repr); ValueError for anything else."""
+    if len(text) > MAX_FACTS_CHARS or not _STRING_LITERAL.fullmatch(text):
+        raise ValueError(f"not a string's repr: {text[:60]!r}")
+    first, *lines = ast.literal_eval(text).split("\n")
+    values = dict(line.split(" ", 1) for line in lines)
+    return first, {k: v for k, v in values.items() if k not in SWAPPED}
+
+
+def expression(code: str, key: str, anchor: tuple[str, dict[str, str]]) -> str:
     """A user expression that runs `code` and gives back what it left under `key`, without a
     name looked up in the notebook's namespace: the code runs in a namespace of its own, whose
-    builtins are the interpreter's (`BUILTINS`) and whose `globals()` is the notebook's
-    namespace (as the probe cell finds it when it runs in the solution).
+    builtins are the interpreter's (`BUILTINS`), and whose `globals()` is the notebook's
+    namespace (as the probe cell finds it when it runs in the solution). Before it runs, the
+    builtins found are checked against `anchor` (`read_anchor`): the same dict, each value the
+    same object as before the first cell; else it raises `REFUSED`, naming what changed.
 
-    >>> expression("x = 1", "x").startswith("(lambda b, n:")
+    >>> expression("x = 1", "x", ("<dict object at 0x1>", {})).startswith("(lambda b, n, R:")
     True
     """
+    address, values = anchor
+    changed = f"[k for k, a in {values!r}.items() if R(b.get(k)) != a]"
+    message = (
+        f"'the notebook changed Python\\'s builtins (' + (', '.join({changed}) if R(b) == "
+        f"{address!r} else 'their namespace') + ')'"
+    )
     run = f"b['exec'](b['compile']({code!r}, '<grader probe>', 'exec'), p) or p[{key!r}]"
     own = "{'__builtins__': b, '__name__': '__grader_probe__', 'globals': lambda: n}"
-    return f"(lambda b, n: (lambda p: {run})({own}))({BUILTINS}, (lambda: 0).__globals__)"
+    refuse = _RAISE.format(message=message)
+    same = f"R(b) == {address!r} and {changed} == []"
+    return (
+        f"(lambda b, n, R: (lambda p: {run})({own}) if {same} else {refuse})"
+        f"({BUILTINS}, (lambda: 0).__globals__, {REPR})"
+    )
 
 
 class _Floats(ast.NodeTransformer):
@@ -285,19 +330,25 @@ def run(
                 cgroup=group,
             )
 
-    expressions: tuple[str, ...] = ()
+    expressions = None
     if setup.probe_source:
         key = f"_grader_{secrets.token_hex(8)}"
         path = str(Path(probe.__file__).resolve())
-        expressions = (
-            expression(RESET.format(key=key), key),
-            expression(PROBE.format(key=key, path=path, source=setup.probe_source), key),
-        )
+        probe_code = PROBE.format(key=key, path=path, source=setup.probe_source)
+
+        def expressions(first: str) -> tuple[str, ...]:
+            anchor = read_anchor(first)
+            return (
+                expression(RESET.format(key=key), key, anchor),
+                expression(probe_code, key, anchor),
+            )
+
     options = RunOptions(
         limits=setup.limits,
         connection_dir=connection,
         wrap=kernel_wrap,
-        extra_expressions=expressions,
+        first_expression=ANCHOR if expressions else "",
+        extra_expressions=expressions or (),
         log_path=setup.log_path,
         # a capped work folder (`jail.workdir`) needs no sampled watch
         watch_folder=None if jail_workdir.is_capped(workdir) else workdir,
