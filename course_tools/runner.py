@@ -348,10 +348,65 @@ class _CappedKernelManager(AsyncKernelManager):
         return super().client(context=self.context, **kwargs)
 
 
+class _PinnedSocket(zmq.asyncio.Socket):
+    """A socket that reaches an `ipc://` address only through the Unix socket bound at that path
+    when it connects, held open by a descriptor (O_PATH, O_NOFOLLOW: a link there is refused),
+    and connected to through /proc/self/fd. The sockets' folder is one the kernel can write: a
+    path it replaces later, with a link to another socket of the host, is never followed, not by
+    zmq's reconnections and not by the new socket the heartbeat opens after a missed beat.
+
+    It waits (at most `PIN_WAIT` s) for the kernel to bind the path: the client connects as
+    the kernel starts, before any of the notebook's code can run. Past that wait it connects
+    by the path, as zmq does by itself."""
+
+    PIN_WAIT = 60.0
+    _pins: list[int] | None = None
+
+    def connect(self, addr):
+        if isinstance(addr, str) and addr.startswith("ipc://"):
+            fd = self._pin(addr.removeprefix("ipc://"))
+            if fd is not None:
+                self._pins = [*(self._pins or []), fd]
+                addr = f"ipc:///proc/self/fd/{fd}"
+        return super().connect(addr)
+
+    def _pin(self, path: str) -> int | None:
+        import stat
+
+        deadline = Deadline(self.PIN_WAIT)
+        while True:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except FileNotFoundError:
+                if deadline.passed():
+                    return None
+                time.sleep(0.02)
+                continue
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise zmq.ZMQError(zmq.ECONNREFUSED, f"{path} is not a socket: not connected")
+            return fd
+
+    def close(self, linger=None) -> None:
+        super().close(linger)
+        for fd in self._pins or []:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._pins = []
+
+
+class _PinnedContext(zmq.asyncio.Context):
+    """A context whose sockets are `_PinnedSocket`s."""
+
+    _socket_class = _PinnedSocket
+
+
 def _capped_context(message_kb: int) -> zmq.asyncio.Context:
-    """A zmq context whose sockets refuse message parts over `message_kb` and queue at most
-    `RECEIVE_QUEUE` incoming messages (options set on a context apply to the sockets it makes)."""
-    context = zmq.asyncio.Context()
+    """A zmq context whose sockets refuse message parts over `message_kb`, queue at most
+    `RECEIVE_QUEUE` incoming messages (options set on a context apply to the sockets it makes)
+    and connect to the kernel's socket files only as they were when it bound them
+    (`_PinnedSocket`)."""
+    context = _PinnedContext()
     context.setsockopt(zmq.MAXMSGSIZE, message_kb * 1024)
     context.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
     return context

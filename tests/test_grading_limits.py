@@ -240,3 +240,43 @@ def test_the_sandbox_sees_no_control_group_and_no_network_device(tmp_path):
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == dict.fromkeys(masked, [])
+
+
+def test_a_kernel_socket_path_replaced_by_a_link_is_never_connected_to(tmp_path):
+    """The grader's sockets reach the kernel's socket files as they were bound: after the kernel
+    replaces one with a link to another socket of the host and drops the connection, neither
+    zmq's reconnection nor a new socket (the heartbeat's, after a missed beat) reaches it."""
+    import socket
+
+    import zmq
+
+    from course_tools.runner import _capped_context
+
+    path, lure_path = tmp_path / "kernel-1", tmp_path / "lure"
+    kernel = zmq.Context()
+    router = kernel.socket(zmq.ROUTER)
+    router.bind(f"ipc://{path}")
+    context = _capped_context(message_kb=1024)
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.RECONNECT_IVL, 50)
+    dealer.connect(f"ipc://{path}")
+    dealer.send(b"hello")
+    assert router.poll(5000) and router.recv_multipart()[1] == b"hello"
+
+    lure = socket.socket(socket.AF_UNIX)
+    lure.bind(str(lure_path))
+    lure.listen()
+    lure.settimeout(2)
+    path.unlink()
+    path.symlink_to(lure_path)
+    router.close(linger=0)  # the connection drops: zmq reconnects every 50 ms
+    with pytest.raises(zmq.ZMQError, match="not a socket"):
+        context.socket(zmq.REQ).connect(f"ipc://{path}")
+    try:
+        with pytest.raises(TimeoutError):
+            lure.accept()
+    finally:
+        lure.close()
+        dealer.close(linger=0)
+        context.destroy(linger=0)
+        kernel.destroy(linger=0)
