@@ -11,12 +11,16 @@ follows from the numbers it recorded beside it.
   withheld) is derived again from the batch sweep (and 3b's measured roofline) they recorded,
   3b's by `course_utils.verdict`, the rule its cells call; 3b's recorded limits and step times
   must be the ones its rounds give.
+- The thresholds come from the course's code, never from the record checked (`THRESHOLDS`,
+  `ALL_REDUCE_THRESHOLDS`): a record that stores another value, or none, fails, so a notebook
+  edit that stops saving one cannot turn its gate off.
 - `results.json` of notebook 3c: the all-reduce's line is fitted again from the rounds it
   recorded, a measured size beyond the tolerance the notebook states must have been flagged (with
   one replica: every size within the tolerance of the loop alone, or flagged), and "alpha
   dominates" (or the bytes, or too close to call within the line's worst error) must follow,
-  withheld as in 3b when other programs used more than the recorded `busy` share of the cores
-  during a set of its rounds.
+  withheld as in 3b when other programs used more than `timing.BUSY` of the cores during a set
+  of its rounds; the all-reduce's share of a step withheld then too, when the line misses a size
+  beyond the tolerance, or when the step's own rounds were busy.
 
 Example:
     $ .venv/bin/python -m course_tools.artifact_check notebooks/03_single_vs_distributed.ipynb
@@ -36,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from course_tools import output_check
-from course_utils import verdict
+from course_utils import timing, verdict
 
 #: Where a notebook writes, under artifacts/ next to it (default: its own stem).
 ARTIFACT_DIRS = {"05_svhn_solution": "05_svhn", "05_svhn_exercise": "05_svhn"}
@@ -72,6 +76,16 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
 REGIME_NOTEBOOKS = ("03_single_vs_distributed", "03b_where_time_goes")
 #: Notebooks whose results.json holds the all-reduce's rounds and the line fitted through them.
 ALL_REDUCE_NOTEBOOKS = ("03c_allreduce_and_profile",)
+#: The thresholds 3b's verdict uses, from the code: its record must store exactly these.
+THRESHOLDS = {
+    "busy": timing.BUSY,
+    "line_tolerance": verdict.LINE_TOLERANCE,
+    "min_rounds": verdict.MIN_ROUNDS,
+    "majority": verdict.MAJORITY,
+    "count_margin": verdict.COUNT_MARGIN,
+}
+#: The thresholds 3c's call and share use, from the code: its record must store exactly these.
+ALL_REDUCE_THRESHOLDS = {"busy": timing.BUSY, "tolerance": verdict.ALL_REDUCE_TOLERANCE}
 
 
 def artifacts_folder(notebook: Path) -> Path:
@@ -136,6 +150,22 @@ def expected_regime(results: dict) -> str:
     return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
 
 
+def threshold_problems(results: dict, thresholds: dict[str, float]) -> list[str]:
+    """One line per threshold the record does not store, or stores with another value than the
+    code's: the check then uses the code's, and says so.
+
+    >>> threshold_problems({"busy": 0.5}, {"busy": 0.2, "tolerance": 0.25})
+    ['busy 0.5 recorded, the code says 0.2', 'tolerance not recorded (the code says 0.25)']
+    """
+    found = []
+    for key, value in thresholds.items():
+        if key not in results:
+            found.append(f"{key} not recorded (the code says {value:g})")
+        elif not math.isclose(results[key], value):
+            found.append(f"{key} {results[key]:g} recorded, the code says {value:g}")
+    return found
+
+
 def limit_problems(results: dict) -> list[str]:
     """Notebook 3b's limits: each recorded limit and its low end must be the ones its sets of
     rounds give (the fastest round of all, at least the fastest training run for the peak; the
@@ -153,10 +183,14 @@ def limit_problems(results: dict) -> list[str]:
 
 
 def regime_problems(path: Path) -> list[str]:
-    """The regime recorded at `path` if its own sweep says another one, and (3b) its limits."""
+    """The regime recorded at `path` if its own sweep says another one, and (3b) its limits and
+    thresholds: the regime is worked out at the code's thresholds, whatever the record stores."""
     results = json.loads(Path(path).read_text())
-    regime = expected_regime(results)
     found = []
+    if "intensity" in results:  # notebook 3b
+        found += [f"{path.name}: {p}" for p in threshold_problems(results, THRESHOLDS)]
+        results |= THRESHOLDS
+    regime = expected_regime(results)
     if results["regime"] != regime:
         found.append(f"{path.name}: regime {results['regime']!r}, its sweep says {regime!r}")
     if "peak_rounds" in results:
@@ -192,18 +226,32 @@ def all_reduce_fit(results: dict) -> dict:
 
 def step_share_problems(results: dict, name: str) -> list[str]:
     """Notebook 3c's section 4: the all-reduce's share of a step (`step_share`) must be withheld
-    (null) with one replica and when other programs used more than the `busy` share of the cores
-    during the step's rounds (`step_load`), as 3b withholds its verdict."""
-    if "step_load" not in results or results.get("step_share") is None:
+    (null) with one replica, when other programs used more than `timing.BUSY` of the cores
+    during the step's rounds (`step_load`) or during a set of the line's rounds (`loads`), and
+    when the line misses a measured size beyond the tolerance (`flagged`): as its alpha-or-bytes
+    call, and as 3b withholds its verdict."""
+    missing = [k for k in ("step_load", "step_share", "loads", "flagged") if k not in results]
+    if missing:
+        return [f"{name}: {', '.join(missing)} not recorded"]
+    if results["step_share"] is None:
         return []
+    given = f"{name}: a share of a step given"
     if results["replicas"] == 1:
-        return [f"{name}: a share of a step given with one replica"]
-    if results["step_load"] > results.get("busy", 1.0):
-        return [
-            f"{name}: a share of a step given while other programs used "
-            f"{100 * results['step_load']:.0f}% of the cores during the step's rounds"
-        ]
-    return []
+        return [f"{given} with one replica"]
+    found = []
+    if results["step_load"] > timing.BUSY:
+        found.append(
+            f"{given} while other programs used {100 * results['step_load']:.0f}% of the cores "
+            "during the step's rounds"
+        )
+    if max(results["loads"], default=0.0) > timing.BUSY:
+        found.append(
+            f"{given} from a line measured while other programs used "
+            f"{100 * max(results['loads']):.0f}% of the cores"
+        )
+    if results["flagged"]:
+        found.append(f"{given} from a line that misses a measured size (flagged)")
+    return found
 
 
 def all_reduce_problems(path: Path) -> list[str]:
@@ -211,14 +259,16 @@ def all_reduce_problems(path: Path) -> list[str]:
     measured size beyond the stated tolerance of it must have been flagged, and "alpha dominates"
     must follow from the line at the gradients' size, or be withheld when the line misses a size
     beyond the tolerance (as 3b's sweep line) or when other programs used
-    more than the recorded `busy` share of the cores during a set of rounds (`loads`). With one
-    replica nothing is sent: nothing is fitted, and every size must be within the tolerance of
-    the loop alone, or flagged. The share of a step, as `step_share_problems`."""
+    more than `timing.BUSY` of the cores during a set of rounds (`loads`). With one replica
+    nothing is sent: nothing is fitted, and every size must be within the tolerance of the loop
+    alone, or flagged. The share of a step, as `step_share_problems`. The tolerance and the busy
+    share are the code's (`ALL_REDUCE_THRESHOLDS`); a record storing others, or none, fails."""
     results = json.loads(Path(path).read_text())
     if results["replicas"] == 1 and "alpha" in results:
         return [f"{path.name}: a line fitted with one replica"]
-    found = step_share_problems(results, path.name)
-    tolerance, flagged = results["tolerance"], results.get("flagged", False)
+    found = [f"{path.name}: {p}" for p in threshold_problems(results, ALL_REDUCE_THRESHOLDS)]
+    found += step_share_problems(results, path.name)
+    tolerance, flagged = verdict.ALL_REDUCE_TOLERANCE, results.get("flagged", False)
     if results["replicas"] == 1:
         overhead = min(results["samples"]["loop alone"])
         worst = max(
@@ -255,7 +305,7 @@ def all_reduce_problems(path: Path) -> list[str]:
             f"(tolerance {100 * tolerance:.0f}%)"
         )
     loads = results.get("loads", [])
-    if loads and max(loads) > results.get("busy", 1.0):  # as 3b: a busy machine, no verdict
+    if loads and max(loads) > timing.BUSY:  # as 3b: a busy machine, no verdict
         dominates = (
             f"withheld: the machine was busy (other programs used {100 * max(loads):.0f}% of "
             "its cores during the all-reduce's rounds)"

@@ -29,7 +29,13 @@ import pytest
 from helpers import assert_conclusions_consistent, assert_regime_consistent
 
 from course_tools import bench
-from course_tools.artifact_check import all_reduce_problems, expected_regime, regime_problems
+from course_tools.artifact_check import (
+    ALL_REDUCE_THRESHOLDS,
+    THRESHOLDS,
+    all_reduce_problems,
+    expected_regime,
+    regime_problems,
+)
 from course_utils import timing
 from course_utils.verdict import limit_range
 
@@ -46,22 +52,23 @@ ABOVE_THE_ROOF = (
     [
         (FLAT, {}, "overhead-bound"),
         (SLOPED, {}, "per-example-bound"),
-        # notebook 3b: peak 150 GFLOP/s, 10 GB/s (ridge 15 FLOP/B); a 10 ms step at 64 whose
-        # FLOPs the roof would do in 8 ms (80% of it), 3 ms (30%, the rest explained by neither)
-        (SLOPED, {"intensity": 8.0, "flops_per_step": 0.64e9}, "memory-bandwidth-bound"),
-        (SLOPED, {"intensity": 20.0, "flops_per_step": 1.2e9}, "compute-bound"),
-        (SLOPED, {"intensity": 20.0, "flops_per_step": 0.45e9}, "below both roofs"),
-        (FLAT, {"intensity": 20.0, "flops_per_step": 0.1e9}, "overhead-bound"),
+        # notebook 3b: peak 150 GFLOP/s, 10 GB/s (ridge 15 FLOP/B, the count's margin 2 either
+        # way); a 10 ms step at 64 whose FLOPs the roof would do in 8 ms (80% of it), 3 ms (30%,
+        # the rest explained by neither)
+        (SLOPED, {"intensity": 5.0, "flops_per_step": 0.4e9}, "memory-bandwidth-bound"),
+        (SLOPED, {"intensity": 40.0, "flops_per_step": 1.2e9}, "compute-bound"),
+        (SLOPED, {"intensity": 40.0, "flops_per_step": 0.45e9}, "below both roofs"),
+        (FLAT, {"intensity": 40.0, "flops_per_step": 0.1e9}, "overhead-bound"),
         # a point above its roof (150% of it): a limit was measured low, no roof is named, and
         # the line says so (a bare "undecided" left the reader to guess)
-        (SLOPED, {"intensity": 20.0, "flops_per_step": 2.25e9}, ABOVE_THE_ROOF),
+        (SLOPED, {"intensity": 40.0, "flops_per_step": 2.25e9}, ABOVE_THE_ROOF),
     ],
 )
 def test_the_regime_follows_from_the_sweep(tmp_path, sweep, roofline, regime):
     points = [{"global_batch": b, "step_ms": ms} for b, ms in sweep]
     results = {"batch": 64, "sweep": points, "flops_per_example": 15e6}
     if roofline:
-        results |= {"peak_flops": 150e9, "memory_bandwidth": 10e9, **roofline}
+        results |= {"peak_flops": 150e9, "memory_bandwidth": 10e9, **roofline, **THRESHOLDS}
     assert expected_regime(results) == regime
     path = tmp_path / "results.json"
     wrong = "overhead-bound" if regime != "overhead-bound" else "compute-bound"
@@ -75,22 +82,24 @@ def test_the_regime_follows_from_the_sweep(tmp_path, sweep, roofline, regime):
 def _limits_record(**changes) -> dict:
     """Notebook 3b's record: a 10 ms step at 64 (about 4% fixed), intensity 40 FLOP/B, the peak's
     fastest round 205 GFLOP/s with 150 the other sets' fastest, the bandwidth 12 GB/s (11.9)."""
-    return {
-        "batch": 64,
-        "sweep": [{"global_batch": b, "step_ms": ms} for b, ms in SLOPED],
-        "intensity": 40.0,
-        "flops_per_step": 1.2e9,  # 120 GFLOP/s: 59-80% of the roof, compute side at every end
-        "physical_devices": 1,
-        "peak_flops": 205e9,
-        "memory_bandwidth": 12e9,
-        "limits": {"peak": [205e9, 150e9], "bandwidth": [12e9, 11.9e9]},
-        "peak_rounds": {"section 1": [120e9, 124e9], "section 3": [200e9, 205e9], "c": [150e9]},
-        "bandwidth_rounds": {"section 1": [11.5e9, 12e9], "section 3": [11.2e9, 11.9e9]},
-        "count_margin": 2,
-        "majority": 0.5,
-        "sweep_best_flops": 120e9,
-        "regime": "compute-bound",
-    } | changes
+    return (
+        {
+            "batch": 64,
+            "sweep": [{"global_batch": b, "step_ms": ms} for b, ms in SLOPED],
+            "intensity": 40.0,
+            "flops_per_step": 1.2e9,  # 120 GFLOP/s: 59-80% of the roof, compute side at every end
+            "physical_devices": 1,
+            "peak_flops": 205e9,
+            "memory_bandwidth": 12e9,
+            "limits": {"peak": [205e9, 150e9], "bandwidth": [12e9, 11.9e9]},
+            "peak_rounds": {"section 1": [120e9, 124e9], "section 3": [200e9, 205e9], "c": [150e9]},
+            "bandwidth_rounds": {"section 1": [11.5e9, 12e9], "section 3": [11.2e9, 11.9e9]},
+            "sweep_best_flops": 120e9,
+            "regime": "compute-bound",
+        }
+        | THRESHOLDS
+        | changes
+    )
 
 
 def test_a_limit_is_the_fastest_round_not_a_slower_set_that_agrees(tmp_path):
@@ -364,7 +373,11 @@ def _all_reduce_results(
         "beta_large": fit["beta_large"],
         "worst_error": max(abs(e) for e in fit["errors"].values()),
         "dominates": "the bytes dominate",
-    }
+        "loads": [0.05],
+        "flagged": False,
+        "step_load": 0.05,
+        "step_share": 0.02,
+    } | ALL_REDUCE_THRESHOLDS
 
 
 def test_the_all_reduce_line_must_predict_every_size(tmp_path):
@@ -372,6 +385,7 @@ def test_the_all_reduce_line_must_predict_every_size(tmp_path):
     path.write_text(json.dumps(_all_reduce_results()))
     assert all_reduce_problems(path) == []
     slowed = _all_reduce_results(scale={64 << 10: 1.6})  # one size slowed: the line misses it
+    slowed["step_share"] = None  # withheld, as the call: the line misses a size
     withheld = "withheld: the line misses a measured size by 38% (tolerance 25%)"
     path.write_text(json.dumps(slowed | {"dominates": withheld}))
     assert ["at 64 KiB the line misses" in problem for problem in all_reduce_problems(path)] == [
@@ -400,7 +414,8 @@ def test_with_one_replica_every_size_takes_the_loop_s_time_or_is_flagged(tmp_pat
     """Nothing is sent with one replica: a size 40% above the loop alone (say, run fewer times
     per call, so that the call's own cost weighs more) fails unless the run flagged it."""
     samples = {"loop alone": [6e-6, 6.5e-6], str(4 << 10): [6.1e-6], str(16 << 20): [8.4e-6]}
-    record = {"replicas": 1, "tolerance": 0.25, "samples": samples, "flagged": False}
+    record = {"replicas": 1, "samples": samples, "flagged": False, "loads": [0.0]}
+    record |= {"step_load": 0.0, "step_share": None} | ALL_REDUCE_THRESHOLDS
     path = tmp_path / "results.json"
     path.write_text(json.dumps(record))
     assert all_reduce_problems(path) == [
@@ -416,10 +431,10 @@ def test_with_one_replica_every_size_takes_the_loop_s_time_or_is_flagged(tmp_pat
 
 def test_the_all_reduce_s_share_of_a_step_is_withheld_on_a_busy_machine(tmp_path):
     """3c's section 4 measures the load beside the step's rounds: a share of the step given
-    while others used 45% of the cores (above the recorded 20%) fails, withheld (null) passes,
+    while others used 45% of the cores (above `timing.BUSY`, 20%) fails, withheld (null) passes,
     and so does a share measured quietly; with one replica no share may be given."""
     path = tmp_path / "results.json"
-    busy = _all_reduce_results() | {"busy": 0.2, "step_load": 0.45, "step_share": 0.3}
+    busy = _all_reduce_results() | {"step_load": 0.45, "step_share": 0.3}
     path.write_text(json.dumps(busy))
     assert all_reduce_problems(path) == [
         "results.json: a share of a step given while other programs used 45% of the cores "
@@ -430,9 +445,76 @@ def test_the_all_reduce_s_share_of_a_step_is_withheld_on_a_busy_machine(tmp_path
     path.write_text(json.dumps(busy | {"step_load": 0.05}))
     assert all_reduce_problems(path) == []
     samples = {"loop alone": [6e-6], str(4 << 10): [6.1e-6]}
-    one = {"replicas": 1, "tolerance": 0.25, "samples": samples, "step_load": 0.0}
-    path.write_text(json.dumps(one | {"step_share": 0.1}))
+    one = {"replicas": 1, "samples": samples, "step_load": 0.0, "loads": [0.0], "flagged": False}
+    path.write_text(json.dumps(one | ALL_REDUCE_THRESHOLDS | {"step_share": 0.1}))
     assert all_reduce_problems(path) == ["results.json: a share of a step given with one replica"]
+
+
+def test_no_share_of_a_step_from_a_line_measured_busy_or_flagged(tmp_path):
+    """A review's 2-device copy: a quiet step (3%) but a line measured while others used 30% of
+    the cores, its alpha-or-bytes call withheld, and still "2% of a step" printed from that
+    line. The share follows the call: withheld for a busy line and for a flagged one."""
+    path = tmp_path / "results.json"
+    withheld = (
+        "withheld: the machine was busy (other programs used 30% of its cores during the "
+        "all-reduce's rounds)"
+    )
+    busy_line = _all_reduce_results() | {"loads": [0.30], "step_load": 0.03, "dominates": withheld}
+    path.write_text(json.dumps(busy_line | {"step_share": 0.0152}))
+    assert all_reduce_problems(path) == [
+        "results.json: a share of a step given from a line measured while other programs used "
+        "30% of the cores"
+    ]
+    path.write_text(json.dumps(busy_line | {"step_share": None}))
+    assert all_reduce_problems(path) == []
+    slowed = _all_reduce_results(scale={64 << 10: 1.6}) | {"flagged": True}
+    slowed["dominates"] = "withheld: the line misses a measured size by 38% (tolerance 25%)"
+    path.write_text(json.dumps(slowed))
+    assert all_reduce_problems(path) == [
+        "results.json: a share of a step given from a line that misses a measured size (flagged)"
+    ]
+    path.write_text(json.dumps(slowed | {"step_share": None}))
+    assert all_reduce_problems(path) == []
+
+
+def test_the_checks_take_their_thresholds_from_the_code_not_the_record(tmp_path):
+    """A record that stops saving a threshold, or saves a looser one, cannot turn a gate off:
+    3b's record without `busy`, `min_rounds` and `line_tolerance`, busy at 55% during a deciding
+    set and printing "compute-bound", fails for the keys and for the verdict (still withheld at
+    the code's 20%); so does 3c's with `busy` removed or raised and "the bytes dominate" printed
+    over a 35% load."""
+    loads = {"peak": {"section 1": 0.1, "section 3": 0.1, "c": 0.55}, "bandwidth": {}}
+    record = _limits_record(loads=loads)
+    for key in ("busy", "min_rounds", "line_tolerance"):
+        del record[key]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record))
+    found = regime_problems(path)
+    assert found[:3] == [
+        "results.json: busy not recorded (the code says 0.2)",
+        "results.json: line_tolerance not recorded (the code says 0.15)",
+        "results.json: min_rounds not recorded (the code says 5)",
+    ]
+    assert found[3].startswith(
+        "results.json: regime 'compute-bound', its sweep says 'withheld: the"
+    )
+    path.write_text(json.dumps(record | THRESHOLDS | {"busy": 0.6}))
+    assert regime_problems(path)[0] == "results.json: busy 0.6 recorded, the code says 0.2"
+    busy = _all_reduce_results() | {"loads": [0.05, 0.35]}
+    del busy["busy"]
+    path.write_text(json.dumps(busy))
+    assert all_reduce_problems(path) == [
+        "results.json: busy not recorded (the code says 0.2)",
+        "results.json: a share of a step given from a line measured while other programs used "
+        "35% of the cores",
+        "results.json: 'the bytes dominate' printed, its line says \"withheld: the machine was "
+        "busy (other programs used 35% of its cores during the all-reduce's rounds)\"",
+    ]
+    path.write_text(json.dumps(_all_reduce_results() | {"tolerance": 0.5}))
+    assert all_reduce_problems(path) == ["results.json: tolerance 0.5 recorded, the code says 0.25"]
+    for key in ("loads", "flagged"):
+        path.write_text(json.dumps({k: v for k, v in _all_reduce_results().items() if k != key}))
+        assert all_reduce_problems(path) == [f"results.json: {key} not recorded"]
 
 
 def test_alpha_or_the_bytes_dominate_only_outside_the_line_s_error(tmp_path):
@@ -457,7 +539,7 @@ def test_a_busy_machine_gives_no_all_reduce_verdict(tmp_path):
     a set of 3c's rounds (the second here, 35%), "the bytes dominate" must be withheld; at 15%
     in every set, the call stands."""
     path = tmp_path / "results.json"
-    busy = _all_reduce_results() | {"loads": [0.05, 0.35], "busy": 0.2}
+    busy = _all_reduce_results() | {"loads": [0.05, 0.35], "step_share": None}
     path.write_text(json.dumps(busy))
     assert all_reduce_problems(path) == [
         "results.json: 'the bytes dominate' printed, its line says \"withheld: the machine was "
