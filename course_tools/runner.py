@@ -355,25 +355,32 @@ class _PinnedSocket(zmq.asyncio.Socket):
     path it replaces later, with a link to another socket of the host, is never followed, not by
     zmq's reconnections and not by the new socket the heartbeat opens after a missed beat.
 
-    It waits (at most `PIN_WAIT` s) for the kernel to bind the path: the client connects as
-    the kernel starts, before any of the notebook's code can run. Past that wait it connects
-    by the path, as zmq does by itself."""
+    The first connection to a path waits (at most `PIN_WAIT` s) for the kernel to bind it: the
+    client connects as the kernel starts, before any of the notebook's code can run. A later one
+    to a path now missing (the kernel gone, its files removed) connects nowhere, at once."""
 
     PIN_WAIT = 60.0
     _pins: list[int] | None = None
 
     def connect(self, addr):
         if isinstance(addr, str) and addr.startswith("ipc://"):
-            fd = self._pin(addr.removeprefix("ipc://"))
-            if fd is not None:
-                self._pins = [*(self._pins or []), fd]
-                addr = f"ipc:///proc/self/fd/{fd}"
+            path = addr.removeprefix("ipc://")
+            fd = self._pin(path, wait=path not in self.context.pinned)
+            if fd is None:
+                # a folder: refused, and never tried again
+                self.setsockopt(zmq.RECONNECT_IVL, -1)
+                return super().connect("ipc:///")
+            self.context.pinned.add(path)
+            self._pins = [*(self._pins or []), fd]
+            addr = f"ipc:///proc/self/fd/{fd}"
         return super().connect(addr)
 
-    def _pin(self, path: str) -> int | None:
+    @staticmethod
+    def _pin(path: str, *, wait: bool) -> int | None:
+        """A descriptor of the socket file at `path` (None if it is missing past the wait)."""
         import stat
 
-        deadline = Deadline(self.PIN_WAIT)
+        deadline = Deadline(_PinnedSocket.PIN_WAIT if wait else 0)
         while True:
             try:
                 fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -396,9 +403,14 @@ class _PinnedSocket(zmq.asyncio.Socket):
 
 
 class _PinnedContext(zmq.asyncio.Context):
-    """A context whose sockets are `_PinnedSocket`s."""
+    """A context whose sockets are `_PinnedSocket`s; `pinned`: the paths connected to once."""
 
     _socket_class = _PinnedSocket
+    pinned: set[str]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pinned = set()
 
 
 def _capped_context(message_kb: int) -> zmq.asyncio.Context:

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -272,11 +273,19 @@ def test_a_kernel_socket_path_replaced_by_a_link_is_never_connected_to(tmp_path)
     router.close(linger=0)  # the connection drops: zmq reconnects every 50 ms
     with pytest.raises(zmq.ZMQError, match="not a socket"):
         context.socket(zmq.REQ).connect(f"ipc://{path}")
+    # gone (the kernel's files removed): a new socket connects nowhere, without waiting
+    path.unlink()
+    started = time.monotonic()
+    late = context.socket(zmq.REQ)
+    late.connect(f"ipc://{path}")
+    assert time.monotonic() - started < 1
+    path.symlink_to(lure_path)  # and a link put there afterwards is not followed either
     try:
         with pytest.raises(TimeoutError):
             lure.accept()
     finally:
         lure.close()
         dealer.close(linger=0)
+        late.close(linger=0)
         context.destroy(linger=0)
         kernel.destroy(linger=0)
