@@ -216,8 +216,11 @@ class Verdict:
     false_alarm: float = 0.0  # false_alarm_rate of the two round counts
 
 
-def _number(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}" if value >= 1 else f"{value:.3g}"
+def _number(value: float, like: float | None = None) -> str:
+    """`value` formatted for its size, or for the size of `like` (both ends of a range alike:
+    "99-446", not "99.23-446")."""
+    size = value if like is None else like
+    return f"{value:,.0f}" if size >= 100 else f"{value:.2f}" if size >= 1 else f"{value:.3g}"
 
 
 def compare(a: RunResult, b: RunResult) -> Verdict:
@@ -247,7 +250,9 @@ def compare(a: RunResult, b: RunResult) -> Verdict:
         word = "faster" if ratio > 1 else "slower"
     medians = f"median {_number(statistics.median(a_values))} vs "
     medians += f"{_number(statistics.median(b_values))} examples/s ({ratio:.2f}x)"
-    ranges = " vs ".join(f"{_number(min(v))}-{_number(max(v))}" for v in (a_values, b_values))
+    ranges = " vs ".join(
+        f"{_number(min(v), max(v))}-{_number(max(v))}" for v in (a_values, b_values)
+    )
     if word == "within noise":
         sentence = f"{a.name} and {b.name} are within noise of each other: {medians}, but their "
         sentence += f"rounds overlap ({ranges})."
@@ -276,14 +281,14 @@ def record(verdict: Verdict, path: str | Path) -> Verdict:
 def results_table(results: list[RunResult]) -> str:
     """A text table of the runs (the first is the baseline of the 'vs' column); the rounds and
     ms/step columns only when some run has them. With rounds, the headers say that `seconds` is
-    the run's total and `examples/s` the median round's, so the two need not divide."""
+    the timed rounds' sum and `examples/s` the median round's, so the two need not divide."""
     if not results:
         return "(no runs)"
     base = results[0]
     speed = "examples/s"
     if any(r.rounds for r in results):
         speed += ", median round" if all(r.rounds for r in results) else ", median round or total"
-    seconds = "seconds, total" if any(r.rounds for r in results) else "seconds"
+    seconds = "seconds, timed rounds" if any(r.rounds for r in results) else "seconds"
     header = ["run", seconds, speed, "rounds (low-high)", "ms/step", f"vs {base.name}"]
     rows = [
         [

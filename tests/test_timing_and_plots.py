@@ -73,12 +73,12 @@ def test_run_result_table_and_chart():
     assert [bar.get_width() for bar in ax.patches] == [100.0, 50.0]
 
 
-def test_table_headers_say_total_seconds_and_median_round():
-    """With rounds, seconds (the total) and examples/s (the median round) need not divide: the
-    header says which is which, so a reader does not divide one by the other."""
+def test_table_headers_say_timed_seconds_and_median_round():
+    """With rounds, seconds (the timed rounds' sum) and examples/s (the median round) need not
+    divide: the header says which is which, so a reader does not divide one by the other."""
     timed = run("loop", [100.0, 400.0, 120.0])  # median 120/s; 3 examples/s-rounds
     header = timing.results_table([timed]).splitlines()[0]
-    assert "seconds, total" in header and "examples/s, median round" in header
+    assert "seconds, timed rounds" in header and "examples/s, median round" in header
     assert "120" in timing.results_table([timed]).splitlines()[2]
     mixed = timing.results_table([timed, timing.RunResult("once", 2.0, 100)]).splitlines()[0]
     assert "examples/s, median round or total" in mixed
@@ -258,6 +258,9 @@ def test_a_verdict_on_few_rounds_says_how_often_equal_runs_get_it():
     assert uneven.sentence.endswith(
         "with 2 and 3 rounds, runs of equal speed fail to overlap 1 time in 5."
     )
+    # Both ends of a range in one format, that of the larger end.
+    mixed = timing.compare(run("a", [941, 1112]), run("b", [99.23, 446]))
+    assert "every round agrees (941-1,112 vs 99-446)" in mixed.sentence
     five = timing.compare(run("a", [10, 11, 12, 13, 14]), run("b", [5, 6, 7, 8, 9]))
     assert five.sentence.endswith("(10.00-14.00 vs 5.00-9.00).") and "time in" not in five.sentence
     noise = timing.compare(run("a", [10, 11, 12]), run("b", [11.5, 13, 14]))
