@@ -442,3 +442,16 @@ def test_a_placeholder_before_the_scope_is_not_where_the_model_is_created():
     )
     with pytest.raises(checks.CheckError, match="outside any strategy scope"):
         checks.assert_created_in_scope(observed(outside), "custom_model")
+
+
+def test_an_item_keyed_by_a_model_or_a_pipeline_is_no_assignment_of_it():
+    """Red team 8a's honest lines that cost 2 points: `results[fit_model.name] = ...` and
+    `batches[str(train_ds.element_spec)] = ...` assign neither `fit_model` nor `train_ds`."""
+    code = observed(
+        f"{MIRRORED}with strategy.scope():\n    fit_model = make_model()\n"
+        "train_ds = examples.shuffle(1000).batch(64)\n"
+        "results, batches = {}, {}\nresults[fit_model.name] = 1\n"
+        "batches[str(train_ds.element_spec)] = 2"
+    )
+    checks.assert_created_in_scope(code, "fit_model")
+    checks.assert_pipeline_code(code, "train_ds", "train")

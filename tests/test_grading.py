@@ -1975,8 +1975,8 @@ def test_builtins_changed_after_the_kernel_started_are_refused(tmp_path, sandbox
     assert error == "", error
     assert "models" not in facts, facts
     said = " ".join(facts["tampered"])
-    expected = "compile" if swap == "module" else "their namespace"
-    assert f"the notebook changed Python's builtins ({expected})" in said, said
+    assert "the notebook changed Python's builtins or imports (" in said, said
+    assert "B.compile" in said if swap == "module" else "(B" in said, said
     assert not (tmp_path / "forger-called").exists(), "the forger compiled the probe's code"
 
 
@@ -2009,6 +2009,81 @@ def test_code_the_reading_cannot_read_makes_the_facts_untrusted():
         "model.compile(optimizer='adam')",
     ):
         assert _untrusted(code) == "", code
+
+
+def test_hooks_internals_and_unknown_modules_make_the_facts_untrusted():
+    """Red team 8a's routes written plainly: an interpreter hook (profile, trace, audit), an
+    object's class or a function's globals replaced, a Python file written by a path held in a
+    name or joined from parts; a `%%writefile` module is read as code, and an object's own
+    `__dict__` is its business."""
+    for code, said in (
+        ("import sys\nsys.setprofile(hook)", "`setprofile` sets a hook on the interpreter"),
+        ("import sys\nsys.addaudithook(hook)", "`addaudithook` sets a hook"),
+        ("import threading\nthreading.settrace(hook)", "`settrace` sets a hook"),
+        ("setattr(train_ds, '__class__', Mine)", "`setattr(train_ds, '__class__', Mine)`"),
+        ("train_ds.__class__ = Mine", "`train_ds.__class__ = Mine`"),
+        ("type(m.__spec__).__init__.__globals__['_handle_fromlist'] = f", "__globals__"),
+        (
+            "path = 'tidy_helpers.py'\nopen(path, 'w').write(text)\nimport tidy_helpers",
+            "runs code the grader cannot read as code (cell 1, line 2: `open(path, 'w')`)",
+        ),
+        ("import os\nopen(os.path.join(d, 'm.py'), 'w')", "runs code the grader cannot read"),
+        ("from pathlib import Path\nPath(d, 'm.py').write_text(t)", "cannot read as code"),
+    ):
+        assert said in _untrusted(code), (code, _untrusted(code))
+    assert _untrusted("%%writefile helpers.py\nx = 1", "import helpers") == ""
+    assert _untrusted("import pandas as pd") == ""  # not installed here: its cell fails, no more
+    assert _untrusted("self.__dict__.update(settings)") == ""
+
+
+def test_the_probe_reads_no_dataset_or_model_whose_class_answers_for_it():
+    """A pipeline whose class is the notebook's (its own `__iter__`) and a model whose class
+    replaces Keras's `weights`: the probe reads neither (an error in their facts); a subclass of
+    keras.Model that keeps `weights` is read."""
+    import keras
+    import tensorflow as tf
+
+    from course_tools.grade.core import probe
+
+    dataset = tf.data.Dataset.from_tensor_slices(([[0.0]] * 4, [0, 1, 2, 3])).batch(2)
+
+    class Mine(type(dataset)):
+        def __iter__(self):
+            return iter([])
+
+    dataset.__class__ = Mine
+    with pytest.raises(TypeError, match="not a pipeline of TensorFlow's own classes"):
+        probe.pipeline_facts(dataset)
+
+    class Honest(keras.Model):
+        pass
+
+    class Liar(keras.Sequential):
+        @property
+        def weights(self):
+            return []
+
+    models = {"honest": Honest(), "liar": Liar([keras.layers.Dense(1)])}
+    facts = probe.collect(models, models=["honest", "liar"])
+    assert facts["models"]["liar"] == {"error": "its class replaces Keras's `weights`"}
+    assert "fingerprint" in facts["models"]["honest"], facts["models"]["honest"]
+
+
+def test_a_profile_hook_set_at_run_time_is_refused(tmp_path, sandboxed):
+    """A profile hook set through a name built at run time (no reading sees it) would see, and
+    could edit, what the probe collects: the probe marks the facts untrusted."""
+    probe = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
+    outcome, facts, error = submission.run(
+        notebook_of(
+            "import sys\ngetattr(sys, 'set' + 'profile')(lambda *a: None)\nprint('hooked')"
+        ),
+        tmp_path,
+        {**os.environ, **ENV},
+        submission.RunSetup(Limits(60, 120), probe_source=probe),
+    )
+    assert "hooked" in _outputs(outcome), _outputs(outcome)
+    assert error == "", error
+    assert "a profile or trace hook" in " ".join(facts["tampered"]), facts["tampered"]
 
 
 def test_showing_every_value_and_a_no_op_assignment_leave_the_facts_trusted():

@@ -70,6 +70,7 @@ def _facts(job: dict) -> dict:
             f"runs code the grader cannot read as code ({where}): put that code in a cell"
             for where in code.unread_code()
         ]
+
     except Exception as exc:  # noqa: BLE001 - whatever the code is, the checks still run
         found = [f"unreadable code ({type(exc).__name__})"]
     if found:

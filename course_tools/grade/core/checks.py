@@ -308,6 +308,8 @@ def own_model(artifacts: Path, name: str, facts: dict) -> keras.Model:
             f"there is no model called `{name}` in the notebook's memory at the end of the run: "
             f"keep that name"
         )
+    if "error" in fact:
+        raise CheckError(f"`{name}` in the notebook's memory could not be read: {fact['error']}")
     if fact.get("fingerprint") != fingerprint(model):
         raise CheckError(
             f"{name}.keras does not hold the weights of `{name}` at the end of the run: save the "
@@ -325,6 +327,8 @@ def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
         raise CheckError(
             f"there is no model called `{name}` in the notebook's memory at the end of the run"
         )
+    if "error" in fact:
+        raise CheckError(f"`{name}` in the notebook's memory could not be read: {fact['error']}")
     if fact["distributed_variables"] < fact["variables"] or fact["variables"] == 0:
         raise CheckError(
             f"{fact['distributed_variables']} of {name}'s {fact['variables']} variables are "

@@ -54,6 +54,18 @@ def answer(facts: dict) -> str:
     return holders[0].__repr__(facts) if type(facts) is holders[0] else ""
 
 
+def keras_weights(model: Any) -> bool:
+    """`model.weights` is Keras's own property (a subclass of `keras.Model` keeps it), not one
+    of the notebook's, which could list other weights than those the model trains."""
+    import inspect
+
+    import keras
+
+    return inspect.getattr_static(type(model), "weights", None) is inspect.getattr_static(
+        keras.layers.Layer, "weights"
+    )
+
+
 def fingerprint(model: keras.Model) -> str:
     """A hash of a Keras model's weights (same weights, same hash; mirrored variables included)."""
     import numpy as np
@@ -71,9 +83,22 @@ def checksum(labels: list, *, in_order: bool = True) -> str:
     return hashlib.sha256(",".join(map(str, values)).encode()).hexdigest()[:16]
 
 
+#: The modules a tf.data pipeline's classes come from: a class of the notebook's own among them
+#: (`train_ds.__class__ = Mine`, with its own `__iter__`) would choose what the probe reads.
+DATASET_MODULES = ("tensorflow.", "builtins", "abc", "collections.abc", "typing")
+
+
 def pipeline_facts(dataset: Any) -> dict:
     """What two passes over a pipeline of (images, labels) batches yield: the batch sizes, and a
-    checksum of the labels in the order they came and sorted (the same examples in any order)."""
+    checksum of the labels in the order they came and sorted (the same examples in any order).
+    TypeError for an object whose classes are not all TensorFlow's (`DATASET_MODULES`)."""
+    foreign = [
+        c.__qualname__
+        for c in type(dataset).__mro__
+        if not c.__module__.startswith(DATASET_MODULES)
+    ]
+    if foreign:
+        raise TypeError(f"not a pipeline of TensorFlow's own classes ({', '.join(foreign)})")
     passes = []
     for _ in range(2):
         sizes, labels, batches = [], [], []
@@ -118,6 +143,9 @@ def collect(
         model = namespace.get(name)
         if not hasattr(model, "weights"):
             facts["models"][name] = None
+            continue
+        if not keras_weights(model):
+            facts["models"][name] = {"error": "its class replaces Keras's `weights`"}
             continue
         values = [getattr(v, "value", v) for v in model.weights]
         mirrored = [

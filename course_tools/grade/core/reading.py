@@ -50,8 +50,25 @@ SHELL_MODULES = ("IPython.core", "IPython.lib", "IPython.terminal", "ipykernel",
 #: extension is an installed package, or a file the notebook wrote with `%%writefile`, read as
 #: code too.
 SHELL_MAGICS = frozenset({"run", "alias_magic", "autoawait"})
+#: The interpreter's hooks, which see (and can change) every call the grader's probe makes in the
+#: kernel: with one as a name or an attribute in the code, the kernel's facts are untrusted.
+HOOK_NAMES = frozenset(
+    {"setprofile", "settrace", "setprofile_all_threads", "settrace_all_threads",
+     "addaudithook", "monitoring", "_getframe", "set_asyncgen_hooks"}
+)  # fmt: skip
+#: The attributes that change what an object or function is or runs (`ds.__class__ = Mine`,
+#: `f.__code__ = ...`, `f.__globals__[...] = ...`): assigned anywhere, the facts are untrusted.
+OBJECT_INTERNALS = frozenset(
+    {"__class__", "__code__", "__globals__", "__dict__", "__defaults__", "__kwdefaults__",
+     "__builtins__", "__closure__", "cell_contents", "__bases__", "__mro__"}
+)  # fmt: skip
 #: Why each of `SHELL_MAGICS` leaves the facts untrusted, and what to do instead.
 MAGIC_WHY = {
+    **{
+        name: "sets a hook on the interpreter, which sees every call the grader's probe makes: "
+        "remove it"
+        for name in HOOK_NAMES
+    },
     "run": "runs a file the grader cannot read as code: put that code in the notebook's cells",
     "alias_magic": "renames what a magic runs: call the magic by its own name",
     "autoawait": "changes how the shell runs each cell: remove it",
@@ -129,11 +146,15 @@ def _targets(node: ast.AST) -> list[str]:
         targets = [node.target]
     else:
         return []
-    names = []
-    for target in targets:
-        for sub in ast.walk(target):
-            if isinstance(sub, ast.Name):
-                names.append(sub.id)
+    names, todo = [], list(targets)
+    while todo:  # a, (b, *c) = ...; not the names inside results[model.name] = ... or x.y = ...
+        target = todo.pop()
+        if isinstance(target, ast.Name):
+            names.append(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            todo += target.elts
+        elif isinstance(target, ast.Starred):
+            todo.append(target.value)
     return names
 
 
@@ -221,7 +242,29 @@ def _code_text(node: ast.AST) -> str:
     return ""
 
 
-def _unread_code(node: ast.AST, modules: dict[str, str]) -> bool:
+def _path_text(node: ast.AST | None, literals: dict[str, str]) -> str | None:
+    """The text of a file path given as a literal, a name only ever assigned one
+    (`literals`), an f-string without values, or the last part of `a / "m.py"`,
+    `os.path.join(a, "m.py")` or `Path(a, "m.py")`; None for anything else."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return _path_text(node.right, literals)
+    if (
+        isinstance(node, ast.Call)
+        and node.args
+        and _dotted(node.func).split(".")[-1]
+        in (
+            "join",
+            "Path",
+            "PurePath",
+        )
+    ):
+        return _path_text(node.args[-1], literals)
+    if isinstance(node, ast.Name):
+        return literals.get(node.id)
+    return _literal_code(node)
+
+
+def _unread_code(node: ast.AST, literals: dict[str, str]) -> bool:
     """`node` has the kernel run code the grader cannot read as code: exec, eval or compile
     given anything but a literal (`exec(SRC)`, an f-string with values); a module imported by a
     name built at run time (`importlib.import_module(name)`); runpy; or a Python file written
@@ -243,10 +286,8 @@ def _unread_code(node: ast.AST, modules: dict[str, str]) -> bool:
         writes = isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wax")
         path = node.args[0] if writes else None
     elif getattr(node.func, "attr", "") in ("write_text", "write_bytes"):
-        owner = node.func.value  # Path("m.py").write_text(...), (folder / "m.py").write_text(...)
-        path = owner.args[0] if isinstance(owner, ast.Call) and owner.args else owner
-        path = path.right if isinstance(path, ast.BinOp) else path
-    text = _literal_name(path) if path is not None else None
+        path = node.func.value  # Path("m.py").write_text(...), (folder / "m.py").write_text(...)
+    text = _path_text(path, literals) if path is not None else None
     return bool(text) and text.endswith(".py")
 
 
@@ -394,6 +435,8 @@ def _patches(node: ast.AST, modules: dict[str, str]) -> bool:
         ast.unparse(node.value)
     ]:
         return False  # json.dumps = json.dumps: the same object, nothing changes
+    if _changes_internals(node):
+        return True
     if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete)):
         written = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
         stored = (ast.Store, ast.Del)  # a.b = 1 stores a.b; (a.b, c) = ... too; a[b.c] = no
@@ -419,6 +462,42 @@ def _patches(node: ast.AST, modules: dict[str, str]) -> bool:
         # object.__setattr__(json, ...), types.ModuleType.__setattr__(json, ...)
         return relied(owner) or bool(node.args) and relied(node.args[0])
     return function.attr in NAMESPACE_CHANGES and namespace_of(function.value)
+
+
+def _changes_internals(node: ast.AST) -> bool:
+    """`node` assigns or deletes one of `OBJECT_INTERNALS` of anything, or an item of a
+    function's `__globals__`/`__builtins__` (`f.__globals__["x"] = y`, `.update(...)`), also by
+    setattr."""
+
+    def internal(target: ast.AST) -> bool:
+        if isinstance(target, ast.Subscript):  # f.__globals__["x"] = y (not self.__dict__[k])
+            return namespace(target.value)
+        return isinstance(target, ast.Attribute) and target.attr in OBJECT_INTERNALS
+
+    def namespace(owner: ast.AST) -> bool:  # a function's namespaces, not an object's __dict__
+        while isinstance(owner, ast.Subscript):
+            owner = owner.value
+        return isinstance(owner, ast.Attribute) and owner.attr in ("__globals__", "__builtins__")
+
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete)):
+        written = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+        stored = (ast.Store, ast.Del)
+        return any(
+            internal(t)
+            for w in written
+            for t in ast.walk(w)
+            if isinstance(getattr(t, "ctx", None), stored)
+        )
+    if not isinstance(node, ast.Call):
+        return False
+    function = node.func
+    if getattr(function, "id", "") in ("setattr", "delattr") and len(node.args) > 1:
+        return _literal_name(node.args[1]) in OBJECT_INTERNALS
+    return (
+        isinstance(function, ast.Attribute)
+        and function.attr in NAMESPACE_CHANGES
+        and namespace(function.value)
+    )
 
 
 #: The statements whose body runs for some calls of a function and not for others.
@@ -826,11 +905,11 @@ class Code:
             for node in ast.walk(tree):
                 if id(node) in allowed:
                     continue
-                if isinstance(node, ast.Name) and node.id in SHELL_NAMES:
+                if isinstance(node, ast.Name) and node.id in SHELL_NAMES | HOOK_NAMES:
                     reached.add(node.id)
-                elif isinstance(node, ast.Attribute) and node.attr in SHELL_NAMES:
+                elif isinstance(node, ast.Attribute) and node.attr in SHELL_NAMES | HOOK_NAMES:
                     reached.add(node.attr)
-                elif _named(node) in SHELL_NAMES:  # globals()["get_ipython"], getattr(x, "...")
+                elif _named(node) in SHELL_NAMES | HOOK_NAMES:  # getattr(sys, "settrace")
                     reached.add(_named(node))
                 elif isinstance(node, (ast.Import, ast.ImportFrom)):
                     imported = isinstance(node, ast.Import)
@@ -844,10 +923,21 @@ class Code:
         """Where the code the kernel runs has it run code the grader cannot read as code
         (`_unread_code`: `exec(SRC)`, runpy, a Python file written by `open`), each as "cell N,
         line L: `...`": what that code does, the reading never sees."""
-        found = []
-        for number, tree in self._run_code():
+        run = self._run_code()
+        assigned: dict[str, list[ast.AST]] = {}
+        for _, tree in run:
             for node in ast.walk(tree):
-                if _unread_code(node, {}):
+                for name in _targets(node):
+                    assigned.setdefault(name, []).append(getattr(node, "value", None))
+        literals = {  # PATH = "helpers.py": a name only ever assigned one literal
+            name: _literal_code(values[0])
+            for name, values in assigned.items()
+            if len(values) == 1 and _literal_code(values[0]) is not None
+        }
+        found = []
+        for number, tree in run:
+            for node in ast.walk(tree):
+                if _unread_code(node, literals):
                     line = ast.unparse(node).splitlines()[0][:80]
                     found.append(f"cell {number}, line {node.lineno}: `{line}`")
         return list(dict.fromkeys(found))

@@ -121,6 +121,10 @@ def _own_object(value, methods=("__call__", "format", "lookup", "lookup_by_type"
     return _own_class(type(value)) and not set(methods) & set(vars(value))
 _tampered = [name for name in ("run_cell", "run_cell_async", "transform_cell", "user_expressions",
              "run_ast_nodes", "run_code", "should_run_async") if not _own(name)]
+import threading as _threading
+if any(hook() is not None for hook in (_sys.getprofile, _sys.gettrace, _threading.getprofile,
+                                       _threading.gettrace)):
+    _tampered.append("a profile or trace hook, which sees every call the probe makes")
 _display = _shell.display_formatter
 _shown = [name for name in ("_format_user_obj", "_user_obj_error") if not _own(name)]
 if _display is not globals().pop({key!r} + "_formatter", None) or not _own_object(_display):
@@ -167,25 +171,31 @@ if _shown:
 """
 
 
-#: The interpreter's builtins, reached from a literal without looking up a name: the builtins
-#: importlib's bootstrap module was run with, found through its `BuiltinImporter`. A user
-#: expression is evaluated in the notebook's namespace, where `exec`, `compile`, `globals` or
-#: `__builtins__` itself can be bound to anything, in ways no reading of the code could list. The
-#: path itself is made of objects a notebook can change (the module's namespace, the class's
-#: name): what it gives is checked against `ANCHOR` before it is used (`expression`).
-BUILTINS = (
+#: The interpreter's builtins, reached from a literal without looking up a name, with the import
+#: machinery the probe's imports go through: the namespace of importlib's bootstrap module
+#: ("I", found through its `BuiltinImporter`), the builtins it was run with ("B") and the
+#: bootstrap's external half ("E": file loaders). A user expression is evaluated in the
+#: notebook's namespace, where `exec`, `compile`, `globals` or `__builtins__` itself can be bound
+#: to anything, in ways no reading of the code could list. The path itself is made of objects a
+#: notebook can change (the namespace, the class's name): what it gives is checked against
+#: `ANCHOR` before it is used (`expression`).
+NAMESPACES = (
+    "(lambda g: {'B': g.get('__builtins__'), 'I': g, 'E': (g.get('_bootstrap_external') or "
+    "''.__class__).__dict__})("
     "(c for c in ''.__class__.__base__.__subclasses__() if c.__name__ == 'BuiltinImporter')"
-    ".__next__().find_spec.__func__.__globals__['__builtins__']"
+    ".__next__().find_spec.__func__.__globals__)"
 )
 #: `object.__repr__`, which writes an object's address ("<dict object at 0x7f...>"): two objects
 #: alive at once never share one.
 REPR = "''.__class__.__base__.__repr__"
 #: The first expression, evaluated as the kernel starts, before any of the notebook's code runs
-#: (`RunOptions.first_expression`): the address of the builtins dict and of each of its values,
-#: one "name address" a line, which the probe's steps compare with what they find.
+#: (`RunOptions.first_expression`): for each of `NAMESPACES`, the address of the dict and of each
+#: value in it, one "namespace name address" a line, which the probe's steps compare with what
+#: they find.
 ANCHOR = (
-    "(lambda b, R: R(b) + ''.join(['\\n' + k + ' ' + R(v) for k, v in b.items()]))"
-    f"({BUILTINS}, {REPR})"
+    "(lambda spaces, R: ''.join([s + ' ' + R(d) + ''.join(['\\n' + s + ' ' + k + ' ' + R(v) "
+    "for k, v in d.items()]) + '\\n' for s, d in spaces.items()]))"
+    f"({NAMESPACES}, {REPR})"
 )
 #: The builtins the kernel itself swaps while it runs code (ipykernel forwards `input` and
 #: `getpass` to the front end for each request): not compared.
@@ -201,40 +211,54 @@ _RAISE = (
 )
 
 
-def read_anchor(text: str) -> tuple[str, dict[str, str]]:
-    """The builtins dict's address and each value's, from the text of `ANCHOR`'s answer (a str's
-    repr); ValueError for anything else."""
+def read_anchor(text: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """For each namespace of `NAMESPACES`, the dict's address and each value's, from the text of
+    `ANCHOR`'s answer (a str's repr); ValueError for anything else."""
     if len(text) > MAX_FACTS_CHARS or not _STRING_LITERAL.fullmatch(text):
         raise ValueError(f"not a string's repr: {text[:60]!r}")
-    first, *lines = ast.literal_eval(text).split("\n")
-    values = dict(line.split(" ", 1) for line in lines)
-    return first, {k: v for k, v in values.items() if k not in SWAPPED}
+    anchor: dict[str, tuple[str, dict[str, str]]] = {}
+    for line in ast.literal_eval(text).splitlines():
+        space, rest = line.split(" ", 1)
+        if rest.startswith("<"):  # the dict's own address
+            anchor[space] = (rest, {})
+        else:
+            name, address = rest.split(" ", 1)
+            if not (space == "B" and name in SWAPPED):
+                anchor[space][1][name] = address
+    if set(anchor) != {"B", "I", "E"}:
+        raise ValueError(f"namespaces {sorted(anchor)}, not B, I and E")
+    return anchor
 
 
-def expression(code: str, key: str, anchor: tuple[str, dict[str, str]]) -> str:
+def expression(code: str, key: str, anchor: dict[str, tuple[str, dict[str, str]]]) -> str:
     """A user expression that runs `code` and gives back what it left under `key`, without a
     name looked up in the notebook's namespace: the code runs in a namespace of its own, whose
-    builtins are the interpreter's (`BUILTINS`), and whose `globals()` is the notebook's
+    builtins are the interpreter's (`NAMESPACES`), and whose `globals()` is the notebook's
     namespace (as the probe cell finds it when it runs in the solution). Before it runs, the
-    builtins found are checked against `anchor` (`read_anchor`): the same dict, each value the
+    namespaces found are checked against `anchor` (`read_anchor`): the same dicts, each value the
     same object as before the first cell; else it raises `REFUSED`, naming what changed.
 
-    >>> expression("x = 1", "x", ("<dict object at 0x1>", {})).startswith("(lambda b, n, R:")
+    >>> anchor = {s: (f"<dict object at 0x{i}>", {}) for i, s in enumerate("BIE")}
+    >>> expression("x = 1", "x", anchor).startswith("(lambda spaces, n, R:")
     True
     """
-    address, values = anchor
-    changed = f"[k for k, a in {values!r}.items() if R(b.get(k)) != a]"
+    addresses = {space: address for space, (address, _) in anchor.items()}
+    values = {space: names for space, (_, names) in anchor.items()}
+    changed = (
+        f"[s for s, a in {addresses!r}.items() if R(spaces[s]) != a] or "
+        f"[s + '.' + k for s, d in {values!r}.items() for k, a in d.items() "
+        "if R(spaces[s].get(k)) != a]"
+    )
     message = (
-        f"'the notebook changed Python\\'s builtins (' + (', '.join({changed}) if R(b) == "
-        f"{address!r} else 'their namespace') + ')'"
+        f"'the notebook changed Python\\'s builtins or imports (' + ', '.join({changed}) + ')'"
     )
     run = f"b['exec'](b['compile']({code!r}, '<grader probe>', 'exec'), p) or p[{key!r}]"
     own = "{'__builtins__': b, '__name__': '__grader_probe__', 'globals': lambda: n}"
+    body = f"(lambda b: (lambda p: {run})({own}))(spaces['B'])"
     refuse = _RAISE.format(message=message)
-    same = f"R(b) == {address!r} and {changed} == []"
     return (
-        f"(lambda b, n, R: (lambda p: {run})({own}) if {same} else {refuse})"
-        f"({BUILTINS}, (lambda: 0).__globals__, {REPR})"
+        f"(lambda spaces, n, R: {body} if not ({changed}) else {refuse})"
+        f"({NAMESPACES}, (lambda: 0).__globals__, {REPR})"
     )
 
 
