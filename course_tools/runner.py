@@ -187,14 +187,15 @@ class CappedLog(threading.Thread):
         print(log.dropped)  # 0 when everything fitted
     """
 
-    def __init__(self, pipe, path: Path, limit: int) -> None:
+    def __init__(self, pipe, path: Path, limit: int, *, append: bool = False) -> None:
         super().__init__(daemon=True)
         self.pipe, self.path, self.limit = pipe, Path(path), limit
+        self.mode = "ab" if append else "wb"
         self.dropped = 0
 
     def run(self) -> None:
         kept = 0
-        with open(self.path, "wb") as out, self.pipe:
+        with open(self.path, self.mode) as out, self.pipe:
             while chunk := os.read(self.pipe.fileno(), 2**16):
                 room = max(0, self.limit - kept)
                 out.write(chunk[:room])
@@ -356,8 +357,11 @@ class _PinnedSocket(zmq.asyncio.Socket):
     zmq's reconnections and not by the new socket the heartbeat opens after a missed beat.
 
     The first connection to a path waits (at most `PIN_WAIT` s) for the kernel to bind it: the
-    client connects as the kernel starts, before any of the notebook's code can run. A later one
-    to a path now missing (the kernel gone, its files removed) connects nowhere, at once."""
+    client connects as the kernel starts, before any of the notebook's code can run; the context
+    keeps that descriptor, and every later socket to the same path (the heartbeat's new one after a
+    missed beat) uses a copy of it, never the path again (whose folders the kernel could have
+    replaced by then: `.kernel` renamed and a link put in its place). A later one to a path never
+    pinned connects nowhere, at once."""
 
     PIN_WAIT = 60.0
     _pins: list[int] | None = None
@@ -365,12 +369,16 @@ class _PinnedSocket(zmq.asyncio.Socket):
     def connect(self, addr):
         if isinstance(addr, str) and addr.startswith("ipc://"):
             path = addr.removeprefix("ipc://")
-            fd = self._pin(path, wait=path not in self.context.pinned)
-            if fd is None:
-                # a folder: refused, and never tried again
-                self.setsockopt(zmq.RECONNECT_IVL, -1)
-                return super().connect("ipc:///")
-            self.context.pinned.add(path)
+            pinned = self.context.pinned.get(path)
+            if pinned is None:
+                pinned = self._pin(path, wait=path not in self.context.tried)
+                self.context.tried.add(path)
+                if pinned is None:
+                    # missing: refused, and never tried again
+                    self.setsockopt(zmq.RECONNECT_IVL, -1)
+                    return super().connect("ipc:///")
+                self.context.pinned[path] = pinned
+            fd = os.dup(pinned)
             self._pins = [*(self._pins or []), fd]
             addr = f"ipc:///proc/self/fd/{fd}"
         return super().connect(addr)
@@ -403,14 +411,24 @@ class _PinnedSocket(zmq.asyncio.Socket):
 
 
 class _PinnedContext(zmq.asyncio.Context):
-    """A context whose sockets are `_PinnedSocket`s; `pinned`: the paths connected to once."""
+    """A context whose sockets are `_PinnedSocket`s; `pinned`: {path: the descriptor of the
+    socket bound there when it was first connected to}, closed with the context; `tried`: the
+    paths a connection was made to."""
 
     _socket_class = _PinnedSocket
-    pinned: set[str]
+    pinned: dict[str, int]
+    tried: set[str]
 
     def __init__(self) -> None:
         super().__init__()
-        self.pinned = set()
+        self.pinned, self.tried = {}, set()
+
+    def destroy(self, linger=None) -> None:
+        super().destroy(linger)
+        for fd in self.pinned.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.pinned = {}
 
 
 def _capped_context(message_kb: int) -> zmq.asyncio.Context:

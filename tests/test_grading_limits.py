@@ -271,8 +271,8 @@ def test_a_kernel_socket_path_replaced_by_a_link_is_never_connected_to(tmp_path)
     path.unlink()
     path.symlink_to(lure_path)
     router.close(linger=0)  # the connection drops: zmq reconnects every 50 ms
-    with pytest.raises(zmq.ZMQError, match="not a socket"):
-        context.socket(zmq.REQ).connect(f"ipc://{path}")
+    again = context.socket(zmq.REQ)  # a new socket reuses the one pinned, never the link
+    again.connect(f"ipc://{path}")
     # gone (the kernel's files removed): a new socket connects nowhere, without waiting
     path.unlink()
     started = time.monotonic()
@@ -286,6 +286,84 @@ def test_a_kernel_socket_path_replaced_by_a_link_is_never_connected_to(tmp_path)
     finally:
         lure.close()
         dealer.close(linger=0)
+        again.close(linger=0)
         late.close(linger=0)
         context.destroy(linger=0)
         kernel.destroy(linger=0)
+
+
+def test_a_kernel_socket_folder_replaced_by_a_link_is_never_followed(tmp_path):
+    """Red team 8b: the kernel renames its sockets' folder and puts a link to another folder of
+    the host in its place, then misses a heartbeat: the heartbeat's new socket reuses the socket
+    pinned when the kernel started, never the path, so the lure there gets no connection."""
+    import socket
+
+    import zmq
+
+    from course_tools.runner import _capped_context
+
+    folder, moved, lures = tmp_path / "kernel", tmp_path / "moved", tmp_path / "lures"
+    folder.mkdir()
+    lures.mkdir()
+    kernel = zmq.Context()
+    router = kernel.socket(zmq.ROUTER)
+    router.bind(f"ipc://{folder / 'kernel-5'}")
+    context = _capped_context(message_kb=1024)
+    first = context.socket(zmq.DEALER)
+    first.connect(f"ipc://{folder / 'kernel-5'}")
+    first.send(b"hello")
+    assert router.poll(5000) and router.recv_multipart()[1] == b"hello"
+
+    lure = socket.socket(socket.AF_UNIX)
+    lure.bind(str(lures / "kernel-5"))
+    lure.listen()
+    lure.settimeout(2)
+    folder.rename(moved)
+    folder.symlink_to(lures)  # the same path now leads to the lure
+    second = context.socket(zmq.DEALER)  # as the heartbeat makes after a missed beat
+    second.connect(f"ipc://{folder / 'kernel-5'}")
+    second.send(b"again")
+    try:
+        assert router.poll(5000) and router.recv_multipart()[1] == b"again"
+        with pytest.raises(TimeoutError):
+            lure.accept()
+    finally:
+        lure.close()
+        first.close(linger=0)
+        second.close(linger=0)
+        context.destroy(linger=0)
+        kernel.destroy(linger=0)
+
+
+#: A stand-in check process that writes 20 MB to its stderr (as Keras's warning repeating a
+#: model file's 30 MB name did for red team 8b) before it answers.
+LOUD_CHECKS = """
+import json, sys
+for line in sys.stdin:
+    job = json.loads(line)
+    sys.stderr.write("w" * 20_000_000)
+    sys.stderr.flush()
+    print(json.dumps([{"passed": True, "message": ""}] * len(job["tests"])), flush=True)
+"""
+
+
+def test_the_check_log_keeps_at_most_its_cap_of_a_check_process_output(tmp_path):
+    """What a check process prints besides its answers goes to the batch's check log, at most
+    `checker.LOG_BYTES` of it and a line saying how much was left out; its answers still arrive."""
+    from course_tools.exercise import HiddenTest
+
+    log = tmp_path / "checks.log"
+    process = checker.CheckProcess(
+        dict(os.environ),
+        cwd=tmp_path,
+        log_path=log,
+        wrap=lambda argv: [sys.executable, "-c", LOUD_CHECKS],
+    )
+    tests = [HiddenTest(question="1", title="one", points=1, source="pass", cell_index=0)]
+    try:
+        answers = process.run(tmp_path / "loud", {}, tests, timeout=60)
+    finally:
+        process.close()
+    assert answers == [(True, "")]
+    assert checker.LOG_BYTES <= log.stat().st_size < checker.LOG_BYTES + 1000
+    assert "left out" in log.read_text()[-200:], log.read_text()[-200:]

@@ -31,10 +31,13 @@ from course_tools.exercise import HiddenTest
 from course_tools.grade.core import reading
 from course_tools.grade.core.checks import MESSAGE_CHARS, cap_message, clear_cache
 from course_tools.processes import Watchdog, kill_tree
+from course_tools.runner import CappedLog
 
 if TYPE_CHECKING:
     from course_tools.grade.jail.cgroups import Cgroup
 
+#: The most of a check process's own output kept in the batch's check log, in bytes.
+LOG_BYTES = 8 * 2**20
 #: (passed, message) for one hidden test.
 CheckVerdict = tuple[bool, str]
 
@@ -149,17 +152,20 @@ class CheckProcess:
 
     def _start(self) -> None:
         argv = [sys.executable, "-m", "course_tools.grade.core.checker"]
-        with open(self.log_path, "a") as log:
-            self.process = subprocess.Popen(
-                self.wrap(argv) if self.wrap else argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-                env=self.env,
-                cwd=self.cwd,
-                start_new_session=True,
-            )
+        self.process = subprocess.Popen(
+            self.wrap(argv) if self.wrap else argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,
+        )
+        # what it prints besides its answers (TensorFlow, Keras's warnings, which repeat names a
+        # model file chose): at most LOG_BYTES a process, the rest counted and dropped
+        self.log = CappedLog(self.process.stderr, self.log_path, LOG_BYTES, append=True)
+        self.log.start()
         self.lines = queue.Queue()
         threading.Thread(target=self._read, args=(self.process, self.lines), daemon=True).start()
 
@@ -243,6 +249,7 @@ class CheckProcess:
         if process is not None:
             kill_tree(process.pid)
             process.wait()
+            self.log.join(timeout=10)  # its pipe ends with the process: the log is complete
 
     def close(self) -> None:
         """Kill the process now, even during a job (its `run` returns failed verdicts), and start
