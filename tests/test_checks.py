@@ -455,3 +455,9 @@ def test_an_item_keyed_by_a_model_or_a_pipeline_is_no_assignment_of_it():
     )
     checks.assert_created_in_scope(code, "fit_model")
     checks.assert_pipeline_code(code, "train_ds", "train")
+
+
+def test_a_model_assigned_with_the_walrus_is_assigned():
+    """`(custom_model := make_model())` under the scope (red team 9a: 11/12 for it)."""
+    code = observed(f"{MIRRORED}with strategy.scope():\n    (custom_model := make_model())")
+    checks.assert_created_in_scope(code, "custom_model")

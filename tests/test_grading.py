@@ -2036,6 +2036,31 @@ def test_hooks_internals_and_unknown_modules_make_the_facts_untrusted():
     assert _untrusted("self.__dict__.update(settings)") == ""
 
 
+def test_red_team_9a_routes_are_marked_and_its_honest_lines_are_not():
+    """A garbage collector callback and a frame walk (which edited the probe's facts as it ran),
+    a `.txt` renamed to `.py` or run by a file loader: marked. The word `monitoring` or
+    `callbacks` of the notebook's own (1/12 before) is not; only `sys.monitoring` and
+    `gc.callbacks` are."""
+    for code, said in (
+        ("import gc\ngc.callbacks.append(edit)", "`callbacks` sets a hook on the interpreter"),
+        ("import inspect\nframe = inspect.currentframe()", "`currentframe` sets a hook"),
+        ("import sys\nsys.monitoring.use_tool_id(1, 'x')", "`monitoring` sets a hook"),
+        ("import os\nos.replace('helpers.txt', 'helpers.py')", "cannot read as code"),
+        (
+            "from importlib.machinery import SourceFileLoader\n"
+            "SourceFileLoader('m', 'm.txt').exec_module(module)",
+            "cannot read as code",
+        ),
+    ):
+        assert said in _untrusted(code), (code, _untrusted(code))
+    for code in (
+        'monitoring = {"metric": "loss", "every": 1}',
+        "callbacks = [checkpoint]\nmodel.fit(train_ds, callbacks=callbacks)",
+        "import shutil\nshutil.copy('results.json', 'backup.json')",
+    ):
+        assert _untrusted(code) == "", code
+
+
 def test_the_probe_reads_no_dataset_or_model_whose_class_answers_for_it():
     """A pipeline whose class is the notebook's (its own `__iter__`) and a model whose class
     replaces Keras's `weights`: the probe reads neither (an error in their facts); a subclass of
@@ -2069,21 +2094,27 @@ def test_the_probe_reads_no_dataset_or_model_whose_class_answers_for_it():
     assert "fingerprint" in facts["models"]["honest"], facts["models"]["honest"]
 
 
-def test_a_profile_hook_set_at_run_time_is_refused(tmp_path, sandboxed):
-    """A profile hook set through a name built at run time (no reading sees it) would see, and
-    could edit, what the probe collects: the probe marks the facts untrusted."""
+RUN_TIME_HOOKS = {
+    "a profile or trace hook": "import sys\ngetattr(sys, 'set' + 'profile')(lambda *a: None)",
+    "a garbage collector callback": "import gc\ngetattr(gc, 'call' + 'backs').append(print)",
+}
+
+
+@pytest.mark.parametrize("hook", sorted(RUN_TIME_HOOKS))
+def test_a_hook_set_at_run_time_is_refused(tmp_path, sandboxed, hook):
+    """A profile hook or a garbage collector callback set through a name built at run time (no
+    reading sees it) would run during the probe and could edit what it collects (red teams 8a
+    and 9a): the probe marks the facts untrusted."""
     probe = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
     outcome, facts, error = submission.run(
-        notebook_of(
-            "import sys\ngetattr(sys, 'set' + 'profile')(lambda *a: None)\nprint('hooked')"
-        ),
+        notebook_of(RUN_TIME_HOOKS[hook] + "\nprint('hooked')"),
         tmp_path,
         {**os.environ, **ENV},
         submission.RunSetup(Limits(60, 120), probe_source=probe),
     )
     assert "hooked" in _outputs(outcome), _outputs(outcome)
     assert error == "", error
-    assert "a profile or trace hook" in " ".join(facts["tampered"]), facts["tampered"]
+    assert hook in " ".join(facts["tampered"]), facts["tampered"]
 
 
 def test_showing_every_value_and_a_no_op_assignment_leave_the_facts_trusted():

@@ -54,8 +54,10 @@ SHELL_MAGICS = frozenset({"run", "alias_magic", "autoawait"})
 #: kernel: with one as a name or an attribute in the code, the kernel's facts are untrusted.
 HOOK_NAMES = frozenset(
     {"setprofile", "settrace", "setprofile_all_threads", "settrace_all_threads",
-     "addaudithook", "monitoring", "_getframe", "set_asyncgen_hooks"}
+     "addaudithook", "_getframe", "set_asyncgen_hooks", "currentframe"}
 )  # fmt: skip
+#: Hooks named by their module (a bare `callbacks` or `monitoring` is a notebook's own word).
+DOTTED_HOOKS = ("sys.monitoring", "gc.callbacks")
 #: The attributes that change what an object or function is or runs (`ds.__class__ = Mine`,
 #: `f.__code__ = ...`, `f.__globals__[...] = ...`): assigned anywhere, the facts are untrusted.
 OBJECT_INTERNALS = frozenset(
@@ -67,7 +69,7 @@ MAGIC_WHY = {
     **{
         name: "sets a hook on the interpreter, which sees every call the grader's probe makes: "
         "remove it"
-        for name in HOOK_NAMES
+        for name in HOOK_NAMES | {"monitoring", "callbacks"}
     },
     "run": "runs a file the grader cannot read as code: put that code in the notebook's cells",
     "alias_magic": "renames what a magic runs: call the magic by its own name",
@@ -142,7 +144,7 @@ def _targets(node: ast.AST) -> list[str]:
     """The plain names an assignment binds."""
     if isinstance(node, ast.Assign):
         targets = node.targets
-    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
         targets = [node.target]
     else:
         return []
@@ -264,6 +266,16 @@ def _path_text(node: ast.AST | None, literals: dict[str, str]) -> str | None:
     return _literal_code(node)
 
 
+#: The calls that load a module from a file the grader never read as code.
+FILE_LOADERS = frozenset(
+    {"SourceFileLoader", "SourcelessFileLoader", "spec_from_file_location", "exec_module",
+     "load_module", "run_path", "run_module"}
+)  # fmt: skip
+#: The calls that give a file another name (a `.txt` written, then renamed to `.py` and imported).
+FILE_MOVES = frozenset({"rename", "replace", "move", "copy", "copyfile", "copy2", "symlink_to",
+                        "link_to", "hardlink_to"})  # fmt: skip
+
+
 def _unread_code(node: ast.AST, literals: dict[str, str]) -> bool:
     """`node` has the kernel run code the grader cannot read as code: exec, eval or compile
     given anything but a literal (`exec(SRC)`, an f-string with values); a module imported by a
@@ -279,6 +291,12 @@ def _unread_code(node: ast.AST, literals: dict[str, str]) -> bool:
         return any((n or "").split(".")[0] == "runpy" for n in names)
     if not isinstance(node, ast.Call):
         return False
+    called = _dotted(node.func).split(".")[-1] or getattr(node.func, "attr", "")
+    if called in FILE_LOADERS:
+        return True  # SourceFileLoader(...).exec_module(...), spec_from_file_location(...)
+    if called in FILE_MOVES and len(node.args) > 1:  # os.replace("m.txt", "m.py")
+        text = _path_text(node.args[1], literals)
+        return text is None or text.endswith(".py")
     path = None
     if getattr(node.func, "id", "") == "open" and node.args:
         mode = node.args[1] if len(node.args) > 1 else None
@@ -909,6 +927,8 @@ class Code:
                     reached.add(node.id)
                 elif isinstance(node, ast.Attribute) and node.attr in SHELL_NAMES | HOOK_NAMES:
                     reached.add(node.attr)
+                elif isinstance(node, ast.Attribute) and _dotted(node).endswith(DOTTED_HOOKS):
+                    reached.add(_dotted(node).split(".")[-1])  # sys.monitoring, gc.callbacks
                 elif _named(node) in SHELL_NAMES | HOOK_NAMES:  # getattr(sys, "settrace")
                     reached.add(_named(node))
                 elif isinstance(node, (ast.Import, ast.ImportFrom)):

@@ -121,10 +121,12 @@ def _own_object(value, methods=("__call__", "format", "lookup", "lookup_by_type"
     return _own_class(type(value)) and not set(methods) & set(vars(value))
 _tampered = [name for name in ("run_cell", "run_cell_async", "transform_cell", "user_expressions",
              "run_ast_nodes", "run_code", "should_run_async") if not _own(name)]
-import threading as _threading
+import gc as _gc, threading as _threading
 if any(hook() is not None for hook in (_sys.getprofile, _sys.gettrace, _threading.getprofile,
                                        _threading.gettrace)):
     _tampered.append("a profile or trace hook, which sees every call the probe makes")
+if _gc.callbacks:
+    _tampered.append("a garbage collector callback, which runs during the probe")
 _display = _shell.display_formatter
 _shown = [name for name in ("_format_user_obj", "_user_obj_error") if not _own(name)]
 if _display is not globals().pop({key!r} + "_formatter", None) or not _own_object(_display):
