@@ -2057,6 +2057,7 @@ def test_red_team_9a_routes_are_marked_and_its_honest_lines_are_not():
         'monitoring = {"metric": "loss", "every": 1}',
         "callbacks = [checkpoint]\nmodel.fit(train_ds, callbacks=callbacks)",
         "import shutil\nshutil.copy('results.json', 'backup.json')",
+        "import shutil\nshutil.copy(best, target)",
     ):
         assert _untrusted(code) == "", code
 

@@ -295,8 +295,8 @@ def _unread_code(node: ast.AST, literals: dict[str, str]) -> bool:
     if called in FILE_LOADERS:
         return True  # SourceFileLoader(...).exec_module(...), spec_from_file_location(...)
     if called in FILE_MOVES and len(node.args) > 1:  # os.replace("m.txt", "m.py")
-        text = _path_text(node.args[1], literals)
-        return text is None or text.endswith(".py")
+        text = _path_text(node.args[1], literals)  # a target built at run time: not seen
+        return bool(text) and text.endswith(".py")
     path = None
     if getattr(node.func, "id", "") == "open" and node.args:
         mode = node.args[1] if len(node.args) > 1 else None
