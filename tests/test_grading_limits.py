@@ -243,17 +243,13 @@ def test_the_sandbox_sees_no_control_group_and_no_network_device(tmp_path):
     assert json.loads(done.stdout) == dict.fromkeys(masked, [])
 
 
-def test_a_kernel_socket_path_replaced_by_a_link_is_never_connected_to(tmp_path):
-    """The grader's sockets reach the kernel's socket files as they were bound: after the kernel
-    replaces one with a link to another socket of the host and drops the connection, neither
-    zmq's reconnection nor a new socket (the heartbeat's, after a missed beat) reaches it."""
-    import socket
-
+def _pinned_client(path: Path):
+    """A stand-in kernel's ROUTER bound at `path`, and the grader's context with a DEALER that
+    reached it (one message through): (kernel context, router, grader context, dealer)."""
     import zmq
 
     from course_tools.runner import _capped_context
 
-    path, lure_path = tmp_path / "kernel-1", tmp_path / "lure"
     kernel = zmq.Context()
     router = kernel.socket(zmq.ROUTER)
     router.bind(f"ipc://{path}")
@@ -263,11 +259,29 @@ def test_a_kernel_socket_path_replaced_by_a_link_is_never_connected_to(tmp_path)
     dealer.connect(f"ipc://{path}")
     dealer.send(b"hello")
     assert router.poll(5000) and router.recv_multipart()[1] == b"hello"
+    return kernel, router, context, dealer
+
+
+def _lure(path: Path):
+    """A host socket listening at `path`, whose `accept` gives up after 2 s."""
+    import socket
 
     lure = socket.socket(socket.AF_UNIX)
-    lure.bind(str(lure_path))
+    lure.bind(str(path))
     lure.listen()
     lure.settimeout(2)
+    return lure
+
+
+def test_a_kernel_socket_path_replaced_by_a_link_is_never_connected_to(tmp_path):
+    """The grader's sockets reach the kernel's socket files as they were bound: after the kernel
+    replaces one with a link to another socket of the host and drops the connection, neither
+    zmq's reconnection nor a new socket (the heartbeat's, after a missed beat) reaches it."""
+    import zmq
+
+    path, lure_path = tmp_path / "kernel-1", tmp_path / "lure"
+    kernel, router, context, dealer = _pinned_client(path)
+    lure = _lure(lure_path)
     path.unlink()
     path.symlink_to(lure_path)
     router.close(linger=0)  # the connection drops: zmq reconnects every 50 ms
@@ -296,28 +310,13 @@ def test_a_kernel_socket_folder_replaced_by_a_link_is_never_followed(tmp_path):
     """Red team 8b: the kernel renames its sockets' folder and puts a link to another folder of
     the host in its place, then misses a heartbeat: the heartbeat's new socket reuses the socket
     pinned when the kernel started, never the path, so the lure there gets no connection."""
-    import socket
-
     import zmq
-
-    from course_tools.runner import _capped_context
 
     folder, moved, lures = tmp_path / "kernel", tmp_path / "moved", tmp_path / "lures"
     folder.mkdir()
     lures.mkdir()
-    kernel = zmq.Context()
-    router = kernel.socket(zmq.ROUTER)
-    router.bind(f"ipc://{folder / 'kernel-5'}")
-    context = _capped_context(message_kb=1024)
-    first = context.socket(zmq.DEALER)
-    first.connect(f"ipc://{folder / 'kernel-5'}")
-    first.send(b"hello")
-    assert router.poll(5000) and router.recv_multipart()[1] == b"hello"
-
-    lure = socket.socket(socket.AF_UNIX)
-    lure.bind(str(lures / "kernel-5"))
-    lure.listen()
-    lure.settimeout(2)
+    kernel, router, context, first = _pinned_client(folder / "kernel-5")
+    lure = _lure(lures / "kernel-5")
     folder.rename(moved)
     folder.symlink_to(lures)  # the same path now leads to the lure
     second = context.socket(zmq.DEALER)  # as the heartbeat makes after a missed beat
