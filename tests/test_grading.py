@@ -1929,7 +1929,11 @@ def test_honest_attributes_of_objects_and_other_modules_leave_the_facts_trusted(
 #: Red team 7a's ways to hand the probe other builtins: swap the namespace its path goes through
 #: for a copy with a forged `compile`; rename a class that comes before `BuiltinImporter` and
 #: give it a `find_spec` whose globals hold the copy; replace `compile` in the builtins module
-#: itself, from a string built at run time (which no reading of the code sees).
+#: itself, from a string built at run time (which no reading of the code sees). Red team 9a's
+#: one level down, through an object, as the probe loads its own code: a method of a loader's
+#: class replaced, one added over the method it inherits, a closure's cell set (the wrapper
+#: around `get_filename` holds the real one).
+LOADER = "import collections\nLoader = type(collections.__spec__.loader)\n"
 BUILTINS_SWAPS = {
     "namespace": """
 from importlib.machinery import BuiltinImporter
@@ -1947,6 +1951,22 @@ _ModuleLock.__name__ = "BuiltinImporter"
     "module": """
 setattr(builtins, "comp" + "ile", forger)
 """,
+    "class-method": LOADER
+    + "real = Loader.path_stats\nLoader.path_stats = lambda self, path: real(self, path)\n",
+    "added-method": LOADER
+    + "Loader.get_data = lambda self, path: Loader.__base__.get_data(self, path)\n",
+    "closure-cell": LOADER
+    + "cell = Loader.get_filename.__closure__[0]\nreal = cell.cell_contents\n"
+    + "cell.cell_contents = lambda self, name=None: real(self, name)\n",
+}
+#: What the refusal names for each of `BUILTINS_SWAPS`.
+SWAP_NAMED = {
+    "namespace": "(B",
+    "renamed": "(B",
+    "module": "B.compile",
+    "class-method": "E.SourceFileLoader.path_stats",
+    "added-method": "E.SourceFileLoader.get_data",
+    "closure-cell": "E.FileLoader.get_filename cell",
 }
 SWAP_FORGER = """
 import builtins, pathlib
@@ -1961,9 +1981,10 @@ def forger(source, *args, **kwargs):
 
 @pytest.mark.parametrize("swap", sorted(BUILTINS_SWAPS))
 def test_builtins_changed_after_the_kernel_started_are_refused(tmp_path, sandboxed, swap):
-    """The probe compares the builtins it finds with what they were before the first cell (the
-    same dict, each value the same object): any of red team 7a's swaps makes it refuse, naming
-    what changed, and the forger never sees the probe's code."""
+    """The probe compares the builtins and import machinery it finds with what they were before
+    the first cell (the same dicts, each value the same object, each class's methods and each
+    function's code and closure the same): any of red teams 7a's and 9a's swaps makes it refuse,
+    naming what changed, and the forger never sees the probe's code."""
     probe = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
     outcome, facts, error = submission.run(
         notebook_of(SWAP_FORGER, BUILTINS_SWAPS[swap] + "print('swapped')"),
@@ -1976,7 +1997,7 @@ def test_builtins_changed_after_the_kernel_started_are_refused(tmp_path, sandbox
     assert "models" not in facts, facts
     said = " ".join(facts["tampered"])
     assert "the notebook changed Python's builtins or imports (" in said, said
-    assert "B.compile" in said if swap == "module" else "(B" in said, said
+    assert SWAP_NAMED[swap] in said, said
     assert not (tmp_path / "forger-called").exists(), "the forger compiled the probe's code"
 
 
@@ -2060,6 +2081,21 @@ def test_red_team_9a_routes_are_marked_and_its_honest_lines_are_not():
         "import shutil\nshutil.copy(best, target)",
     ):
         assert _untrusted(code) == "", code
+
+
+def test_code_that_writes_the_interpreters_memory_makes_the_facts_untrusted():
+    """ctypes (imported, or reached through NumPy), an array over any address, the referents of
+    a builtin type's dict: each writes what no check in the kernel can see."""
+    for code in (
+        "import ctypes\nctypes.memmove(a, b, 8)",
+        "from ctypes import pythonapi",
+        "import numpy as np\nnp.ctypeslib.ctypes.memmove(a, b, 8)",
+        "import numpy as np\nx = np.asarray(Raw())\nRaw.__array_interface__ = {}",
+        "import gc\ngc.get_referents(int.__dict__)[0]['x'] = 1",
+        "from numpy.lib.stride_tricks import as_strided",
+    ):
+        assert "writes the interpreter's memory directly" in _untrusted(code), code
+    assert _untrusted("import numpy as np\nx = np.asarray(images)") == ""
 
 
 def test_the_probe_reads_no_dataset_or_model_whose_class_answers_for_it():

@@ -56,6 +56,13 @@ HOOK_NAMES = frozenset(
     {"setprofile", "settrace", "setprofile_all_threads", "settrace_all_threads",
      "addaudithook", "_getframe", "set_asyncgen_hooks", "currentframe"}
 )  # fmt: skip
+#: What writes the interpreter's memory directly (ctypes, a NumPy array over any address, the
+#: objects that refer to a dict of a builtin type): past every check the probe makes in the
+#: kernel, so with one as a name or an attribute in the code, the kernel's facts are untrusted.
+MEMORY_NAMES = frozenset(
+    {"ctypes", "_ctypes", "ctypeslib", "cffi", "pythonapi", "get_referents", "get_referrers",
+     "__array_interface__", "__array_struct__", "as_strided"}
+)  # fmt: skip
 #: Hooks named by their module (a bare `callbacks` or `monitoring` is a notebook's own word).
 DOTTED_HOOKS = ("sys.monitoring", "gc.callbacks")
 #: The attributes that change what an object or function is or runs (`ds.__class__ = Mine`,
@@ -70,6 +77,11 @@ MAGIC_WHY = {
         name: "sets a hook on the interpreter, which sees every call the grader's probe makes: "
         "remove it"
         for name in HOOK_NAMES | {"monitoring", "callbacks"}
+    },
+    **{
+        name: "writes the interpreter's memory directly, past every check the grader's probe "
+        "makes in the kernel: remove it"
+        for name in MEMORY_NAMES
     },
     "run": "runs a file the grader cannot read as code: put that code in the notebook's cells",
     "alias_magic": "renames what a magic runs: call the magic by its own name",
@@ -923,20 +935,31 @@ class Code:
             for node in ast.walk(tree):
                 if id(node) in allowed:
                     continue
-                if isinstance(node, ast.Name) and node.id in SHELL_NAMES | HOOK_NAMES:
+                if (
+                    isinstance(node, ast.Name)
+                    and node.id in SHELL_NAMES | HOOK_NAMES | MEMORY_NAMES
+                ):
                     reached.add(node.id)
-                elif isinstance(node, ast.Attribute) and node.attr in SHELL_NAMES | HOOK_NAMES:
+                elif (
+                    isinstance(node, ast.Attribute)
+                    and node.attr in SHELL_NAMES | HOOK_NAMES | MEMORY_NAMES
+                ):
                     reached.add(node.attr)
                 elif isinstance(node, ast.Attribute) and _dotted(node).endswith(DOTTED_HOOKS):
                     reached.add(_dotted(node).split(".")[-1])  # sys.monitoring, gc.callbacks
-                elif _named(node) in SHELL_NAMES | HOOK_NAMES:  # getattr(sys, "settrace")
+                elif (
+                    _named(node) in SHELL_NAMES | HOOK_NAMES | MEMORY_NAMES
+                ):  # getattr(sys, "settrace")
                     reached.add(_named(node))
                 elif isinstance(node, (ast.Import, ast.ImportFrom)):
                     imported = isinstance(node, ast.Import)
                     modules = [a.name for a in node.names] if imported else [node.module or ""]
                     names = [] if imported else [a.name for a in node.names]
                     reached.update(m for m in modules if m.startswith(SHELL_MODULES))
-                    reached.update(n for n in names if n in SHELL_NAMES)
+                    reached.update(
+                        m.split(".")[0] for m in modules if m.split(".")[0] in MEMORY_NAMES
+                    )
+                    reached.update(n for n in names if n in SHELL_NAMES | MEMORY_NAMES)
         return sorted(reached)
 
     def unread_code(self) -> list[str]:

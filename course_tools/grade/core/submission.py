@@ -190,14 +190,62 @@ NAMESPACES = (
 #: `object.__repr__`, which writes an object's address ("<dict object at 0x7f...>"): two objects
 #: alive at once never share one.
 REPR = "''.__class__.__base__.__repr__"
+
+
+def _let(*bindings: tuple[str, str], body: str) -> str:
+    """`body` with each (name, value) bound in turn, as one expression (a lambda a binding)."""
+    for name, value in reversed(bindings):
+        body = f"(lambda {name}: {body})({value})"
+    return body
+
+
+#: What the probe's steps compare, as one expression of `spaces` (`NAMESPACES`), `R` (`REPR`) and
+#: `T` (`type`), giving {path: text}: for each namespace, its dict and each value, the value's
+#: class, and when the value is a class of Python code, each entry of the class's own dict (a
+#: method replaced through an object, `type(loader).get_code = ...`, keeps the class's address);
+#: for each function among them (or inside a classmethod, staticmethod or property), its code, its
+#: defaults and what its closure's cells hold. Every attribute is read through its class's own
+#: descriptor (`type.__dict__[...]`), which no notebook can override, and nothing is called that
+#: a notebook defined. The object addresses change when any of them is replaced.
+WALK = _let(
+    ("G", "lambda n: T.__dict__[n].__get__"),  # one of `type`'s own descriptors
+    ("D", "G('__dict__')"),  # a class's own dict
+    (
+        "S",
+        "{G('__name__')(c): c for c in G('__subclasses__')(G('__base__')(T))() "
+        "if G('__flags__')(c) & 512 == 0 and G('__name__')(c) in "
+        "('function', 'classmethod', 'staticmethod', 'property', 'cell')}",
+    ),
+    ("V", "lambda v, n: D(T(v))[n].__get__(v)"),  # v's attribute n, from its class's descriptor
+    (
+        "F",
+        "lambda f: [] if T(f) is not S['function'] else [('code', R(V(f, '__code__'))), "
+        "('defaults', R(V(f, '__defaults__'))), ('kwdefaults', R(V(f, '__kwdefaults__')))] + "
+        "[('cell', D(S['cell'])['__repr__'](c)) for c in V(f, '__closure__') or ()]",
+    ),
+    (
+        "P",
+        "lambda v: F(V(v, '__func__')) if T(v) is S['classmethod'] or T(v) is "
+        "S['staticmethod'] else [e for n in ('fget', 'fset', 'fdel') for e in F(V(v, n))] "
+        "if T(v) is S['property'] else F(v)",
+    ),
+    (
+        "N",
+        "lambda p, v: [(p, R(v)), (p + ' class', R(T(v)))] + [(p + ' ' + n, t) for n, t in P(v)]",
+    ),
+    body="{p: t for s, d in spaces.items() for p, t in [(s, R(d))] + [e for k, v in d.items() "
+    "for e in N(s + ' ' + k, v) + ([e for a, w in D(v).items() "
+    "for e in N(s + ' ' + k + '.' + a, w)] "
+    "if [c for c in G('__mro__')(T(v)) if c is T] and G('__flags__')(v) & 512 else [])]}",
+)
+#: `type`, reached from a literal.
+TYPE = "''.__class__.__class__"
 #: The first expression, evaluated as the kernel starts, before any of the notebook's code runs
-#: (`RunOptions.first_expression`): for each of `NAMESPACES`, the address of the dict and of each
-#: value in it, one "namespace name address" a line, which the probe's steps compare with what
-#: they find.
+#: (`RunOptions.first_expression`): `WALK`, one "path<TAB>text" a line, which the probe's steps
+#: compare with what they find.
 ANCHOR = (
-    "(lambda spaces, R: ''.join([s + ' ' + R(d) + ''.join(['\\n' + s + ' ' + k + ' ' + R(v) "
-    "for k, v in d.items()]) + '\\n' for s, d in spaces.items()]))"
-    f"({NAMESPACES}, {REPR})"
+    f"(lambda spaces, R, T: ''.join([p + '\\t' + t + '\\n' for p, t in {WALK}.items()]))"
+    f"({NAMESPACES}, {REPR}, {TYPE})"
 )
 #: The builtins the kernel itself swaps while it runs code (ipykernel forwards `input` and
 #: `getpass` to the front end for each request): not compared.
@@ -213,54 +261,57 @@ _RAISE = (
 )
 
 
-def read_anchor(text: str) -> dict[str, tuple[str, dict[str, str]]]:
-    """For each namespace of `NAMESPACES`, the dict's address and each value's, from the text of
-    `ANCHOR`'s answer (a str's repr); ValueError for anything else."""
+def read_anchor(text: str) -> dict[str, str]:
+    r"""What `WALK` found before the first cell, {path: text}, from the text of `ANCHOR`'s answer
+    (a str's repr), `SWAPPED` left out; ValueError for anything else.
+
+    >>> read_anchor(repr("B\t<dict at 0x1>\nB input\t<x>\nI\t<dict at 0x2>\nE\t<dict at 0x3>\n"))
+    {'B': '<dict at 0x1>', 'I': '<dict at 0x2>', 'E': '<dict at 0x3>'}
+    """
     if len(text) > MAX_FACTS_CHARS or not _STRING_LITERAL.fullmatch(text):
         raise ValueError(f"not a string's repr: {text[:60]!r}")
-    anchor: dict[str, tuple[str, dict[str, str]]] = {}
+    anchor = {}
     for line in ast.literal_eval(text).splitlines():
-        space, rest = line.split(" ", 1)
-        if rest.startswith("<"):  # the dict's own address
-            anchor[space] = (rest, {})
-        else:
-            name, address = rest.split(" ", 1)
-            if not (space == "B" and name in SWAPPED):
-                anchor[space][1][name] = address
-    if set(anchor) != {"B", "I", "E"}:
-        raise ValueError(f"namespaces {sorted(anchor)}, not B, I and E")
+        path, found = line.split("\t", 1)
+        space, _, rest = path.partition(" ")
+        if not (space == "B" and rest.split(" ")[0].split(".")[0] in SWAPPED):
+            anchor[path] = found
+    if not {"B", "I", "E"} <= set(anchor):
+        raise ValueError(f"namespaces {sorted(p for p in anchor if ' ' not in p)}, not B, I and E")
     return anchor
 
 
-def expression(code: str, key: str, anchor: dict[str, tuple[str, dict[str, str]]]) -> str:
+def expression(code: str, key: str, anchor: dict[str, str]) -> str:
     """A user expression that runs `code` and gives back what it left under `key`, without a
     name looked up in the notebook's namespace: the code runs in a namespace of its own, whose
     builtins are the interpreter's (`NAMESPACES`), and whose `globals()` is the notebook's
-    namespace (as the probe cell finds it when it runs in the solution). Before it runs, the
-    namespaces found are checked against `anchor` (`read_anchor`): the same dicts, each value the
-    same object as before the first cell; else it raises `REFUSED`, naming what changed.
+    namespace (as the probe cell finds it when it runs in the solution). Before it runs, `WALK`'s
+    findings are checked against `anchor` (`read_anchor`): each the same as before the first
+    cell, and no method added to a class since; else it raises `REFUSED`, naming the first ten
+    paths that changed.
 
-    >>> anchor = {s: (f"<dict object at 0x{i}>", {}) for i, s in enumerate("BIE")}
-    >>> expression("x = 1", "x", anchor).startswith("(lambda spaces, n, R:")
+    >>> anchor = {s: f"<dict object at 0x{i}>" for i, s in enumerate("BIE")}
+    >>> expression("x = 1", "x", anchor).startswith("(lambda spaces, n, R, T:")
     True
     """
-    addresses = {space: address for space, (address, _) in anchor.items()}
-    values = {space: names for space, (_, names) in anchor.items()}
+    # a path not in the anchor counts inside a class's dict (a method added over an inherited
+    # one); a name added to a namespace itself does not change what the probe's code runs
     changed = (
-        f"[s for s, a in {addresses!r}.items() if R(spaces[s]) != a] or "
-        f"[s + '.' + k for s, d in {values!r}.items() for k, a in d.items() "
-        "if R(spaces[s].get(k)) != a]"
+        f"(lambda A: [p for p, a in A.items() if W.get(p) != a] + "
+        "[p for p in W if p not in A and '.' in p.partition(' ')[2].split(' ')[0]])"
+        f"({anchor!r})"
     )
     message = (
-        f"'the notebook changed Python\\'s builtins or imports (' + ', '.join({changed}) + ')'"
+        "'the notebook changed Python\\'s builtins or imports (' + ', '.join("
+        "[p.replace(' ', '.', 1) for p in C[:10]]) + (', ...' if C[10:] else '') + ')'"
     )
     run = f"b['exec'](b['compile']({code!r}, '<grader probe>', 'exec'), p) or p[{key!r}]"
     own = "{'__builtins__': b, '__name__': '__grader_probe__', 'globals': lambda: n}"
     body = f"(lambda b: (lambda p: {run})({own}))(spaces['B'])"
     refuse = _RAISE.format(message=message)
     return (
-        f"(lambda spaces, n, R: {body} if not ({changed}) else {refuse})"
-        f"({NAMESPACES}, (lambda: 0).__globals__, {REPR})"
+        f"(lambda spaces, n, R, T: (lambda W: (lambda C: {body} if not C else {refuse})"
+        f"({changed}))({WALK}))({NAMESPACES}, (lambda: 0).__globals__, {REPR}, {TYPE})"
     )
 
 
