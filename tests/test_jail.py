@@ -25,7 +25,7 @@ import psutil
 import pytest
 from helpers import require_or_skip
 
-from course_tools.grade.jail import cgroups, identity, limits, sandbox, workdir
+from course_tools.grade.jail import cgroups, identity, limits, sandbox, seccomp, workdir
 
 #: Host-wide knobs a process as root (without capabilities) could once rewrite from inside.
 HOST_KNOBS = (
@@ -578,3 +578,40 @@ def test_the_sandboxs_own_uid_reads_the_etc_files_it_is_given_and_no_other(jail_
     assert seen["passwd"] == "root" and seen["root"] == "root" and seen["cache"] > 0, seen
     assert set(seen["listed"]) <= set(sandbox.SYSTEM_ETC), seen["listed"]
     assert "shadow" not in seen["listed"] and "munge" not in seen["listed"], seen["listed"]
+
+
+#: Runs inside the jail: the kernel's key management, reached as a submission would (ctypes), for
+#: the session keyring, the user's (the grader's, on the user route), and x86's x32 numbering.
+KEYRINGS = r"""
+import ctypes, json, os, platform
+from course_tools.grade.jail import seccomp
+libc = ctypes.CDLL(None, use_errno=True)
+add_key, request_key, keyctl = seccomp.ARCHITECTURES[platform.machine()][0][1]
+calls = {
+    "keyctl session": (keyctl, 0, -3, 0),
+    "add_key user": (add_key, b"user", b"red", b"secret", 6, -4),
+    "request_key": (request_key, b"user", b"red", None, -3),
+}
+if platform.machine() == "x86_64":
+    calls["keyctl x32"] = (keyctl | seccomp.X32_BIT, 0, -3, 0)
+said = {}
+for name, (number, *args) in calls.items():
+    ctypes.set_errno(0)
+    result = libc.syscall(number, *args)
+    said[name] = os.strerror(ctypes.get_errno()) if result == -1 else "allowed"
+print(json.dumps(said))
+"""
+
+
+def test_a_submission_cannot_reach_the_kernels_keyrings(jail_as_root, tmp_path):
+    """Red team 10b read the instructor's keys and left its own in root's keyring from inside:
+    keyrings are in no namespace. In the jail every key call fails with EPERM (the seccomp
+    filter); the same calls outside reach the keyring."""
+    jailed = _run_jailed(KEYRINGS, work=tmp_path)
+    out, err = jailed.communicate(timeout=120)
+    assert jailed.returncode == 0, err
+    said = json.loads(out)
+    assert set(said.values()) == {"Operation not permitted"}, said
+    outside = subprocess.run([sys.executable, "-c", KEYRINGS], capture_output=True, text=True)
+    assert json.loads(outside.stdout)["keyctl session"] == "allowed", outside
+    assert len(seccomp.program("aarch64")) == 15 * 8  # two blocks of three calls, no x32 check

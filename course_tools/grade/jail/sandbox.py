@@ -13,7 +13,8 @@ lives in its own PID namespace (everything it starts dies with it, and it cannot
 grader or other submissions), keeps no capabilities (so root inside cannot remount anything
 writable), and is killed when the grader dies (`--die-with-parent`). The host's knobs are
 read-only in it (/proc/sys, /proc/sysrq-trigger, /sys), and the host's control groups and network
-devices are not in it at all (`MASKED`). Run as root, its code runs as a uid of its
+devices are not in it at all (`MASKED`). It cannot use the kernel's keyrings, which
+belong to no namespace (`seccomp`). Run as root, its code runs as a uid of its
 own (`identity`), in the control group it is given (`cgroups`), with at most `NPROC` tasks and no
 core dumps; which of these hold on a host, `limits` says.
 
@@ -34,7 +35,7 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-from course_tools.grade.jail import identity
+from course_tools.grade.jail import identity, seccomp
 from course_tools.grade.jail.cgroups import Cgroup
 from course_tools.paths import PACKAGE_ROOT
 from course_utils.settings import tfds_data_dir
@@ -313,7 +314,7 @@ def wrap(  # noqa: PLR0913
         nproc += identity.user_tasks()  # the user's other processes count too
     enter = identity.enter(uid, writable=writable, nproc=nproc)
     join = cgroup.join_command() if cgroup is not None else []
-    return [*join, *args, *enter, *argv]
+    return [*join, *seccomp.with_filter([*args, *enter, *argv])]
 
 
 def kernel_env(env: dict[str, str], home: Path) -> dict[str, str]:
