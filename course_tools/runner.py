@@ -540,6 +540,11 @@ def run_notebook(
         if outcome.status == "ran":
             outcome.status = "could not start" if pid is None else "run failed"
             outcome.reason = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, RecursionError):  # the notebook's doing, not the grader's
+                outcome.reason = (
+                    "the kernel sent a message nested deeper than Python's JSON reader goes (an "
+                    "output the notebook made): the cells after it did not run"
+                )
     finally:
         if bar is not None:
             bar.close()

@@ -632,6 +632,25 @@ def test_one_submission_failing_to_save_is_its_own_grader_error(tmp_path, monkey
         assert all(s in (b.out / name).read_text() for s in "abc"), name
 
 
+def test_artifacts_whose_names_drive_a_terminal_are_not_copied(tmp_path):
+    """Red team 10b's names (a newline and a fake grade, an escape that clears the screen and sets
+    the title) reach no folder the instructor lists; an ordinary name beside them is copied."""
+    source = tmp_path / "work" / "artifacts"
+    (source / "ok").mkdir(parents=True)
+    (source / "ok" / "model.keras").write_text("weights")
+    (source / "evil\n| 12 | 12 |\x1b[2J\x1b]0;pwn\x07").write_text("x")
+    (source / "dir\x1b[2J").mkdir()
+    (source / "dir\x1b[2J" / "inner.txt").write_text("x")
+    target = tmp_path / "copied"
+    notes = one_submission.copy_artifacts(source, target, within=tmp_path / "work")
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == [
+        "ok",
+        "ok/model.keras",
+    ]
+    assert len(notes) == 2 and all("control character in its name: ignored" in n for n in notes)
+    assert all("\x1b" not in n for n in notes), notes  # the note shows the name escaped
+
+
 def test_artifacts_are_copied_without_following_symbolic_links(tmp_path):
     """A submission's artifacts are copied out on the host: a link (the artifacts folder itself,
     or inside it) must never bring the grader's own files along."""
@@ -1393,6 +1412,25 @@ def test_an_oversized_reply_stops_the_kernel_and_an_oversized_output_only_its_ce
     assert any(note.startswith("cell 0: a kernel message") for note in outcome.output_notes)
     assert notebook.cells[1].outputs[0]["text"] == "next\n"
     assert "accepted was refused" in notebook.cells[0].outputs[-1]["text"]
+
+
+DEEP_MESSAGE = """
+kernel = get_ipython().kernel
+deep = "[" * 200_000 + "]" * 200_000
+content = '{"data": {"text/plain": "x"}, "metadata": ' + deep + ', "transient": {}}'
+parent = kernel.get_parent()
+kernel.session.send(kernel.iopub_socket, "display_data", content.encode(), parent=parent)
+"""
+
+
+def test_a_message_nested_too_deep_to_read_is_named_as_the_notebooks_doing(tmp_path):
+    """Red team 10b's display message nested 200,000 levels deep (400 KB): its run ends, and the
+    reason says what the notebook sent instead of a bare RecursionError, which read like the
+    grader's own failure."""
+    notebook = notebook_of(DEEP_MESSAGE, "print('next')")
+    outcome = run_notebook(notebook, tmp_path, dict(os.environ), RunOptions(limits=Limits(60, 120)))
+    assert outcome.status == "run failed", (outcome.status, outcome.reason)
+    assert "a message nested deeper than Python's JSON reader goes" in outcome.reason
 
 
 # Red team 3's findings: a notebook of millions of empty JSON values, the probe's answer forged

@@ -62,8 +62,9 @@ def copy_artifacts(
     what is left of `limit_mb` (a sparse file's apparent size included) is skipped with a note and
     the others still copied; the bytes counted are those copied. Symbolic links are never
     followed: not in the path from `within` to `source`, not inside it (they could point at the
-    grader's files); FIFOs, sockets and devices are never opened; the walk has no recursion and
-    stops at `files.MAX_DEPTH` levels."""
+    grader's files); FIFOs, sockets and devices are never opened; a file whose path holds a
+    control character (an escape sequence for the instructor's terminal) is not copied; the walk
+    has no recursion and stops at `files.MAX_DEPTH` levels."""
     notes: list[str] = []
     for folder in [source, *source.parents]:
         if folder == within:
@@ -86,6 +87,13 @@ def copy_artifacts(
         if copied >= limit_files:
             notes.append(f"more than {limit_files} files of artifacts: the rest was ignored")
             break
+        if not str(entry.relative).isprintable():  # a name that would drive a terminal
+            skipped += 1
+            if skipped <= MAX_NOTES:
+                notes.append(
+                    f"artifact {str(entry.relative)!r} has a control character in its name: ignored"
+                )
+            continue
         if total + entry.size > budget:
             too_large += 1
             if too_large <= MAX_NOTES:
