@@ -10,12 +10,13 @@ follows from the numbers it recorded beside it.
   memory-bandwidth- or compute-bound, below both roofs, no single part dominating, undecided or
   withheld) is derived again from the batch sweep (and 3b's measured roofline) they recorded,
   3b's by `course_utils.verdict`, the rule its cells call; 3b's recorded limits and step times
-  must be the ones its rounds give.
+  must be the ones its rounds give, and its mixed-precision speed withheld on a busy machine.
 - The thresholds come from the course's code, never from the record checked (`THRESHOLDS`,
   `ALL_REDUCE_THRESHOLDS`): a record that stores another value, or none, fails, so a notebook
   edit that stops saving one cannot turn its gate off.
-- `results.json` of notebook 3c: the all-reduce's line is fitted again from the rounds it
-  recorded, a measured size beyond the tolerance the notebook states must have been flagged (with
+- `results.json` of notebook 3c: the all-reduce's two lines (up to 1 MiB, and from 4 to 16 MiB
+  with an intercept of its own) are fitted again from the rounds it recorded, a measured size
+  beyond the tolerance the notebook states must have been flagged (with
   one replica: every size within the tolerance of the loop alone, or flagged), and "alpha
   dominates" (or the bytes, or too close to call within the line's worst error) must follow,
   withheld as in 3b when other programs used more than `timing.BUSY` of the cores during a set
@@ -206,22 +207,30 @@ def regime_problems(path: Path) -> list[str]:
 
 def all_reduce_fit(results: dict) -> dict:
     """Notebook 3c's line, fitted again from its rounds with code of its own: each size's time is
-    its fastest round less the loop's fastest; alpha and beta from the small sizes, weighting each
-    residual by 1 / time (relative errors), then beta beyond them with that alpha."""
+    its fastest round less the loop's fastest; a line through the small sizes (alpha, beta) and
+    one through the large (an intercept and beta of their own), each weighting every residual by
+    1 / time (relative errors)."""
     rounds = {key: value for key, value in results["samples"].items() if key != "loop alone"}
     overhead = min(results["samples"]["loop alone"])
     seconds = {int(size): min(value) - overhead for size, value in rounds.items()}
-    small = np.array(results["small"], dtype=float)
-    y = np.array([seconds[size] for size in results["small"]])
-    beta_small, alpha = np.polyfit(small, y, 1, w=1 / y)
-    large = np.array(results["large"], dtype=float)
-    y = np.array([seconds[size] for size in results["large"]])
-    (beta_large,), *_ = np.linalg.lstsq((large / y)[:, None], (y - alpha) / y, rcond=None)
-    errors = {
-        size: (alpha + size * (beta_small if size <= max(small) else beta_large)) / t - 1
-        for size, t in seconds.items()
+    fitted = {}
+    for part in ("small", "large"):
+        y = np.array([seconds[size] for size in results[part]])
+        fitted[part] = np.polyfit(np.array(results[part], dtype=float), y, 1, w=1 / y)[::-1]
+
+    def line(size: int) -> float:
+        intercept, beta = fitted["small" if size <= max(results["small"]) else "large"]
+        return intercept + beta * size
+
+    errors = {size: line(size) / t - 1 for size, t in seconds.items()}
+    (alpha, beta_small), (alpha_large, beta_large) = fitted["small"], fitted["large"]
+    return {
+        "alpha": alpha,
+        "beta_small": beta_small,
+        "alpha_large": alpha_large,
+        "beta_large": beta_large,
+        "errors": errors,
     }
-    return {"alpha": alpha, "beta_small": beta_small, "beta_large": beta_large, "errors": errors}
 
 
 def step_share_problems(results: dict, name: str) -> list[str]:
@@ -283,8 +292,10 @@ def all_reduce_problems(path: Path) -> list[str]:
             )
         return found
     fit = all_reduce_fit(results)
-    for key in ("alpha", "beta_small", "beta_large"):
-        if not math.isclose(results[key], fit[key], rel_tol=1e-6, abs_tol=1e-12):
+    for key in ("alpha", "beta_small", "alpha_large", "beta_large"):
+        if key not in results:
+            found.append(f"{path.name}: {key} not recorded")
+        elif not math.isclose(results[key], fit[key], rel_tol=1e-6, abs_tol=1e-12):
             found.append(f"{path.name}: {key} {results[key]:.4g}, its rounds give {fit[key]:.4g}")
     for size, error in fit["errors"].items():
         if abs(error) > tolerance and not flagged:
@@ -301,7 +312,7 @@ def all_reduce_problems(path: Path) -> list[str]:
         dominates = "alpha dominates" if alpha > gradients else "the bytes dominate"
     if worst > tolerance:  # as 3b: a line that misses a measured size draws no verdict
         dominates = (
-            f"withheld: the line misses a measured size by {100 * worst:.0f}% "
+            f"withheld: the line misses a measured size by {100 * worst:.1f}% "
             f"(tolerance {100 * tolerance:.0f}%)"
         )
     loads = results.get("loads", [])
@@ -313,6 +324,20 @@ def all_reduce_problems(path: Path) -> list[str]:
     if results["dominates"] != dominates:
         found.append(f"{path.name}: {results['dominates']!r} printed, its line says {dominates!r}")
     return found
+
+
+def speed_problems(path: Path) -> list[str]:
+    """Notebook 3b's mixed-precision speed (section 4): the load during its rounds must be
+    recorded (`speed_load`), and the line printed (`speed`) withheld when other programs used
+    more than `timing.BUSY` of the cores then, as every verdict of 3b; a verdict otherwise (its
+    word is checked against its samples in conclusions.json)."""
+    results = json.loads(Path(path).read_text())
+    if "speed_load" not in results or "speed" not in results:
+        return [f"{path.name}: the mixed-precision speed's load or line not recorded"]
+    load, line = results["speed_load"], results["speed"]
+    if (load > timing.BUSY) != line.startswith("withheld: the machine was busy"):
+        return [f"{path.name}: mixed precision's speed {line!r} printed with others at {load:.0%}"]
+    return []
 
 
 def problems(notebook: Path, since: float = 0.0) -> list[str]:
@@ -329,6 +354,8 @@ def problems(notebook: Path, since: float = 0.0) -> list[str]:
         found += conclusion_problems(folder / "conclusions.json")
     if notebook.stem in REGIME_NOTEBOOKS and (folder / "results.json").exists():
         found += regime_problems(folder / "results.json")
+    if notebook.stem == "03b_where_time_goes" and (folder / "results.json").exists():
+        found += speed_problems(folder / "results.json")
     if notebook.stem in ALL_REDUCE_NOTEBOOKS and (folder / "results.json").exists():
         found += all_reduce_problems(folder / "results.json")
     return found

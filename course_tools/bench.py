@@ -260,6 +260,7 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
             "overhead_seconds": fit["overhead"],
             "alpha_seconds": fit["alpha"],
             "beta_seconds_per_byte": fit["beta_small"],
+            "intercept_large_seconds": fit["alpha_large"],
             "beta_large_seconds_per_byte": fit["beta_large"],
             "worst_error": worst,
             "tolerance": tolerance,
@@ -473,8 +474,9 @@ def all_reduce_line(reduce: dict) -> str:
     return (
         f"{where} (notebook 3c's fit): alpha {reduce['alpha_seconds'] * 1e6:,.0f} us, beta "
         f"{reduce['beta_seconds_per_byte'] * 1e12:,.1f} ps/byte up to 1 MiB and "
-        f"{reduce['beta_large_seconds_per_byte'] * 1e12:,.1f} beyond (worst error "
-        f"{100 * reduce['worst_error']:.0f}%), after {reduce['overhead_seconds'] * 1e6:.0f} us "
+        f"{reduce['beta_large_seconds_per_byte'] * 1e12:,.1f} from 4 to 16 MiB (intercept "
+        f"{reduce['intercept_large_seconds'] * 1e6:,.0f} us; worst error "
+        f"{100 * reduce['worst_error']:.1f}%), after {reduce['overhead_seconds'] * 1e6:.0f} us "
         "of loop subtracted"
         + (
             ""

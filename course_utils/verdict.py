@@ -38,12 +38,17 @@ MAJORITY = 0.5
 MIN_ROUNDS = 5
 #: A point of the sweep may lie this far from its line.
 LINE_TOLERANCE = 0.15
-#: A size of notebook 3c's all-reduce may lie this far from its line, wider than the sweep's:
-#: its small sizes take tens to hundreds of microseconds, each the difference of two fastest
-#: rounds (the size's less the loop alone's), which carries the noise of both; the sweep's steps
-#: take milliseconds and nothing is subtracted from them.
+#: A size of notebook 3c's all-reduce may lie this far from its range's line (up to 1 MiB, or 4 to
+#: 16 MiB with an intercept of its own), wider than the sweep's: its small sizes take tens of
+#: microseconds to a millisecond, each the difference of two fastest rounds (the size's less the
+#: loop alone's), which carries the noise of both, and a brief load is a large share of one; the
+#: sweep's steps take milliseconds and nothing is subtracted from them. It does not cover a shape:
+#: one alpha for both ranges would miss the large sizes (a byte costs more there) by the model's
+#: fault, so the large range has an intercept of its own.
 ALL_REDUCE_TOLERANCE = 0.25
 UNITS = {"peak": "FLOP/s", "bandwidth": "B/s"}
+#: Two sets whose fastest rounds differ by more than this ran under different conditions.
+GAP = 1.5
 SWEEP_SET = "section 3"  # the set measured beside the sweep: it decides every verdict
 
 
@@ -254,22 +259,39 @@ def regime(record: dict) -> str:
     return f"undecided: {' or '.join(found)}, with {' and '.join(ranges)}"
 
 
+def set_gap(sets: dict[str, list[float]]) -> float:
+    """The widest ratio between two sets' fastest rounds, neighbours in order of rate (1.0 with
+    one set): over `GAP`, the sets ran under different conditions, whatever their loads say.
+
+    >>> round(set_gap({"a": [108.0, 81.0], "b": [67.0], "c": [69.5, 60.8]}), 2)
+    1.55
+    """
+    tops = sorted(max(rounds) for rounds in sets.values())
+    return max((b / a for a, b in zip(tops, tops[1:])), default=1.0)
+
+
 def groups(sets: dict[str, list[float]], load: dict[str, float], unit: str) -> str:
-    """All rounds in order of rate, split at the widest gap when it exceeds 1.5x; each group with
-    the load (others' share) of the sets its rounds came from.
+    """The sets in order of their fastest round, split at the widest gap between neighbours'
+    fastest rounds when it exceeds `GAP` (a set's slow rounds cannot bridge it); each group with
+    its rounds' span and its sets' loads (others' share).
 
     >>> groups({"a": [100e9, 98e9]}, {"a": 0.05}, "FLOP/s")
-    'one group, 2 rounds at 98.0-100.0 GFLOP/s (others 5%), no gap above 1.5x'
+    'one group, 2 rounds at 98.0-100.0 GFLOP/s (others 5%), no gap above 1.5x between sets'
     """
-    ordered = sorted((r / 1e9, label) for label, rounds in sets.items() for r in rounds)
-    gaps = [b[0] / a[0] for a, b in zip(ordered, ordered[1:])]
+    order = sorted(sets, key=lambda label: max(sets[label]))
+    tops = [max(sets[label]) for label in order]
+    gaps = [b / a for a, b in zip(tops, tops[1:])]
 
-    def group(g: list) -> str:
-        span = f"{g[0][0]:,.1f}" if len(g) == 1 else f"{g[0][0]:,.1f}-{g[-1][0]:,.1f}"
-        shares = ", ".join(f"{100 * load[k]:.0f}%" for k in dict.fromkeys(k for _, k in g))
-        return f"{count(len(g), 'round')} at {span} G{unit} (others {shares})"
+    def group(labels: list[str]) -> str:
+        rates = sorted(r / 1e9 for label in labels for r in sets[label])
+        span = f"{rates[0]:,.1f}" if len(rates) == 1 else f"{rates[0]:,.1f}-{rates[-1]:,.1f}"
+        shares = ", ".join(f"{100 * load[label]:.0f}%" for label in labels)
+        return f"{count(len(rates), 'round')} at {span} G{unit} (others {shares})"
 
-    if not gaps or max(gaps) < 1.5:
-        return f"one group, {group(ordered)}, no gap above 1.5x"
+    if set_gap(sets) <= GAP:
+        return f"one group, {group(order)}, no gap above {GAP}x between sets"
     cut = gaps.index(max(gaps)) + 1
-    return f"two groups, {group(ordered[:cut])} and {group(ordered[cut:])} ({max(gaps):.1f}x gap)"
+    return (
+        f"two groups, {group(order[:cut])} and {group(order[cut:])} ({max(gaps):.2f}x gap "
+        "between the sets' fastest rounds)"
+    )

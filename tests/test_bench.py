@@ -270,6 +270,7 @@ def test_an_all_reduce_line_measured_on_a_busy_machine_is_flagged():
         "replicas": 2,
         "alpha_seconds": 100e-6,
         "beta_seconds_per_byte": 50e-12,
+        "intercept_large_seconds": -30e-6,
         "beta_large_seconds_per_byte": 80e-12,
         "worst_error": 0.1,
         "tolerance": 0.25,
@@ -280,3 +281,4 @@ def test_an_all_reduce_line_measured_on_a_busy_machine_is_flagged():
     assert "FLAG: the machine was busy: other programs used up to 70% of the cores" in busy
     quiet = bench.all_reduce_line(fit | {"others_share": [0.1], "busy": False})
     assert "FLAG" not in quiet and "alpha 100 us" in quiet
+    assert "80.0 from 4 to 16 MiB (intercept -30 us; worst error 10.0%)" in quiet

@@ -35,8 +35,9 @@ from course_tools.artifact_check import (
     all_reduce_problems,
     expected_regime,
     regime_problems,
+    speed_problems,
 )
-from course_utils import timing
+from course_utils import timing, verdict
 from course_utils.verdict import limit_range
 
 SLOPED = [(64, 10.0), (96, 14.8), (128, 19.5), (192, 29.1)]  # about 4% fixed at 64
@@ -370,6 +371,7 @@ def _all_reduce_results(
         "samples": {str(k): v for k, v in samples.items()},
         "alpha": fit["alpha"],
         "beta_small": fit["beta_small"],
+        "alpha_large": fit["alpha_large"],
         "beta_large": fit["beta_large"],
         "worst_error": max(abs(e) for e in fit["errors"].values()),
         "dominates": "the bytes dominate",
@@ -386,7 +388,7 @@ def test_the_all_reduce_line_must_predict_every_size(tmp_path):
     assert all_reduce_problems(path) == []
     slowed = _all_reduce_results(scale={64 << 10: 1.6})  # one size slowed: the line misses it
     slowed["step_share"] = None  # withheld, as the call: the line misses a size
-    withheld = "withheld: the line misses a measured size by 38% (tolerance 25%)"
+    withheld = "withheld: the line misses a measured size by 38.1% (tolerance 25%)"
     path.write_text(json.dumps(slowed | {"dominates": withheld}))
     assert ["at 64 KiB the line misses" in problem for problem in all_reduce_problems(path)] == [
         True
@@ -406,6 +408,11 @@ def test_the_all_reduce_line_must_predict_every_size(tmp_path):
     wrong = _all_reduce_results() | {"alpha": 40e-6}
     path.write_text(json.dumps(wrong))
     assert "alpha 4e-05, its rounds give" in all_reduce_problems(path)[0]
+    wrong = _all_reduce_results() | {"alpha_large": 0.0}  # not the one its rounds give
+    path.write_text(json.dumps(wrong))
+    assert "alpha_large 0, its rounds give 8e-05" in all_reduce_problems(path)[0]
+    path.write_text(json.dumps({k: v for k, v in wrong.items() if k != "alpha_large"}))
+    assert all_reduce_problems(path) == ["results.json: alpha_large not recorded"]
     path.write_text(json.dumps({"replicas": 1, "alpha": 1e-6}))
     assert all_reduce_problems(path) == ["results.json: a line fitted with one replica"]
 
@@ -468,7 +475,7 @@ def test_no_share_of_a_step_from_a_line_measured_busy_or_flagged(tmp_path):
     path.write_text(json.dumps(busy_line | {"step_share": None}))
     assert all_reduce_problems(path) == []
     slowed = _all_reduce_results(scale={64 << 10: 1.6}) | {"flagged": True}
-    slowed["dominates"] = "withheld: the line misses a measured size by 38% (tolerance 25%)"
+    slowed["dominates"] = "withheld: the line misses a measured size by 38.1% (tolerance 25%)"
     path.write_text(json.dumps(slowed))
     assert all_reduce_problems(path) == [
         "results.json: a share of a step given from a line that misses a measured size (flagged)"
@@ -590,9 +597,10 @@ def test_the_command_fails_on_a_missing_or_earlier_file_and_names_it(tmp_path):
     folder = tmp_path / "artifacts" / "03b_where_time_goes"
     folder.mkdir(parents=True)
     results = {"batch": 64, "sweep": [{"global_batch": b, "step_ms": 10.0} for b in (64, 128)]}
-    (folder / "results.json").write_text(json.dumps({**results, "regime": "overhead-bound"}))
     path = folder / "conclusions.json"
-    timing.record(timing.compare(_run("a", [10, 11, 12]), _run("b", [5, 6, 7])), path)
+    speed = timing.record(timing.compare(_run("a", [10, 11, 12]), _run("b", [5, 6, 7])), path)
+    results |= {"speed_load": 0.05, "speed": speed.sentence}  # section 4's, on a quiet machine
+    (folder / "results.json").write_text(json.dumps({**results, "regime": "overhead-bound"}))
 
     def check(since: float) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "course_tools.artifact_check", str(notebook)]
@@ -605,3 +613,46 @@ def test_the_command_fails_on_a_missing_or_earlier_file_and_names_it(tmp_path):
     (folder / "results.json").write_text(json.dumps({**results, "regime": "compute-bound"}))
     wrong = check(since=0)
     assert wrong.returncode == 1 and "its sweep says 'overhead-bound'" in wrong.stdout, wrong.stdout
+
+
+def test_mixed_precision_s_speed_is_withheld_on_a_busy_machine(tmp_path):
+    """3b's section 4 measures the load beside its rounds, as every set: with others at 77% a
+    "faster" printed is a problem, "withheld" is right; quiet, a withheld line is a problem too,
+    and a record without the load fails."""
+    path = tmp_path / "results.json"
+    faster = "mixed_bfloat16 is 39% faster than float32: median ..."
+    withheld = "withheld: the machine was busy (others 77%)"
+    path.write_text(json.dumps({"speed_load": 0.77, "speed": faster}))
+    assert speed_problems(path) == [
+        f"results.json: mixed precision's speed {faster!r} printed with others at 77%"
+    ]
+    path.write_text(json.dumps({"speed_load": 0.77, "speed": withheld}))
+    assert speed_problems(path) == []
+    path.write_text(json.dumps({"speed_load": 0.05, "speed": faster}))
+    assert speed_problems(path) == []
+    path.write_text(json.dumps({"speed_load": 0.05, "speed": withheld}))
+    assert len(speed_problems(path)) == 1
+    path.write_text(json.dumps({"speed": faster}))
+    assert speed_problems(path) == [
+        "results.json: the mixed-precision speed's load or line not recorded"
+    ]
+
+
+def test_sets_that_disagree_are_two_groups_whatever_one_slow_round_bridges():
+    """The bandwidth at 5 devices on an idle machine: the first set 81-108 GB/s, the other two
+    at most 67.3 and 69.5. Rounds in order of rate leave no gap over 1.5x (81 bridges them); the
+    sets' fastest rounds differ by 1.55x: two groups, flagged. Sets that agree: one group."""
+    sets = {
+        "section 1": [108.1e9, 95e9, 81.1e9],
+        "section 3": [67.3e9, 60.8e9],
+        "after the sweep": [69.5e9, 66e9],
+    }
+    load = {"section 1": 0.0, "section 3": 0.01, "after the sweep": 0.03}
+    assert verdict.set_gap(sets) == pytest.approx(108.1 / 69.5)
+    assert verdict.groups(sets, load, "B/s") == (
+        "two groups, 4 rounds at 60.8-69.5 GB/s (others 1%, 3%) and 3 rounds at 81.1-108.1 GB/s "
+        "(others 0%) (1.56x gap between the sets' fastest rounds)"
+    )
+    sets["section 1"] = [68.0e9, 65.1e9]
+    assert verdict.set_gap(sets) < verdict.GAP
+    assert verdict.groups(sets, load, "B/s").startswith("one group, 6 rounds at 60.8-69.5")
