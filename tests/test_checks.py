@@ -9,6 +9,7 @@ passes, and each classic mistake fails with a message that says what to do.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 
 import pytest
@@ -268,6 +269,39 @@ def test_timings_hold_for_slow_start_ups_and_fail_when_forged(tmp_path):
             checks.assert_timings_consistent(
                 {"comparison": runs}, tmp_path, 3, 1000, {"files": seen(span)}
             )
+
+
+def test_timings_count_an_epoch_as_the_rounds_do_at_7_devices(examples, tmp_path):
+    """At 7 devices (a global batch of 448) the quick training set takes 5 steps whose last batch is
+    short: 2,048 examples in 2,240 places. The notebook's rounds divide the 2,048 (`examples=
+    NUM_TRAIN`), and so does the check by default. Checkpoints spaced so that the timed epochs'
+    seconds, rebuilt from the examples, just fit in 3 times their span pass; rebuilt from the
+    steps' places the same seconds come out 9% longer and fail."""
+    count = int(examples["train"].cardinality())  # NUM_TRAIN, as the notebook counts it
+    global_batch = 7 * 64
+    places = math.ceil(count / global_batch) * global_batch
+    assert (count, places) == (2048, 2240)  # the quick profile's training set at 7 devices
+    runs = [
+        timing.RunResult.from_epochs(name, seconds, [5, 5, 5], global_batch, examples=count)
+        for name, seconds in (
+            ("one device, fit", [9.0, 4.0, 4.1]),
+            ("MirroredStrategy, fit", [30.0, 10.0, 10.2]),
+            ("MirroredStrategy, custom loop", [30.0, 10.2, 10.0]),
+        )
+    ]
+    results = {"comparison": [{"run": r.name, "rounds": r.rounds} for r in runs]}
+    span = 6.7  # 3 x 6.7 + 1 = 21.1 s: above the recorded 20.2 s, below 20.2 x 2240 / 2048
+    folders = (("fit_ckpt", "ckpt_{}.weights.h5"), ("custom_ckpt", "ckpt-{}.index"))
+    seen = {}
+    for folder, pattern in folders:
+        (tmp_path / folder).mkdir()
+        for epoch in (1, 2, 3):
+            (tmp_path / folder / pattern.format(epoch)).write_text("x")
+            at = (epoch - 1) * span / 2
+            seen[f"{folder}/{pattern.format(epoch)}"] = {"seen": at, "changed": at, "cell": 5}
+    checks.assert_timings_consistent(results, tmp_path, 3, observed={"files": seen})
+    with pytest.raises(checks.CheckError, match="records 22.1 s for its timed epochs"):
+        checks.assert_timings_consistent(results, tmp_path, 3, places, {"files": seen})
 
 
 def test_a_scope_counts_only_for_a_strategy_made_by_tf_distribute_mirrored_strategy():
