@@ -1,0 +1,84 @@
+"""Notebook 3's verdict from its batch sweep: the cell tagged "sweep_fit", run as the notebook runs
+it on sweeps of known shape, must withhold the verdict when its line misses a point by more than
+the stated tolerance or has a fixed part below zero, and print it otherwise.
+
+The first sweep is the medians a review's run printed at 1 device (quick profile): 3.3 / 5.1 /
+9.0 / 28.4 ms at global batch 16 / 32 / 64 / 128, through which a line predicts 1.4 ms at 16
+(-57%); the notebook printed "per-example-bound" from it. The second is the same review's run at
+4 devices, where the line holds within 12%.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from course_utils.verdict import LINE_TOLERANCE, line_problem
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_single_vs_distributed.ipynb"
+TAG = "sweep_fit"
+
+ONE_DEVICE = [(16, 3.304), (32, 5.075), (64, 9.029), (128, 28.405)]  # batch 64 = 64/replica
+FOUR_DEVICES = [(64, 13.468), (128, 20.423), (256, 34.812), (512, 72.92)]  # batch 256
+FLAT = [(64, 10.0), (128, 10.4), (256, 11.1), (512, 12.6)]  # about 90% fixed at 64
+STRAIGHT_BELOW_ZERO = [(64, 5.4), (128, 11.8), (192, 18.2), (256, 24.6)]  # fixed part -1.0 ms
+
+
+def run_sweep_cell(points: list[tuple[int, float]], batch: int) -> dict:
+    """Run the notebook's cells tagged `TAG` on these (global batch, ms per step) medians, with
+    the names the notebook defines before them; returns the cell's globals."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    sources = [
+        "".join(cell["source"])
+        for cell in cells
+        if cell["cell_type"] == "code" and TAG in cell.get("metadata", {}).get("tags", [])
+    ]
+    assert sources, f"no cell of {NOTEBOOK.name} is tagged {TAG!r}"
+    namespace = {
+        "np": np,
+        "line_problem": line_problem,
+        "LINE_TOLERANCE": LINE_TOLERANCE,
+        "sweep": [SimpleNamespace(batch_size=b, step_ms=ms) for b, ms in points],
+        "BATCH": batch,
+        "PER_REPLICA": 64,
+        "FLOPS_PER_EXAMPLE": 15e6,
+    }
+    for source in sources:
+        exec(compile(source, f"{NOTEBOOK.name}[{TAG}]", "exec"), namespace)
+    return namespace
+
+
+def test_a_line_that_misses_a_point_gives_no_verdict(capsys):
+    cell = run_sweep_cell(ONE_DEVICE, batch=64)
+    printed = capsys.readouterr().out
+    assert cell["LINE_PROBLEM"] == "the sweep's line misses a point by -57% (tolerance 15%)"
+    assert "verdict withheld: the sweep's line misses a point by -57%" in printed
+    assert "verdict for this machine" not in printed
+    assert "GFLOP/s" not in printed  # the per-example part of a line that misses is not printed
+
+
+def test_a_fixed_part_below_zero_gives_no_verdict(capsys):
+    cell = run_sweep_cell(STRAIGHT_BELOW_ZERO, batch=128)
+    printed = capsys.readouterr().out
+    assert cell["fixed_ms"] == pytest.approx(-1.0)
+    assert cell["LINE_PROBLEM"] == "the sweep's line has a negative fixed part (-1.00 ms)"
+    assert "verdict withheld" in printed and "verdict for this machine" not in printed
+
+
+@pytest.mark.parametrize(
+    "points, batch, regime",
+    [(FOUR_DEVICES, 256, "per-example-bound"), (FLAT, 64, "overhead-bound")],
+)
+def test_a_line_that_holds_gives_its_verdict(capsys, points, batch, regime):
+    cell = run_sweep_cell(points, batch)
+    printed = capsys.readouterr().out
+    assert cell["LINE_PROBLEM"] == ""
+    assert cell["REGIME"] == regime
+    assert f"verdict for this machine: {regime}" in printed
+    assert "withheld" not in printed
+    per_example_ms = np.polyfit(*zip(*points), 1)[0]
+    assert f"per-example part: {15e6 / (per_example_ms / 1000) / 1e9:,.1f} GFLOP/s" in printed
