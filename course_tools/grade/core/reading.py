@@ -19,6 +19,9 @@ Example:
 from __future__ import annotations
 
 import ast
+import codecs
+import io
+import tokenize
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -124,6 +127,57 @@ CODE_RUNNERS = frozenset({"exec", "eval", "compile"})
 MAGIC_CALLS = frozenset({"run_line_magic", "run_cell_magic", "system", "getoutput"})
 #: What `tf.distribute.MirroredStrategy` is, as the code imports it.
 MIRRORED = "tensorflow.distribute.MirroredStrategy"
+
+
+#: The codings (by `codecs`' name) that decode a source file's bytes into the text it shows; any
+#: other one declared (`# -*- coding: unicode_escape -*-`, PEP 263) can turn text the grader reads
+#: as a string into code when Python imports the file.
+PLAIN_CODINGS = frozenset({"utf-8", "utf-8-sig", "ascii", "iso8859-1"})
+
+
+def _as_python_reads(data: bytes) -> tuple[str | None, str]:
+    """(text, coding): the text Python reads from `data` as a source file (decoded with the
+    coding its BOM or its first two lines declare, PEP 263), and that coding; the text is None
+    when the coding is not one of `PLAIN_CODINGS`, or Python cannot decode it (then nothing of it
+    runs either).
+
+        _as_python_reads(b"# coding: latin-1\nx = 1")   # ('# coding: latin-1\nx = 1', 'iso8859-1')
+    """
+    try:
+        declared, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        coding = codecs.lookup(declared).name
+    except (SyntaxError, LookupError):
+        return None, ""  # Python refuses the file: it runs nothing
+    if coding not in PLAIN_CODINGS:
+        return None, coding
+    try:
+        return data.decode(coding), coding
+    except UnicodeDecodeError:
+        return None, coding
+
+
+def _file_bytes(node: ast.AST) -> bytes | None:
+    """The bytes Python decodes as a source file, with its coding declaration, that `node` gives
+    the kernel: a `%%writefile` cell's text (IPython writes it as UTF-8; an import reads it), or
+    bytes given to exec, eval or compile; None for anything else (a cell, or a str given to exec,
+    is compiled as the text it is)."""
+    name, args = _magic(node)
+    texts = [a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    if name == "writefile" and texts:
+        return texts[-1].encode("utf-8", "replace")
+    if _runs_code(node) and node.args:
+        first = node.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, bytes):
+            return first.value
+    return None
+
+
+def _changed_coding(node: ast.AST) -> str:
+    """The coding `node`'s file text declares (`_file_bytes`) when it is not one of
+    `PLAIN_CODINGS`; "" for anything else."""
+    data = _file_bytes(node)
+    text, coding = _as_python_reads(data) if data is not None else ("", "")
+    return coding if text is None else ""
 
 
 def _python(source: str) -> ast.Module | None:
@@ -247,6 +301,9 @@ def _code_text(node: ast.AST) -> str:
     """The Python text `node` has the kernel run, when it is given as a literal: a magic's
     (`MAGIC_CODE`), or the literal given to exec, eval or compile (`_literal_code`); "" for
     anything else."""
+    data = _file_bytes(node)
+    if data is not None:  # decoded as Python will: a coding that changes it is not read
+        return _as_python_reads(data)[0] or ""
     name, args = _magic(node)
     texts = [a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
     if name in MAGIC_CODE and texts:
@@ -980,7 +1037,15 @@ class Code:
         found = []
         for number, tree in run:
             for node in ast.walk(tree):
-                if _unread_code(node, literals):
+                coding = _changed_coding(node)
+                if coding:
+                    name, args = _magic(node)
+                    shown = f"%%{name} {args[0].value}" if name else ast.unparse(node.func)
+                    found.append(
+                        f"cell {number}, line {node.lineno}: `{shown[:80]}` declares the coding "
+                        f"{coding}, which makes Python read other code than its text shows"
+                    )
+                elif _unread_code(node, literals):
                     line = ast.unparse(node).splitlines()[0][:80]
                     found.append(f"cell {number}, line {node.lineno}: `{line}`")
         return list(dict.fromkeys(found))
