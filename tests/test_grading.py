@@ -1970,7 +1970,8 @@ def test_honest_attributes_of_objects_and_other_modules_leave_the_facts_trusted(
 #: itself, from a string built at run time (which no reading of the code sees). Red team 9a's
 #: one level down, through an object, as the probe loads its own code: a method of a loader's
 #: class replaced, one added over the method it inherits, a closure's cell set (the wrapper
-#: around `get_filename` holds the real one).
+#: around `get_filename` holds the real one); red team 10a's, a module the machinery calls: `_io`'s
+#: `open_code` (which read the probe's file), `sys.pycache_prefix`.
 LOADER = "import collections\nLoader = type(collections.__spec__.loader)\n"
 BUILTINS_SWAPS = {
     "namespace": """
@@ -1996,6 +1997,8 @@ setattr(builtins, "comp" + "ile", forger)
     "closure-cell": LOADER
     + "cell = Loader.get_filename.__closure__[0]\nreal = cell.cell_contents\n"
     + "cell.cell_contents = lambda self, name=None: real(self, name)\n",
+    "open-code": "import _io\nreal = _io.open_code\n_io.open_code = lambda path: real(path)\n",
+    "pycache": "import sys\nsys.pycache_prefix = 'elsewhere'\n",
 }
 #: What the refusal names for each of `BUILTINS_SWAPS`.
 SWAP_NAMED = {
@@ -2005,6 +2008,8 @@ SWAP_NAMED = {
     "class-method": "E.SourceFileLoader.path_stats",
     "added-method": "E.SourceFileLoader.get_data",
     "closure-cell": "E.FileLoader.get_filename cell",
+    "open-code": "E._io:open_code",
+    "pycache": "sys:pycache_prefix",
 }
 SWAP_FORGER = """
 import builtins, pathlib
@@ -2137,9 +2142,10 @@ def test_code_that_writes_the_interpreters_memory_makes_the_facts_untrusted():
 
 
 def test_the_probe_reads_no_dataset_or_model_whose_class_answers_for_it():
-    """A pipeline whose class is the notebook's (its own `__iter__`) and a model whose class
-    replaces Keras's `weights`: the probe reads neither (an error in their facts); a subclass of
-    keras.Model that keeps `weights` is read."""
+    """A pipeline whose class is the notebook's (its own `__iter__`), or TensorFlow's with a
+    method the notebook assigned, and a model whose class replaces Keras's `weights`: the probe
+    reads none of them (an error in their facts); a subclass of keras.Model that keeps `weights`
+    is read."""
     import keras
     import tensorflow as tf
 
@@ -2154,6 +2160,15 @@ def test_the_probe_reads_no_dataset_or_model_whose_class_answers_for_it():
     dataset.__class__ = Mine
     with pytest.raises(TypeError, match="not a pipeline of TensorFlow's own classes"):
         probe.pipeline_facts(dataset)
+    dataset.__class__ = Mine.__base__
+    assert len(probe.pipeline_facts(dataset)["passes"]) == 2  # TensorFlow's own: read
+    real = Mine.__base__.__iter__  # red team 10a: a method replaced through the object's class
+    Mine.__base__.__iter__ = lambda self: real(self)
+    try:
+        with pytest.raises(TypeError, match=r"method of a TensorFlow pipeline class replaced \("):
+            probe.pipeline_facts(dataset)
+    finally:
+        del Mine.__base__.__iter__  # back to the inherited one
 
     class Honest(keras.Model):
         pass

@@ -88,10 +88,46 @@ def checksum(labels: list, *, in_order: bool = True) -> str:
 DATASET_MODULES = ("tensorflow.", "builtins", "abc", "collections.abc", "typing")
 
 
+def _library_folders() -> tuple[str, ...]:
+    """The folders a pipeline class's methods may come from: TensorFlow's and Python's own
+    (`abc`, `typing`, `functools` wrappers, and the modules frozen into the interpreter,
+    `collections.abc`'s)."""
+    import abc
+
+    folders = [abc.__file__]
+    if "tensorflow" in sys.modules:
+        folders.append(sys.modules["tensorflow"].__file__)
+    return (*(f.rpartition("/")[0] + "/" for f in folders if f), "<frozen ")  # frozen stdlib
+
+
+def _methods_not_from(cls: type, folders: tuple[str, ...]) -> list[str]:
+    """The methods in the own dicts of `cls` and its bases whose code was not loaded from
+    `folders` ("Class.name"): one assigned by a notebook (`type(ds).__iter__ = f`) would choose
+    what the probe reads, as its own class would.
+
+    >>> _methods_not_from(type("Mine", (), {"f": lambda self: 0}), ("/nowhere/",))
+    ['Mine.f']
+    """
+    found = []
+    for klass in cls.__mro__:
+        for name, value in type.__dict__["__dict__"].__get__(klass).items():
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            functions = (
+                [value.fget, value.fset, value.fdel] if isinstance(value, property) else [value]
+            )
+            for function in functions:
+                code = getattr(function, "__code__", None)
+                if code is not None and not code.co_filename.startswith(folders):
+                    found.append(f"{klass.__qualname__}.{name}")
+    return found
+
+
 def pipeline_facts(dataset: Any) -> dict:
     """What two passes over a pipeline of (images, labels) batches yield: the batch sizes, and a
     checksum of the labels in the order they came and sorted (the same examples in any order).
-    TypeError for an object whose classes are not all TensorFlow's (`DATASET_MODULES`)."""
+    TypeError for an object whose classes are not all TensorFlow's (`DATASET_MODULES`), or whose
+    classes' methods are not all TensorFlow's or Python's code (`_methods_not_from`)."""
     foreign = [
         c.__qualname__
         for c in type(dataset).__mro__
@@ -99,6 +135,9 @@ def pipeline_facts(dataset: Any) -> dict:
     ]
     if foreign:
         raise TypeError(f"not a pipeline of TensorFlow's own classes ({', '.join(foreign)})")
+    replaced = _methods_not_from(type(dataset), _library_folders())
+    if replaced:
+        raise TypeError(f"a method of a TensorFlow pipeline class replaced ({', '.join(replaced)})")
     passes = []
     for _ in range(2):
         sizes, labels, batches = [], [], []

@@ -81,14 +81,16 @@ globals()[{key!r} + "_formatter"] = _shell.display_formatter
 #: the notebook's, not the probe's): its message says what, and the facts are untrusted.
 REFUSED = "GraderProbeRefused"
 
-#: Step 2: the checks on step 1's reset, then the probe from the course's own file; the answer is
+#: Step 2: the checks on step 1's reset, then the probe: the text of the course's own file, read
+#: by the grader and compiled by the interpreter's own `compile` (no file loader of the kernel's,
+#: whose `_io.open_code` a notebook can replace, reads it); the answer is
 #: left under `{key}` as the repr of builtin values (`probe.answer`: nothing the notebook can
 #: replace writes it, unlike `json.dumps`), after a check of every step that turns it into text
 #: (the display formatter and its formatters' classes and printers, IPython's pretty printer,
 #: the shell's methods that format a user expression's value): one not IPython's own raises
 #: `REFUSED` instead, as an error, whose text no formatter makes.
 PROBE = """
-import importlib.util as _util, inspect as _inspect, sys as _sys
+import inspect as _inspect, sys as _sys
 import traitlets as _traitlets
 from IPython.core.getipython import get_ipython as _get_ipython
 from IPython.lib import pretty as _pretty
@@ -153,10 +155,10 @@ if _shell.input_transformers_post or _shell.ast_transformers:
     _tampered.append("transformers")
 if _shell.input_transformer_manager is not globals().pop({key!r} + "_manager", None):
     _tampered.append("input_transformer_manager")
-_spec = _util.spec_from_file_location("course_tools.grade.core.probe", {path!r})
-_probe = _util.module_from_spec(_spec)
-_spec.loader.exec_module(_probe)
+_probe = type(__import__.__self__)("course_tools.grade.core.probe")  # builtins' own ModuleType
+_probe.__file__ = {path!r}
 _sys.modules["course_tools.grade.core.probe"] = _probe
+exec(compile({code!r}, {path!r}, "exec"), _probe.__dict__)
 import course_tools.grade.core as _core
 _core.probe = _probe  # what `from course_tools.grade.core import probe` finds first
 {source}
@@ -187,6 +189,12 @@ NAMESPACES = (
     "(c for c in ''.__class__.__base__.__subclasses__() if c.__name__ == 'BuiltinImporter')"
     ".__next__().find_spec.__func__.__globals__)"
 )
+#: The attributes of `sys` that the kernel itself sets as it runs cells (the last error, the
+#: streams and hooks IPython installs, prompts, the argument list): not compared.
+VOLATILE = frozenset(
+    {"last_type", "last_value", "last_traceback", "last_exc", "ps1", "ps2", "ps3", "stdin",
+     "stdout", "stderr", "displayhook", "excepthook", "argv", "tracebacklimit", "_git"}
+)  # fmt: skip
 #: `object.__repr__`, which writes an object's address ("<dict object at 0x7f...>"): two objects
 #: alive at once never share one.
 REPR = "''.__class__.__base__.__repr__"
@@ -201,12 +209,15 @@ def _let(*bindings: tuple[str, str], body: str) -> str:
 
 #: What the probe's steps compare, as one expression of `spaces` (`NAMESPACES`), `R` (`REPR`) and
 #: `T` (`type`), giving {path: text}: for each namespace, its dict and each value, the value's
-#: class, and when the value is a class of Python code, each entry of the class's own dict (a
-#: method replaced through an object, `type(loader).get_code = ...`, keeps the class's address);
-#: for each function among them (or inside a classmethod, staticmethod or property), its code, its
-#: defaults and what its closure's cells hold. Every attribute is read through its class's own
-#: descriptor (`type.__dict__[...]`), which no notebook can override, and nothing is called that
-#: a notebook defined. The object addresses change when any of them is replaced.
+#: class; when the value is a class of Python code, each method of its own dict (a method
+#: replaced through an object, `type(loader).get_code = ...`, keeps the class's address; its data,
+#: such as a counter `importlib.invalidate_caches()` moves, is not compared); when the value is a
+#: module the import machinery calls (`_io`, whose `open_code` reads every source file, `marshal`,
+#: `posix`, `sys`...), each of its attributes but `VOLATILE`'s; for each function among them (or
+#: inside a classmethod, staticmethod or property), its code, its defaults and what its closure's
+#: cells hold. Every attribute is read through its class's own descriptor (`type.__dict__[...]`),
+#: which no notebook can override, and nothing is called that a notebook defined. The object
+#: addresses change when any of them is replaced.
 WALK = _let(
     ("G", "lambda n: T.__dict__[n].__get__"),  # one of `type`'s own descriptors
     ("D", "G('__dict__')"),  # a class's own dict
@@ -214,7 +225,7 @@ WALK = _let(
         "S",
         "{G('__name__')(c): c for c in G('__subclasses__')(G('__base__')(T))() "
         "if G('__flags__')(c) & 512 == 0 and G('__name__')(c) in "
-        "('function', 'classmethod', 'staticmethod', 'property', 'cell')}",
+        "('function', 'classmethod', 'staticmethod', 'property', 'cell', 'module')}",
     ),
     ("V", "lambda v, n: D(T(v))[n].__get__(v)"),  # v's attribute n, from its class's descriptor
     (
@@ -233,10 +244,23 @@ WALK = _let(
         "N",
         "lambda p, v: [(p, R(v)), (p + ' class', R(T(v)))] + [(p + ' ' + n, t) for n, t in P(v)]",
     ),
+    (
+        "M",  # a method: what a class's own dict holds that the class's instances call
+        "lambda w: [c for c in (S['function'], S['classmethod'], S['staticmethod'], "
+        "S['property']) if c is T(w)]",
+    ),
+    ("O", "[d for d in spaces.values()]"),  # a module whose dict is a namespace: walked as one
+    (
+        "C",  # the entries walked inside a value: a class's methods, a module's attributes
+        "lambda p, v: [e for a, w in D(v).items() if M(w) for e in N(p + '.' + a, w)] "
+        "if [c for c in G('__mro__')(T(v)) if c is T] and G('__flags__')(v) & 512 else "
+        "[e for a, w in V(v, '__dict__').items() if not (a in "
+        f"{sorted(VOLATILE)!r} and V(v, '__dict__').get('__name__') == 'sys') "
+        "for e in N(p + ':' + a, w)] "
+        "if T(v) is S['module'] and not [d for d in O if d is V(v, '__dict__')] else []",
+    ),
     body="{p: t for s, d in spaces.items() for p, t in [(s, R(d))] + [e for k, v in d.items() "
-    "for e in N(s + ' ' + k, v) + ([e for a, w in D(v).items() "
-    "for e in N(s + ' ' + k + '.' + a, w)] "
-    "if [c for c in G('__mro__')(T(v)) if c is T] and G('__flags__')(v) & 512 else [])]}",
+    "for e in N(s + ' ' + k, v) + C(s + ' ' + k, v)]}",
 )
 #: `type`, reached from a literal.
 TYPE = "''.__class__.__class__"
@@ -411,7 +435,9 @@ def run(
     if setup.probe_source:
         key = f"_grader_{secrets.token_hex(8)}"
         path = str(Path(probe.__file__).resolve())
-        probe_code = PROBE.format(key=key, path=path, source=setup.probe_source)
+        probe_code = PROBE.format(
+            key=key, path=path, code=Path(path).read_text(), source=setup.probe_source
+        )
 
         def expressions(first: str) -> tuple[str, ...]:
             anchor = read_anchor(first)
