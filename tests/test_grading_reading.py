@@ -47,3 +47,73 @@ def test_a_coding_that_changes_the_code_is_marked_and_plain_codings_are_read():
         patched = f"%%writefile helpers.py\n# coding: {coding}\n{SALTER}"
         said = _untrusted(patched, "import helpers")
         assert "(cell 1, line 6: `hashlib.sha256 = sha256`)" in said, (coding, said)
+
+
+#: Code that runs what the grader never reads (red team 10a finding 4 and its other doors).
+UNREAD = (
+    "import pickle\n_settings = pickle.loads(b'c__builtin__\\nexec\\n(Vx = 1\\ntR.')",
+    "import pickle\nx = pickle.load(f)",
+    "import _pickle\n_pickle.loads(b)",
+    "import dill\ndill.loads(b)",
+    "import cloudpickle as cp\ncp.loads(b)",
+    "from pickle import loads\nloads(b)",
+    "import pickle\nf = pickle.loads",
+    "import shelve\nd = shelve.open('s')['k']",
+    "import pandas as pd\npd.read_pickle('x.pkl')",
+    "import numpy as np\nnp.load('x.npy', allow_pickle=True)",
+    "import numpy as np\nnp.load('x.npy', allow_pickle=flag)",
+    "import joblib\njoblib.load('m.joblib')",
+    "import types, marshal\ntypes.FunctionType(marshal.loads(b'...'), {})()",
+    "import types\ntypes.CodeType(*parts)",
+    "import keras\nkeras.models.load_model('m.keras', safe_mode=False)",
+    "import keras\nkeras.config.enable_unsafe_deserialization()",
+    "open('m.pyc', 'wb').write(data)",
+    "open('m.pth', 'w').write(line)",
+    "open('m.so', 'wb').write(data)",
+    "from pathlib import Path\nPath('m.pyw').write_text(text)",
+    "open('m.egg', 'wb').write(data)",
+    "import zipfile\nzipfile.ZipFile('tidy_lib.zip', 'w').writestr('tidy_helpers.py', src)",
+    "import sys\nsys.path.insert(0, 'tidy_lib.zip')",
+    "import sys\nsys.path.append('lib')",
+    "import sys\nsys.path = ['lib', *sys.path]",
+    "import sys\nsys.path += ['lib']",
+    "import sys\nsys.path[0:0] = ['lib']",
+    "from sys import path\npath.insert(0, 'lib.zip')",
+    "import sys\nfound = sys.path\nfound.insert(0, 'lib.zip')",
+    "import sys\nsys.meta_path.insert(0, Finder())",
+    "import sys\nsys.path_hooks.append(hook)",
+    "import site\nsite.addsitedir('lib')",
+    "import codecs\ncodecs.register(search)",
+    "import zipimport\nzipimport.zipimporter('lib.zip').load_module('m')",
+    "from pathlib import Path\nPath('m.txt').rename(Path('m.txt').with_suffix('.py'))",
+)
+#: Their honest neighbours.
+READ = (
+    "import numpy as np\nx = np.load('x.npy')",
+    "import numpy as np\nx = np.load('x.npz', allow_pickle=False)['a']",
+    "import pickle\nopen('h.pkl', 'wb').write(pickle.dumps(history))",
+    "import pickle\npickle.dump(history, open('h.pkl', 'wb'))",
+    "import json\nresults = json.load(open('results.json'))",
+    "model.load_weights('best.weights.h5')",
+    "import tensorflow as tf\nm = tf.keras.models.load_model('m.keras')",
+    "import keras\nm = keras.models.load_model('m.keras', safe_mode=True)",
+    "import os, sys\nsys.path.insert(0, os.path.abspath('..'))",
+    "import sys\nsys.path.append('..')",
+    "import sys\nfrom pathlib import Path\nsys.path.insert(0, str(Path.cwd().parent))",
+    "import sys\nprint(sys.path)",
+    "import zipfile\nzipfile.ZipFile('data.zip').extractall('data')",
+    "from pathlib import Path\nPath('run.txt').rename(Path('run.txt').with_suffix('.log'))",
+)
+
+
+def test_decoders_archives_and_import_paths_are_marked_and_honest_loading_is_not():
+    """Red team 10a's `pickle.loads` (whose opcodes call exec) and its zip on `sys.path` scored
+    12/12 against 11: each decoder that runs what its data names, each file an import can run
+    written or renamed, each change of where modules are found is code the grader cannot read.
+    Loading arrays, JSON, weights or a Keras model, writing a pickle and the clone's
+    `sys.path.insert(0, os.path.abspath(".."))` (the exercise's own line) are not marked."""
+    for code in UNREAD:
+        said = _untrusted(code)
+        assert "runs code the grader cannot read as code (cell 1, line" in said, (code, said)
+    for code in READ:
+        assert _untrusted(code) == "", (code, _untrusted(code))

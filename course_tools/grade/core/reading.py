@@ -321,6 +321,12 @@ def _path_text(node: ast.AST | None, literals: dict[str, str]) -> str | None:
         return _path_text(node.right, literals)
     if (
         isinstance(node, ast.Call)
+        and getattr(node.func, "attr", "") in ("with_suffix", "with_name")
+        and node.args
+    ):
+        return _path_text(node.args[0], literals)  # Path("m.txt").with_suffix(".py"): ".py"
+    if (
+        isinstance(node, ast.Call)
         and node.args
         and _dotted(node.func).split(".")[-1]
         in (
@@ -345,37 +351,136 @@ FILE_MOVES = frozenset({"rename", "replace", "move", "copy", "copyfile", "copy2"
                         "link_to", "hardlink_to"})  # fmt: skip
 
 
-def _unread_code(node: ast.AST, literals: dict[str, str]) -> bool:
+#: The endings of a file an import can run (a source, a compiled module, an archive on the import
+#: path, an extension, a `.pth` file that `site` runs).
+CODE_SUFFIXES = (".py", ".pyw", ".pyc", ".pyd", ".so", ".zip", ".egg", ".pth")
+#: What runs code the grader never reads when it is called or reached: the decoders that call
+#: what their data names (pickle and its kin: `pickle.loads(b"c__builtin__\nexec...")`), code
+#: objects and functions made from bytes, and the ways to change how a module is found.
+UNREAD_CALLS = frozenset(
+    {
+        *(f"{m}.{f}" for m in ("pickle", "_pickle", "dill", "cloudpickle")
+          for f in ("load", "loads", "Unpickler")),
+        "dill.load_session", "dill.load_module", "shelve.open", "shelve.Shelf",
+        "shelve.DbfilenameShelf", "shelve.BsdDbShelf", "pandas.read_pickle", "joblib.load",
+        "marshal.load", "marshal.loads", "types.FunctionType", "types.LambdaType",
+        "types.CodeType", "codecs.register", "site.addsitedir", "zipimport.zipimporter",
+        "zipfile.PyZipFile",
+    }
+)  # fmt: skip
+#: The lists and dicts that say where and how modules are found.
+IMPORT_PATHS = frozenset({"sys.path", "sys.meta_path", "sys.path_hooks", "sys.path_importer_cache"})
+#: What a parent folder is made of: `os.path.abspath("..")`, `Path.cwd().parent` (a clone's
+#: `sys.path.insert(0, os.path.abspath(".."))` finds course_utils there).
+PARENT_PARTS = frozenset(
+    {"os", "path", "pathlib", "Path", "abspath", "realpath", "normpath", "join", "dirname", "str",
+     "fspath", "resolve", "absolute", "getcwd", "cwd", "parent"}
+)  # fmt: skip
+
+
+def _resolved(node: ast.AST, imports: dict[str, str]) -> str:
+    """The dotted name `node` stands for, from what the code imports (`imports`: {name: what it
+    is}): `pk.loads` after `import pickle as pk` is "pickle.loads"; "" when it starts elsewhere."""
+    start, attributes = _attribute_path(node)
+    module = _imported_module(start)
+    if module is None and isinstance(start, ast.Name):
+        module = imports.get(start.id)
+    return ".".join([module, *attributes]) if module else ""
+
+
+def _parent_folder(node: ast.AST) -> bool:
+    """`node` names the folder above the working one, made only of `PARENT_PARTS` and ".."
+    (a folder, never an archive: only the files in it an import finds, which the reading marks
+    when the notebook writes them)."""
+    parts = list(ast.walk(node))
+    texts = [n.value for n in parts if isinstance(n, ast.Constant)]
+    names = {getattr(n, "attr", getattr(n, "id", "")) for n in parts}
+    names.discard("")
+    kinds = (ast.Call, ast.Attribute, ast.Name, ast.Constant, ast.Load, ast.BinOp, ast.Div)
+    plain = all(isinstance(n, kinds) for n in parts)
+    dots = all(isinstance(t, str) and ".." in t and not set(t) - set("./") for t in texts)
+    return plain and dots and names <= PARENT_PARTS and bool(texts or {"parent", "dirname"} & names)
+
+
+def _changes_import_path(node: ast.AST, imports: dict[str, str]) -> bool:
+    """`node` changes where or how modules are found (`IMPORT_PATHS`: an item set, added or
+    removed, the list assigned), other than by adding the parent folder to `sys.path`."""
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+        written = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+        targets = [t.value if isinstance(t, ast.Subscript) else t for t in written]
+        return any(_resolved(t, imports) in IMPORT_PATHS for t in targets)
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return False
+    owner = _resolved(node.func.value, imports)
+    if owner not in IMPORT_PATHS or node.func.attr in ("index", "count", "copy", "get"):
+        return False
+    added = node.args[-1:] if node.func.attr in ("insert", "append") else []
+    return not (owner == "sys.path" and added and _parent_folder(added[0]))
+
+
+def _unread_code(node: ast.AST, literals: dict[str, str], imports: dict[str, str]) -> bool:
     """`node` has the kernel run code the grader cannot read as code: exec, eval or compile
     given anything but a literal (`exec(SRC)`, an f-string with values); a module imported by a
-    name built at run time (`importlib.import_module(name)`); runpy; or a Python file written
-    other than with `%%writefile` (`open("m.py", "w")`, `Path("m.py").write_text(...)`), which
-    an import or `%run` would then run."""
+    name built at run time (`importlib.import_module(name)`); runpy; a file an import can run
+    (`CODE_SUFFIXES`) written other than with `%%writefile` (`open("m.py", "w")`,
+    `Path("m.py").write_text(...)`) or renamed to one; a decoder that runs what its data says
+    (`UNREAD_CALLS`: `pickle.loads`, `np.load(..., allow_pickle=True)`, `marshal.loads`, Keras's
+    `load_model(..., safe_mode=False)`); a change to where modules are found
+    (`_changes_import_path`); zipimport."""
     if _runs_code(node):
         return not node.args or _literal_code(node.args[0]) is None
     if _imported_module(node) == "?":
         return True
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
-        return any((n or "").split(".")[0] == "runpy" for n in names)
+        if any((n or "").split(".")[0] in ("runpy", "zipimport") for n in names):
+            return True
+        if isinstance(node, ast.ImportFrom):  # from pickle import loads (or *)
+            every = {c.rpartition(".")[0] for c in UNREAD_CALLS}
+            return any(
+                f"{node.module}.{a.name}" in UNREAD_CALLS or a.name == "*" and node.module in every
+                for a in node.names
+            )
+        return False
+    if isinstance(node, (ast.Attribute, ast.Name)) and isinstance(node.ctx, ast.Load):
+        return _resolved(node, imports) in UNREAD_CALLS  # pickle.loads, called or not
+    if _changes_import_path(node, imports):
+        return True
     if not isinstance(node, ast.Call):
         return False
+    if _resolved(node.func, imports) == "numpy.load":  # np.load(path) unpickles nothing
+        unpickles = [k.value for k in node.keywords if k.arg in ("allow_pickle", None)]
+        return any(
+            not (isinstance(v, ast.Constant) and v.value in (False, None)) for v in unpickles
+        )
     called = _dotted(node.func).split(".")[-1] or getattr(node.func, "attr", "")
+    if called == "enable_unsafe_deserialization":
+        return True  # Keras then runs the bytecode a saved Lambda layer holds
+    if called == "load_model":  # keras.models.load_model(path, safe_mode=False): the same
+        safe = [k.value for k in node.keywords if k.arg in ("safe_mode", None)]
+        return any(not (isinstance(v, ast.Constant) and v.value is True) for v in safe)
     if called in FILE_LOADERS:
         return True  # SourceFileLoader(...).exec_module(...), spec_from_file_location(...)
-    if called in FILE_MOVES and len(node.args) > 1:  # os.replace("m.txt", "m.py")
-        text = _path_text(node.args[1], literals)  # a target built at run time: not seen
-        return bool(text) and text.endswith(".py")
+    if called in FILE_MOVES and node.args:  # os.replace("m.txt", "m.py"), p.rename(q)
+        target = node.args[1] if len(node.args) > 1 else None
+        if target is None and isinstance(node.func, ast.Attribute) and called != "copy":
+            target = node.args[0]  # Path("m.txt").rename(Path("m.txt").with_suffix(".py"))
+        text = _path_text(target, literals) if target is not None else None
+        return bool(text) and text.endswith(CODE_SUFFIXES)  # one built at run time: not seen
     path = None
-    if getattr(node.func, "id", "") == "open" and node.args:
+    if (
+        getattr(node.func, "id", "") == "open"
+        or _resolved(node.func, imports) in ("zipfile.ZipFile", "io.open", "builtins.open")
+        and node.args
+    ):
         mode = node.args[1] if len(node.args) > 1 else None
         mode = next((k.value for k in node.keywords if k.arg == "mode"), mode)
         writes = isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wax")
-        path = node.args[0] if writes else None
+        path = node.args[0] if writes and node.args else None
     elif getattr(node.func, "attr", "") in ("write_text", "write_bytes"):
         path = node.func.value  # Path("m.py").write_text(...), (folder / "m.py").write_text(...)
     text = _path_text(path, literals) if path is not None else None
-    return bool(text) and text.endswith(".py")
+    return bool(text) and text.endswith(CODE_SUFFIXES)
 
 
 def _shows_every_value(node: ast.AST) -> bool:
@@ -1034,6 +1139,7 @@ class Code:
             for name, values in assigned.items()
             if len(values) == 1 and _literal_code(values[0]) is not None
         }
+        imports = _imports(run)
         found = []
         for number, tree in run:
             for node in ast.walk(tree):
@@ -1045,7 +1151,7 @@ class Code:
                         f"cell {number}, line {node.lineno}: `{shown[:80]}` declares the coding "
                         f"{coding}, which makes Python read other code than its text shows"
                     )
-                elif _unread_code(node, literals):
+                elif _unread_code(node, literals, imports):
                     line = ast.unparse(node).splitlines()[0][:80]
                     found.append(f"cell {number}, line {node.lineno}: `{line}`")
         return list(dict.fromkeys(found))
@@ -1106,6 +1212,31 @@ class Code:
             for statement in tree.body:
                 visit(statement, modules, number, top=True)
         return list(dict.fromkeys(found))
+
+
+def _imports(run: list[tuple[int, ast.Module]]) -> dict[str, str]:
+    """{name: the dotted name it stands for} of every import in `run` (`import pickle as pk`:
+    pk is "pickle"; `from sys import path`: path is "sys.path"), and of the plain names assigned
+    one of them (`p = sys.path`, `f = pickle.loads`)."""
+    imports: dict[str, str] = {}
+    for _, tree in run:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    imports[a.asname or a.name.split(".")[0]] = (
+                        a.name if a.asname else a.name.split(".")[0]
+                    )
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for a in node.names:
+                    imports[a.asname or a.name] = f"{node.module}.{a.name}"
+    for _ in range(3):  # aliases of aliases
+        for _, tree in run:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                    value = _resolved(node.value, imports)
+                    if value and not isinstance(node.value, ast.Call):
+                        imports.setdefault(node.targets[0].id, value)
+    return imports
 
 
 #: Modules of the import machinery the probe's path to the builtins goes through: any name
