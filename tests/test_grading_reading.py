@@ -117,3 +117,44 @@ def test_decoders_archives_and_import_paths_are_marked_and_honest_loading_is_not
         assert "runs code the grader cannot read as code (cell 1, line" in said, (code, said)
     for code in READ:
         assert _untrusted(code) == "", (code, _untrusted(code))
+
+
+def test_read_only_windows_and_interface_reads_are_not_marked_and_writers_are():
+    """Red team 10a's honest moving average (a read-only `as_strided` window: 1/12 before) and a
+    read of an array's interface are not marked; `as_strided` writable (or unsaid, or passed on),
+    an interface set, mutated, handed to a call, or defined by a class still are, and so is a
+    frame (`inspect.currentframe().f_lineno`: a frame reaches its callers' locals)."""
+    window = (
+        "import numpy as np\nfrom numpy.lib.stride_tricks import as_strided\n"
+        "losses = np.array([2.3, 1.9, 1.6, 1.4, 1.3, 1.2])\n"
+        "windows = as_strided(losses, shape=(4, 3), strides=(8, 8), writeable=False)\n"
+        "print('moving average of the loss:', windows.mean(axis=1))"
+    )
+    for code in (
+        window,
+        "import numpy as np\nw = np.lib.stride_tricks.as_strided(a, (4,), (8,), writeable=False)",
+        "from numpy.lib.stride_tricks import as_strided as strided\n"
+        "w = strided(a, (4,), (8,), writeable=False)",
+        "import numpy as np\nprint(np.zeros(3).__array_interface__['data'])",
+        "import numpy as np\nshape = np.zeros(3).__array_interface__['shape']",
+        "import numpy as np\nnp.zeros(3).__array_interface__",
+    ):
+        assert _untrusted(code) == "", (code, _untrusted(code))
+    strided = "from numpy.lib.stride_tricks import as_strided\n"
+    for code in (
+        strided,
+        strided + "w = as_strided(a, (4,), (8,))",
+        strided + "w = as_strided(a, (4,), (8,), writeable=True)",
+        strided + "w = as_strided(a, (4,), (8,), writeable=flag)",
+        strided + "w = as_strided(a, (4,), (8,), writeable=False)\nwindow = as_strided",
+        "import numpy as np\nx = np.asarray(Raw())\nRaw.__array_interface__ = {}",
+        "x.__array_interface__['data'] = (address, False)",
+        "import numpy as np\nnp.asarray(Holder(x.__array_interface__))",
+        "class Raw:\n    @property\n    def __array_interface__(self):\n        return forged",
+        "Raw = type('Raw', (), {'__array_interface__': forged})",
+        "import types\nraw = types.SimpleNamespace(__array_interface__=forged)",
+    ):
+        said = _untrusted(code)
+        assert "writes the interpreter's memory directly" in said, (code, said)
+    said = _untrusted("import inspect\nprint(inspect.currentframe().f_lineno)")
+    assert "`currentframe` sets a hook on the interpreter" in said, said

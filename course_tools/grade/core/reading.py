@@ -55,6 +55,9 @@ SHELL_MODULES = ("IPython.core", "IPython.lib", "IPython.terminal", "ipykernel",
 SHELL_MAGICS = frozenset({"run", "alias_magic", "autoawait"})
 #: The interpreter's hooks, which see (and can change) every call the grader's probe makes in the
 #: kernel: with one as a name or an attribute in the code, the kernel's facts are untrusted.
+#: `currentframe` counts however it is used (`inspect.currentframe().f_lineno` too): a frame
+#: object reaches its callers' frames and their locals (`f_back.f_locals`), which a function
+#: kept and called while the probe runs would read and change.
 HOOK_NAMES = frozenset(
     {"setprofile", "settrace", "setprofile_all_threads", "settrace_all_threads",
      "addaudithook", "_getframe", "set_asyncgen_hooks", "currentframe"}
@@ -66,6 +69,69 @@ MEMORY_NAMES = frozenset(
     {"ctypes", "_ctypes", "ctypeslib", "cffi", "pythonapi", "get_referents", "get_referrers",
      "__array_interface__", "__array_struct__", "as_strided"}
 )  # fmt: skip
+#: The calls an array's interface dict may be shown by (`print(x.__array_interface__)`).
+SHOWN = frozenset({"print", "display", "pprint", "repr", "str", "len"})
+
+
+def _harmless_memory(trees: list[ast.Module]) -> set[int]:
+    """The ids of the nodes of `MEMORY_NAMES` that write no memory: `as_strided(...,
+    writeable=False)` (a read-only window, like `sliding_window_view`), the import of
+    `as_strided` when each use is such a call, and a read of `x.__array_interface__` (not one
+    set, mutated, or given to a call: an object whose interface is a dict the notebook built
+    makes an array over any address)."""
+    harmless: set[int] = set()
+    parents = {id(c): n for t in trees for n in ast.walk(t) for c in ast.iter_child_nodes(n)}
+    for node in (n for t in trees for n in ast.walk(t)):
+        if isinstance(node, ast.Call) and any(
+            k.arg == "writeable" and isinstance(k.value, ast.Constant) and k.value.value is False
+            for k in node.keywords
+        ):
+            harmless.add(id(node.func))  # as_strided(x, shape, strides, writeable=False)
+        if not (
+            isinstance(node, ast.Attribute)
+            and node.attr == "__array_interface__"
+            and isinstance(node.ctx, ast.Load)
+        ):
+            continue
+        parent = parents.get(id(node))
+        if isinstance(parent, ast.Subscript) and not isinstance(parent.ctx, ast.Load):
+            continue  # x.__array_interface__["data"] = ...
+        if isinstance(parent, ast.Attribute) and parent.attr in NAMESPACE_CHANGES:
+            continue  # Raw.__array_interface__.update(...)
+        if isinstance(parent, ast.keyword) or (
+            isinstance(parent, ast.Call)
+            and parent.func is not node
+            and getattr(parent.func, "id", "") not in SHOWN
+        ):
+            continue  # Holder(x.__array_interface__)
+        harmless.add(id(node))
+    for node in (n for t in trees for n in ast.walk(t)):
+        if isinstance(node, ast.ImportFrom) and [a.name for a in node.names] == ["as_strided"]:
+            bound = node.names[0].asname or "as_strided"
+            uses = [
+                n for t in trees for n in ast.walk(t) if isinstance(n, ast.Name) and n.id == bound
+            ]
+            if uses and all(
+                isinstance(parents.get(id(n)), ast.Call)
+                and parents[id(n)].func is n
+                and id(n) in harmless
+                for n in uses
+            ):
+                harmless.add(id(node))  # each use a read-only window
+    return harmless
+
+
+def _interface_named(node: ast.AST) -> str:
+    """The array interface (`__array_interface__`, `__array_struct__`) `node` defines or names
+    other than as an attribute: a method or property of that name, a keyword (`SimpleNamespace(
+    __array_interface__=d)`), a string (`type("R", (), {"__array_interface__": d})`); ""
+    otherwise."""
+    name = getattr(node, "name", None) if isinstance(node, SCOPES[:4]) else None
+    name = node.arg if isinstance(node, ast.keyword) else name
+    name = node.value if isinstance(node, ast.Constant) else name
+    return name if name in ("__array_interface__", "__array_struct__") else ""
+
+
 #: Hooks named by their module (a bare `callbacks` or `monitoring` is a notebook's own word).
 DOTTED_HOOKS = ("sys.monitoring", "gc.callbacks")
 #: The attributes that change what an object or function is or runs (`ds.__class__ = Mine`,
@@ -1077,6 +1143,7 @@ class Code:
                     allowed.add(id(node.func.value.func))
                     if _magic(node)[0] in SHELL_MAGICS:
                         reached.add(f"%{_magic(node)[0]}")
+        allowed |= _harmless_memory(trees)
         for tree in trees:
             for node in ast.walk(tree):
                 if _shows_every_value(node):  # InteractiveShell.ast_node_interactivity = "all"
@@ -1113,6 +1180,8 @@ class Code:
                     _named(node) in SHELL_NAMES | HOOK_NAMES | MEMORY_NAMES
                 ):  # getattr(sys, "settrace")
                     reached.add(_named(node))
+                elif _interface_named(node):  # def __array_interface__, {"__array_...": d}
+                    reached.add(_interface_named(node))
                 elif isinstance(node, (ast.Import, ast.ImportFrom)):
                     imported = isinstance(node, ast.Import)
                     modules = [a.name for a in node.names] if imported else [node.module or ""]
