@@ -203,6 +203,7 @@ def measured_limit(measure_set, sets: int = 3, *, load=None, busy=1.0) -> dict:
         "value": value,
         "low": low,
         "fastest_of_each_set": {label: max(rounds) for label, rounds in taken.items()},
+        "set_gap": verdict.set_gap(taken),  # over verdict.GAP: the sets ran unlike, flagged
     }
     if others:  # as 3b: the load during the two sets that decide the limit and its low end
         most = max(others[label] for label in verdict.deciding(taken))
@@ -494,8 +495,9 @@ def all_reduce_line(reduce: dict) -> str:
 
 
 def limit_spreads(limits: dict) -> list[str]:
-    """A line per limit: the fastest round (a lower bound) and the other sets' fastest, and
-    (when measured) the largest share of the cores other programs used during a set."""
+    """A line per limit: the fastest round (a lower bound) and the other sets' fastest, a flag
+    when the sets' fastest rounds disagree beyond `verdict.GAP`, and (when measured) the largest
+    share of the cores other programs used during a set."""
     units = {"peak": "GFLOP/s", "bandwidth": "GB/s"}
     lines = []
     for name, limit in limits.items():
@@ -509,6 +511,11 @@ def limit_spreads(limits: dict) -> list[str]:
             lines[-1] += f"; other programs used up to {100 * most:.0f}% of the cores meanwhile"
             if limit["busy"]:
                 lines[-1] += f"\n  FLAG: the machine was busy: the {name} is low, run again"
+        if limit["set_gap"] > verdict.GAP:
+            lines[-1] += (
+                f"\n  FLAG: the sets disagree: their fastest rounds {limit['set_gap']:.2f}x apart "
+                f"(over {verdict.GAP}x), whatever the load: read the {name} at both ends"
+            )
     return lines
 
 

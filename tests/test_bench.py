@@ -214,7 +214,8 @@ def test_notebook_3s_measure_warms_up_then_times_interleaved_rounds():
 def test_the_machine_s_limits_get_notebook_3b_s_rule():
     """A limit is the fastest round of three sets (`verdict.limit_range`, the rule 3b's cells
     call): a fast set is not "disturbed", load only slows a round; the report shows the other
-    sets' fastest beside it."""
+    sets' fastest beside it, and flags sets whose fastest rounds are over 1.5x apart (one slow
+    round of the fast set cannot bridge them); sets that agree get no flag."""
     from course_tools import bench
 
     sets = iter([[100e9, 40e9], [60e9], [62e9], [10e9]])
@@ -222,14 +223,18 @@ def test_the_machine_s_limits_get_notebook_3b_s_rule():
     assert (limit["value"], limit["low"]) == (100e9, 62e9)
     assert next(sets) == [10e9]  # three sets, no fourth
     assert bench.limit_spreads({"peak": limit}) == [
-        "  peak: at least 100.0 GFLOP/s (fastest round); the other sets' fastest 62.0 (62%)"
+        "  peak: at least 100.0 GFLOP/s (fastest round); the other sets' fastest 62.0 (62%)\n"
+        "  FLAG: the sets disagree: their fastest rounds 1.61x apart (over 1.5x), whatever the "
+        "load: read the peak at both ends"
     ]
+    sets = iter([[100e9, 40e9], [80e9], [90e9]])
+    assert "FLAG" not in bench.limit_spreads({"peak": bench.measured_limit(lambda: next(sets))})[0]
 
 
 def test_a_limit_measured_on_a_busy_machine_is_flagged():
     """As in notebook 3b, each set of a limit records the share of the cores other programs used
     (`timing.Load`); above `timing.BUSY` during one of the two sets that decide the limit (100)
-    and its low end (62), the report flags the limit as low; busy during the slowest set (60),
+    and its low end (70), the report flags the limit as low; busy during the slowest set (60),
     not."""
     from course_tools import bench
     from course_utils import timing
@@ -245,14 +250,14 @@ def test_a_limit_measured_on_a_busy_machine_is_flagged():
 
     def measure(set_shares: list[float]) -> dict:
         nonlocal shares
-        shares, sets = iter(set_shares), iter([[100e9], [60e9], [62e9]])
+        shares, sets = iter(set_shares), iter([[100e9], [60e9], [70e9]])
         return bench.measured_limit(lambda: next(sets), load=Recorded, busy=busy)
 
     limit = measure([0.05, 0.1, 0.6])
     assert limit["others_share"] == {"set 1": 0.05, "set 2": 0.1, "set 3": 0.6}
     assert limit["busy"] is True and busy < 0.6
     assert bench.limit_spreads({"peak": limit}) == [
-        "  peak: at least 100.0 GFLOP/s (fastest round); the other sets' fastest 62.0 (62%); "
+        "  peak: at least 100.0 GFLOP/s (fastest round); the other sets' fastest 70.0 (70%); "
         "other programs used up to 60% of the cores meanwhile\n"
         "  FLAG: the machine was busy: the peak is low, run again"
     ]
