@@ -1280,7 +1280,7 @@ class Code:
         for number, tree in run:
             for statement in tree.body:
                 visit(statement, modules, number, top=True)
-        return list(dict.fromkeys(found))
+        return list(dict.fromkeys(found + _class_changes(run)))
 
 
 def _imports(run: list[tuple[int, ast.Module]]) -> dict[str, str]:
@@ -1306,6 +1306,63 @@ def _imports(run: list[tuple[int, ast.Module]]) -> dict[str, str]:
                     if value and not isinstance(node.value, ast.Call):
                         imports.setdefault(node.targets[0].id, value)
     return imports
+
+
+#: The attributes that give a class's bases (`type(x).__mro__[1]`, `Mine.__bases__[0]`).
+BASES = frozenset({"__mro__", "__bases__", "__base__"})
+
+
+def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
+    """The assignments of an attribute on a class reached through an object, whose class may be
+    a library's: `type(train_ds).__iter__ = f`, `x.__class__.m = f`, `setattr(type(x), ...)`,
+    an item of `__mro__` or `__bases__`, a name bound to one (`T = type(x)`, `for k in
+    type(x).__mro__:`), each as "cell N, line L: `...`". A class named directly is the
+    notebook's own (`EpochTimer.x = 1`); one reached through an object never is, even `self`
+    (`type(self).count += 1`): a method can be called with any object (`Timer.tick(train_ds)`),
+    and a class's `__new__` can return any object."""
+    nodes = [(number, n) for number, tree in run for n in ast.walk(tree)]
+    held: set[str] = set()
+
+    def reached(node: ast.AST) -> bool:
+        if isinstance(node, ast.Subscript):
+            return reached(node.value) or _dotted(node.value).endswith("getmro")
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "type":
+            return len(node.args) == 1
+        if isinstance(node, ast.Call) and _dotted(node.func).endswith("getmro"):
+            return True
+        if isinstance(node, ast.Attribute):
+            return node.attr in BASES | {"__class__"}
+        return isinstance(node, ast.Name) and node.id in held
+
+    for _ in range(3):  # T = type(x); U = T
+        for _, node in nodes:
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value:
+                if reached(node.value):
+                    held.update(_targets(node))
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                if reached(node.iter):  # for k in type(x).__mro__:
+                    held.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+    found = []
+    for number, node in nodes:
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete)):
+            written = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            changed = any(
+                isinstance(t, ast.Attribute) and reached(t.value)
+                for w in written
+                for t in ast.walk(w)
+                if isinstance(getattr(t, "ctx", None), (ast.Store, ast.Del))
+            )
+        else:
+            changed = (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") in ("setattr", "delattr")
+                and bool(node.args)
+                and reached(node.args[0])
+            )
+        if changed:
+            line = ast.unparse(node).splitlines()[0][:80]
+            found.append(f"cell {number}, line {node.lineno}: `{line}`")
+    return found
 
 
 #: Modules of the import machinery the probe's path to the builtins goes through: any name
