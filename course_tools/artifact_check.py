@@ -184,13 +184,27 @@ def limit_problems(results: dict) -> list[str]:
 
 
 def regime_problems(path: Path) -> list[str]:
-    """The regime recorded at `path` if its own sweep says another one, and (3b) its limits and
-    thresholds: the regime is worked out at the code's thresholds, whatever the record stores."""
+    """The regime recorded at `path` if its own sweep says another one, (3) what is wrong with its
+    line, and (3b) its limits and thresholds: the regime is worked out at the code's thresholds,
+    whatever the record stores."""
     results = json.loads(Path(path).read_text())
     found = []
     if "intensity" in results:  # notebook 3b
         found += [f"{path.name}: {p}" for p in threshold_problems(results, THRESHOLDS)]
         results |= THRESHOLDS
+    else:  # notebook 3: its line checked at every point, as 3b's is
+        tolerance = {"line_tolerance": verdict.LINE_TOLERANCE}
+        found += [f"{path.name}: {p}" for p in threshold_problems(results, tolerance)]
+        said = verdict.line_problem(
+            [point["global_batch"] for point in results["sweep"]],
+            list(sweep_ms(results)),
+            verdict.LINE_TOLERANCE,
+        )
+        if results.get("line_problem") != said:
+            found.append(
+                f"{path.name}: line_problem {results.get('line_problem')!r}, "
+                f"its sweep says {said!r}"
+            )
     regime = expected_regime(results)
     if results["regime"] != regime:
         found.append(f"{path.name}: regime {results['regime']!r}, its sweep says {regime!r}")

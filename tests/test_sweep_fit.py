@@ -82,3 +82,26 @@ def test_a_line_that_holds_gives_its_verdict(capsys, points, batch, regime):
     assert "withheld" not in printed
     per_example_ms = np.polyfit(*zip(*points), 1)[0]
     assert f"per-example part: {15e6 / (per_example_ms / 1000) / 1e9:,.1f} GFLOP/s" in printed
+
+
+def test_the_artifact_check_rebuilds_what_is_wrong_with_the_line(tmp_path):
+    """`course_tools.artifact_check` fits the recorded sweep again: a record that says nothing is
+    wrong with the line the review's 1-device sweep misses by 57% fails, as does one without its
+    tolerance; the same record with the line's problem recorded passes."""
+    from course_tools.artifact_check import expected_regime, regime_problems
+
+    sweep = [{"global_batch": b, "step_ms": ms} for b, ms in ONE_DEVICE]
+    record = {"replicas": 1, "batch": 64, "sweep": sweep, "line_tolerance": LINE_TOLERANCE}
+    record["regime"] = expected_regime(record)
+    said = line_problem([b for b, _ in ONE_DEVICE], [ms for _, ms in ONE_DEVICE], LINE_TOLERANCE)
+    assert said.startswith("the sweep's line misses a point by -57%"), said
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record | {"line_problem": said}))
+    assert regime_problems(path) == []
+    path.write_text(json.dumps(record | {"line_problem": ""}))
+    assert regime_problems(path) == [f"results.json: line_problem '', its sweep says {said!r}"]
+    del record["line_tolerance"]
+    path.write_text(json.dumps(record | {"line_problem": said}))
+    assert regime_problems(path) == [
+        f"results.json: line_tolerance not recorded (the code says {LINE_TOLERANCE:g})"
+    ]
