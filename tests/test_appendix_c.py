@@ -4,12 +4,16 @@ withheld where that split fails, and follow the course's noise rule where it hol
 The functions are the notebook's own (its code cell, executed here without TensorFlow), fed the
 rounds of runs the course has seen: a quiet one, one where a pass without training took longer
 than its epoch (review s3-revA4: a negative round decided "within noise" at 8 devices), and a busy
-machine.
+machine. Part 3's cell that records the shuffle order each epoch of `fit` trains on runs as it is,
+in a process of its own.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -105,3 +109,35 @@ def test_a_busy_machine_gives_no_verdict(split_verdicts):
     (line,) = split_verdicts(parts, loads)
     assert line.startswith("no verdict: the machine was busy (other programs used 21% of its")
     assert split_verdicts(parts, [timing.BUSY] * 5)[0].startswith("for loop")  # at BUSY: not
+
+
+RECORDER_RUN = """
+import json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import keras
+import tensorflow as tf
+devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+exec(sys.stdin.read())
+print(json.dumps({"every_second": every_second}))
+"""
+
+
+@pytest.mark.slow
+def test_the_orders_fit_trains_on_count_two_iterators_per_epoch(tmp_path):
+    """Part 3's cell, run as it is: with this Keras, each epoch of a `fit` call trains on every
+    second shuffle order (notebook 1's prose on its resumed run rests on it). A Keras that makes
+    one iterator per epoch, or drops none before the first, makes the cell print "no": a failure."""
+    cells = nbformat.read(NOTEBOOK, as_version=4).cells
+    source = next(c.source for c in cells if "class Recorder(" in c.source)
+    done = subprocess.run(
+        [sys.executable, "-c", RECORDER_RUN],
+        input=source,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "uninterrupted: epochs [1, 2, 3] trained on orders [2, 4, 6]" in done.stdout
+    assert "resumed:       epochs [2, 3] trained on orders [2, 4]" in done.stdout
+    assert json.loads(done.stdout.splitlines()[-1]) == {"every_second": [True, True]}
