@@ -70,7 +70,8 @@ def _facts(job: dict) -> dict:
             for where in code.module_patches()
         ]
         found += [
-            f"runs code the grader cannot read as code ({where}): put that code in a cell"
+            f"runs code the grader cannot read as code ({where}): put that code in a cell "
+            "(and keep data in a format that holds no code: JSON, .npy, a Keras file)"
             for where in code.unread_code()
         ]
 
