@@ -599,19 +599,49 @@ for name, (number, *args) in calls.items():
     ctypes.set_errno(0)
     result = libc.syscall(number, *args)
     said[name] = os.strerror(ctypes.get_errno()) if result == -1 else "allowed"
+said["keys listed"] = open("/proc/keys").read()
+said["user namespace"] = "allowed" if libc.unshare(seccomp.CLONE_NEWUSER) == 0 else os.strerror(
+    ctypes.get_errno()
+)
+try:
+    os.openpty()
+    said["pseudo-terminal"] = "allowed"
+except OSError as error:
+    said["pseudo-terminal"] = error.strerror
+import resource, threading
+said["open files"] = resource.getrlimit(resource.RLIMIT_NOFILE)
+pid = os.fork()  # a process and a thread still start (clone without CLONE_NEWUSER, clone3)
+if pid == 0:
+    os._exit(7)
+said["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+thread = threading.Thread(target=lambda: None)
+thread.start()
+thread.join()
 print(json.dumps(said))
 """
 
 
-def test_a_submission_cannot_reach_the_kernels_keyrings(jail_as_root, tmp_path):
-    """Red team 10b read the instructor's keys and left its own in root's keyring from inside:
-    keyrings are in no namespace. In the jail every key call fails with EPERM (the seccomp
-    filter); the same calls outside reach the keyring."""
+def test_a_submission_cannot_reach_kernel_objects_outside_its_namespaces(jail_as_root, tmp_path):
+    """Red team 10b read the instructor's keys and left its own in root's keyring from inside;
+    red team 11b listed their names in /proc/keys, made a user namespace (root again, a tmpfs past
+    the caps), took every pseudo-terminal and filled the host's table of open files. In the jail
+    every key call and a new user namespace fail with EPERM (the seccomp filter), /proc/keys is
+    empty, no pseudo-terminal opens, a process holds at most `NOFILE` files; a process and a
+    thread still start; the same key calls outside reach the keyring."""
     jailed = _run_jailed(KEYRINGS, work=tmp_path)
     out, err = jailed.communicate(timeout=120)
     assert jailed.returncode == 0, err
     said = json.loads(out)
-    assert set(said.values()) == {"Operation not permitted"}, said
+    refused = {
+        k: v
+        for k, v in said.items()
+        if k in ("keyctl session", "add_key user", "request_key", "keyctl x32", "user namespace")
+    }
+    assert set(refused.values()) == {"Operation not permitted"}, said
+    assert said["keys listed"] == "", said  # the names of the grader's keys: not listed
+    assert said["pseudo-terminal"] != "allowed", said
+    assert said["open files"] == [sandbox.NOFILE] * 2, said
+    assert said["fork"] == 7, said
     outside = subprocess.run([sys.executable, "-c", KEYRINGS], capture_output=True, text=True)
     assert json.loads(outside.stdout)["keyctl session"] == "allowed", outside
-    assert len(seccomp.program("aarch64")) == 15 * 8  # two blocks of three calls, no x32 check
+    assert len(seccomp.program("aarch64")) == 30 * 8  # as x86_64 but for the x32 check

@@ -22,6 +22,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import resource
 import secrets
 import shutil
 import stat
@@ -89,19 +90,31 @@ def fresh_uid() -> int:
                 return uid
 
 
-def enter(uid: int | None, *, writable: Sequence[Path] = (), nproc: int | None = None) -> list[str]:
+def enter(
+    uid: int | None,
+    *,
+    writable: Sequence[Path] = (),
+    nproc: int | None = None,
+    nofile: int | None = None,
+) -> list[str]:
     """The command prefix run inside the sandbox before the submission's code.
 
     uid: the user id (and group id) to drop to, as root; None (an ordinary user): no change of
     user. writable: folders given to `uid` first. nproc: RLIMIT_NPROC, the tasks (processes and
     threads) the uid may have, the sandbox's own with a uid of its own, else all of the user's
-    (`user_tasks` plus the sandbox's). Core dumps are always off.
+    (`user_tasks` plus the sandbox's). nofile: RLIMIT_NOFILE, the files each process may hold
+    open (as an ordinary user, at most the hard limit it has). Core dumps are always off.
     """
     if uid is None and shutil.which("prlimit") is None:
         return []  # no util-linux: `limits.enforced` says core dumps and tasks are not capped
     limits = ["prlimit", "--core=0:0"]
     if nproc is not None:
         limits.append(f"--nproc={nproc}:{nproc}")
+    if nofile is not None:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if uid is None and hard != resource.RLIM_INFINITY:
+            nofile = min(nofile, hard)  # a user cannot raise its hard limit
+        limits.append(f"--nofile={nofile}:{nofile}")
     if uid is None:
         return [*limits, "--"]
     chown = ["sh", "-c", _CHOWN, "sh", f"{uid}:{uid}", *map(str, writable), "--"]

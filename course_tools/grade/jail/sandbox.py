@@ -27,10 +27,12 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -80,12 +82,30 @@ KEPT_ENV = frozenset(
 TMP_MB = 512
 SHM_MB = 64
 COVER_MB = 1
+
+
+def _host_open_files() -> int:
+    """The host's table of open files (`fs.file-max`), or a million where it cannot be read."""
+    try:
+        return int(Path("/proc/sys/fs/file-max").read_text())
+    except (OSError, ValueError):
+        return 2**20
+
+
 #: The processes and threads a sandbox may have at once: its control group's `pids.max`, and,
 #: run as root, its own uid's RLIMIT_NPROC. TensorFlow's thread pools grow with the cores (and
 #: with each simulated device), so the cap does too; a fork or thread bomb stops there.
 NPROC = 1024 + 32 * (os.cpu_count() or 1)
+#: The files a process of the sandbox may hold open (RLIMIT_NOFILE): with `NPROC` processes, a
+#: sandbox holds at most a quarter of the host's table of open files (`fs.file-max`), which every
+#: process shares (one that fills it stops every other's `open`); at most Linux's usual 1,024,
+#: at least 256 (a kernel uses about a hundred).
+NOFILE = max(256, min(1024, _host_open_files() // (4 * NPROC)))
 #: Written to, the kernel's magic SysRq trigger reboots or crashes the host.
 SYSRQ = "/proc/sysrq-trigger"
+#: The kernel's lists of keys and of their users, which name the keys of every keyring the
+#: process can view: read as empty in a sandbox.
+KEY_LISTINGS = ("/proc/keys", "/proc/key-users")
 #: Folders of /sys a sandbox sees empty (an empty read-only tmpfs over each): every control
 #: group's memory use and host pids (other graders' sandboxes and jobs among them), and the
 #: host's network devices. Nothing the course runs needs them (`timing.usable_cpus` then counts
@@ -168,6 +188,16 @@ def require() -> str:
             f"students' grades. To grade anyway (only notebooks you trust), pass {NO_SANDBOX_FLAG}."
         )
     return shutil.which("bwrap") or "bwrap"
+
+
+@cache
+def _empty_file() -> Path:
+    """An empty file of this process's own (removed at exit), to read in place of another."""
+    handle, name = tempfile.mkstemp(prefix="course-grade-empty-")
+    os.fchmod(handle, 0o444)  # the sandbox's own uid reads it
+    os.close(handle)
+    atexit.register(os.unlink, name)
+    return Path(name)
 
 
 def _namespace_flags() -> list[str]:
@@ -274,11 +304,16 @@ def wrap(  # noqa: PLR0913
     # host-wide knobs: read-only even to a root that has capabilities (/proc/irq and /proc/bus
     # bubblewrap covers itself)
     args += ["--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", *[SYSRQ] * 2]
+    # the names of the keys the grader's user holds (their contents the seccomp filter keeps)
+    for listing in KEY_LISTINGS:
+        args += ["--ro-bind-try", str(_empty_file()), listing]  # /proc allows no device node
     for folder in MASKED:
         if os.path.isdir(folder):
             args += [*_tmpfs(folder, COVER_MB), "--remount-ro", folder]
     # --dev's tmpfs (and /dev/shm, a folder of it) has no size limit: read-only, /dev/shm capped;
     # both in-memory folders writable by whoever the sandbox runs as, like a host's
+    # no pseudo-terminals: the host's count of them is shared (a kernel needs none)
+    args += _tmpfs("/dev/pts", COVER_MB)
     args += ["--remount-ro", "/dev", "--perms", "01777", *_tmpfs("/dev/shm", SHM_MB)]
     args += ["--perms", "01777", *_tmpfs("/tmp", TMP_MB)]
     bound = _read_only_keep() + [Path(p).resolve() for p in read_only]
@@ -312,7 +347,7 @@ def wrap(  # noqa: PLR0913
             args += ["--cap-add", cap]
     if uid is None and nproc is not None:
         nproc += identity.user_tasks()  # the user's other processes count too
-    enter = identity.enter(uid, writable=writable, nproc=nproc)
+    enter = identity.enter(uid, writable=writable, nproc=nproc, nofile=NOFILE)
     join = cgroup.join_command() if cgroup is not None else []
     return [*join, *seccomp.with_filter([*args, *enter, *argv])]
 

@@ -1,15 +1,20 @@
-"""The system calls a sandbox may not make: the kernel's key management (`add_key`,
-`request_key`, `keyctl`), which no namespace of the sandbox covers. Without this, every sandbox
-started from a login session (`runuser`, `su -l`, ssh, a desktop) holds the grader's session
-keyring and, through it, its user's: a submission could read the instructor's keys, leave keys
-behind, hand data to a later submission or use up the user's key quota. They fail with EPERM, as
-under Docker's default profile; nothing the course runs uses them.
+"""The system calls a sandbox may not make, which no namespace of the sandbox covers:
+- the kernel's key management (`add_key`, `request_key`, `keyctl`: EPERM, as under Docker's
+  default profile). Keyrings belong to no namespace: a sandbox started from a login session
+  (`runuser`, `su -l`, ssh, a desktop) would hold the grader's session keyring and, through it,
+  its user's, and could read the instructor's keys, leave keys behind, hand data to a later
+  submission or use up the user's key quota;
+- a new user namespace (`unshare` or `clone` with CLONE_NEWUSER: EPERM; `clone3`, whose flags
+  a filter cannot read, fails with ENOSYS, and C libraries fall back to `clone`, as under
+  Docker). In one, a submission is root again: it mounts a tmpfs past the sandbox's size caps and
+  reaches kernel code written for root.
+Nothing the course runs uses them.
 
 bubblewrap loads a compiled classic BPF program from a file descriptor (`--seccomp FD`). The
-program is written here by hand, twenty instructions, rather than with libseccomp, whose Python
-binding is a distribution package, not one pip installs. It checks the architecture each call is
-made for: a 64-bit process can also make 32-bit calls (`int 0x80` on x86), numbered differently;
-x86's x32 calls are refused whole; a call for an architecture not listed is refused.
+program is written here by hand, about thirty instructions, rather than with libseccomp, whose
+Python binding is a distribution package, not one pip installs. It checks the architecture each
+call is made for: a 64-bit process can also make 32-bit calls (`int 0x80` on x86), numbered
+differently; x86's x32 calls are refused whole; a call for an architecture not listed is refused.
 
 Example:
 
@@ -29,18 +34,26 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-#: Per machine: (its audit architecture, the calls' numbers) for its native and its 32-bit calls
-#: (linux/audit.h; the syscall tables of arch/x86/entry/syscalls and include/uapi/asm-generic).
+#: Per machine: for its native and its 32-bit calls, (the audit architecture, the key calls'
+#: numbers, unshare's and clone's, clone3's) (linux/audit.h; the syscall tables of
+#: arch/x86/entry/syscalls, arch/arm/tools and include/uapi/asm-generic).
 ARCHITECTURES = {
-    "x86_64": ((0xC000003E, (248, 249, 250)), (0x40000003, (286, 287, 288))),
-    "aarch64": ((0xC00000B7, (217, 218, 219)), (0x40000028, (309, 310, 311))),
+    "x86_64": (
+        (0xC000003E, (248, 249, 250), (272, 56), 435),
+        (0x40000003, (286, 287, 288), (310, 120), 435),
+    ),
+    "aarch64": (
+        (0xC00000B7, (217, 218, 219), (97, 220), 435),
+        (0x40000028, (309, 310, 311), (337, 120), 435),
+    ),
 }
 #: x86-64's x32 calls carry this bit in their number.
 X32_BIT = 0x40000000
-EPERM = 1
+CLONE_NEWUSER = 0x10000000
+EPERM, ENOSYS = 1, 38
 _LOAD, _JEQ, _JSET, _RET = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
 _ALLOW, _ERRNO = 0x7FFF0000, 0x00050000  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
-_NR, _ARCH = 0, 4  # offsets in struct seccomp_data
+_NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg 0's low 32 bits)
 
 
 def program(machine: str | None = None) -> bytes:
@@ -48,23 +61,37 @@ def program(machine: str | None = None) -> bytes:
     kernel loads; ValueError for a machine not in `ARCHITECTURES`.
 
     >>> len(program("x86_64")) // 8  # instructions
-    16
+    31
     """
     machine = machine or platform.machine()
     if machine not in ARCHITECTURES:
         raise ValueError(f"no system call filter for {machine}: only {sorted(ARCHITECTURES)}")
-    code: list[tuple[int, int, int, int | str]] = []  # (op, jump if true, if false, k): "deny"
-    for arch, numbers in ARCHITECTURES[machine]:
-        checks = [(_JSET, X32_BIT)] if arch == 0xC000003E else []
-        checks += [(_JEQ, n) for n in numbers]
-        # load the arch; if not this one, skip this block (the number's load, the checks, allow)
-        code += [(_LOAD, 0, 0, _ARCH), (_JEQ, 0, len(checks) + 2, arch), (_LOAD, 0, 0, _NR)]
-        code += [(op, "deny", 0, k) for op, k in checks]
+    # (op, jump if true, jump if false, k), a jump being 0 (the next instruction) or a label:
+    # "deny" and "nosys" (the two refusals at the end), "next" (the next architecture's block),
+    # "allow" (this block's last instruction)
+    code: list[tuple[int, int | str, int | str, int]] = []
+    allows: list[int] = []  # each block's "allow"
+    for arch, keys, namespaces, clone3 in ARCHITECTURES[machine]:
+        code += [(_LOAD, 0, 0, _ARCH), (_JEQ, 0, "next", arch), (_LOAD, 0, 0, _NR)]
+        code += [(_JSET, "deny", 0, X32_BIT)] if arch == 0xC000003E else []
+        code += [(_JEQ, "deny", 0, number) for number in keys]
+        code.append((_JEQ, "nosys", 0, clone3))
+        for number in namespaces:  # its flags (argument 0) asking for a new user namespace
+            code += [(_JEQ, 0, 2, number), (_LOAD, 0, 0, _ARG0)]
+            code.append((_JSET, "deny", "allow", CLONE_NEWUSER))
+        allows.append(len(code))
         code.append((_RET, 0, 0, _ALLOW))
-    code.append((_RET, 0, 0, _ERRNO | EPERM))  # another architecture, and the "deny" jumps
-    last = len(code) - 1
+    deny = len(code)  # another architecture falls through to it too
+    code += [(_RET, 0, 0, _ERRNO | EPERM), (_RET, 0, 0, _ERRNO | ENOSYS)]
+
+    def target(i: int, jump: int | str) -> int:
+        block = sum(1 for a in allows if a < i)  # the block instruction i is in
+        where = {"deny": deny, "nosys": deny + 1, "allow": allows[min(block, len(allows) - 1)]}
+        where["next"] = allows[block] + 1 if block < len(allows) else deny
+        return where[jump] - i - 1 if isinstance(jump, str) else jump
+
     return b"".join(
-        struct.pack("<HBBI", op, last - i - 1 if yes == "deny" else yes, no, k)
+        struct.pack("<HBBI", op, target(i, yes), target(i, no), k)
         for i, (op, yes, no, k) in enumerate(code)
     )
 
