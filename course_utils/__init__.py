@@ -22,8 +22,8 @@ __all__ = ["Settings", "read_settings", "setup"]
 __version__ = "0.1.0"
 
 PROFILE_NOTES = {
-    "full": "Sizes: the original course's (made for a GPU).",
-    "cpu": "Sizes: fewer epochs (often fewer examples) than the original: minutes per notebook.",
+    "full": "Sizes: the largest, made for a GPU (each notebook picks its own).",
+    "cpu": "Sizes: fewer epochs (often fewer examples) than full: minutes per notebook.",
     "quick": "Sizes: small subsets and few epochs (a test run: its numbers are not the lesson's).",
 }
 
@@ -59,7 +59,7 @@ def setup(
         print(f"profile={chosen}  data={asked.data}  devices={where}")
         note = PROFILE_NOTES[chosen]
         if asked.profile == "auto":
-            forces = "cpu forces the shorter run" if gpu else "full forces the original sizes"
+            forces = "cpu forces the shorter run" if gpu else "full forces the larger sizes"
             note += (
                 f" Chosen because {'a' if gpu else 'no'} GPU was found; COURSE_PROFILE={forces}."
             )

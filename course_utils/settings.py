@@ -1,6 +1,6 @@
 """The course's three settings, read from the environment in one place.
 
-- COURSE_PROFILE, the sizes of every run: `full` (the original course's, made for a GPU), `cpu`
+- COURSE_PROFILE, the sizes of every run: `full` (the largest sizes, made for a GPU), `cpu`
   (fewer epochs and examples: minutes per notebook on a laptop) or `quick` (a small test run).
   Default: full with a GPU, cpu without one.
 - COURSE_DEVICES, how many replicas: a whole number. Default: the machine's GPUs, or 2 CPUs.
