@@ -243,6 +243,7 @@ def all_reduce_fit(results: dict) -> dict:
         "beta_small": beta_small,
         "alpha_large": alpha_large,
         "beta_large": beta_large,
+        "seconds": seconds,
         "errors": errors,
     }
 
@@ -317,24 +318,10 @@ def all_reduce_problems(path: Path) -> list[str]:
                 f"{path.name}: at {size / 1024:,.0f} KiB the line misses the measured time by "
                 f"{100 * error:+.0f}% (tolerance {100 * tolerance:.0f}%), not flagged"
             )
-    alpha, gradients = fit["alpha"], results["gradient_bytes"] * fit["beta_small"]
-    line = alpha + gradients
-    worst = max(abs(error) for error in fit["errors"].values())
-    if abs(alpha - gradients) <= worst * line:  # inside the line's own error band
-        dominates = "too close to call"
-    else:
-        dominates = "alpha dominates" if alpha > gradients else "the bytes dominate"
-    if worst > tolerance:  # as 3b: a line that misses a measured size draws no verdict
-        dominates = (
-            f"withheld: the line misses a measured size by {100 * worst:.1f}% "
-            f"(tolerance {100 * tolerance:.0f}%)"
-        )
-    loads = results.get("loads", [])
-    if loads and max(loads) > timing.BUSY:  # as 3b: a busy machine, no verdict
-        dominates = (
-            f"withheld: the machine was busy (other programs used {100 * max(loads):.0f}% of "
-            "its cores during the all-reduce's rounds)"
-        )
+    # the code's rule, on the line fitted again here (as 3b's verdict.regime)
+    dominates = verdict.all_reduce_call(
+        fit, results["gradient_bytes"], results.get("loads", []), timing.BUSY
+    )
     if results["dominates"] != dominates:
         found.append(f"{path.name}: {results['dominates']!r} printed, its line says {dominates!r}")
     return found

@@ -185,11 +185,11 @@ ALL_REDUCE_LARGE = (4 << 20, 8 << 20, 16 << 20)
 def measured_limit(measure_set, sets: int = 3, *, load=None, busy=1.0) -> dict:
     """Notebook 3b's rule for one limit: `sets` sets of rounds (`measure_set()` gives one); load
     can only slow a round, so the limit is the fastest round of all (a lower bound), and `low`,
-    the fastest round of the other sets, shows how far load alone moved it
-    (`verdict.limit_range`).
+    the fastest round of the other sets, shows how far load alone moved it (the slowest set's
+    when a gap over `verdict.GAP` splits them: `verdict.limit_range`).
     With `load` (`timing.Load`), each set also records the share of the cores other programs used
-    meanwhile; above `busy` (`timing.BUSY`) during one of the two sets that decide the limit and its
-    low end, the limit is flagged as measured on a busy machine."""
+    meanwhile; above `busy` (`timing.BUSY`) during one of the sets that decide the limit and its
+    low end (`verdict.deciding`), the limit is flagged as measured on a busy machine."""
     taken, others = {}, {}
     for number in range(1, sets + 1):
         if load is None:
@@ -495,15 +495,17 @@ def all_reduce_line(reduce: dict) -> str:
 
 
 def limit_spreads(limits: dict) -> list[str]:
-    """A line per limit: the fastest round (a lower bound) and the other sets' fastest, a flag
+    """A line per limit: the fastest round (a lower bound) and its low end, a flag
     when the sets' fastest rounds disagree beyond `verdict.GAP`, and (when measured) the largest
     share of the cores other programs used during a set."""
     units = {"peak": "GFLOP/s", "bandwidth": "GB/s"}
     lines = []
     for name, limit in limits.items():
+        gap = limit["set_gap"] > verdict.GAP  # the low end is then the slowest set's
         lines.append(
             f"  {name}: at least {limit['value'] / 1e9:,.1f} {units[name]} (fastest round); the "
-            f"other sets' fastest {limit['low'] / 1e9:,.1f} "
+            + ("slowest set's fastest, across the gap" if gap else "other sets' fastest")
+            + f" {limit['low'] / 1e9:,.1f} "
             f"({100 * limit['low'] / limit['value']:.0f}%)"
         )
         if limit.get("others_share"):

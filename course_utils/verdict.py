@@ -12,7 +12,8 @@ during each set. One rule, used by the notebook, `course bench` and the artifact
   round of the peak;
 - else the step splits into the fixed part, the roof's part and the rest, and the largest is named
   when it is over `majority` of the step (`split`), at each limit's two ends and the step's two
-  fastest rounds; "undecided" names what flips it (`regime`).
+  fastest rounds; "undecided" names what flips it (`regime`);
+- notebook 3c's call between the all-reduce's alpha and its bytes (`all_reduce_call`).
 
 Example:
     >>> from course_utils import verdict
@@ -50,22 +51,35 @@ UNITS = {"peak": "FLOP/s", "bandwidth": "B/s"}
 #: Two sets whose fastest rounds differ by more than this ran under different conditions.
 GAP = 1.5
 SWEEP_SET = "section 3"  # the set measured beside the sweep: it decides every verdict
+#: Why a point can lie above its roof: the peak is floored at the fastest training run, so only
+#: the slanted roof (bandwidth x counted intensity) can be beaten.
+ABOVE_ROOF = (
+    "a limit was measured low or the counted bytes overstate the step's (the count may be off "
+    "by 2x: fewer bytes, a higher intensity)"
+)
 
 
 def limit_range(sets: dict[str, list[float]], floor: float = 0.0) -> tuple[float, float]:
     """(limit, low): the fastest round of all sets, and the fastest round of the other sets,
-    each at least `floor` (the fastest training run, for the peak).
+    each at least `floor` (the fastest training run, for the peak). When two sets' fastest
+    rounds are more than `GAP` apart (`set_gap`), the low end is the slowest set's fastest
+    round: the set that raised the flag is inside the range the verdict is worked out over.
 
     >>> limit_range({"a": [100.0], "b": [62.0, 60.0]}, floor=80.0)
     (100.0, 80.0)
+    >>> limit_range({"a": [228.0], "b": [224.0], "c": [94.0]})  # a 2.4x gap: c is the low end
+    (228.0, 94.0)
     """
     tops = sorted(max(rounds) for rounds in sets.values())
-    return max(tops[-1], floor), max(tops[-2] if len(tops) > 1 else tops[-1], floor)
+    low = tops[0] if set_gap(sets) > GAP else tops[-2] if len(tops) > 1 else tops[-1]
+    return max(tops[-1], floor), max(low, floor)
 
 
 def deciding(sets: dict[str, list[float]]) -> list[str]:
-    """The two sets that give a limit and its low end: the two with the fastest rounds."""
-    return sorted(sets, key=lambda label: max(sets[label]))[-2:]
+    """The sets that give a limit and its low end: the two with the fastest rounds, and the
+    slowest set too when a gap over `GAP` makes it the low end (`limit_range`)."""
+    order = sorted(sets, key=lambda label: max(sets[label]))
+    return [*order[:1], *order[-2:]] if set_gap(sets) > GAP and len(order) > 2 else order[-2:]
 
 
 def busiest(loads: dict[str, dict[str, float]], sets: dict[str, dict]) -> tuple[float, str, str]:
@@ -123,7 +137,7 @@ def side(intensity: float, peak: float, bandwidth: float, margin: float = COUNT_
 def split(record: dict, step_ms: float, fixed_ms: float, peak: float, bandwidth: float) -> str:
     """The verdict at these limits and this step time: the largest of the fixed part, the roof's
     part and the rest when over the majority, else "no single part dominates"; "above its roof"
-    when the step ran faster than the roof allows (a limit was measured low)."""
+    when the step ran faster than the roof allows (`ABOVE_ROOF` says why it can)."""
     intensity = record["intensity"]
     roof = record["flops_per_step"] / (step_ms / 1000) / min(peak, bandwidth * intensity)
     if roof > 1:
@@ -233,8 +247,8 @@ def regime(record: dict) -> str:
     found = sorted(set(outcomes.values()))
     if found == ["above its roof"]:
         return (
-            "undecided: the step ran above its roof at both ends of each limit's range, so a "
-            "limit was measured low and no roof can be named"
+            "undecided: the step ran above its roof at both ends of each limit's range, so "
+            f"{ABOVE_ROOF}, and no roof can be named"
         )
     if len(found) == 1:
         return first
@@ -295,3 +309,38 @@ def groups(sets: dict[str, list[float]], load: dict[str, float], unit: str) -> s
         f"two groups, {group(order[:cut])} and {group(order[cut:])} ({max(gaps):.2f}x gap "
         "between the sets' fastest rounds)"
     )
+
+
+def all_reduce_call(fit: dict, gradient_bytes: int, loads: list[float], busy: float) -> str:
+    """Notebook 3c's call at the gradients' size between alpha and bytes x beta (`fit`: 3c's
+    "alpha", "beta_small", "seconds" and "errors" by size): "too close to call" within the
+    line's worst error of the line's time there; withheld when the machine was busy during a
+    set of rounds (a share of `loads` over `busy`), the line misses a size beyond
+    `ALL_REDUCE_TOLERANCE`, or alpha, a fitted intercept, exceeds a measured size's whole time
+    (the run contradicts it: a size costs alpha and more).
+
+    >>> fit = {"alpha": 1e-4, "beta_small": 1e-9, "seconds": {4096: 1.1e-4}, "errors": {4096: 0}}
+    >>> all_reduce_call(fit, 50_000, loads=[0.05], busy=0.3)
+    'alpha dominates'
+    """
+    alpha, bytes_part = fit["alpha"], gradient_bytes * fit["beta_small"]
+    worst = max(abs(error) for error in fit["errors"].values())
+    fastest = min(fit["seconds"], key=fit["seconds"].get)  # the size measured fastest
+    if max(loads, default=0.0) > busy:
+        return (
+            f"withheld: the machine was busy (other programs used {100 * max(loads):.0f}% of "
+            "its cores during the all-reduce's rounds)"
+        )
+    if worst > ALL_REDUCE_TOLERANCE:
+        return (
+            f"withheld: the line misses a measured size by {100 * worst:.1f}% "
+            f"(tolerance {100 * ALL_REDUCE_TOLERANCE:.0f}%)"
+        )
+    if alpha > fit["seconds"][fastest]:
+        return (
+            f"withheld: alpha, a fitted intercept ({1e6 * alpha:.1f} us), exceeds the whole "
+            f"measured time of {fastest / 1024:,.0f} KiB ({1e6 * fit['seconds'][fastest]:.1f} us)"
+        )
+    if abs(alpha - bytes_part) <= worst * (alpha + bytes_part):  # inside the line's error band
+        return "too close to call"
+    return "alpha dominates" if alpha > bytes_part else "the bytes dominate"
