@@ -57,9 +57,13 @@ MAX_ZIP_MEMBERS = 1000
 MAX_RESULTS_KB = 1024
 #: The training examples each per-epoch checkpoint is evaluated on (its training loss must fall).
 TRAIN_EXAMPLES = 4096
-#: Seconds per timed epoch that a checkpoint span may hold beyond the epoch's recorded time (its
-#: start-up, the previous iterator's release, its save: up to 40 s measured on a loaded machine).
-STARTUP_ALLOWANCE = 60
+#: Seconds per timed epoch that a checkpoint span may hold beyond the epoch's recorded time: its
+#: save, and the release of the previous epoch's iterator when the clock starts after the new one is
+#: made. Under a strategy that release waits for tf.data's tuning threads (notebook 1, appendix C
+#: part 3): 140 s once at 8 devices on a loaded machine. `fit`'s EpochClock holds it (Keras makes
+#: each epoch's iterators between `on_epoch_begin` and `on_epoch_end`), as does a custom loop that
+#: times its `for` over the dataset, but a correct loop may call `iter` before starting its timer.
+STARTUP_ALLOWANCE = 300
 
 
 #: The most characters of one check's message: a library's error can repeat, whole, a name the
@@ -492,9 +496,9 @@ def assert_timings_consistent(
     the timed epochs' seconds (`epoch_examples` / each round) fit in the time between the first
     and the last checkpoint, which spans exactly those epochs with their start-ups and saves: at
     most 3 times that span (+1 s; the grader's clock of the files is polled), at least the span
-    less `STARTUP_ALLOWANCE` per timed epoch (an epoch's start-up, the previous iterator's
-    release and a save took up to 40 s on a loaded machine). The checkpoints' times are the
-    grader's (`file_times`): setting a file's times changes nothing.
+    less `STARTUP_ALLOWANCE` per timed epoch (a save, and the previous iterator's release when
+    the clock leaves it out: 140 s once at 8 devices). The checkpoints' times are the grader's
+    (`file_times`): setting a file's times changes nothing.
 
     `epoch_examples` defaults to the training set's size, the count the notebook's rounds divide
     (`examples=NUM_TRAIN`), not steps x global batch: a short last batch holds fewer examples
