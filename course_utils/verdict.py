@@ -13,7 +13,9 @@ during each set. One rule, used by the notebook, `course bench` and the artifact
 - else the step splits into the fixed part, the roof's part and the rest, and the largest is named
   when it is over `majority` of the step (`split`), at each limit's two ends and the step's two
   fastest rounds; "undecided" names what flips it (`regime`);
-- notebook 3c's call between the all-reduce's alpha and its bytes (`all_reduce_call`).
+- the step's side of the ridge at both ends of both limits, or none from busy sets (`ridge_sides`);
+- notebook 3c's call between the all-reduce's alpha and its bytes (`all_reduce_call`), and
+  whether its share of a step can be given (`step_share_withheld`).
 
 Example:
     >>> from course_utils import verdict
@@ -344,3 +346,54 @@ def all_reduce_call(fit: dict, gradient_bytes: int, loads: list[float], busy: fl
     if abs(alpha - bytes_part) <= worst * (alpha + bytes_part):  # inside the line's error band
         return "too close to call"
     return "alpha dominates" if alpha > bytes_part else "the bytes dominate"
+
+
+def step_share_withheld(
+    replicas: int, step_load: float, loads: list[float], *, flagged: bool, busy: float
+) -> str:
+    """Why notebook 3c gives no all-reduce's share of a step, "" when it does: one replica (no
+    line), the step's rounds (`step_load`) or a set of the line's (`loads`) run while other
+    programs used more than `busy` of the cores, or a line that misses a size (`flagged`).
+
+    >>> print(step_share_withheld(2, step_load=0.6, loads=[0.1], flagged=False, busy=0.5))
+    the machine was busy during the step's rounds (60%): the step ran slow
+    """
+    reasons = [
+        ("one replica: nothing is sent, no all-reduce and no line (section 2)", replicas == 1),
+        (
+            f"the machine was busy during the step's rounds ({100 * step_load:.0f}%): the step "
+            "ran slow",
+            step_load > busy,
+        ),
+        (
+            f"the machine was busy while the line was measured ({100 * max(loads):.0f}%, "
+            "section 1): the line ran slow",
+            max(loads, default=0.0) > busy,
+        ),
+        ("the line misses a measured size beyond its tolerance (section 2)", flagged),
+    ]
+    return next((reason for reason, holds in reasons if holds), "")
+
+
+def ridge_sides(intensity: float, limits: dict, load: float, busy: float) -> str:
+    """The step's side of the ridge at both ends of both limits (`limits`: name to (value, low)),
+    in words; none when `load`, the most other programs used of the cores during a limit's
+    deciding set, is over `busy` (a limit may be measured low).
+
+    >>> print(ridge_sides(50.0, {"peak": (200e9, 150e9), "bandwidth": (10e9, 9e9)}, 0.1, 0.5))
+    The step's 50.0 FLOP/B against a ridge of 15.0 to 22.2 (both ends of both limits): compute side.
+    """
+    if load > busy:
+        return (
+            f"No side of the ridge from this run: a limit's deciding set ran busy (others "
+            f"{100 * load:.0f}%), so it may be measured low, and a quiet run's limits can move the "
+            "ridge either way (a higher peak raises it, a higher bandwidth lowers it)."
+        )
+    ends = [(p, b) for p in limits["peak"] for b in limits["bandwidth"]]
+    ridges = sorted(p / b for p, b in ends)
+    sides = sorted({side(intensity, p, b).replace("-bound", " side") for p, b in ends})
+    return (
+        f"The step's {intensity:.1f} FLOP/B against a ridge of {ridges[0]:.1f} to "
+        f"{ridges[-1]:.1f} (both ends of both limits): {' or '.join(sides)}"
+        + (", not decided by this run." if len(sides) > 1 else ".")
+    )

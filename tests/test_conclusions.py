@@ -201,6 +201,33 @@ def test_alpha_above_the_smallest_size_s_time_withholds_the_call(tmp_path):
     assert verdict.all_reduce_call(fit, 487_720, [0.0], busy=0.5) == "alpha dominates"
 
 
+def test_the_step_s_side_of_the_ridge_is_read_at_both_ends_or_not_from_busy_sets():
+    """Intensity 30 against ridges of 12.5 to 22.2 FLOP/B (both ends of both limits): the
+    compute side at the low ridges (30 at least twice 12.5 and 13.9), near the ridge at the high
+    ones, so both are named and the run decides nothing; 5: the memory side at every end; a
+    limit's deciding set at 60% with busy 50%: no side at all."""
+    limits = {"peak": (200e9, 125e9), "bandwidth": (10e9, 9e9)}
+    assert verdict.ridge_sides(30.0, limits, 0.1, busy=0.5) == (
+        "The step's 30.0 FLOP/B against a ridge of 12.5 to 22.2 (both ends of both limits): "
+        "compute side or near the ridge, not decided by this run."
+    )
+    assert verdict.ridge_sides(5.0, limits, 0.1, busy=0.5).endswith(": memory-bandwidth side.")
+    assert verdict.ridge_sides(5.0, limits, 0.6, busy=0.5).startswith(
+        "No side of the ridge from this run: a limit's deciding set ran busy (others 60%)"
+    )
+
+
+def test_the_all_reduce_s_share_of_a_step_is_withheld_for_the_first_reason_that_holds():
+    """3c's rule (`verdict.step_share_withheld`): one replica first, then the step's rounds
+    busy, then the line's, then a line that misses a size; "" (a share given) when none holds."""
+    rule = verdict.step_share_withheld
+    assert rule(2, 0.1, [0.1], flagged=False, busy=0.5) == ""
+    assert rule(1, 0.9, [0.9], flagged=True, busy=0.5).startswith("one replica")
+    assert "during the step's rounds (90%)" in rule(2, 0.9, [0.9], flagged=True, busy=0.5)
+    assert "while the line was measured (70%" in rule(2, 0.1, [0.1, 0.7], flagged=True, busy=0.5)
+    assert rule(2, 0.1, [0.1], flagged=True, busy=0.5).startswith("the line misses")
+
+
 def test_a_point_within_the_count_s_margin_of_the_ridge_is_near_the_ridge():
     """Intensity 20 against a ridge of 12.5-17.2 FLOP/B: on the compute side, but within the
     count's factor of 2, so "near the ridge"; with no margin, compute-bound."""
