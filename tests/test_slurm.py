@@ -308,6 +308,34 @@ def test_resumed_run_ends_where_an_uninterrupted_run_does(notebook4):
     assert (notebook4 / "uninterrupted_checkpoints" / "checkpoint").is_file()
 
 
+@pytest.mark.slow
+def test_worker_ended_with_sigterm_saves_and_the_restart_ends_where_a_straight_run_ends(notebook4):
+    """Section 4's preemption, without Slurm: SIGTERM to worker 1 alone once the chief saved epoch
+    1. Both workers save after one agreed step (worker 0 got no signal), the restart resumes from
+    it on both workers, and the final model's and optimizer's variables equal the uninterrupted
+    run's."""
+    logs = notebook4 / "logs"
+    said = r"^preempted: saved ckpt-(\d+) at step \1; replicas that saved: 2$"
+    saved = [
+        re.findall(said, read(logs / "preempted" / f"loop_worker-worker-{w}.log"), re.MULTILINE)
+        for w in (0, 1)
+    ]
+    assert len(saved[0]) == 1 and saved[0] == saved[1]
+    step = int(saved[0][0])
+    per_epoch = steps_per_epoch(read(logs / "preempted" / "loop_worker-worker-0.log"))
+    assert per_epoch <= step < 3 * per_epoch
+    for worker in (0, 1):
+        resumed = read(logs / "after_preemption" / f"loop_worker-worker-{worker}.log")
+        start = f"restored ckpt-{step}: starting at epoch {step // per_epoch + 1}, step {step}"
+        assert start in resumed and f"finished at step {3 * per_epoch}" in resumed
+    ends = [
+        final_variables(notebook4 / f)
+        for f in ("preempted_checkpoints", "uninterrupted_checkpoints")
+    ]
+    assert ends[0].keys() == ends[1].keys() and len(ends[0]) > 10
+    assert all(np.array_equal(ends[0][n], ends[1][n]) for n in ends[0])
+
+
 def final_variables(folder: Path) -> dict[str, np.ndarray]:
     """The model's and the optimizer's variables in the newest checkpoint of `folder`."""
     import tensorflow as tf
