@@ -27,6 +27,7 @@ Run: pytest tests/test_grading.py  (about 5 minutes on 2 cores).
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import shutil
@@ -1971,7 +1972,8 @@ def test_honest_attributes_of_objects_and_other_modules_leave_the_facts_trusted(
 #: one level down, through an object, as the probe loads its own code: a method of a loader's
 #: class replaced, one added over the method it inherits, a closure's cell set (the wrapper
 #: around `get_filename` holds the real one); red team 10a's, a module the machinery calls: `_io`'s
-#: `open_code` (which read the probe's file), `sys.pycache_prefix`.
+#: `open_code` (which read the probe's file), `sys.pycache_prefix`; red team 11a's, a module
+#: replaced in `sys.modules` through an alias of it.
 LOADER = "import collections\nLoader = type(collections.__spec__.loader)\n"
 BUILTINS_SWAPS = {
     "namespace": """
@@ -1999,6 +2001,7 @@ setattr(builtins, "comp" + "ile", forger)
     + "cell.cell_contents = lambda self, name=None: real(self, name)\n",
     "open-code": "import _io\nreal = _io.open_code\n_io.open_code = lambda path: real(path)\n",
     "pycache": "import sys\nsys.pycache_prefix = 'elsewhere'\n",
+    "modules-alias": "import sys\nloaded = sys.modules\nloaded['hashlib'] = type(sys)('hashlib')\n",
 }
 #: What the refusal names for each of `BUILTINS_SWAPS`.
 SWAP_NAMED = {
@@ -2010,6 +2013,7 @@ SWAP_NAMED = {
     "closure-cell": "E.FileLoader.get_filename cell",
     "open-code": "E._io:open_code",
     "pycache": "sys:pycache_prefix",
+    "modules-alias": "M.hashlib",
 }
 SWAP_FORGER = """
 import builtins, pathlib
@@ -2042,6 +2046,32 @@ def test_builtins_changed_after_the_kernel_started_are_refused(tmp_path, sandbox
     assert "the notebook changed Python's builtins or imports (" in said, said
     assert SWAP_NAMED[swap] in said, said
     assert not (tmp_path / "forger-called").exists(), "the forger compiled the probe's code"
+
+
+FAKE_PROBE = """
+import sys, types
+fake = types.ModuleType("course_tools.grade.core")
+fake.probe = types.SimpleNamespace(collect=lambda *args, **kwargs: {"forged": True})
+loaded = sys.modules
+loaded["course_tools.grade.core"] = fake
+print("replaced")
+"""
+
+
+def test_the_probe_cell_gets_the_graders_probe_not_the_one_sys_modules_holds(tmp_path, sandboxed):
+    """Red team 11a put a module of its own under `course_tools.grade.core` through an alias of
+    `sys.modules`: the probe cell's import found its `collect`, which wrote any fact (12/12). The
+    cell's import is now the module the grader compiled: the facts are the probe's."""
+    probe = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
+    outcome, facts, error = submission.run(
+        notebook_of(FAKE_PROBE),
+        tmp_path,
+        {**os.environ, **ENV},
+        submission.RunSetup(Limits(60, 120), probe_source=probe),
+    )
+    assert "replaced" in _outputs(outcome), _outputs(outcome)
+    assert error == "", error
+    assert "forged" not in facts and "models" in facts, facts
 
 
 def test_code_the_reading_cannot_read_makes_the_facts_untrusted():
@@ -2165,6 +2195,10 @@ def test_the_probe_reads_no_dataset_or_model_whose_class_answers_for_it():
     real = Mine.__base__.__iter__  # red team 10a: a method replaced through the object's class
     Mine.__base__.__iter__ = lambda self: real(self)
     try:
+        with pytest.raises(TypeError, match=r"method of a TensorFlow pipeline class replaced \("):
+            probe.pipeline_facts(dataset)
+        # red team 11a: a partialmethod has no code of its own to check
+        Mine.__base__.__iter__ = functools.partialmethod(real)
         with pytest.raises(TypeError, match=r"method of a TensorFlow pipeline class replaced \("):
             probe.pipeline_facts(dataset)
     finally:

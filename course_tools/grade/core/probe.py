@@ -14,6 +14,7 @@ Example (the probe cell):
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import sys
 from typing import TYPE_CHECKING, Any
@@ -92,18 +93,37 @@ def _library_folders() -> tuple[str, ...]:
     """The folders a pipeline class's methods may come from: TensorFlow's and Python's own
     (`abc`, `typing`, `functools` wrappers, and the modules frozen into the interpreter,
     `collections.abc`'s)."""
-    import abc
-
     folders = [abc.__file__]
     if "tensorflow" in sys.modules:
         folders.append(sys.modules["tensorflow"].__file__)
     return (*(f.rpartition("/")[0] + "/" for f in folders if f), "<frozen ")  # frozen stdlib
 
 
+#: The type of a Python function.
+FUNCTION = type(lambda: None)
+#: A property and the one kind of it TensorFlow's classes use (`abc.abstractproperty`).
+PROPERTIES = (property, abc.abstractproperty)
+#: The interpreter's own methods and descriptors (slot wrappers, method and class-method
+#: descriptors, getset and member descriptors, builtin functions), written in C.
+C_LEVEL = tuple(
+    type(value)
+    for value in (
+        object.__init__,
+        object.__str__,
+        str.join,
+        dict.__dict__["fromkeys"],
+        type.__dict__["__dict__"],
+        complex.real,
+        len,
+    )
+)
+
+
 def _methods_not_from(cls: type, folders: tuple[str, ...]) -> list[str]:
     """The methods in the own dicts of `cls` and its bases whose code was not loaded from
-    `folders` ("Class.name"): one assigned by a notebook (`type(ds).__iter__ = f`) would choose
-    what the probe reads, as its own class would.
+    `folders`, or that are callables of another kind than a function, a property or the
+    interpreter's own ("Class.name"): one assigned by a notebook (`type(ds).__iter__ = f`, or a
+    `functools.partialmethod`) would choose what the probe reads, as its own class would.
 
     >>> _methods_not_from(type("Mine", (), {"f": lambda self: 0}), ("/nowhere/",))
     ['Mine.f']
@@ -111,13 +131,18 @@ def _methods_not_from(cls: type, folders: tuple[str, ...]) -> list[str]:
     found = []
     for klass in cls.__mro__:
         for name, value in type.__dict__["__dict__"].__get__(klass).items():
-            if isinstance(value, (staticmethod, classmethod)):
+            if type(value) in (staticmethod, classmethod):
                 value = value.__func__
-            functions = (
-                [value.fget, value.fset, value.fdel] if isinstance(value, property) else [value]
-            )
+            kind = type(value)
+            if kind in PROPERTIES:
+                functions = [value.fget, value.fset, value.fdel]
+            elif kind is FUNCTION or kind in C_LEVEL or not hasattr(kind, "__get__"):
+                functions = [value]  # a function, the interpreter's own, or data
+            else:  # another descriptor (functools.partialmethod, a notebook's own): not read
+                found.append(f"{klass.__qualname__}.{name}")
+                continue
             for function in functions:
-                code = getattr(function, "__code__", None)
+                code = function.__code__ if type(function) is FUNCTION else None
                 if code is not None and not code.co_filename.startswith(folders):
                     found.append(f"{klass.__qualname__}.{name}")
     return found

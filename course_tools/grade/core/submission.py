@@ -157,10 +157,7 @@ if _shell.input_transformer_manager is not globals().pop({key!r} + "_manager", N
     _tampered.append("input_transformer_manager")
 _probe = type(__import__.__self__)("course_tools.grade.core.probe")  # builtins' own ModuleType
 _probe.__file__ = {path!r}
-_sys.modules["course_tools.grade.core.probe"] = _probe
 exec(compile({code!r}, {path!r}, "exec"), _probe.__dict__)
-import course_tools.grade.core as _core
-_core.probe = _probe  # what `from course_tools.grade.core import probe` finds first
 {source}
 FACTS["tampered"] = _tampered
 _answer = _probe.answer(FACTS)
@@ -259,8 +256,13 @@ WALK = _let(
         "for e in N(p + ':' + a, w)] "
         "if T(v) is S['module'] and not [d for d in O if d is V(v, '__dict__')] else []",
     ),
+    (
+        "L",  # sys.modules, each module as one path ("M name"), read at once (no thread between)
+        "(lambda y: [('M ' + k, R(m)) for k, m in [*V(y, '__dict__')['modules'].items()]] "
+        "if T(y) is S['module'] else [])(spaces['I'].get('sys'))",
+    ),
     body="{p: t for s, d in spaces.items() for p, t in [(s, R(d))] + [e for k, v in d.items() "
-    "for e in N(s + ' ' + k, v) + C(s + ' ' + k, v)]}",
+    "for e in N(s + ' ' + k, v) + C(s + ' ' + k, v)]} | {p: t for p, t in L}",
 )
 #: `type`, reached from a literal.
 TYPE = "''.__class__.__class__"
@@ -319,10 +321,11 @@ def expression(code: str, key: str, anchor: dict[str, str]) -> str:
     True
     """
     # a path not in the anchor counts inside a class's dict (a method added over an inherited
-    # one); a name added to a namespace itself does not change what the probe's code runs
+    # one); a name added to a namespace, or a module imported since, does not change what the
+    # probe's code runs
     changed = (
         f"(lambda A: [p for p, a in A.items() if W.get(p) != a] + "
-        "[p for p in W if p not in A and '.' in p.partition(' ')[2].split(' ')[0]])"
+        "[p for p in W if p not in A and p[0] != 'M' and '.' in p.partition(' ')[2].split(' ')[0]])"
         f"({anchor!r})"
     )
     message = (
@@ -337,6 +340,24 @@ def expression(code: str, key: str, anchor: dict[str, str]) -> str:
         f"(lambda spaces, n, R, T: (lambda W: (lambda C: {body} if not C else {refuse})"
         f"({changed}))({WALK}))({NAMESPACES}, (lambda: 0).__globals__, {REPR}, {TYPE})"
     )
+
+
+def bind_probe(source: str) -> str:
+    r"""The probe cell's `source` with its import of the probe module (`from
+    course_tools.grade.core import probe`) replaced by the module the grader compiled (`_probe`):
+    an import after the notebook's code would go through `sys.modules`, where the notebook may
+    have put a module of its own.
+
+    >>> bind_probe("from course_tools.grade.core import probe\nFACTS = probe.collect({})")
+    'probe = _probe\nFACTS = probe.collect({})'
+    """
+    tree = ast.parse(source)
+    for index, node in enumerate(tree.body):
+        if isinstance(node, ast.ImportFrom) and node.module == "course_tools.grade.core":
+            names = [a.asname or a.name for a in node.names if a.name == "probe"]
+            if names and len(node.names) == 1:
+                tree.body[index] = ast.parse(f"{names[0]} = _probe").body[0]
+    return ast.unparse(tree)
 
 
 class _Floats(ast.NodeTransformer):
@@ -436,7 +457,7 @@ def run(
         key = f"_grader_{secrets.token_hex(8)}"
         path = str(Path(probe.__file__).resolve())
         probe_code = PROBE.format(
-            key=key, path=path, code=Path(path).read_text(), source=setup.probe_source
+            key=key, path=path, code=Path(path).read_text(), source=bind_probe(setup.probe_source)
         )
 
         def expressions(first: str) -> tuple[str, ...]:
