@@ -420,6 +420,11 @@ FILE_MOVES = frozenset({"rename", "replace", "move", "copy", "copyfile", "copy2"
 #: The endings of a file an import can run (a source, a compiled module, an archive on the import
 #: path, an extension, a `.pth` file that `site` runs).
 CODE_SUFFIXES = (".py", ".pyw", ".pyc", ".pyd", ".so", ".zip", ".egg", ".pth")
+#: The endings of a file written or renamed that an import can run: a `.zip` runs nothing until
+#: it is put on the import path, which is marked by itself (so zipping one's results for
+#: hand-in, `shutil.make_archive` too, is not marked); a module written into one is
+#: (`_zip_member`).
+FILE_SUFFIXES = tuple(s for s in CODE_SUFFIXES if s != ".zip")
 #: What runs code the grader never reads when it is called or reached: the decoders that call
 #: what their data names (pickle and its kin: `pickle.loads(b"c__builtin__\nexec...")`), code
 #: objects and functions made from bytes, and the ways to change how a module is found.
@@ -440,7 +445,7 @@ IMPORT_PATHS = frozenset({"sys.path", "sys.meta_path", "sys.path_hooks", "sys.pa
 #: `sys.path.insert(0, os.path.abspath(".."))` finds course_utils there).
 PARENT_PARTS = frozenset(
     {"os", "path", "pathlib", "Path", "abspath", "realpath", "normpath", "join", "dirname", "str",
-     "fspath", "resolve", "absolute", "getcwd", "cwd", "parent"}
+     "fspath", "resolve", "absolute", "getcwd", "cwd", "parent", "curdir"}
 )  # fmt: skip
 
 
@@ -455,17 +460,19 @@ def _resolved(node: ast.AST, imports: dict[str, str]) -> str:
 
 
 def _parent_folder(node: ast.AST) -> bool:
-    """`node` names the folder above the working one, made only of `PARENT_PARTS` and ".."
-    (a folder, never an archive: only the files in it an import finds, which the reading marks
-    when the notebook writes them)."""
+    """`node` names the working folder or the one above it, made only of `PARENT_PARTS` and
+    dots ("..", ".", "", `os.getcwd()`, `os.curdir`, `Path.cwd().parent`): a folder, never an
+    archive, so only the files in it an import finds, which the reading marks when the notebook
+    writes them (the working folder is on the import path already)."""
     parts = list(ast.walk(node))
     texts = [n.value for n in parts if isinstance(n, ast.Constant)]
     names = {getattr(n, "attr", getattr(n, "id", "")) for n in parts}
     names.discard("")
     kinds = (ast.Call, ast.Attribute, ast.Name, ast.Constant, ast.Load, ast.BinOp, ast.Div)
     plain = all(isinstance(n, kinds) for n in parts)
-    dots = all(isinstance(t, str) and ".." in t and not set(t) - set("./") for t in texts)
-    return plain and dots and names <= PARENT_PARTS and bool(texts or {"parent", "dirname"} & names)
+    dots = all(isinstance(t, str) and not set(t) - set("./") and t[:1] != "/" for t in texts)
+    named = {"parent", "dirname", "getcwd", "cwd", "curdir"} & names
+    return plain and dots and names <= PARENT_PARTS and bool(texts or named)
 
 
 def _changes_import_path(node: ast.AST, imports: dict[str, str]) -> bool:
@@ -532,11 +539,13 @@ def _unread_code(node: ast.AST, literals: dict[str, str], imports: dict[str, str
         if target is None and isinstance(node.func, ast.Attribute) and called != "copy":
             target = node.args[0]  # Path("m.txt").rename(Path("m.txt").with_suffix(".py"))
         text = _path_text(target, literals) if target is not None else None
-        return bool(text) and text.endswith(CODE_SUFFIXES)  # one built at run time: not seen
+        return bool(text) and text.endswith(FILE_SUFFIXES)  # one built at run time: not seen
+    if _zip_member(node, literals).endswith(CODE_SUFFIXES):
+        return True  # z.writestr("tidy_helpers.py", src): a module in an archive
     path = None
     if (
         getattr(node.func, "id", "") == "open"
-        or _resolved(node.func, imports) in ("zipfile.ZipFile", "io.open", "builtins.open")
+        or _resolved(node.func, imports) in ("io.open", "builtins.open")
         and node.args
     ):
         mode = node.args[1] if len(node.args) > 1 else None
@@ -546,7 +555,24 @@ def _unread_code(node: ast.AST, literals: dict[str, str], imports: dict[str, str
     elif getattr(node.func, "attr", "") in ("write_text", "write_bytes"):
         path = node.func.value  # Path("m.py").write_text(...), (folder / "m.py").write_text(...)
     text = _path_text(path, literals) if path is not None else None
-    return bool(text) and text.endswith(CODE_SUFFIXES)
+    return bool(text) and text.endswith(FILE_SUFFIXES)
+
+
+def _zip_member(node: ast.Call, literals: dict[str, str]) -> str:
+    """The name of the member `node` writes into an archive, when given as a literal:
+    `z.writestr("m.py", text)`, `z.writestr(ZipInfo("m.py"), text)`, `z.write(path,
+    "m.py")`, `z.write("m.py")` (its own name); "" for anything else."""
+    called = getattr(node.func, "attr", "")
+    named = {k.arg: k.value for k in node.keywords}
+    if called == "writestr":
+        member = node.args[0] if node.args else named.get("zinfo_or_arcname")
+        if isinstance(member, ast.Call) and _dotted(member.func).endswith("ZipInfo"):
+            member = member.args[0] if member.args else None
+    elif called == "write":
+        member = named.get("arcname") or (node.args[1:2] or node.args[:1] or [None])[0]
+    else:
+        return ""
+    return _path_text(member, literals) or "" if member is not None else ""
 
 
 def _shows_every_value(node: ast.AST) -> bool:
@@ -1317,13 +1343,17 @@ def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
     a library's: `type(train_ds).__iter__ = f`, `x.__class__.m = f`, `setattr(type(x), ...)`,
     an item of `__mro__` or `__bases__`, a name bound to one (`T = type(x)`, `for k in
     type(x).__mro__:`), each as "cell N, line L: `...`". A class named directly is the
-    notebook's own (`EpochTimer.x = 1`); one reached through an object never is, even `self`
-    (`type(self).count += 1`): a method can be called with any object (`Timer.tick(train_ds)`),
-    and a class's `__new__` can return any object."""
+    notebook's own (`EpochTimer.x = 1`); one reached through an object is not, except `self`
+    in a method of a class the notebook defines (`type(self).count += 1`, `_own_instances`)."""
     nodes = [(number, n) for number, tree in run for n in ast.walk(tree)]
     held: set[str] = set()
+    own = _own_instances(run)
 
     def reached(node: ast.AST) -> bool:
+        if id(node) in own:
+            return False  # type(self) in a method of the notebook's class: that class
+        if isinstance(node, ast.Call) and _class_named(node):
+            return True  # getattr(x, "__class__"), object.__getattribute__(x, "__class__")
         if isinstance(node, ast.Subscript):
             return reached(node.value) or _dotted(node.value).endswith("getmro")
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "type":
@@ -1363,6 +1393,103 @@ def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
             line = ast.unparse(node).splitlines()[0][:80]
             found.append(f"cell {number}, line {node.lineno}: `{line}`")
     return found
+
+
+def _class_named(node: ast.Call) -> bool:
+    """`node` reads an object's class or bases by a literal name through a getter:
+    `getattr(x, "__class__")`, `object.__getattribute__(x, "__class__")`,
+    `x.__getattribute__("__mro__")`."""
+    called = getattr(node.func, "id", "") or getattr(node.func, "attr", "")
+    names = {_literal_name(a) for a in node.args}
+    return called in ("getattr", "__getattribute__") and bool(names & (BASES | {"__class__"}))
+
+
+def _own_instances(run: list[tuple[int, ast.Module]]) -> set[int]:
+    """The ids of `type(self)` and `self.__class__` nodes that can only give a class the notebook
+    defines (or a subclass of it): `self` is the first parameter of an undecorated method of a
+    class defined in the cells, never rebound in it, and Python alone passes it, as the instance
+    the method was looked up on. That holds unless the method can be called with another first
+    argument: its name reached through a class or an expression rather than an instance
+    (`Timer.tick(train_ds)`, `type(x).tick`, `getattr(Timer, "tick")`, a string "tick" anywhere),
+    a class of the notebook used as a value (`T = Timer`), or functions taken by a name built at
+    run time or all at once (`__func__`, `__dict__`, `vars`, `getmembers`, `getattr(x, name)`);
+    and unless some class of the notebook defines `__new__` or a metaclass
+    (which can return another object): then none is exempt."""
+    classes = [n for _, tree in run for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    names = {c.name for c in classes}
+    methods = {
+        f.name
+        for c in classes
+        for f in c.body
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    nodes = [n for _, tree in run for n in ast.walk(tree)]
+    if any(
+        f.name == "__new__" for c in classes for f in c.body if isinstance(f, ast.FunctionDef)
+    ) or any(k.arg == "metaclass" for c in classes for k in c.keywords):
+        return set()
+    parents: dict[int, ast.AST] = {}
+    for node in nodes:
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    unsafe = {n.value for n in nodes if isinstance(n, ast.Constant) and n.value in methods}
+    for node in nodes:
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("__func__", "__dict__")
+            or getattr(node, "id", "") in ("vars", "getmembers", "getattr_static")
+            or isinstance(node, ast.Call)
+            and getattr(node.func, "id", "") == "getattr"
+            and (len(node.args) < 2 or _literal_name(node.args[1]) is None)
+        ):
+            return set()  # a class's functions by a name built at run time, or all of them
+        if isinstance(node, ast.Attribute) and node.attr in methods:
+            value = node.value
+            is_super = isinstance(value, ast.Call) and getattr(value.func, "id", "") == "super"
+            if not (isinstance(value, ast.Name) and value.id not in names or is_super):
+                unsafe.add(node.attr)  # Timer.tick(x), type(x).tick(y)
+        if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load):
+            parent = parents.get(id(node))
+            called = isinstance(parent, ast.Call) and (
+                parent.func is node
+                or getattr(parent.func, "id", "") in ("isinstance", "issubclass", "super", "print")
+            )
+            base = isinstance(parent, ast.ClassDef) and node in parent.bases
+            read = (
+                isinstance(parent, ast.Attribute)
+                and parent.attr not in methods
+                and not parent.attr.startswith("__")
+            )
+            if not (called or base or read):
+                return set()  # T = Timer, vars(Timer), [Timer]: the class as a value
+    own: set[int] = set()
+    for c in classes:
+        for f in c.body:
+            if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) or f.decorator_list:
+                continue
+            if f.name in unsafe or not f.args.args:
+                continue
+            first = f.args.args[0].arg
+            inside = list(ast.walk(f))
+            if any(
+                _bound_name(n) == first
+                or isinstance(n, (ast.Global, ast.Nonlocal))
+                and first in n.names
+                or isinstance(n, ast.arg)
+                and n.arg == first
+                and n is not f.args.args[0]
+                for n in inside
+                if n is not f
+            ):
+                continue  # self = train_ds
+            for n in inside:
+                if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "type":
+                    if [getattr(a, "id", None) for a in n.args] == [first]:
+                        own.add(id(n))
+                elif isinstance(n, ast.Attribute) and n.attr == "__class__":
+                    if getattr(n.value, "id", None) == first:
+                        own.add(id(n))
+    return own
 
 
 #: Modules of the import machinery the probe's path to the builtins goes through: any name
