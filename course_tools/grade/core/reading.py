@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import codecs
 import io
+import re
 import tokenize
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -436,9 +437,46 @@ UNREAD_CALLS = frozenset(
         "shelve.DbfilenameShelf", "shelve.BsdDbShelf", "pandas.read_pickle", "joblib.load",
         "marshal.load", "marshal.loads", "types.FunctionType", "types.LambdaType",
         "types.CodeType", "codecs.register", "site.addsitedir", "zipimport.zipimporter",
-        "zipfile.PyZipFile",
+        "zipfile.PyZipFile", "code.InteractiveInterpreter", "code.InteractiveConsole",
+        "code.interact", "code.compile_command", "timeit.main", "yaml.unsafe_load",
+        "yaml.unsafe_load_all", "yaml.UnsafeLoader", "yaml.CUnsafeLoader",
+        "shutil.unpack_archive",
+        *(f"doctest.{f}" for f in ("run_docstring_examples", "testmod", "testfile",
+          "DocTestRunner", "DebugRunner", "DocTestSuite", "DocFileSuite", "debug", "debug_src",
+          "debug_script", "script_from_examples")),
     }
 )  # fmt: skip
+#: The calls that compile and run a string given to them, like exec, and where that string is
+#: given (keyword, position): a literal is read as code, anything else is marked.
+STRING_RUNNERS = {
+    **{f"timeit.{f}": (("stmt", 0), ("setup", 1)) for f in ("timeit", "repeat", "Timer")},
+    **{f"{m}.{f}": (("statement", 0),) for m in ("cProfile", "profile") for f in ("run", "runctx")},
+    "pdb.run": (("statement", 0),),
+    "pdb.runctx": (("statement", 0),),
+    "pdb.runeval": (("expression", 0),),
+    "code.compile_command": (("source", 0),),
+}
+#: The methods of a profiler or debugger object that do the same (`Profile().runctx(s, ...)`).
+STRING_METHODS = frozenset({"runctx", "runeval"})
+#: The interpreters a cell magic runs its text with (`%%python3`, `%%perl`): code the grader
+#: cannot read, which can write a module the next cell imports.
+INTERPRETER_MAGICS = frozenset({"python", "python2", "python3", "pypy", "perl", "ruby"})
+#: The shells a magic or `!` runs its text with (`%%bash`, `%%script sh`, `!cp a b`).
+SHELL_RUNNERS = frozenset({"bash", "sh", "script", "system", "sx", "!"})
+#: The Python calls that run a command (its text, or a list of its words).
+COMMAND_CALLS = frozenset(
+    {*(f"subprocess.{f}" for f in ("run", "call", "check_call", "check_output", "Popen",
+                                   "getoutput", "getstatusoutput")),
+     "os.system", "os.popen", "pty.spawn", "asyncio.create_subprocess_exec",
+     "asyncio.create_subprocess_shell",
+     *(f"os.{f}" for f in ("execl", "execle", "execlp", "execlpe", "execv", "execve", "execvp",
+                           "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv",
+                           "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp"))}
+)  # fmt: skip
+#: What in a command's text can write or run a module: a name with an importable ending, Python
+#: itself, or text the command builds at run time (IPython's `{x}`/`$x`, the shell's `$(...)`,
+#: backquotes, escapes, eval/exec/source). Quotes are removed first (`b.p"y"` is `b.py`).
+COMMAND_CODE = r"\.(py|pyw|pyc|pyd|so|zip|egg|pth)\b|python|[$`\\{]|\b(eval|exec|source)\b"
 #: The lists and dicts that say where and how modules are found.
 IMPORT_PATHS = frozenset({"sys.path", "sys.meta_path", "sys.path_hooks", "sys.path_importer_cache"})
 #: What a parent folder is made of: `os.path.abspath("..")`, `Path.cwd().parent` (a clone's
@@ -491,7 +529,12 @@ def _changes_import_path(node: ast.AST, imports: dict[str, str]) -> bool:
     return not (owner == "sys.path" and added and _parent_folder(added[0]))
 
 
-def _unread_code(node: ast.AST, literals: dict[str, str], imports: dict[str, str]) -> bool:
+def _unread_code(
+    node: ast.AST,
+    literals: dict[str, str],
+    imports: dict[str, str],
+    tars: frozenset[str] = frozenset(),
+) -> bool:
     """`node` has the kernel run code the grader cannot read as code: exec, eval or compile
     given anything but a literal (`exec(SRC)`, an f-string with values); a module imported by a
     name built at run time (`importlib.import_module(name)`); runpy; a file an import can run
@@ -521,6 +564,10 @@ def _unread_code(node: ast.AST, literals: dict[str, str], imports: dict[str, str
         return True
     if not isinstance(node, ast.Call):
         return False
+    if _runs_unread_string(node, imports) or _runs_command(node, imports):
+        return True
+    if _tar_extraction(node, imports, tars):
+        return True
     if _resolved(node.func, imports) == "numpy.load":  # np.load(path) unpickles nothing
         unpickles = [k.value for k in node.keywords if k.arg in ("allow_pickle", None)]
         return any(
@@ -556,6 +603,129 @@ def _unread_code(node: ast.AST, literals: dict[str, str], imports: dict[str, str
         path = node.func.value  # Path("m.py").write_text(...), (folder / "m.py").write_text(...)
     text = _path_text(path, literals) if path is not None else None
     return bool(text) and text.endswith(FILE_SUFFIXES)
+
+
+def _string_code(node: ast.AST, imports: dict[str, str]) -> list[ast.AST]:
+    """The arguments `node` gives a call of `STRING_RUNNERS` (or `STRING_METHODS`) as code to
+    compile and run (`timeit.timeit(stmt, setup)`: both); [] for anything else."""
+    if not isinstance(node, ast.Call):
+        return []
+    places = STRING_RUNNERS.get(_resolved(node.func, imports))
+    if places is None and getattr(node.func, "attr", "") in STRING_METHODS:
+        places = (("statement", 0), ("expression", 0))
+    named = {k.arg: k.value for k in node.keywords}
+    found = []
+    for keyword, position in places or ():
+        given = named.get(keyword) or (node.args[position : position + 1] or [None])[0]
+        if given is not None and given not in found:
+            found.append(given)
+    return found
+
+
+def _runs_unread_string(node: ast.Call, imports: dict[str, str]) -> bool:
+    """`node` gives a `STRING_RUNNERS` call code other than a literal (`timeit.timeit(SRC)`,
+    `cProfile.run(text)`), or reaches one by a name the reading cannot follow
+    (`getattr(timeit, "timeit")`). timeit's callable (a lambda, a function the notebook
+    defines) is code read. `yaml.load` without a safe loader builds any object its text names."""
+    resolved = _resolved(node.func, imports)
+    if resolved in ("yaml.load", "yaml.load_all"):
+        loader = next((k.value for k in node.keywords if k.arg == "Loader"), None)
+        loader = loader or (node.args[1] if len(node.args) > 1 else None)
+        safe = ("SafeLoader", "CSafeLoader", "BaseLoader", "CBaseLoader")
+        return loader is None or _dotted(loader).split(".")[-1] not in safe
+    code = _string_code(node, imports)
+    timeit = resolved.startswith("timeit.")
+    return any(
+        _literal_code(given) is None
+        and not (timeit and isinstance(given, (ast.Lambda, ast.Name)) and _callable(given))
+        for given in code
+    )
+
+
+def _callable(node: ast.AST) -> bool:
+    """A lambda, or a name (timeit's check that it is a function the notebook defines happens
+    in `Code.unread_code`, which knows the notebook's functions)."""
+    return isinstance(node, ast.Lambda) or getattr(node, "_function", False)
+
+
+def _command_text(node: ast.Call, imports: dict[str, str]) -> str | None:
+    """The text of the command `node` has a shell or program run, when it is one (`!cmd`,
+    `%system cmd`, `%%bash` and `%%script` cells, `os.system(cmd)`, `subprocess.run([...])`):
+    its literal words joined by spaces, None when one of them is not a literal (built at run
+    time) or `node` runs no command; "" is never returned for a command."""
+    name, args = _magic(node)
+    shell = getattr(node.func, "attr", "") in ("system", "getoutput") and isinstance(
+        node.func.value, ast.Call
+    )
+    if name in SHELL_RUNNERS:
+        words = args
+    elif shell:
+        words = node.args
+    elif _resolved(node.func, imports) in COMMAND_CALLS:
+        words = [*node.args, *(k.value for k in node.keywords if k.arg == "args")]
+    else:
+        return ""
+    texts = []
+    for word in words:
+        for part in word.elts if isinstance(word, (ast.List, ast.Tuple)) else [word]:
+            text = _literal_code(part)
+            if text is None:
+                return None
+            texts.append(text)
+    return " ".join(texts) or " "
+
+
+def _runs_command(node: ast.Call, imports: dict[str, str]) -> bool:
+    """`node` has a shell or program run text that can write or run a module (`COMMAND_CODE`:
+    `!cp notes.txt m.py`, `subprocess.run(["python", ...])`), or text built at run time
+    (`os.system(cmd)`); a cell of an interpreter (`%%python3`, `%%perl`), whatever it says.
+    `!ls`, `!nvidia-smi`, `!pip install x` (and `%pip`, IPython's own) are not marked."""
+    if _magic(node)[0] in INTERPRETER_MAGICS:
+        return True
+    text = _command_text(node, imports)
+    if text is None:
+        return True
+    return (
+        bool(text) and re.search(COMMAND_CODE, text.replace('"', "").replace("'", "")) is not None
+    )
+
+
+def _as_typed(node: ast.AST) -> str:
+    """A magic's or `!` command's call as the notebook typed it (`%%bash`, `!cp a b`), from
+    what IPython's transformer wrote; "" for anything else."""
+    name, args = _magic(node)
+    if name:
+        cell = node.func.attr == "run_cell_magic"
+        words = [a.value for a in args[:1] if isinstance(a, ast.Constant)]
+        return " ".join([("%%" if cell else "%") + name, *words]).strip()
+    function = getattr(node, "func", None)
+    if getattr(function, "attr", "") in ("system", "getoutput") and isinstance(
+        function.value, ast.Call
+    ):
+        words = [a.value for a in node.args[:1] if isinstance(a, ast.Constant)]
+        return "!" + "".join(map(str, words))
+    return ""
+
+
+def _bindings(node: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+    """(value, target) of a plain assignment or a `with ... as` item."""
+    if isinstance(node, ast.Assign):
+        return [(node.value, t) for t in node.targets]
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return [(i.context_expr, i.optional_vars) for i in node.items if i.optional_vars]
+    return []
+
+
+def _tar_extraction(node: ast.Call, imports: dict[str, str], tars: set[str]) -> bool:
+    """`node` extracts a tar archive (`tarfile.open(p).extractall()`, or `t.extract(...)` of a
+    name bound to one, `tars`): its members, whatever their names, land where an import finds
+    them."""
+    if getattr(node.func, "attr", "") not in ("extractall", "extract"):
+        return False
+    owner = node.func.value
+    if isinstance(owner, ast.Call):
+        return _resolved(owner.func, imports).startswith("tarfile.")
+    return isinstance(owner, ast.Name) and owner.id in tars
 
 
 def _zip_member(node: ast.Call, literals: dict[str, str]) -> str:
@@ -889,18 +1059,22 @@ class Code:
     def _run_code(self) -> list[tuple[int, ast.Module]]:
         """(cell number, tree) of every piece of code the kernel runs: the cells, and the text
         of magics and calls that run Python (`MAGIC_CODE`: a `%%time` cell, a `%config` value, a
-        `%%writefile` file; `exec("...")`), where it parses (nested up to 3 deep)."""
+        `%%writefile` file; `exec("...")`; `STRING_RUNNERS`: `timeit.timeit("...")`), where it
+        parses (nested up to 3 deep)."""
         numbers = self.cells or [0] * len(self.trees)
         found = list(zip(numbers, self.trees, strict=False))
         todo = list(found)
         for _ in range(3):
             more = []
+            imports = _imports(found)
             for number, tree in todo:
                 for node in ast.walk(tree):
-                    text = _code_text(node)
-                    parsed = _python(text) if text else None
-                    if parsed is not None:
-                        more.append((number, parsed))
+                    texts = [_code_text(node)]
+                    texts += [_literal_code(a) or "" for a in _string_code(node, imports)]
+                    for text in filter(None, texts):
+                        parsed = _python(text)
+                        if parsed is not None:
+                            more.append((number, parsed))
             found += more
             todo = more
         return found
@@ -1235,6 +1409,24 @@ class Code:
             if len(values) == 1 and _literal_code(values[0]) is not None
         }
         imports = _imports(run)
+        functions = {
+            n.name
+            for _, tree in run
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        tars = frozenset(  # t = tarfile.open(...), with tarfile.open(...) as t
+            name
+            for _, tree in run
+            for n in ast.walk(tree)
+            for value, target in _bindings(n)
+            if isinstance(value, ast.Call) and _resolved(value.func, imports).startswith("tarfile.")
+            for name in [getattr(target, "id", "")]
+        )
+        for _, tree in run:  # timeit.timeit(step): a function the notebook defines, read
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Name) and n.id in functions and n.id not in assigned:
+                    n._function = True  # type: ignore[attr-defined]
         found = []
         for number, tree in run:
             for node in ast.walk(tree):
@@ -1246,8 +1438,8 @@ class Code:
                         f"cell {number}, line {node.lineno}: `{shown[:80]}` declares the coding "
                         f"{coding}, which makes Python read other code than its text shows"
                     )
-                elif _unread_code(node, literals, imports):
-                    line = ast.unparse(node).splitlines()[0][:80]
+                elif _unread_code(node, literals, imports, tars):
+                    line = (_as_typed(node) or ast.unparse(node)).splitlines()[0][:80]
                     found.append(f"cell {number}, line {node.lineno}: `{line}`")
         return list(dict.fromkeys(found))
 
