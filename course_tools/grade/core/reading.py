@@ -1452,8 +1452,10 @@ class Code:
         `importlib.import_module("json").dumps = f`), each as "cell N, line L: `...`": with one,
         a library the probe or the course calls may answer for the notebook. A function's
         parameter or local of the same name is not the module (`def f(np): np.x = 1`); a name
-        from `from X import Y` is a module only when lowercase, of a module relied on
-        (`from json import encoder`; not `Callback`). (`os.environ["X"] = "1"`,
+        imported from a module relied on is that module's, whatever it is (`from json import
+        encoder`; `from tensorflow.data import Dataset; Dataset.__iter__ = f`; `from keras import
+        Model`), while a class the notebook derives from it is its own (`class Mine(Callback)`,
+        `Mine.x = 1`). (`os.environ["X"] = "1"`,
         `pd.options.display.max_rows = 50` or `self.best = np.inf` are not counted.)"""
         run = self._run_code()
         modules: dict[str, str] = {}
@@ -1467,7 +1469,7 @@ class Code:
                     for a in node.names:
                         full = f"{node.module}.{a.name}"
                         plumbing = node.module.split(".")[0] in PLUMBING  # BuiltinImporter too
-                        if plumbing or a.name[:1].islower() and _relied_on(full, []):
+                        if plumbing or _relied_on(full, []):  # a module, class or function
                             modules[a.asname or a.name] = full
         modules.pop("*", None)
         modules.setdefault("__builtins__", "builtins")  # the kernel's name for the module
