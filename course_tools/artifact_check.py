@@ -58,8 +58,7 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
         "checkpoints/checkpoint",
         "checkpoints/ckpt-*.index",
         "checkpoints/ckpt-*.data-*",
-        "learning_curves.png",
-        "conclusions.json",
+        "learning_curves.png",  # conclusions.json only on a quiet machine: checked when written
     ],
     "03_single_vs_distributed": ["results.json", "conclusions.json"],
     "03b_where_time_goes": ["results.json", "conclusions.json"],
