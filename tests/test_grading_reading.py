@@ -365,6 +365,8 @@ def test_a_library_class_imported_by_name_or_reached_by_a_getter_is_marked():
         "_PrefetchDataset.__iter__ = functools.partialmethod(f)",
         "from json import JSONEncoder\nJSONEncoder.encode = f",
         "from keras import Model as M\nN = M\nN.fit = f",
+        "from keras import Model\nModel.fit = Model.evaluate",
+        "from keras import Model\ndel Model.fit",
         "_C = object.__getattribute__(train_ds, '__class__')\n_C.__iter__ = f",
         "getattr(train_ds, '__class__').__iter__ = f",
         "train_ds.__getattribute__('__class__').__iter__ = f",
@@ -376,6 +378,7 @@ def test_a_library_class_imported_by_name_or_reached_by_a_getter_is_marked():
         "from keras import Model\nclass Net(Model):\n    pass\nnet = Net()\nnet.extra = 1",
         "from keras.layers import Dense\nlayer = Dense(3)\nlayer.trainable = False",
         "from pandas import DataFrame\nDataFrame.x = 1",
+        "from tensorflow.keras.callbacks import Callback\nCallback.verbose = 0",
         "print(getattr(train_ds, '__class__').__name__)",
     ):
         assert _untrusted(code) == "", (code, _untrusted(code))

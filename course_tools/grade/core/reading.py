@@ -1454,11 +1454,13 @@ class Code:
         parameter or local of the same name is not the module (`def f(np): np.x = 1`); a name
         imported from a module relied on is that module's, whatever it is (`from json import
         encoder`; `from tensorflow.data import Dataset; Dataset.__iter__ = f`; `from keras import
-        Model`), while a class the notebook derives from it is its own (`class Mine(Callback)`,
-        `Mine.x = 1`). (`os.environ["X"] = "1"`,
-        `pd.options.display.max_rows = 50` or `self.best = np.inf` are not counted.)"""
+        Model`; a literal set on such a class is data: `Callback.verbose = 0`), while a class the
+        notebook derives from it is its own (`class Mine(Callback)`, `Mine.x = 1`).
+        (`os.environ["X"] = "1"`, `pd.options.display.max_rows = 50` or `self.best = np.inf` are
+        not counted.)"""
         run = self._run_code()
         modules: dict[str, str] = {}
+        classes: set[str] = set()  # Dataset of `from tensorflow.data import Dataset`
         for _, tree in run:
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import):
@@ -1471,6 +1473,8 @@ class Code:
                         plumbing = node.module.split(".")[0] in PLUMBING  # BuiltinImporter too
                         if plumbing or _relied_on(full, []):  # a module, class or function
                             modules[a.asname or a.name] = full
+                            if not a.name[:1].islower() and not plumbing:
+                                classes.add(a.asname or a.name)
         modules.pop("*", None)
         modules.setdefault("__builtins__", "builtins")  # the kernel's name for the module
         aliases: set[int] = set()  # the nodes that bind a name to a module
@@ -1491,7 +1495,7 @@ class Code:
             class or comprehension."""
             where = (number, getattr(node, "lineno", 0))
             visible = _unless_rebound(known, rebound, where) if top else known
-            if _patches(node, visible):
+            if _patches(node, visible) and not _sets_data(node, classes):
                 line = ast.unparse(node).splitlines()[0][:80]
                 found.append(f"cell {number}, line {node.lineno}: `{line}`")
             for child, scope in _children_in_scopes(node, known, modules, aliases):
@@ -1501,6 +1505,23 @@ class Code:
             for statement in tree.body:
                 visit(statement, modules, number, top=True)
         return list(dict.fromkeys(found + _class_changes(run)))
+
+
+def _sets_data(node: ast.AST, classes: set[str]) -> bool:
+    """`node` assigns a literal (data, never code) to attributes of classes imported by name
+    only (`classes`): `Callback.verbose = 0` sets a default, where `Model.fit = f` would answer
+    for the notebook."""
+    if not isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) or node.value is None:
+        return False
+    try:
+        ast.literal_eval(node.value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    written = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return all(
+        isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in classes
+        for t in written
+    )
 
 
 def _imports(run: list[tuple[int, ast.Module]]) -> dict[str, str]:
