@@ -251,8 +251,9 @@ def step_share_problems(results: dict, name: str) -> list[str]:
     """Notebook 3c's section 4: the all-reduce's share of a step (`step_share`) must be withheld
     (null) with one replica, when other programs used more than `timing.BUSY` of the cores
     during the step's rounds (`step_load`) or during a set of the line's rounds (`loads`), and
-    when the line misses a measured size beyond the tolerance (`flagged`): as its alpha-or-bytes
-    call, and as 3b withholds its verdict."""
+    when the line misses a measured size beyond the tolerance (`flagged`) or its alpha exceeds a
+    size's whole time (`verdict.alpha_above`): as its alpha-or-bytes call, and as 3b withholds
+    its verdict."""
     missing = [k for k in ("step_load", "step_share", "loads", "flagged") if k not in results]
     if missing:
         return [f"{name}: {', '.join(missing)} not recorded"]
@@ -274,6 +275,9 @@ def step_share_problems(results: dict, name: str) -> list[str]:
         )
     if results["flagged"]:
         found.append(f"{given} from a line that misses a measured size (flagged)")
+    contradicted = verdict.alpha_above(all_reduce_fit(results))  # as section 2's call
+    if contradicted:
+        found.append(f"{given} from a line whose {contradicted}")
     return found
 
 

@@ -468,10 +468,13 @@ def report_text(report: dict) -> str:
 
 
 def all_reduce_line(reduce: dict) -> str:
-    """The all-reduce's fit (notebook 3c's) as one line of the report."""
+    """The all-reduce's fit (notebook 3c's) as one line of the report, flagged as 3c withholds
+    its call: a busy machine, a size the line misses, an alpha above a size's whole time."""
     where = f"- all-reduce over {tables.count(reduce['replicas'], 'replica')}"
     if "alpha_seconds" not in reduce:
         return f"{where}: nothing is sent, no line to fit"
+    seconds = dict(zip(reduce["sizes_bytes"], reduce["seconds"]))  # 3c's alpha rule
+    contradicted = verdict.alpha_above({"alpha": reduce["alpha_seconds"], "seconds": seconds})
     return (
         f"{where} (notebook 3c's fit): alpha {reduce['alpha_seconds'] * 1e6:,.0f} us, beta "
         f"{reduce['beta_seconds_per_byte'] * 1e12:,.1f} ps/byte up to 1 MiB and "
@@ -489,6 +492,11 @@ def all_reduce_line(reduce: dict) -> str:
             f"{100 * max(reduce['others_share']):.0f}% of the cores during the rounds; as in "
             "notebook 3c, no call between alpha and the bytes: run again"
             if reduce.get("busy")
+            else ""
+        )
+        + (
+            f"\n  FLAG: {contradicted}; as in notebook 3c, no call: run again"
+            if contradicted
             else ""
         )
     )

@@ -327,7 +327,6 @@ def all_reduce_call(fit: dict, gradient_bytes: int, loads: list[float], busy: fl
     """
     alpha, bytes_part = fit["alpha"], gradient_bytes * fit["beta_small"]
     worst = max(abs(error) for error in fit["errors"].values())
-    fastest = min(fit["seconds"], key=fit["seconds"].get)  # the size measured fastest
     if max(loads, default=0.0) > busy:
         return (
             f"withheld: the machine was busy (other programs used {100 * max(loads):.0f}% of "
@@ -338,22 +337,43 @@ def all_reduce_call(fit: dict, gradient_bytes: int, loads: list[float], busy: fl
             f"withheld: the line misses a measured size by {100 * worst:.1f}% "
             f"(tolerance {100 * ALL_REDUCE_TOLERANCE:.0f}%)"
         )
-    if alpha > fit["seconds"][fastest]:
-        return (
-            f"withheld: alpha, a fitted intercept ({1e6 * alpha:.1f} us), exceeds the whole "
-            f"measured time of {fastest / 1024:,.0f} KiB ({1e6 * fit['seconds'][fastest]:.1f} us)"
-        )
+    if alpha_above(fit):
+        return f"withheld: {alpha_above(fit)}"
     if abs(alpha - bytes_part) <= worst * (alpha + bytes_part):  # inside the line's error band
         return "too close to call"
     return "alpha dominates" if alpha > bytes_part else "the bytes dominate"
 
 
-def step_share_withheld(
-    replicas: int, step_load: float, loads: list[float], *, flagged: bool, busy: float
+def alpha_above(fit: dict) -> str:
+    """Why a line's alpha is contradicted by its own run, "" when it is not: alpha, a fitted
+    intercept, exceeds a measured size's whole time (a size costs alpha and more). One reason
+    for notebook 3c's call (`all_reduce_call`), its share of a step and `course bench`.
+
+    >>> alpha_above({"alpha": 1e-4, "seconds": {4096: 9e-5, 16384: 1.2e-4}})
+    'alpha, a fitted intercept (100.0 us), exceeds the whole measured time of 4 KiB (90.0 us)'
+    """
+    fastest = min(fit["seconds"], key=fit["seconds"].get)  # the size measured fastest
+    if fit["alpha"] <= fit["seconds"][fastest]:
+        return ""
+    return (
+        f"alpha, a fitted intercept ({1e6 * fit['alpha']:.1f} us), exceeds the whole measured "
+        f"time of {fastest / 1024:,.0f} KiB ({1e6 * fit['seconds'][fastest]:.1f} us)"
+    )
+
+
+def step_share_withheld(  # noqa: PLR0913 - each a reason section 2 withholds for
+    replicas: int,
+    step_load: float,
+    loads: list[float],
+    *,
+    flagged: bool,
+    busy: float,
+    contradicted: str = "",
 ) -> str:
     """Why notebook 3c gives no all-reduce's share of a step, "" when it does: one replica (no
     line), the step's rounds (`step_load`) or a set of the line's (`loads`) run while other
-    programs used more than `busy` of the cores, or a line that misses a size (`flagged`).
+    programs used more than `busy` of the cores, a line that misses a size (`flagged`), or an
+    alpha the run contradicts (`contradicted`, `alpha_above`'s reason): as section 2's call.
 
     >>> print(step_share_withheld(2, step_load=0.6, loads=[0.1], flagged=False, busy=0.5))
     the machine was busy during the step's rounds (60%): the step ran slow
@@ -371,6 +391,7 @@ def step_share_withheld(
             max(loads, default=0.0) > busy,
         ),
         ("the line misses a measured size beyond its tolerance (section 2)", flagged),
+        (f"{contradicted} (section 2)", bool(contradicted)),
     ]
     return next((reason for reason, holds in reasons if holds), "")
 

@@ -283,9 +283,38 @@ def test_an_all_reduce_line_measured_on_a_busy_machine_is_flagged():
         "tolerance": 0.25,
         "within_tolerance": True,
         "overhead_seconds": 9e-6,
+        "sizes_bytes": [4096, 16384],
+        "seconds": [120e-6, 130e-6],
     }
     busy = bench.all_reduce_line(fit | {"others_share": [0.1, 0.7], "busy": True})
     assert "FLAG: the machine was busy: other programs used up to 70% of the cores" in busy
     quiet = bench.all_reduce_line(fit | {"others_share": [0.1], "busy": False})
     assert "FLAG" not in quiet and "alpha 100 us" in quiet
     assert "80.0 from 4 to 16 MiB (intercept -30 us; worst error 10.0%)" in quiet
+
+
+def test_an_all_reduce_alpha_above_a_size_s_whole_time_is_flagged_as_3c_withholds_its_call():
+    """Alpha 100 us against 4 KiB measured at 90 us: the run contradicts the intercept, so the
+    report flags it with 3c's reason (`verdict.alpha_above`); at 120 us, no flag."""
+    from course_tools import bench
+
+    fit = {
+        "replicas": 2,
+        "alpha_seconds": 100e-6,
+        "beta_seconds_per_byte": 50e-12,
+        "intercept_large_seconds": -30e-6,
+        "beta_large_seconds_per_byte": 80e-12,
+        "worst_error": 0.1,
+        "tolerance": 0.25,
+        "within_tolerance": True,
+        "overhead_seconds": 9e-6,
+        "others_share": [0.1],
+        "busy": False,
+        "sizes_bytes": [4096, 16384],
+    }
+    line = bench.all_reduce_line(fit | {"seconds": [90e-6, 130e-6]})
+    assert (
+        "FLAG: alpha, a fitted intercept (100.0 us), exceeds the whole measured time of 4 KiB "
+        "(90.0 us); as in notebook 3c, no call: run again"
+    ) in line
+    assert "FLAG" not in bench.all_reduce_line(fit | {"seconds": [120e-6, 130e-6]})

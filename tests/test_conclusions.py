@@ -176,7 +176,8 @@ def test_alpha_above_the_smallest_size_s_time_withholds_the_call(tmp_path):
     """alpha is a fitted intercept: with the 4 KiB size 15% faster than its line, the relative
     fit puts alpha (91.5 us) above that size's whole measured time (82.8 us), inside the 25%
     tolerance; a call resting on it ("the bytes dominate") fails the check, and the notebook's
-    rule withholds it. The exact rounds (alpha 100 us below the 100.9 us of 4 KiB) still call."""
+    rule withholds it, and the share of a step given from that line fails too (as section 2's
+    call). The exact rounds (alpha 100 us below the 100.9 us of 4 KiB) still call."""
     record = _all_reduce_results(scale={4096: 0.85}, alpha=100e-6, beta=110e-6 / 487_720)
     assert record["worst_error"] < 0.25 and record["alpha"] > 0
     withheld = (
@@ -185,10 +186,14 @@ def test_alpha_above_the_smallest_size_s_time_withholds_the_call(tmp_path):
     )
     path = tmp_path / "results.json"
     path.write_text(json.dumps(record))
+    share = f"results.json: a share of a step given from a line whose {withheld[10:]}"
     assert all_reduce_problems(path) == [
-        f"results.json: 'the bytes dominate' printed, its line says {withheld!r}"
+        share,
+        f"results.json: 'the bytes dominate' printed, its line says {withheld!r}",
     ]
     path.write_text(json.dumps(record | {"dominates": withheld}))
+    assert all_reduce_problems(path) == [share]
+    path.write_text(json.dumps(record | {"dominates": withheld, "step_share": None}))
     assert all_reduce_problems(path) == []
     # any size faster than alpha contradicts it, not only the smallest (a run here: 16 KiB)
     fit = {"alpha": 100e-6, "beta_small": 1e-10, "errors": {4096: 0.01, 16384: 0.01}}
@@ -226,6 +231,16 @@ def test_the_all_reduce_s_share_of_a_step_is_withheld_for_the_first_reason_that_
     assert "during the step's rounds (90%)" in rule(2, 0.9, [0.9], flagged=True, busy=0.5)
     assert "while the line was measured (70%" in rule(2, 0.1, [0.1, 0.7], flagged=True, busy=0.5)
     assert rule(2, 0.1, [0.1], flagged=True, busy=0.5).startswith("the line misses")
+    # alpha above a size's whole time: section 2's call is withheld, and so is the share
+    fit = {"alpha": 100e-6, "beta_small": 1e-10, "errors": {4096: 0.01}, "seconds": {4096: 90e-6}}
+    contradicted = verdict.alpha_above(fit)
+    assert verdict.all_reduce_call(fit, 487_720, [0.0], busy=0.5) == f"withheld: {contradicted}"
+    assert rule(2, 0.1, [0.1], flagged=False, busy=0.5, contradicted=contradicted) == (
+        "alpha, a fitted intercept (100.0 us), exceeds the whole measured time of 4 KiB (90.0 us) "
+        "(section 2)"
+    )
+    fit["seconds"] = {4096: 110e-6}
+    assert verdict.alpha_above(fit) == ""
 
 
 def test_a_point_within_the_count_s_margin_of_the_ridge_is_near_the_ridge():
@@ -563,8 +578,10 @@ def test_no_share_of_a_step_from_a_line_measured_busy_or_flagged(tmp_path):
     slowed = _all_reduce_results(scale={64 << 10: 1.6}) | {"flagged": True}
     slowed["dominates"] = "withheld: the line misses a measured size by 38.1% (tolerance 25%)"
     path.write_text(json.dumps(slowed))
-    assert all_reduce_problems(path) == [
-        "results.json: a share of a step given from a line that misses a measured size (flagged)"
+    assert all_reduce_problems(path) == [  # 64 KiB's miss lifts alpha above 4 KiB's time too
+        "results.json: a share of a step given from a line that misses a measured size (flagged)",
+        "results.json: a share of a step given from a line whose alpha, a fitted intercept "
+        "(86.6 us), exceeds the whole measured time of 4 KiB (81.0 us)",
     ]
     path.write_text(json.dumps(slowed | {"step_share": None}))
     assert all_reduce_problems(path) == []
