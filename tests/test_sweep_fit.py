@@ -28,9 +28,10 @@ FLAT = [(64, 10.0), (128, 10.4), (256, 11.1), (512, 12.6)]  # about 90% fixed at
 STRAIGHT_BELOW_ZERO = [(64, 5.4), (128, 11.8), (192, 18.2), (256, 24.6)]  # fixed part -1.0 ms
 
 
-def run_sweep_cell(points: list[tuple[int, float]], batch: int) -> dict:
+def run_sweep_cell(points: list[tuple[int, float]], batch: int, *, quick: bool = False) -> dict:
     """Run the notebook's cells tagged `TAG` on these (global batch, ms per step) medians, with
-    the names the notebook defines before them; returns the cell's globals."""
+    the names the notebook defines before them (`quick`: the quick profile); returns the cell's
+    globals."""
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     sources = [
         "".join(cell["source"])
@@ -46,6 +47,7 @@ def run_sweep_cell(points: list[tuple[int, float]], batch: int) -> dict:
         "BATCH": batch,
         "PER_REPLICA": 64,
         "FLOPS_PER_EXAMPLE": 15e6,
+        "QUICK": quick,
     }
     for source in sources:
         exec(compile(source, f"{NOTEBOOK.name}[{TAG}]", "exec"), namespace)
@@ -82,6 +84,15 @@ def test_a_line_that_holds_gives_its_verdict(capsys, points, batch, regime):
     assert "withheld" not in printed
     per_example_ms = np.polyfit(*zip(*points), 1)[0]
     assert f"per-example part: {15e6 / (per_example_ms / 1000) / 1e9:,.1f} GFLOP/s" in printed
+
+
+def test_a_quick_profile_verdict_is_labelled_a_smoke_test(capsys):
+    run_sweep_cell(FLAT, 64, quick=True)
+    assert (
+        "verdict for this machine: overhead-bound (quick: a smoke test)" in capsys.readouterr().out
+    )
+    run_sweep_cell(FLAT, 64, quick=False)
+    assert "smoke test" not in capsys.readouterr().out
 
 
 def test_the_artifact_check_rebuilds_what_is_wrong_with_the_line(tmp_path):
