@@ -370,6 +370,8 @@ def test_a_library_class_imported_by_name_or_reached_by_a_getter_is_marked():
         "_C = object.__getattribute__(train_ds, '__class__')\n_C.__iter__ = f",
         "getattr(train_ds, '__class__').__iter__ = f",
         "train_ds.__getattribute__('__class__').__iter__ = f",
+        "_T = train_ds.__reduce_ex__(2)[1][0]\n_T.__iter__ = f",
+        "_T = train_ds.__init__.__globals__['_PrefetchDataset']\n_T.__iter__ = f",
     ):
         said = _untrusted(code)
         assert "changes a library the grader relies on (cell 1, line" in said, (code, said)

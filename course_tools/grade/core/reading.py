@@ -1549,6 +1549,9 @@ def _imports(run: list[tuple[int, ast.Module]]) -> dict[str, str]:
     return imports
 
 
+#: The attributes whose values hold an object's class or a library's classes: a pickling
+#: recipe (`x.__reduce_ex__(2)[1][0]`) and a function's module namespace.
+REACH_CLASSES = frozenset({"__reduce_ex__", "__reduce__", "__globals__"})
 #: The attributes that give a class's bases (`type(x).__mro__[1]`, `Mine.__bases__[0]`).
 BASES = frozenset({"__mro__", "__bases__", "__base__"})
 
@@ -1569,6 +1572,8 @@ def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
             return False  # type(self) in a method of the notebook's class: that class
         if isinstance(node, ast.Call) and _class_named(node):
             return True  # getattr(x, "__class__"), object.__getattribute__(x, "__class__")
+        if any(getattr(n, "attr", "") in REACH_CLASSES for n in ast.walk(node)):
+            return True  # x.__reduce_ex__(2)[1][0], f.__globals__["_PrefetchDataset"]
         if isinstance(node, ast.Subscript):
             return reached(node.value) or _dotted(node.value).endswith("getmro")
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "type":
