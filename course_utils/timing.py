@@ -111,6 +111,11 @@ class Load:
 
     def __exit__(self, *exc: object) -> None:
         (machine, mine), (machine_before, mine_before) = _cpu_seconds(), self.start
+        # Under a cgroup quota below the affinity's CPU count, the busy time of every CPU in the
+        # affinity is divided by the quota's CPUs: this assumes others' work there competes with
+        # this process for its quota. Where the host's other tenants keep those CPUs busy, the
+        # share overstates what slowed this process (towards 1: flagged busy, not measured low).
+        # Not checked on a machine with such a quota (none here has a `cpu.max` below it).
         cores_seconds = (time.perf_counter() - self.clock) * usable_cpus()
         others = machine - machine_before - (mine - mine_before)
         self.others = min(max(others, 0.0) / cores_seconds, 1.0) if cores_seconds else 0.0

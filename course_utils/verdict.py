@@ -11,8 +11,9 @@ during each set. One rule, used by the notebook, `course bench` and the artifact
   negative fixed part, a set had fewer than `min_rounds` rounds, or a training run beat every
   round of the peak;
 - else the step splits into the fixed part, the roof's part and the rest, and the largest is named
-  when it is over `majority` of the step (`split`), at each limit's two ends and the step's two
-  fastest rounds; "undecided" names what flips it (`regime`);
+  when it is over `majority` of the step (`split`), at each limit's two ends, the step's two
+  fastest rounds, the counted intensity and the count's factor either way, and the fixed part
+  within the line's worst miss; "undecided" names what flips it (`regime`);
 - the step's side of the ridge at both ends of both limits, or none from busy sets (`ridge_sides`);
 - notebook 3c's call between the all-reduce's alpha and its bytes (`all_reduce_call`), and
   whether its share of a step can be given (`step_share_withheld`).
@@ -136,12 +137,22 @@ def side(intensity: float, peak: float, bandwidth: float, margin: float = COUNT_
     return "memory-bandwidth-bound" if intensity <= ridge / margin else "near the ridge"
 
 
-def split(record: dict, step_ms: float, fixed_ms: float, peak: float, bandwidth: float) -> str:
+def split(  # noqa: PLR0913 - the record, the step, its fixed part, two limits, the count's factor
+    record: dict,
+    step_ms: float,
+    fixed_ms: float,
+    peak: float,
+    bandwidth: float,
+    factor: float = 1.0,
+) -> str:
     """The verdict at these limits and this step time: the largest of the fixed part, the roof's
     part and the rest when over the majority, else "no single part dominates"; "above its roof"
-    when the step ran faster than the roof allows (`ABOVE_ROOF` says why it can)."""
+    when the step ran faster than the roof allows (`ABOVE_ROOF` says why it can). The roof's
+    part is read at the counted intensity x `factor` (the count may be off: `COUNT_MARGIN`);
+    its side, at the counted intensity within the margin."""
     intensity = record["intensity"]
-    roof = record["flops_per_step"] / (step_ms / 1000) / min(peak, bandwidth * intensity)
+    slanted = bandwidth * intensity * factor
+    roof = record["flops_per_step"] / (step_ms / 1000) / min(peak, slanted)
     if roof > 1:
         return "above its roof"
     fixed = min(max(fixed_ms / step_ms, 0.0), 1.0)
@@ -216,36 +227,53 @@ def withheld(record: dict) -> str:
 
 
 def regime(record: dict) -> str:
-    """3b's verdict: `withheld` first; else `split` at each limit at its value or low end and the
-    step at its fastest or next-fastest round. When these differ: "undecided: A or B, with ...",
-    naming every limit (and the step) that any listed outcome needs."""
+    """3b's verdict: `withheld` first; else `split` at each limit at its value or low end, the
+    step at its fastest or next-fastest round, the roof's part at the counted intensity or the
+    count's factor (`count_margin`) either way, and the fixed part at the sweep line's intercept
+    or that plus or minus the line's worst miss of a point (a share of the step, as 3c's band).
+    When these differ: "undecided: A or B, with ...", naming every limit (and the step, the
+    count, the fixed part) that any listed outcome needs."""
     reason = withheld(record)
     if reason:
         return reason
     batches = [p["global_batch"] for p in record["sweep"]]
     times = sweep_ms(record)
-    fixed_ms = float(np.polyfit(batches, times, 1)[1])
+    per_example_ms, fixed_ms = (float(v) for v in np.polyfit(batches, times, 1))
+    worst = max(abs((fixed_ms + per_example_ms * b) / t - 1) for b, t in zip(batches, times))
     point = record["sweep"][batches.index(record["batch"])]
     step = times[batches.index(record["batch"])]
     rounds = sorted(point.get("rounds") or [])
     steps = {"step": step, "next": 1000 * record["batch"] / rounds[-2] if rounds[1:] else step}
     limits = limits_of(record)
+    margin = record.get("count_margin", 1.0)
+    factors = {"counted": 1.0, "fewer bytes": margin, "more bytes": 1 / margin}
+    band = worst * step  # the line's worst miss, at this step's time
+    fixes = {"line": fixed_ms, "low": fixed_ms - band, "high": fixed_ms + band}
 
-    def at(low: tuple[str, ...], which: str) -> str:  # the named limits at their low ends
-        peak, bandwidth = (limits[k][k in low] for k in ("peak", "bandwidth"))
-        return split(record, steps[which], fixed_ms, peak, bandwidth)
+    def at(low: tuple[str, ...], which: str, estimate: str, fix: str) -> str:
+        peak, bandwidth = (limits[k][k in low] for k in ("peak", "bandwidth"))  # low: low ends
+        return split(record, steps[which], fixes[fix], peak, bandwidth, factors[estimate])
+
+    def changes(case: tuple) -> int:
+        low, which, estimate, fix = case
+        return len(low) + (which == "next") + (estimate != "counted") + (fix != "line")
 
     cases = sorted(  # fewest changes first: what an outcome needs is its smallest cases
         [
-            (low, which)
+            (low, which, estimate, fix)
             for size in range(3)
             for low in itertools.combinations(limits, size)
             for which in ("step", "next")
+            for estimate in factors
+            for fix in fixes
         ],
-        key=lambda case: len(case[0]) + (case[1] == "next"),
+        key=changes,
     )
     outcomes = {case: at(*case) for case in cases}
-    first = outcomes[((), "step")]
+    for case in [c for c in cases if c[2] != "counted" and outcomes[c] == "above its roof"]:
+        del outcomes[case]  # the step ran below its roof: this run rules that intensity out
+        cases.remove(case)
+    first = outcomes[((), "step", "counted", "line")]
     found = sorted(set(outcomes.values()))
     if found == ["above its roof"]:
         return (
@@ -257,10 +285,12 @@ def regime(record: dict) -> str:
     needs: dict[str, None] = {}
     for outcome in set(found) - {first}:
         making = [case for case in cases if outcomes[case] == outcome]
-        smallest = len(making[0][0]) + (making[0][1] == "next")
-        for low, which in making:
-            if len(low) + (which == "next") == smallest:
-                needs |= dict.fromkeys([*low, *(["step"] if which == "next" else [])])
+        for low, which, estimate, fix in (
+            case for case in making if changes(case) == changes(making[0])
+        ):
+            needs |= dict.fromkeys([*low, *(["step"] if which == "next" else [])])
+            needs |= dict.fromkeys(["count"] if estimate != "counted" else [])
+            needs |= dict.fromkeys(["fixed"] if fix != "line" else [])
     ranges = [
         f"the {k} between {limits[k][1] / 1e9:,.1f} and {limits[k][0] / 1e9:,.1f} G{UNITS[k]} "
         f"({limits[k][0] / limits[k][1]:.2f}x)"
@@ -271,6 +301,16 @@ def regime(record: dict) -> str:
         ranges.append(
             f"the step between {steps['step']:.1f} and {steps['next']:.1f} ms "
             "(its two fastest rounds)"
+        )
+    if "count" in needs:
+        ranges.append(
+            f"the count's factor {margin:g} (an intensity of {record['intensity'] / margin:.1f} "
+            f"to {record['intensity'] * margin:.1f} FLOP/B)"
+        )
+    if "fixed" in needs:
+        ranges.append(
+            f"the fixed part between {fixes['low']:.2f} and {fixes['high']:.2f} ms (the line's "
+            f"worst miss of a point, {100 * worst:.0f}%)"
         )
     return f"undecided: {' or '.join(found)}, with {' and '.join(ranges)}"
 

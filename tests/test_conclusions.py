@@ -42,6 +42,10 @@ from course_utils.verdict import limit_range
 
 SLOPED = [(64, 10.0), (96, 14.8), (128, 19.5), (192, 29.1)]  # about 4% fixed at 64
 FLAT = [(64, 10.0), (96, 10.2), (128, 10.5), (192, 10.9)]  # about 90% fixed
+MEMORY_SIDE = (
+    "undecided: below both roofs or memory-bandwidth-bound, with the count's factor 2 (an "
+    "intensity of 2.5 to 10.0 FLOP/B)"
+)
 ABOVE_THE_ROOF = (  # both causes: the peak is floored at the fastest run, so only the slanted
     # roof can be beaten, and the notebook says its byte count may be off by 2x either way
     "undecided: the step ran above its roof at both ends of each limit's range, so a limit was "
@@ -58,7 +62,9 @@ ABOVE_THE_ROOF = (  # both causes: the peak is floored at the fastest run, so on
         # notebook 3b: peak 150 GFLOP/s, 10 GB/s (ridge 15 FLOP/B, the count's margin 2 either
         # way); a 10 ms step at 64 whose FLOPs the roof would do in 8 ms (80% of it), 3 ms (30%,
         # the rest explained by neither)
-        (SLOPED, {"intensity": 5.0, "flops_per_step": 0.4e9}, "memory-bandwidth-bound"),
+        # on the memory side the roof's part moves with the count's factor 2 either way (80%
+        # of the roof: 40% with half the bytes), so no memory side passes the majority at both
+        (SLOPED, {"intensity": 5.0, "flops_per_step": 0.4e9}, MEMORY_SIDE),
         (SLOPED, {"intensity": 40.0, "flops_per_step": 1.2e9}, "compute-bound"),
         (SLOPED, {"intensity": 40.0, "flops_per_step": 0.45e9}, "below both roofs"),
         (FLAT, {"intensity": 40.0, "flops_per_step": 0.1e9}, "overhead-bound"),
@@ -311,7 +317,8 @@ def test_one_rule_takes_a_limit_for_the_notebook_bench_and_the_check():
 def test_undecided_names_every_limit_an_outcome_needs():
     """Near the ridge only with BOTH limits at their low ends (the peak 150 and the bandwidth 5
     GB/s: ridge 30, intensity 50 within its factor 2), the bandwidth alone flipping nothing: the
-    sentence names the bandwidth too (a review found it left out), and the peak."""
+    sentence names the bandwidth too (a review found it left out), and the peak; and the count's
+    factor, as the bandwidth's low end with half the counted intensity flips it as few ways."""
     record = _limits_record(
         intensity=50.0,
         flops_per_step=0.44 * 205e9 * 0.010,  # 44% of the 205 GFLOP/s roof: below both roofs
@@ -319,12 +326,74 @@ def test_undecided_names_every_limit_an_outcome_needs():
     )
     assert expected_regime(record) == (
         "undecided: below both roofs or compute-bound or near the ridge, with the peak between "
-        "150.0 and 205.0 GFLOP/s (1.37x) and the bandwidth between 5.0 and 12.0 GB/s (2.40x)"
+        "150.0 and 205.0 GFLOP/s (1.37x) and the bandwidth between 5.0 and 12.0 GB/s (2.40x) "
+        "and the count's factor 2 (an intensity of 25.0 to 100.0 FLOP/B)"
     )
     one = record | {"bandwidth_rounds": {"section 1": [12e9], "section 3": [11.9e9]}}
     assert expected_regime(one) == (
         "undecided: below both roofs or compute-bound, with the peak between 150.0 and 205.0 "
         "GFLOP/s (1.37x)"
+    )
+
+
+def _replayed_record(sweep_ms: list[float] | None = None) -> dict:
+    """A review's 2-device record replayed quiet (every load 5%), the slow set of the peak
+    tripled (limits 229.0/226.4 GFLOP/s, 25.0/22.7 GB/s), intensity 10.12 FLOP/B at 128; with
+    `sweep_ms`, the sweep's fastest rounds (a second round 1% slower) at batches 32 to 256."""
+    g = 1e9
+    peak = {"section 1": [229.03 * g, 200.1 * g], "section 3": [226.43 * g, 194.8 * g]}
+    bandwidth = {"section 1": [22.73 * g, 20.9 * g], "section 3": [24.96 * g, 19.3 * g]}
+    peak["after the sweep"] = [3 * 72.47 * g, 3 * 68.8 * g]
+    bandwidth["after the sweep"] = [21.9 * g, 19.6 * g]
+    rates = {
+        32: [4044.7, 3915.6],
+        64: [5006.6, 4941.5],
+        128: [7126.2, 6851.5],
+        256: [7953.3, 6942.1],
+    }
+    if sweep_ms:
+        rates = {b: [1000 * b / ms, 1000 * b / ms / 1.01] for b, ms in zip(rates, sweep_ms)}
+    loads = {
+        name: dict.fromkeys(["section 1", "section 3", "after the sweep"], 0.05)
+        for name in ("peak", "bandwidth")
+    }
+    return {
+        "replicas": 2,
+        "batch": 128,
+        "intensity": 10.122912,
+        "flops_per_step": 1891663872.0,
+        "sweep": [{"global_batch": b, "rounds": r} for b, r in rates.items()],
+        "physical_devices": 1,
+        "peak_rounds": peak,
+        "bandwidth_rounds": bandwidth,
+        "loads": loads,
+        "rounds": 5,
+        "sweep_best_flops": 120.6e9,
+    } | THRESHOLDS
+
+
+def test_a_verdict_the_count_s_factor_could_flip_is_undecided():
+    """The count may be off by 2x either way (`COUNT_MARGIN`): the replayed record gives "no
+    single part dominates" at the counted 10.12 FLOP/B and "near the ridge" at 5.06, so the
+    verdict is undecided and names the count; with no margin the counted intensity decides."""
+    record = _replayed_record()
+    assert verdict.regime(record) == (
+        "undecided: near the ridge or no single part dominates, with the count's factor 2 (an "
+        "intensity of 5.1 to 20.2 FLOP/B)"
+    )
+    assert verdict.regime(record | {"count_margin": 1.0}) == "no single part dominates"
+
+
+def test_a_fixed_part_within_the_line_s_worst_miss_of_the_majority_is_undecided():
+    """A review's two sweeps (ms at 32/64/128/256): 11.5, 13.6, 18.0, 26.6 fit a line within
+    0.3% whose 9.32 ms fixed part is 52% of the 18.0 ms step, outside its band (+-0.06 ms):
+    overhead-bound. The first point at 10.5 (the line still within 15%) misses by 4.5%: the
+    fixed part 8.71 ms +- 0.80 spans half the step, so the verdict is undecided and says why."""
+    quiet = {"count_margin": 1.0}  # the count's factor aside
+    assert verdict.regime(_replayed_record([11.5, 13.6, 18.0, 26.6]) | quiet) == "overhead-bound"
+    assert verdict.regime(_replayed_record([10.5, 13.6, 18.0, 26.6]) | quiet) == (
+        "undecided: no single part dominates or overhead-bound, with the fixed part between "
+        "7.91 and 9.52 ms (the line's worst miss of a point, 4%)"
     )
 
 
