@@ -2190,6 +2190,11 @@ def test_the_probe_reads_no_dataset_or_model_whose_class_answers_for_it():
     dataset.__class__ = Mine
     with pytest.raises(TypeError, match="not a pipeline of TensorFlow's own classes"):
         probe.pipeline_facts(dataset)
+
+    class Caller:
+        def __call__(self, *args):
+            return iter([])
+
     dataset.__class__ = Mine.__base__
     assert len(probe.pipeline_facts(dataset)["passes"]) == 2  # TensorFlow's own: read
     real = Mine.__base__.__iter__  # red team 10a: a method replaced through the object's class
@@ -2197,10 +2202,12 @@ def test_the_probe_reads_no_dataset_or_model_whose_class_answers_for_it():
     try:
         with pytest.raises(TypeError, match=r"method of a TensorFlow pipeline class replaced \("):
             probe.pipeline_facts(dataset)
-        # red team 11a: a partialmethod has no code of its own to check
-        Mine.__base__.__iter__ = functools.partialmethod(real)
-        with pytest.raises(TypeError, match=r"method of a TensorFlow pipeline class replaced \("):
-            probe.pipeline_facts(dataset)
+        # red teams 11a and 12a: a partialmethod, a partial, an object with __call__ have no code
+        # of their own to check
+        for kind in (functools.partialmethod(real), functools.partial(real), Caller()):
+            Mine.__base__.__iter__ = kind
+            with pytest.raises(TypeError, match=r"method of a TensorFlow pipeline class replaced"):
+                probe.pipeline_facts(dataset)
     finally:
         del Mine.__base__.__iter__  # back to the inherited one
 

@@ -121,9 +121,10 @@ C_LEVEL = tuple(
 
 def _methods_not_from(cls: type, folders: tuple[str, ...]) -> list[str]:
     """The methods in the own dicts of `cls` and its bases whose code was not loaded from
-    `folders`, or that are callables of another kind than a function, a property or the
-    interpreter's own ("Class.name"): one assigned by a notebook (`type(ds).__iter__ = f`, or a
-    `functools.partialmethod`) would choose what the probe reads, as its own class would.
+    `folders`, or that are callables of another kind than a function, a property, a class or the
+    interpreter's own ("Class.name"): one assigned by a notebook (`type(ds).__iter__ = f`, a
+    `functools.partial` or `partialmethod`, an object with `__call__`) would choose what the probe
+    reads, as its own class would.
 
     >>> _methods_not_from(type("Mine", (), {"f": lambda self: 0}), ("/nowhere/",))
     ['Mine.f']
@@ -136,9 +137,12 @@ def _methods_not_from(cls: type, folders: tuple[str, ...]) -> list[str]:
             kind = type(value)
             if kind in PROPERTIES:
                 functions = [value.fget, value.fset, value.fdel]
-            elif kind is FUNCTION or kind in C_LEVEL or not hasattr(kind, "__get__"):
-                functions = [value]  # a function, the interpreter's own, or data
-            else:  # another descriptor (functools.partialmethod, a notebook's own): not read
+            elif kind is FUNCTION or kind in C_LEVEL or isinstance(value, type):
+                functions = [value]  # a function, the interpreter's own, or a class
+            elif not callable(value) and not hasattr(kind, "__get__"):
+                continue  # data
+            else:  # another callable or descriptor (functools.partial, partialmethod, an
+                # object with __call__): Python would call it as a method, and it is not read
                 found.append(f"{klass.__qualname__}.{name}")
                 continue
             for function in functions:
