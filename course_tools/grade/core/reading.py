@@ -668,7 +668,7 @@ def _command_text(node: ast.Call, imports: dict[str, str]) -> str | None:
     texts = []
     for word in words:
         for part in word.elts if isinstance(word, (ast.List, ast.Tuple)) else [word]:
-            text = _literal_code(part)
+            text = "python" if _resolved(part, imports) == "sys.executable" else _literal_code(part)
             if text is None:
                 return None
             texts.append(text)
@@ -685,9 +685,36 @@ def _runs_command(node: ast.Call, imports: dict[str, str]) -> bool:
     text = _command_text(node, imports)
     if text is None:
         return True
-    return (
-        bool(text) and re.search(COMMAND_CODE, text.replace('"', "").replace("'", "")) is not None
-    )
+    plain = text.replace('"', "").replace("'", "")
+    if _only_reads(plain):
+        return False
+    return bool(text) and re.search(COMMAND_CODE, plain) is not None
+
+
+#: Programs that only read or print (`!ls *.py`, `!cat helpers.py`, `!which python`): one of them
+#: alone, without a redirection, a pipe or a second command, writes and runs nothing.
+READ_ONLY_PROGRAMS = frozenset(
+    {"ls", "cat", "head", "tail", "wc", "which", "du", "df", "nvidia-smi", "nproc", "free",
+     "uname", "pwd", "lscpu", "date", "hostname", "whoami", "file", "stat", "md5sum", "sha256sum"}
+)  # fmt: skip
+
+
+def _only_reads(command: str) -> bool:
+    """`command` is one of `READ_ONLY_PROGRAMS` alone (no `;`, `&`, `|`, `<`, `>`, no text built
+    at run time), or Python asked only for its version (`python --version`).
+
+    >>> _only_reads("ls *.py"), _only_reads("python -V"), _only_reads("cat a.py > b.py")
+    (True, True, False)
+    """
+    if re.search(r"[;&|<>`$\\{\n]", command):
+        return False
+    words = command.split()
+    if re.fullmatch(r"python[0-9.]*", words[0] if words else "") and words[1:] in (
+        ["--version"],
+        ["-V"],
+    ):
+        return True
+    return bool(words) and words[0] in READ_ONLY_PROGRAMS
 
 
 def _as_typed(node: ast.AST) -> str:
@@ -1509,8 +1536,9 @@ class Code:
 
 def _sets_data(node: ast.AST, classes: set[str]) -> bool:
     """`node` assigns a literal (data, never code) to attributes of classes imported by name
-    only (`classes`): `Callback.verbose = 0` sets a default, where `Model.fit = f` would answer
-    for the notebook."""
+    only (`classes`), or reached through their module with a capitalised name:
+    `Callback.verbose = 0` or `keras.callbacks.Callback.verbose = False` sets a default, where
+    `Model.fit = f` would answer for the notebook."""
     if not isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) or node.value is None:
         return False
     try:
@@ -1519,7 +1547,13 @@ def _sets_data(node: ast.AST, classes: set[str]) -> bool:
         return False
     written = node.targets if isinstance(node, ast.Assign) else [node.target]
     return all(
-        isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in classes
+        isinstance(t, ast.Attribute)
+        and (
+            (isinstance(t.value, ast.Name) and t.value.id in classes)
+            # the same class reached through its module (`keras.callbacks.Callback.verbose`):
+            # a capitalised name, as Python names classes
+            or (isinstance(t.value, ast.Attribute) and t.value.attr[:1].isupper())
+        )
         for t in written
     )
 
