@@ -1973,7 +1973,8 @@ def test_honest_attributes_of_objects_and_other_modules_leave_the_facts_trusted(
 #: class replaced, one added over the method it inherits, a closure's cell set (the wrapper
 #: around `get_filename` holds the real one); red team 10a's, a module the machinery calls: `_io`'s
 #: `open_code` (which read the probe's file), `sys.pycache_prefix`; red team 11a's, a module
-#: replaced in `sys.modules` through an alias of it.
+#: replaced in `sys.modules` through an alias of it; red team 12a's, the hash every checksum calls
+#: replaced through a function's parameter.
 LOADER = "import collections\nLoader = type(collections.__spec__.loader)\n"
 BUILTINS_SWAPS = {
     "namespace": """
@@ -2002,6 +2003,8 @@ setattr(builtins, "comp" + "ile", forger)
     "open-code": "import _io\nreal = _io.open_code\n_io.open_code = lambda path: real(path)\n",
     "pycache": "import sys\nsys.pycache_prefix = 'elsewhere'\n",
     "modules-alias": "import sys\nloaded = sys.modules\nloaded['hashlib'] = type(sys)('hashlib')\n",
+    "hash-parameter": "import hashlib\ndef use(m, f):\n    m.sha256 = f\n"
+    + "use(hashlib, hashlib.md5)\n",
 }
 #: What the refusal names for each of `BUILTINS_SWAPS`.
 SWAP_NAMED = {
@@ -2014,6 +2017,7 @@ SWAP_NAMED = {
     "open-code": "E._io:open_code",
     "pycache": "sys:pycache_prefix",
     "modules-alias": "M.hashlib",
+    "hash-parameter": "M.hashlib:sha256",
 }
 SWAP_FORGER = """
 import builtins, pathlib

@@ -192,6 +192,12 @@ VOLATILE = frozenset(
     {"last_type", "last_value", "last_traceback", "last_exc", "ps1", "ps2", "ps3", "stdin",
      "stdout", "stderr", "displayhook", "excepthook", "argv", "tracebacklimit", "_git"}
 )  # fmt: skip
+#: The modules the probe computes its facts with that the kernel has loaded when it starts: their
+#: attributes are compared too (`hashlib.sha256`, which every checksum calls, replaced through a
+#: function's parameter, bought the reshuffling point).
+PROBE_MODULES = frozenset(
+    {"hashlib", "_hashlib", "_sha256", "_sha2", "abc", "inspect", "math", "functools", "typing"}
+)
 #: `object.__repr__`, which writes an object's address ("<dict object at 0x7f...>"): two objects
 #: alive at once never share one.
 REPR = "''.__class__.__base__.__repr__"
@@ -257,9 +263,13 @@ WALK = _let(
         "if T(v) is S['module'] and not [d for d in O if d is V(v, '__dict__')] else []",
     ),
     (
-        "L",  # sys.modules, each module as one path ("M name"), read at once (no thread between)
-        "(lambda y: [('M ' + k, R(m)) for k, m in [*V(y, '__dict__')['modules'].items()]] "
-        "if T(y) is S['module'] else [])(spaces['I'].get('sys'))",
+        "L",  # sys.modules, each module as one path ("M name"), read at once (no thread between),
+        # and the attributes of those the probe computes with (`PROBE_MODULES`)
+        "(lambda y: (lambda ms: [('M ' + k, R(m)) for k, m in ms] + [e for k, m in ms "
+        f"if k in {sorted(PROBE_MODULES)!r} and T(m) is S['module'] "
+        "for a, w in V(m, '__dict__').items() for e in N('M ' + k + ':' + a, w)])"
+        "([*V(y, '__dict__')['modules'].items()]) if T(y) is S['module'] else [])"
+        "(spaces['I'].get('sys'))",
     ),
     body="{p: t for s, d in spaces.items() for p, t in [(s, R(d))] + [e for k, v in d.items() "
     "for e in N(s + ' ' + k, v) + C(s + ' ' + k, v)]} | {p: t for p, t in L}",
