@@ -121,7 +121,7 @@ def line_problem(batches: list[float], step_ms: list[float], tolerance: float) -
     worst = float(misses[np.argmax(np.abs(misses))])
     if abs(worst) > tolerance:
         return (
-            f"the sweep's line misses a point by {100 * worst:+.0f}% "
+            f"the sweep's line misses a point by {100 * worst:+.1f}% "
             f"(tolerance {100 * tolerance:.0f}%)"
         )
     if fixed_ms < 0:

@@ -57,8 +57,8 @@ def run_sweep_cell(points: list[tuple[int, float]], batch: int, *, quick: bool =
 def test_a_line_that_misses_a_point_gives_no_verdict(capsys):
     cell = run_sweep_cell(ONE_DEVICE, batch=64)
     printed = capsys.readouterr().out
-    assert cell["LINE_PROBLEM"] == "the sweep's line misses a point by -57% (tolerance 15%)"
-    assert "verdict withheld: the sweep's line misses a point by -57%" in printed
+    assert cell["LINE_PROBLEM"] == "the sweep's line misses a point by -57.4% (tolerance 15%)"
+    assert "verdict withheld: the sweep's line misses a point by -57.4%" in printed
     assert "verdict for this machine" not in printed
     assert "GFLOP/s" not in printed  # the per-example part of a line that misses is not printed
 
@@ -105,7 +105,7 @@ def test_the_artifact_check_rebuilds_what_is_wrong_with_the_line(tmp_path):
     record = {"replicas": 1, "batch": 64, "sweep": sweep, "line_tolerance": LINE_TOLERANCE}
     record["regime"] = expected_regime(record)
     said = line_problem([b for b, _ in ONE_DEVICE], [ms for _, ms in ONE_DEVICE], LINE_TOLERANCE)
-    assert said.startswith("the sweep's line misses a point by -57%"), said
+    assert said.startswith("the sweep's line misses a point by -57.4%"), said
     path = tmp_path / "results.json"
     path.write_text(json.dumps(record | {"line_problem": said}))
     assert regime_problems(path) == []
