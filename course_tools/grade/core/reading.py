@@ -1668,7 +1668,9 @@ def _own_instances(run: list[tuple[int, ast.Module]]) -> set[int]:
     a class of the notebook used as a value (`T = Timer`), or functions taken by a name built at
     run time or all at once (`__func__`, `__dict__`, `vars`, `getmembers`, `getattr(x, name)`);
     and unless some class of the notebook defines `__new__` or a metaclass
-    (which can return another object): then none is exempt."""
+    (which can return another object), or the code names "__class__" as a string or calls a
+    `__setattr__` (`object.__setattr__(self, "__class__", type(train_ds))` makes `self` an object
+    of a library's class): then none is exempt."""
     classes = [n for _, tree in run for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
     names = {c.name for c in classes}
     methods = {
@@ -1697,6 +1699,13 @@ def _own_instances(run: list[tuple[int, ast.Module]]) -> set[int]:
             and (len(node.args) < 2 or _literal_name(node.args[1]) is None)
         ):
             return set()  # a class's functions by a name built at run time, or all of them
+        if (
+            isinstance(node, ast.Constant)
+            and node.value == "__class__"
+            or isinstance(node, ast.Attribute)
+            and node.attr == "__setattr__"
+        ):
+            return set()  # object.__setattr__(self, "__class__", type(train_ds)): self is theirs
         if isinstance(node, ast.Attribute) and node.attr in methods:
             value = node.value
             is_super = isinstance(value, ast.Call) and getattr(value.func, "id", "") == "super"
