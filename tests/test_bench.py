@@ -268,24 +268,27 @@ def test_a_limit_measured_on_a_busy_machine_is_flagged():
     assert "up to 10% of the cores" in bench.limit_spreads({"peak": quiet})[0]
 
 
+#: A 2-replica all-reduce fit as `course bench` records it (alpha 100 us, 4 and 16 KiB measured).
+ALL_REDUCE_FIT = {
+    "replicas": 2,
+    "alpha_seconds": 100e-6,
+    "beta_seconds_per_byte": 50e-12,
+    "intercept_large_seconds": -30e-6,
+    "beta_large_seconds_per_byte": 80e-12,
+    "worst_error": 0.1,
+    "tolerance": 0.25,
+    "within_tolerance": True,
+    "overhead_seconds": 9e-6,
+    "sizes_bytes": [4096, 16384],
+}
+
+
 def test_an_all_reduce_line_measured_on_a_busy_machine_is_flagged():
     """As notebook 3c, `course bench` measures the load beside the all-reduce's rounds: busy
     during one set, the report flags the line and draws no alpha-or-bytes call; quiet, no flag."""
     from course_tools import bench
 
-    fit = {
-        "replicas": 2,
-        "alpha_seconds": 100e-6,
-        "beta_seconds_per_byte": 50e-12,
-        "intercept_large_seconds": -30e-6,
-        "beta_large_seconds_per_byte": 80e-12,
-        "worst_error": 0.1,
-        "tolerance": 0.25,
-        "within_tolerance": True,
-        "overhead_seconds": 9e-6,
-        "sizes_bytes": [4096, 16384],
-        "seconds": [120e-6, 130e-6],
-    }
+    fit = ALL_REDUCE_FIT | {"seconds": [120e-6, 130e-6]}
     busy = bench.all_reduce_line(fit | {"others_share": [0.1, 0.7], "busy": True})
     assert "FLAG: the machine was busy: other programs used up to 70% of the cores" in busy
     quiet = bench.all_reduce_line(fit | {"others_share": [0.1], "busy": False})
@@ -298,20 +301,7 @@ def test_an_all_reduce_alpha_above_a_size_s_whole_time_is_flagged_as_3c_withhold
     report flags it with 3c's reason (`verdict.alpha_above`); at 120 us, no flag."""
     from course_tools import bench
 
-    fit = {
-        "replicas": 2,
-        "alpha_seconds": 100e-6,
-        "beta_seconds_per_byte": 50e-12,
-        "intercept_large_seconds": -30e-6,
-        "beta_large_seconds_per_byte": 80e-12,
-        "worst_error": 0.1,
-        "tolerance": 0.25,
-        "within_tolerance": True,
-        "overhead_seconds": 9e-6,
-        "others_share": [0.1],
-        "busy": False,
-        "sizes_bytes": [4096, 16384],
-    }
+    fit = ALL_REDUCE_FIT | {"others_share": [0.1], "busy": False}
     line = bench.all_reduce_line(fit | {"seconds": [90e-6, 130e-6]})
     assert (
         "FLAG: alpha, a fitted intercept (100.0 us), exceeds the whole measured time of 4 KiB "
