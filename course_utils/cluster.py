@@ -1,13 +1,11 @@
 """Run a small TensorFlow cluster on this machine, safely: `LocalCluster` and `run`.
 
-What notebook 4 first does with `subprocess.Popen`, with safeguards: waiting reads the logs for a
-line (never sleeps); a failed worker, the deadline or Ctrl-C stops every worker, and the error ends
-with the failed worker's last log lines.
-
-Why this module sends signals: each worker runs in its own process group, out of reach of the
-notebook's Ctrl-C, and one signal to the group stops it with all it started (SIGTERM asks, SIGKILL
-forces, as when a machine is lost). A kernel that dies without cleaning up (a crash, "Restart
-kernel" on a busy one) leaves that to a small guard process each cluster starts (`guard`).
+Notebook 4's `subprocess.Popen` workers, with safeguards: waiting reads the logs for a line (never
+sleeps); a failed worker, the deadline or Ctrl-C stops every worker, and the error ends with the
+failed worker's last log lines. Each worker runs in its own process group, out of reach of the
+notebook's Ctrl-C, so one signal stops it with all it started (SIGTERM asks, SIGKILL forces, as
+when a machine is lost); a kernel that dies without cleaning up leaves that to a guard process.
+Tasks are named 0, 1, ... for workers, "chief", "ps 0", "ps 1" for other jobs.
 
 Example (with the worker scripts a notebook writes):
 
@@ -18,17 +16,8 @@ Example (with the worker scripts a notebook writes):
         c.wait_for(r"saved step (\\d+)", worker=0)  # read worker 0's log until this appears
         c.kill(1)  # lose worker 1
         c.wait(check=False)  # watch what the other does
-
-    # Parameter-server training: a coordinator ("chief"), 2 workers and 1 parameter server; the
-    # servers never end by themselves, so wait for the chief, then stop them.
     with cluster.LocalCluster("ps.py", workers=2, jobs={"chief": 1, "ps": 1}) as c:
-        c.wait(until=["chief"])
-
-`error_summary(log)` gives the exception a worker died of and the line of TensorFlow's message that
-says why (its first lines say where: the graph, the node).
-
-Tasks are named by their worker index (0, 1, ...) for the `worker` job, and by "type index" (or
-just "type" for index 0) for the other jobs: "chief", "ps 0", "ps 1".
+        c.wait(until=["chief"])  # parameter servers never end by themselves
 """
 
 from __future__ import annotations
@@ -146,9 +135,7 @@ class LocalCluster:
     `{"chief": 1, "ps": 1}` for parameter-server training. `start()` waits until each task printed
     `ready` (a regular expression); `timeout` seconds after the start, everything is stopped."""
 
-    # PLR0913 counts keyword-only options too: each of these is a keyword with a default that
-    # notebook 4 writes out where the lesson is about it (ready=, timeout=, env=); an options
-    # object would hide them from the reader.
+    # Keyword options notebook 4 writes out where the lesson is about them (ready=, timeout=...).
     def __init__(  # noqa: PLR0913
         self,
         script: str | os.PathLike,
@@ -185,7 +172,6 @@ class LocalCluster:
             for job, count in counts.items()
         }
         self.workers = list(range(workers))
-        #: Every task: the workers, then the other jobs' tasks ("chief 0", "ps 0", ...).
         self.tasks: list[Task] = [
             *self.workers,
             *(f"{job} {i}" for job, count in jobs.items() for i in range(count)),
@@ -194,9 +180,7 @@ class LocalCluster:
             t: self.log_dir / f"{self.script.stem}-{task_name(t).replace(' ', '-')}.log"
             for t in self.tasks
         }
-        #: Each task's log as it was when the cluster stopped (a later run may reuse the file).
-        self._final_logs: dict[Task, str] = {}
-        #: The running (or finished) process of each task.
+        self._final_logs: dict[Task, str] = {}  # at stop(): a later run may reuse the files
         self.processes: dict[Task, subprocess.Popen] = {}
         self._killed: set[Task] = set()
         self._guard: subprocess.Popen | None = None
@@ -358,14 +342,14 @@ class LocalCluster:
         signal_group(self.processes[task].pid, signal.SIGKILL)
         self.processes[task].wait()
 
-    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
-        """Stop every worker: SIGTERM to each process group, SIGKILL `grace` seconds later."""
+    def stop(self) -> None:
+        """Stop every worker: SIGTERM to each process group, SIGKILL STOP_GRACE_SECONDS later."""
         if self._stopped or not self._started:
             return
         self._stopped = True
         for process in self.processes.values():
             signal_group(process.pid, signal.SIGTERM)
-        end = time.monotonic() + grace
+        end = time.monotonic() + STOP_GRACE_SECONDS
         for process in self.processes.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.0, end - time.monotonic()))

@@ -1,26 +1,19 @@
 """Set TF_CONFIG from Slurm's (or a Kubernetes Indexed Job's) variables, then run a worker script.
 
-Notebook 4 copies this file next to its worker scripts; it needs only Python's standard library, so
-it runs on any cluster node. Inside a Slurm job step (`srun`), or in a pod of a Kubernetes Indexed
-Job, it builds the TF_CONFIG of this task and replaces itself with the command it was given (same
-process, same pid), which then finds TF_CONFIG in its environment; on a Slurm node whose tasks
-would share its GPUs it also gives each task its own (`task_gpus`):
+Notebook 4 copies this file (standard library only) next to its worker scripts. Inside `srun` or a
+pod of an Indexed Job it builds this task's TF_CONFIG, gives each task of a node that would share
+its GPUs its own (`task_gpus`), and replaces itself with the command (same pid):
 
     srun python cluster_tf_config.py python loop_worker.py --epochs 3
 
-Why not TensorFlow's `tf.distribute.cluster_resolver.SlurmClusterResolver`: it gives every task of
-a node the port `port_base` + the task's rank on the node (`port_base` is a constructor argument,
-8888 by default), so two jobs on one node collide unless each is given its own base. It also hands
-out GPUs per task, and on a node without GPUs it does not start (TensorFlow 2.21;
-https://github.com/tensorflow/tensorflow/issues/56894, "cannot be configured to use no GPUs"):
-`gpus_per_node=0` raises "ValueError: range() arg 3 must not be zero" (0 GPUs per task becomes the
-step of a `range`), and `gpus_per_task=1` with it raises "RuntimeError: Requested more GPUs per node
-than available.". It does run with `gpus_per_node` set to the tasks per node and
-`auto_set_gpu=False`, but then `num_accelerators()` says {'GPU': 1}: MultiWorkerMirroredStrategy
-sets each worker up with a GPU device it does not have, and the variables end up on the CPU only
-through soft placement. A workaround that misdescribes the machine, not a supported CPU setup.
-This file uses the ports Slurm reserves for the step, runs on CPU nodes as they are, and writes
-TF_CONFIG, which every strategy and `TFConfigClusterResolver` read.
+Why not TensorFlow's `SlurmClusterResolver` (TensorFlow 2.21): it gives each task of a node the
+port `port_base` (8888) + its local rank, so two jobs on one node collide; and on a node without
+GPUs it does not start (https://github.com/tensorflow/tensorflow/issues/56894): `gpus_per_node=0`
+raises "ValueError: range() arg 3 must not be zero", `gpus_per_task=1` "RuntimeError: Requested
+more GPUs per node than available.". With `gpus_per_node` = tasks per node and
+`auto_set_gpu=False` it runs, but `num_accelerators()` says {'GPU': 1}: each worker is set up
+with a GPU it does not have, its variables on the CPU only by soft placement. This file uses
+the ports Slurm reserves for the step and runs on CPU nodes as they are.
 
 Without a command it prints the TF_CONFIG. Example:
     >>> tf_config({"SLURM_PROCID": "1", "SLURM_STEP_NODELIST": "n[7-8]",

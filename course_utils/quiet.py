@@ -1,20 +1,15 @@
 """Keep TensorFlow's log lines out of notebook outputs: `import_tensorflow`.
 
-Why this module redirects a file descriptor: TensorFlow's C++ libraries print some lines while
-they load, before any setting is read ("All log messages before absl::InitializeLog() ...",
-"failed call to cuInit" without a GPU). So the import runs with the process's error stream (file
-descriptor 2, which Jupyter shows in the cell) pointed at /dev/null. What has a switch is
-switched off: C++ INFO and WARNING logs for the whole session (TF_CPP_MIN_LOG_LEVEL=2),
-TensorFlow's and absl's Python logs below ERROR ("Using MirroredStrategy with devices ...": the
-notebooks print the devices themselves), and the two warnings in HIDDEN_WARNINGS, which no
-student code can avoid. The C++ warnings hidden include the lines about cancelled iterators
-that `fit` causes under a strategy ("Local rendezvous is aborting with status: CANCELLED"), and
-one a student's own pipeline can cause: tf.data's "The calling iterator did not fully read the
-dataset being cached", logged when an iterator dropped early over an unfilled `cache()` discards
-its partial copy (harmless: the next pass fills the cache again). Hiding it hides no sign of the
-cache bug appendix B measures: a cache completed short logs nothing at WARNING level. TensorFlow
+TensorFlow's C++ libraries print some lines while they load, before any setting is read ("All
+log messages before absl::InitializeLog() ...", "failed call to cuInit" without a GPU), so the
+import runs with file descriptor 2 (the cell's error stream) pointed at /dev/null. Switched off
+too: C++ INFO and WARNING logs (TF_CPP_MIN_LOG_LEVEL=2), TensorFlow's and absl's Python logs
+below ERROR, and the two warnings in HIDDEN_WARNINGS, which no student code can avoid. The C++
+warnings hidden include `fit`'s cancelled iterators under a strategy ("Local rendezvous is
+aborting with status: CANCELLED") and tf.data's "The calling iterator did not fully read the
+dataset being cached" (an iterator dropped early over an unfilled `cache()`: harmless, the next
+pass fills it; a cache completed short, appendix B's bug, logs nothing at WARNING). TensorFlow
 has no switch for one C++ warning alone, so notebook 1 names that one where it teaches the cache.
-
 To see everything, set TF_CPP_MIN_LOG_LEVEL=0 before the set-up cell runs.
 
 Example:
