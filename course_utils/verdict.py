@@ -108,6 +108,18 @@ def while_busy(name: str, label: str) -> str:
     return f"the sweep ran ({label})" if label == SWEEP_SET else f"the {name} was measured, {label}"
 
 
+def sweep_line(batches: list[float], step_ms: list[float]) -> tuple[float, float, float]:
+    """(ms per example, fixed ms, the worst relative miss of a point, signed) of the least-squares
+    line through (global batch, ms per step).
+
+    >>> [round(v, 3) for v in sweep_line([64, 128, 192], [10.0, 20.0, 31.0])]
+    [0.164, -0.667, -0.017]
+    """
+    per_example_ms, fixed_ms = (float(v) for v in np.polyfit(batches, step_ms, 1))
+    misses = [(fixed_ms + per_example_ms * b) / t - 1 for b, t in zip(batches, step_ms)]
+    return per_example_ms, fixed_ms, max(misses, key=abs)
+
+
 def line_problem(batches: list[float], step_ms: list[float], tolerance: float) -> str:
     """What is wrong with the sweep's line through (global batch, ms per step), "" if nothing:
     a point it misses by more than `tolerance`, or a negative fixed part.
@@ -115,10 +127,7 @@ def line_problem(batches: list[float], step_ms: list[float], tolerance: float) -
     >>> line_problem([64, 128, 192], [10.0, 20.0, 30.0], 0.15)
     ''
     """
-    per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
-    times = np.asarray(step_ms, dtype=float)
-    misses = (fixed_ms + per_example_ms * np.asarray(batches, dtype=float)) / times - 1
-    worst = float(misses[np.argmax(np.abs(misses))])
+    _, fixed_ms, worst = sweep_line(batches, step_ms)
     if abs(worst) > tolerance:
         return (
             f"the sweep's line misses a point by {100 * worst:+.1f}% "
@@ -238,8 +247,8 @@ def regime(record: dict) -> str:
         return reason
     batches = [p["global_batch"] for p in record["sweep"]]
     times = sweep_ms(record)
-    per_example_ms, fixed_ms = (float(v) for v in np.polyfit(batches, times, 1))
-    worst = max(abs((fixed_ms + per_example_ms * b) / t - 1) for b, t in zip(batches, times))
+    _, fixed_ms, worst = sweep_line(batches, times)
+    worst = abs(worst)
     point = record["sweep"][batches.index(record["batch"])]
     step = times[batches.index(record["batch"])]
     rounds = sorted(point.get("rounds") or [])
