@@ -73,9 +73,8 @@ def limit_range(sets: dict[str, list[float]], floor: float = 0.0) -> tuple[float
     >>> limit_range({"a": [228.0], "b": [224.0], "c": [94.0]})  # a 2.4x gap: c is the low end
     (228.0, 94.0)
     """
-    tops = sorted(max(rounds) for rounds in sets.values())
-    low = tops[0] if set_gap(sets) > GAP else tops[-2] if len(tops) > 1 else tops[-1]
-    return max(tops[-1], floor), max(low, floor)
+    tops = [max(sets[label]) for label in deciding(sets)]  # the low end is the slowest of these
+    return max(max(tops), floor), max(min(tops), floor)
 
 
 def deciding(sets: dict[str, list[float]]) -> list[str]:
