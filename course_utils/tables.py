@@ -25,10 +25,10 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str
     return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
 
 
-def count(n: int, noun: str, plural: str | None = None) -> str:
+def count(n: int, noun: str) -> str:
     """`n` and the noun in the number that agrees with it.
 
     >>> count(1, "replica"), count(4, "replica")
     ('1 replica', '4 replicas')
     """
-    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+    return f"{n:,} {noun if n == 1 else noun + 's'}"
