@@ -65,6 +65,25 @@ def test_pipeline_mistakes_fail_with_what_to_do(examples, name, split, make, mes
         checks.assert_pipeline(found, name, split, GLOBAL_BATCH)
 
 
+def test_a_shuffle_of_a_few_examples_mixes_too_little_and_a_real_one_enough(examples):
+    """A buffer of 2 changes the order every epoch yet keeps nearly every batch together: it
+    fails, after a fixed shuffle too (the order reshuffled is a shuffled one), with what to do;
+    the buffers students and TensorFlow's tutorials use pass, at every global batch the grader
+    accepts (one to eight replicas of 64)."""
+    train_cached = examples["train"].cache()
+    train_cached.reduce(0, lambda count, _: count + 1)
+    fixed = train_cached.shuffle(10_000, reshuffle_each_iteration=False)
+    for train_ds in (train_cached.shuffle(2), fixed.shuffle(2), train_cached.shuffle(8)):
+        found = facts(train_ds=train_ds.batch(GLOBAL_BATCH).prefetch(2))
+        assert found["datasets"]["train_ds"]["kept_together"] > 0.8
+        with pytest.raises(checks.CheckError, match="too little .* buffer of thousands"):
+            checks.assert_pipeline(found, "train_ds", "train", GLOBAL_BATCH)
+    for buffer in (1_000, 10_000):
+        for batch in (64, 128, 512):
+            found = facts(train_ds=train_cached.shuffle(buffer).batch(batch))
+            checks.assert_pipeline(found, "train_ds", "train", batch)
+
+
 def test_a_missing_pipeline_fails():
     with pytest.raises(checks.CheckError, match="not defined"):
         checks.assert_pipeline({"datasets": {}}, "train_ds", "train", GLOBAL_BATCH)
@@ -389,7 +408,7 @@ def test_a_shuffle_buffer_below_two_does_not_count_as_shuffling():
         code = f"train_ds = examples.shuffle({buffer}).batch(B)"
         with pytest.raises(checks.CheckError, match="a buffer of 1 .or less."):
             checks.assert_pipeline_code(observed(code), "train_ds", "train")
-    for buffer in ("2", "10_000", "BUFFER", "buffer_size=len(labels)"):
+    for buffer in ("64", "10_000", "BUFFER", "buffer_size=len(labels)"):
         code = f"train_ds = examples.shuffle({buffer}).batch(B)"
         checks.assert_pipeline_code(observed(code), "train_ds", "train")
     # a real shuffle before the batch still counts beside a useless one
@@ -398,6 +417,31 @@ def test_a_shuffle_buffer_below_two_does_not_count_as_shuffling():
     with pytest.raises(checks.CheckError, match="a buffer of 1"):
         checks.assert_pipeline_code(
             observed("train_ds = examples.shuffle(1).batch(B)"), "train_ds", "train"
+        )
+
+
+def test_a_shuffle_buffer_of_a_few_examples_does_not_count_as_shuffling():
+    """A literal buffer below a batch (2 to 63) moves each example a few places only: it earns
+    no shuffling point, and the message asks for thousands; a buffer the code cannot read (a
+    parameter, a name assigned twice) is left to the order the probe reads (as is a shuffle that
+    never reshuffles before one of 2, `assert_pipeline`'s test); on the test set it is a shuffle."""
+    for code in (
+        "train_ds = examples.shuffle(2).batch(B).prefetch(2)",
+        "train_ds = examples.shuffle(buffer_size=63).batch(B)",
+        "BUFFER = 16\ntrain_ds = examples.shuffle(BUFFER).batch(B)",
+    ):
+        with pytest.raises(checks.CheckError, match="a buffer below 64.*buffer of thousands"):
+            checks.assert_pipeline_code(observed(code), "train_ds", "train")
+    for code in (
+        "BUFFER = 2\nBUFFER = 10_000\ntrain_ds = examples.shuffle(BUFFER).batch(B)",
+        "def pipe(ds, buffer):\n    return ds.shuffle(buffer).batch(B)\n"
+        "train_ds = pipe(examples, 2)",
+        "train_ds = examples.shuffle(2).shuffle(1000).batch(B)",
+    ):
+        checks.assert_pipeline_code(observed(code), "train_ds", "train")
+    with pytest.raises(checks.CheckError, match="needs no shuffle"):
+        checks.assert_pipeline_code(
+            observed("test_ds = test.shuffle(2).batch(B)"), "test_ds", "test"
         )
 
 

@@ -601,6 +601,43 @@ def assert_pipeline(facts: dict, name: str, split: str, global_batch: int) -> No
         raise CheckError(
             f"`{name}` changes the order of the test examples: the test set needs no shuffle"
         )
+    if split == "train":
+        assert_mixed(found, name, sizes)
+
+
+#: How far from a full shuffle towards no mixing at all the batches of two passes may stay (0: the
+#: pairs of batch-mates kept together at random, 1: all of them). Measured with TensorFlow's
+#: shuffle at 2,048, 20,000 and 73,257 (SVHN's) examples in batches of 64, 128 and 512 (one to
+#: eight replicas): a buffer of 2 keeps 0.96-0.99 of the way, 10 keeps 0.73-0.96, 64 keeps
+#: 0.21-0.78; 1,000 keeps at most 0.12 and 10,000 at most 0.01. Half the way parts them widely.
+MIXED_AT_MOST = 0.5
+
+
+def assert_mixed(found: dict, name: str, sizes: list[int]) -> None:
+    """The batches of the probe's second pass over `name` are a new mix: of the pairs of
+    examples batched together in the first pass, not many more are together again than a full
+    shuffle would keep (`MIXED_AT_MOST` of the way to all of them). A shuffle whose buffer is a
+    few examples changes the order each epoch yet moves each example a few places only.
+
+    >>> assert_mixed({"kept_together": 0.07}, "train_ds", [128] * 16)
+    >>> assert_mixed({"kept_together": 0.98}, "train_ds", [128] * 16)
+    Traceback (most recent call last):
+    ...
+    course_tools.grade.core.checks.CheckError: `train_ds` mixes its examples too little ...
+    """
+    examples = sum(sizes)
+    at_random = sum(s * (s - 1) for s in sizes) / (examples * (examples - 1) or 1)
+    kept = found.get("kept_together")
+    if at_random >= 1:
+        return  # one batch: nothing to mix between batches
+    if not _is_number(kept) or (kept - at_random) / (1 - at_random) > MIXED_AT_MOST:
+        shown = f"{kept:.0%}" if _is_number(kept) else "an unknown share"
+        raise CheckError(
+            f"`{name}` mixes its examples too little between epochs: {shown} of the pairs of "
+            f"examples batched together in one pass are together again in the next (a full "
+            f"shuffle keeps {at_random:.1%}): give shuffle a buffer of thousands of examples, "
+            "before batching"
+        )
 
 
 def _labels(split: str) -> dict:
@@ -684,11 +721,11 @@ def assert_created_in_scope(observed: dict | None, name: str, *, scoped: bool = 
 
 def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
     """The notebook's code (read by the grader) makes `name` with a `batch`, and for the training
-    set a `shuffle` before it (a literal buffer below 2 is no shuffle); the test set is not
-    shuffled. A method a helper applies in a branch (`if training: ds = ds.shuffle(...)`, named
-    "shuffle?" by `reading`) may or may not have run for this call: it counts as there for the
-    training set and not for the test set, and the kernel's facts (`assert_pipeline`, the order
-    the probe read) decide. Skipped without observations."""
+    set a `shuffle` before it (a literal buffer below `reading.SMALL_BUFFER` is none); the test
+    set is not shuffled. A method a helper applies in a branch (`if training: ds =
+    ds.shuffle(...)`, named "shuffle?" by `reading`) may or may not have run for this call: it
+    counts as there for the training set and not for the test set, and the kernel's facts
+    (`assert_pipeline`, the order the probe read) decide. Skipped without observations."""
     if observed is None:
         return
     read = reading.Code.of(observed).pipeline(name)
@@ -699,17 +736,25 @@ def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
             "batch it with GLOBAL_BATCH"
         )
     last_batch = len(methods) - 1 - methods[::-1].index("batch")
-    if split == "train" and "shuffle(1)" in methods and "shuffle" not in methods[:last_batch]:
-        raise CheckError(
-            f"the notebook's code shuffles `{name}` with a buffer of 1 (or less), which keeps "
-            "the examples in their order: give shuffle a buffer of thousands of examples"
-        )
+    if split == "train" and "shuffle" not in methods[:last_batch]:
+        if "shuffle(1)" in methods:
+            raise CheckError(
+                f"the notebook's code shuffles `{name}` with a buffer of 1 (or less), which keeps "
+                "the examples in their order: give shuffle a buffer of thousands of examples"
+            )
+        if "shuffle(few)" in methods[:last_batch]:
+            raise CheckError(
+                f"the notebook's code shuffles `{name}` with a buffer below "
+                f"{reading.SMALL_BUFFER}, which moves each example a few places only (most of "
+                "each batch stays together every epoch): give shuffle a buffer of thousands of "
+                "examples"
+            )
     if split == "train" and "shuffle" not in methods[:last_batch]:
         raise CheckError(
             f"the notebook's code does not shuffle `{name}` before batching it: shuffle the "
             "examples, then batch"
         )
-    if split == "test" and "shuffle" in read:
+    if split == "test" and ("shuffle" in read or "shuffle(few)" in read):
         raise CheckError(f"the notebook's code shuffles `{name}`: the test set needs no shuffle")
 
 

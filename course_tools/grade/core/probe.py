@@ -153,8 +153,10 @@ def _methods_not_from(cls: type, folders: tuple[str, ...]) -> list[str]:
 
 
 def pipeline_facts(dataset: Any) -> dict:
-    """What two passes over a pipeline of (images, labels) batches yield: the batch sizes, and a
-    checksum of the labels in the order they came and sorted (the same examples in any order).
+    """What two passes over a pipeline of (images, labels) batches yield: the batch sizes, a
+    checksum of the labels in the order they came and sorted (the same examples in any order),
+    and how many of the examples batched together in the first pass are again in the second
+    (`kept_together`: how much a shuffle mixes, not only whether the order changed).
     TypeError for an object whose classes are not all TensorFlow's (`DATASET_MODULES`), or whose
     classes' methods are not all TensorFlow's or Python's code (`_methods_not_from`)."""
     foreign = [
@@ -167,14 +169,17 @@ def pipeline_facts(dataset: Any) -> dict:
     replaced = _methods_not_from(type(dataset), _library_folders())
     if replaced:
         raise TypeError(f"a method of a TensorFlow pipeline class replaced ({', '.join(replaced)})")
-    passes = []
+    passes, groups = [], []
     for _ in range(2):
-        sizes, labels, batches = [], [], []
-        for _, batch_labels in dataset:
+        sizes, labels, batches, examples = [], [], [], []
+        for batch_images, batch_labels in dataset:
             values = [int(label) for label in batch_labels.numpy().reshape(-1)]
             sizes.append(len(values))
             labels += values
             batches.append(checksum(values, in_order=False))
+            rows = batch_images.numpy()
+            examples.append([hash(row.tobytes()) for row in rows.reshape(rows.shape[0], -1)])
+        groups.append(examples)
         passes.append(
             {
                 "batch_sizes": sizes,
@@ -183,7 +188,30 @@ def pipeline_facts(dataset: Any) -> dict:
                 "batches": checksum(batches, in_order=False),  # which examples go together
             }
         )
-    return {"passes": passes}
+    return {"passes": passes, "kept_together": kept_together(*groups)}
+
+
+def kept_together(first: list[list], second: list[list]) -> float:
+    """The share of the pairs of examples batched together in the `first` pass that are batched
+    together again in the `second` (each batch a list of the examples' identities, here a hash
+    of the image's bytes): about 1 / (number of batches) for a full shuffle, near 1 for a
+    shuffle whose buffer is a few examples (they move a few places), 1 without any.
+
+    >>> kept_together([[1, 2], [3, 4]], [[2, 1], [4, 3]])
+    1.0
+    >>> kept_together([[1, 2], [3, 4]], [[1, 3], [2, 4]])
+    0.0
+    """
+    batch_of = {example: number for number, batch in enumerate(first) for example in batch}
+    pairs = sum(len(batch) * (len(batch) - 1) for batch in first)
+    together = 0
+    for batch in second:
+        counts: dict = {}
+        for example in batch:
+            if example in batch_of:
+                counts[batch_of[example]] = counts.get(batch_of[example], 0) + 1
+        together += sum(count * (count - 1) for count in counts.values())
+    return together / pairs if pairs else 1.0
 
 
 def collect(

@@ -265,12 +265,30 @@ def _dotted(node: ast.AST) -> str:
     return ".".join([node.id, *parts[::-1]]) if isinstance(node, ast.Name) else ""
 
 
-def _below_two(node: ast.AST) -> bool:
-    """A literal number below 2 (`1`, `0`, `-1`): a shuffle buffer that keeps the order."""
+#: The smallest literal shuffle buffer that counts as a shuffle: the smallest global batch the
+#: grader accepts (64 examples, one replica). A buffer of B moves each example about B places, so
+#: one below a batch leaves most of each batch together epoch after epoch: measured with
+#: TensorFlow's shuffle in batches of 64, a buffer of 2 keeps 96% of the pairs of batch-mates
+#: together, 10 keeps 73%, 32 keeps 40%, where 1,000 keeps 2-3% (a full shuffle 0.1-3%).
+SMALL_BUFFER = 64
+
+
+def _small_buffer(node: ast.AST) -> bool:
+    """A literal number below `SMALL_BUFFER` (`1`, `0`, `-1`, `2`, `16`): a shuffle buffer that
+    keeps the order (below 2) or most of it."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return _below_two(node.operand) or isinstance(node.operand, ast.Constant)
+        return _small_buffer(node.operand) or isinstance(node.operand, ast.Constant)
     value = getattr(node, "value", None) if isinstance(node, ast.Constant) else None
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value < 2
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value < SMALL_BUFFER
+
+
+def _shuffle_name(node: ast.AST) -> str:
+    """The name `_calls` gives a shuffle of literal buffer `node`: "shuffle(1)" below 2 (no
+    shuffle at all), "shuffle(few)" below `SMALL_BUFFER`, "shuffle" for any other buffer."""
+    if not _small_buffer(node):
+        return "shuffle"
+    value = node.value if isinstance(node, ast.Constant) else -1
+    return "shuffle(1)" if value < 2 else "shuffle(few)"
 
 
 def _targets(node: ast.AST) -> list[str]:
@@ -295,13 +313,14 @@ def _targets(node: ast.AST) -> list[str]:
 
 def _calls(node: ast.AST) -> list[str]:
     """The method names called on a chain, outermost last: x.a().b() -> ['a', 'b']; and the
-    name the chain starts from. A shuffle with a literal buffer below 2 is named "shuffle(1)"."""
+    name the chain starts from. A shuffle with a literal buffer below 2 is named "shuffle(1)",
+    below `SMALL_BUFFER` "shuffle(few)" (`_shuffle_name`)."""
     names = []
     while True:
         if isinstance(node, ast.Call):
             buffer = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "buffer_size")]
-            if getattr(node.func, "attr", "") == "shuffle" and buffer and _below_two(buffer[0]):
-                names.append("shuffle(1)")  # a buffer of one keeps the order: no shuffle
+            if getattr(node.func, "attr", "") == "shuffle" and buffer and _small_buffer(buffer[0]):
+                names.append(_shuffle_name(buffer[0]))  # keeps the order, or most of it
                 node = node.func.value
                 continue
             node = node.func
@@ -1053,15 +1072,16 @@ class Code:
 
     def _fold_buffers(self) -> None:
         """Write the literal into each `.shuffle(NAME)` whose NAME is only ever assigned one
-        literal below 2 (`SHUFFLE_BUFFER = 1`), as if it were written there: such a shuffle
-        keeps the order (`_calls` names it "shuffle(1)")."""
+        literal below `SMALL_BUFFER` (`SHUFFLE_BUFFER = 1`), as if it were written there: such a
+        shuffle keeps the order or most of it (`_calls` names it "shuffle(1)" or
+        "shuffle(few)")."""
         literal: dict[str, ast.AST] = {}
         good, other = set(), set()
         for node in self._walk():
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
-                    if isinstance(target, ast.Name) and _below_two(node.value):
+                    if isinstance(target, ast.Name) and _small_buffer(node.value):
                         good.add(id(target))
                         literal[target.id] = node.value
             elif isinstance(node, ast.arg):
@@ -1628,6 +1648,8 @@ def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
                     held.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
     found = []
     for number, node in nodes:
+        if _counted(node):
+            continue
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete)):
             written = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             changed = any(
@@ -1649,6 +1671,21 @@ def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
     return found
 
 
+def _counted(node: ast.AST) -> bool:
+    """`x.count += 1`: a number literal added to or taken from an attribute, which installs no
+    code on whatever class `x` is. The class's own value is read first: a number stays a number;
+    a function, a property or a class has no `+` with a number (TypeError), and the literal's
+    `__radd__` is the interpreter's, so nothing the notebook wrote is called (a name, `+= n`,
+    could hold an object whose `__radd__` returns a method: that is no count). Red team 12a's
+    honest counters, `type(self).count += 1` beside a `getattr(np, kind)` and
+    `self.__class__.epochs_seen += 1` in a method called on a new object, are such counts."""
+    if not (isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub))):
+        return False
+    value = node.value.operand if isinstance(node.value, ast.UnaryOp) else node.value
+    number = getattr(value, "value", None) if isinstance(value, ast.Constant) else None
+    return type(number) in (int, float) and isinstance(node.target, ast.Attribute)
+
+
 def _class_named(node: ast.Call) -> bool:
     """`node` reads an object's class or bases by a literal name through a getter:
     `getattr(x, "__class__")`, `object.__getattribute__(x, "__class__")`,
@@ -1663,8 +1700,9 @@ def _own_instances(run: list[tuple[int, ast.Module]]) -> set[int]:
     defines (or a subclass of it): `self` is the first parameter of an undecorated method of a
     class defined in the cells, never rebound in it, and Python alone passes it, as the instance
     the method was looked up on. That holds unless the method can be called with another first
-    argument: its name reached through a class or an expression rather than an instance
-    (`Timer.tick(train_ds)`, `type(x).tick`, `getattr(Timer, "tick")`, a string "tick" anywhere),
+    argument: its name reached through a class or an expression rather than an instance (a
+    name or a new object, `Timer().tick()`, are instances: `Timer.tick(train_ds)`,
+    `type(x).tick`, `getattr(Timer, "tick")`, a string "tick" anywhere are not),
     a class of the notebook used as a value (`T = Timer`), or functions taken by a name built at
     run time or all at once (`__func__`, `__dict__`, `vars`, `getmembers`, `getattr(x, name)`);
     and unless some class of the notebook defines `__new__` or a metaclass
@@ -1709,7 +1747,9 @@ def _own_instances(run: list[tuple[int, ast.Module]]) -> set[int]:
         if isinstance(node, ast.Attribute) and node.attr in methods:
             value = node.value
             is_super = isinstance(value, ast.Call) and getattr(value.func, "id", "") == "super"
-            if not (isinstance(value, ast.Name) and value.id not in names or is_super):
+            # Timer().tick(): an object the class just made, as `timer.tick()` is one
+            made = isinstance(value, ast.Call) and getattr(value.func, "id", "") in names
+            if not (isinstance(value, ast.Name) and value.id not in names or is_super or made):
                 unsafe.add(node.attr)  # Timer.tick(x), type(x).tick(y)
         if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load):
             parent = parents.get(id(node))
