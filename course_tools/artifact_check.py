@@ -145,7 +145,7 @@ def expected_regime(results: dict) -> str:
         return verdict.regime(results)
     batches = [point["global_batch"] for point in results["sweep"]]
     step_ms = sweep_ms(results)
-    per_example_ms, fixed_ms = np.polyfit(batches, step_ms, 1)
+    per_example_ms, fixed_ms, _ = verdict.sweep_line(batches, step_ms)
     fixed_share = fixed_ms / step_ms[batches.index(results["batch"])]
     return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
 
