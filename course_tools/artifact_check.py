@@ -11,6 +11,9 @@ follows from the numbers it recorded beside it.
   withheld) is derived again from the batch sweep (and 3b's measured roofline) they recorded,
   3b's by `course_utils.verdict`, the rule its cells call; 3b's recorded limits and step times
   must be the ones its rounds give, and its mixed-precision speed withheld on a busy machine.
+- Notebook 3's load rule (`load_problems`), section 2's and 3b's: other programs above
+  `timing.BUSY` of the cores in a round of a set give no verdict from it; its record must say so
+  for section 2 and for the sweep, and hold conclusions.json only after a quiet section 2.
 - The thresholds come from the course's code, never from the record checked (`THRESHOLDS`,
   `ALL_REDUCE_THRESHOLDS`): a record that stores another value, or none, fails, so a notebook
   edit that stops saving one cannot turn its gate off.
@@ -60,7 +63,7 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
         "checkpoints/ckpt-*.data-*",
         "learning_curves.png",  # conclusions.json only on a quiet machine: checked when written
     ],
-    "03_single_vs_distributed": ["results.json", "conclusions.json"],
+    "03_single_vs_distributed": ["results.json"],  # conclusions.json only on a quiet machine
     "03b_where_time_goes": ["results.json", "conclusions.json"],
     "03c_allreduce_and_profile": ["results.json", "profile/plugins/profile/*/*.xplane.pb"],
     "05_svhn_solution": [
@@ -218,6 +221,35 @@ def regime_problems(path: Path) -> list[str]:
     return found
 
 
+def load_problems(path: Path) -> list[str]:
+    """Notebook 3's load rule: `busy` (section 2) and `sweep_busy` (the sweep, which decides the
+    regime) must be what the loads recorded beside their rounds give at `timing.BUSY`, the code's
+    threshold; conclusions.json lies beside the record exactly when section 2 was not busy (its
+    verdicts printed)."""
+    results = json.loads(Path(path).read_text())
+    found = []
+    for flag, loads in (("busy", "core_loads"), ("sweep_busy", "sweep_loads")):
+        if flag not in results or loads not in results:
+            found.append(f"{path.name}: {flag} or {loads} not recorded")
+            continue
+        most = max(results[loads], default=0.0)
+        if results[flag] != (most > timing.BUSY):
+            found.append(
+                f"{path.name}: {flag} {results[flag]}, with other programs at up to {most:.0%} "
+                f"of the cores (the rule: over {timing.BUSY:.0%})"
+            )
+    most = max(results.get("core_loads", []), default=0.0)
+    written = (path.parent / "conclusions.json").exists()
+    if most > timing.BUSY and written:
+        found.append(
+            f"conclusions.json: verdicts recorded, though section 2 printed none (other "
+            f"programs at up to {most:.0%} of the cores)"
+        )
+    elif most <= timing.BUSY and not written:
+        found.append("conclusions.json not written, though section 2 printed its verdicts")
+    return found
+
+
 def all_reduce_fit(results: dict) -> dict:
     """Notebook 3c's line, fitted again from its rounds with code of its own: each size's time is
     its fastest round less the loop's fastest; a line through the small sizes (alpha, beta) and
@@ -358,6 +390,8 @@ def problems(notebook: Path, since: float = 0.0) -> list[str]:
         found += conclusion_problems(folder / "conclusions.json")
     if notebook.stem in REGIME_NOTEBOOKS and (folder / "results.json").exists():
         found += regime_problems(folder / "results.json")
+    if notebook.stem == "03_single_vs_distributed" and (folder / "results.json").exists():
+        found += load_problems(folder / "results.json")
     if notebook.stem == "03b_where_time_goes" and (folder / "results.json").exists():
         found += speed_problems(folder / "results.json")
     if notebook.stem in ALL_REDUCE_NOTEBOOKS and (folder / "results.json").exists():

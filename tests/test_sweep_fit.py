@@ -1,6 +1,7 @@
 """Notebook 3's verdict from its batch sweep: the cell tagged "sweep_fit", run as the notebook runs
 it on sweeps of known shape, must withhold the verdict when its line misses a point by more than
-the stated tolerance or has a fixed part below zero, and print it otherwise.
+the stated tolerance, has a fixed part below zero or was measured on a busy machine, and print it
+otherwise; and `course_tools.artifact_check` must hold a run's record to the same load rule.
 
 The first sweep is the medians a review's run printed at 1 device (quick profile): 3.3 / 5.1 /
 9.0 / 28.4 ms at global batch 16 / 32 / 64 / 128, through which a line predicts 1.4 ms at 16
@@ -28,10 +29,12 @@ FLAT = [(64, 10.0), (128, 10.4), (256, 11.1), (512, 12.6)]  # about 90% fixed at
 STRAIGHT_BELOW_ZERO = [(64, 5.4), (128, 11.8), (192, 18.2), (256, 24.6)]  # fixed part -1.0 ms
 
 
-def run_sweep_cell(points: list[tuple[int, float]], batch: int, *, quick: bool = False) -> dict:
+def run_sweep_cell(
+    points: list[tuple[int, float]], batch: int, *, quick: bool = False, busy: bool = False
+) -> dict:
     """Run the notebook's cells tagged `TAG` on these (global batch, ms per step) medians, with
-    the names the notebook defines before them (`quick`: the quick profile); returns the cell's
-    globals."""
+    the names the notebook defines before them (`quick`: the quick profile; `busy`: other
+    programs above `timing.BUSY` during the sweep); returns the cell's globals."""
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     sources = [
         "".join(cell["source"])
@@ -48,6 +51,7 @@ def run_sweep_cell(points: list[tuple[int, float]], batch: int, *, quick: bool =
         "PER_REPLICA": 64,
         "FLOPS_PER_EXAMPLE": 15e6,
         "QUICK": quick,
+        "SWEEP_BUSY": busy,
     }
     for source in sources:
         exec(compile(source, f"{NOTEBOOK.name}[{TAG}]", "exec"), namespace)
@@ -115,4 +119,51 @@ def test_the_artifact_check_rebuilds_what_is_wrong_with_the_line(tmp_path):
     path.write_text(json.dumps(record | {"line_problem": said}))
     assert regime_problems(path) == [
         f"results.json: line_tolerance not recorded (the code says {LINE_TOLERANCE:g})"
+    ]
+
+
+def test_a_busy_sweep_gives_no_verdict_though_its_line_holds(capsys):
+    """The review's 4-device sweep holds its line, but other programs used about half the cores
+    while it ran: the cell must withhold the regime, as section 2 and notebook 3b do."""
+    cell = run_sweep_cell(FOUR_DEVICES, 256, busy=True)
+    printed = capsys.readouterr().out
+    assert cell["LINE_PROBLEM"] == ""
+    assert cell["WITHHELD"] == "the machine was busy during the sweep (above)"
+    assert "verdict withheld: the machine was busy" in printed
+    assert "verdict for this machine" not in printed and "GFLOP/s" not in printed
+
+
+def test_the_artifact_check_holds_the_record_to_the_load_rule(tmp_path):
+    """The review's 4-device record: section 2 at up to 82% of the cores, the sweep at 48-49%.
+    It passes only when both are recorded busy and no conclusions.json lies beside it; a sweep
+    recorded quiet, or section 2's verdicts recorded, fails. A quiet run must write them."""
+    from course_tools.artifact_check import load_problems
+
+    record = {"core_loads": [0.825, 0.776, 0.814], "sweep_loads": [0.480, 0.493, 0.479]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record | {"busy": True, "sweep_busy": True}))
+    assert load_problems(path) == []
+    path.write_text(json.dumps(record | {"busy": True, "sweep_busy": False}))
+    assert load_problems(path) == [
+        "results.json: sweep_busy False, with other programs at up to 49% of the cores "
+        "(the rule: over 20%)"
+    ]
+    path.write_text(json.dumps(record | {"busy": True, "sweep_busy": True}))
+    (tmp_path / "conclusions.json").write_text("[]")
+    assert load_problems(path) == [
+        "conclusions.json: verdicts recorded, though section 2 printed none (other programs at "
+        "up to 82% of the cores)"
+    ]
+    quiet = {"core_loads": [0.05, 0.1], "sweep_loads": [0.1], "busy": False, "sweep_busy": False}
+    path.write_text(json.dumps(quiet))
+    assert load_problems(path) == []
+    (tmp_path / "conclusions.json").unlink()
+    assert load_problems(path) == [
+        "conclusions.json not written, though section 2 printed its verdicts"
+    ]
+    path.write_text(json.dumps({"busy": False}))
+    assert load_problems(path) == [
+        "results.json: busy or core_loads not recorded",
+        "results.json: sweep_busy or sweep_loads not recorded",
+        "conclusions.json not written, though section 2 printed its verdicts",
     ]
