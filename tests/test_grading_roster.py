@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import types
 from pathlib import Path
 
+import nbformat
 import pytest
 from grading_submissions import ENV, EXERCISE, SOLUTION, notebook_of, write
 from helpers import ROOT, require_or_skip
 
-from course_tools import cli
+from course_tools import cli, exercise
 from course_tools.grade.core import files, plan, report, roster, tamper
 from course_tools.grade.core.report import CheckResult, Grade
 from course_tools.grade.jail import sandbox
-from course_tools.grade.routes import batch, slurm_array
+from course_tools.grade.routes import batch, slurm_array, supervised
 from course_tools.runner import Limits
 
 #: The name a hostile cell gave a file: clears the screen, sets the title, forges a line.
@@ -52,8 +57,8 @@ def _students(subs: Path) -> None:
     (subs / "zed" / "mine.ipynb").write_text('{"cells": [')
 
 
-def _grade(paths: list[Path], out: Path) -> int:
-    argv = ["grade", *map(str, paths), f"--out={out}", "--jobs=1"]
+def _grade(paths: list[Path], out: Path, jobs: int = 1) -> int:
+    argv = ["grade", *map(str, paths), f"--out={out}", f"--jobs={jobs}"]
     argv += [f"--profile={ENV['COURSE_PROFILE']}", f"--data={ENV['COURSE_DATA']}"]
     return cli.main(argv)
 
@@ -99,21 +104,22 @@ def test_a_student_folder_past_the_walk_cap_is_its_own_row_and_hides_no_one(tmp_
 
 
 def test_course_grade_gives_a_too_large_folder_its_row_and_grades_the_rest(
-    tmp_path, monkeypatch, sandboxed, capsys
+    tmp_path, sandboxed, capsys
 ):
-    """The whole batch (the cap lowered to keep it quick: the same walk): aaron's folder of more
-    files than the cap gets the status "too many files", 0 points and the reason; every other
-    student has a row; the exit status is 0 (every submission got a grade)."""
-    monkeypatch.setattr(files, "MAX_ENTRIES", 200)
+    """The whole batch, at the real cap (`course grade` grades in a child process, which a
+    lowered cap would not reach): aaron's folder of more files than the cap gets the status "too
+    many files", 0 points and the reason; every other student has a row; the exit status is 0
+    (every submission got a grade)."""
     subs = tmp_path / "subs"
     _students(subs)
-    _crowd(subs / "aaron", 250)
+    _crowd(subs / "aaron", files.MAX_ENTRIES + 50)
     out = tmp_path / "grades"
     assert _grade([subs], out) == 0, capsys.readouterr()
     rows = _gradebook(out)
     assert sorted(rows) == ["aaron", "alice", "bob", "zed"]
     assert rows["aaron"]["status"] == "too many files" and rows["aaron"]["score"] == "0"
-    assert "more than 200 files and folders; hand in the notebook alone" in rows["aaron"]["notes"]
+    cap = f"more than {files.MAX_ENTRIES:,} files and folders; hand in the notebook alone"
+    assert cap in rows["aaron"]["notes"]
     assert rows["alice"]["status"] == "unchanged exercise"
     assert rows["bob"]["status"] == rows["zed"]["status"] == "invalid notebook"
     assert "too many files" in (out / "aaron" / "report.md").read_text()
@@ -306,3 +312,77 @@ def test_an_edit_during_an_unsandboxed_batch_is_noted_in_the_row(tmp_path, monke
     (note,) = watch.notes()
     assert note.startswith("course_utils/setup.py changed while this submission ran"), note
     assert "or an edit of yours" in note
+
+
+def answers_only() -> nbformat.NotebookNode:
+    """The exercise with its written answers and no code: it runs in seconds and earns the
+    answers' points."""
+    solution = {cell.id: cell.source for cell in nbformat.read(SOLUTION, as_version=4).cells}
+    notebook = nbformat.read(EXERCISE, as_version=4)
+    for cell in notebook.cells:
+        if exercise.ANSWER_PLACEHOLDER in cell.source:
+            answer = re.search(r"-->\n(.*)\n<!--", solution[cell.id], re.DOTALL)[1]
+            cell.source = cell.source.replace(exercise.ANSWER_PLACEHOLDER, answer)
+    return notebook
+
+
+#: A submission whose cell runs long enough for the grader's process to be killed meanwhile.
+SLEEPER = "import time\nprint('running', flush=True)\ntime.sleep(120)"
+
+
+def abort_graders_running(folder: Path, student: str, stop: threading.Event) -> list[bool]:
+    """In a thread: SIGABRT (what libzmq sends itself when a quota of the user is used up) each
+    grading process that records `student` running in `folder`, 2 s after it does (its kernel
+    started). Returns the list that gets, for each process killed, whether it ran it alone."""
+    killed: list[bool] = []
+
+    def watch() -> None:
+        pids = set()
+        while not stop.is_set():
+            marks = supervised.read_marks(folder)
+            mark = marks.get(student)
+            if mark is not None and mark.state == "running" and mark.pid not in pids:
+                pids.add(mark.pid)
+                time.sleep(2)
+                os.kill(mark.pid, signal.SIGABRT)
+                killed.append(mark.alone)
+            time.sleep(0.1)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return killed
+
+
+def test_a_submission_that_kills_the_grader_is_named_and_the_batch_ends_with_its_gradebooks(
+    tmp_path, sandboxed, capfd
+):
+    """Crash-only: the grader's process dies by a signal while the culprit runs beside another
+    submission (2 at a time), then again while it runs alone. `course grade` ends with exit 0 in
+    one command: the other submission graded (alone, again), the culprit scored 0 with a note
+    naming the cause in its row, its report and on the console, the three gradebook files
+    written; a second run keeps that grade (only --regrade tries again)."""
+    subs, out = tmp_path / "subs", tmp_path / "grades"
+    subs.mkdir()
+    write(answers_only(), subs / "honest.ipynb")
+    write(notebook_of(SLEEPER), subs / "culprit.ipynb")
+    stop = threading.Event()
+    killed = abort_graders_running(out / plan.PLAN_FOLDER / "running", "culprit", stop)
+    try:
+        code = _grade([subs], out, jobs=2)
+    finally:
+        stop.set()
+    err = capfd.readouterr().err
+    assert code == 0, err
+    assert killed == [False, True], killed
+    rows = _gradebook(out)
+    assert rows["honest"]["status"] == "graded" and float(rows["honest"]["score"]) > 0, rows
+    culprit = rows["culprit"]
+    assert (culprit["status"], culprit["score"]) == (supervised.DIED, "0"), culprit
+    said = "the grader's process died (SIGABRT) while this submission ran alone"
+    assert said in culprit["notes"] and "--regrade" in culprit["notes"], culprit
+    assert report.escape(said) in (out / "culprit" / "report.md").read_text()
+    assert f"culprit: {said}" in err
+    for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
+        assert all(s in (out / name).read_text() for s in ("honest", "culprit")), name
+    # kept: a second run grades nothing again
+    assert _grade([subs], out, jobs=2) == 0
+    assert killed == [False, True] and _gradebook(out) == rows

@@ -45,11 +45,12 @@ from grading_submissions import (
     write,
 )
 from helpers import require_or_skip
+from test_grading_roster import SLEEPER, abort_graders_running
 
 from course_tools.grade.core import plan as grading_plan
-from course_tools.grade.core import roster
+from course_tools.grade.core import report, roster
 from course_tools.grade.jail import sandbox
-from course_tools.grade.routes import batch, slurm_array
+from course_tools.grade.routes import batch, slurm_array, supervised
 from course_tools.runner import Limits
 
 NO_SLURM = slurm.missing_programs()
@@ -321,6 +322,35 @@ def test_the_sbatch_script_passes_the_options_and_records_each_exit_code(tmp_pat
     default = slurm_array.batch_script(b, tmp_path / "plan.json", 1, slurm_array.SlurmOptions())
     assert f"#SBATCH --time={slurm_array.task_minutes(b)}\n" in default
     assert "--partition" not in default and "--mem" not in default
+
+
+def test_a_task_whose_grading_process_dies_twice_scores_its_submission_0_with_the_cause(tmp_path):
+    """Per task, crash-only: the task's grading process (the child of `run_task`) dies by
+    SIGABRT while the submission runs; it runs again (another task of the instructor on the node
+    may have been the cause); at the second death the submission is scored 0 with the note, in
+    one command that exits 0 (no Slurm needed: the task's command itself, as its script runs it)."""
+    if not sandbox.status()[0]:
+        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
+    settings = grading_plan.GradingSettings(
+        ENV["COURSE_PROFILE"], int(ENV["COURSE_DEVICES"]), ENV["COURSE_DATA"]
+    )
+    b = grading_plan.prepare(tmp_path / "grades", SOLUTION, settings, LIMITS)
+    culprit = write(notebook_of(SLEEPER), tmp_path / "culprit.ipynb")
+    plan = b.save_plan([roster.Submission("culprit", culprit)])
+    stop = threading.Event()
+    killed = abort_graders_running(plan.parent / "running-0", "culprit", stop)
+    try:
+        task = [sys.executable, "-m", "course_tools.grade.routes.slurm_array", str(plan), "0"]
+        done = subprocess.run(task, capture_output=True, text=True, timeout=300)
+    finally:
+        stop.set()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert killed == [True, True], killed
+    g = report.load(b.out / "culprit")
+    assert (g.status, g.score) == (supervised.DIED, 0), g
+    said = "died (SIGABRT) while this submission ran alone in its grading process (2 times)"
+    assert said in g.reason and "--regrade" in g.reason, g.reason
+    assert "culprit: 0/12 killed the grader" in done.stdout, done.stdout
 
 
 def test_a_task_without_a_grade_gets_a_row_saying_why(tmp_path):

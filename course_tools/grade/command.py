@@ -1,4 +1,5 @@
-"""`course grade`: grade submissions here (`batch`) or as a Slurm job array (`slurm_array`).
+"""`course grade`: grade submissions here (`batch`, in a child process that `supervised` restarts
+when a submission kills it) or as a Slurm job array (`slurm_array`).
 
     course grade submissions/ --out grades/                 # here, --jobs chosen from the machine
     course grade submissions/ --slurm --partition cpu --time 01:00:00 --mem 8G
@@ -34,7 +35,7 @@ from course_tools.grade.core.plan import DEFAULT_SOLUTION, GradingSettings
 from course_tools.grade.core.report import Grade, console
 from course_tools.grade.jail import limits as jail_limits
 from course_tools.grade.jail import sandbox
-from course_tools.grade.routes import batch, slurm_array
+from course_tools.grade.routes import slurm_array, supervised
 from course_tools.paths import course_root
 from course_tools.runner import Limits
 from course_utils.tables import format_table
@@ -192,7 +193,8 @@ def _grade(args: argparse.Namespace, b: plan.Batch, jobs: int, *, slurm: bool) -
             progress=not args.benchmark,
             regrade=args.regrade or args.benchmark,
         )
-    return batch.grade_batch(
+    # in child processes, supervised: a submission that kills the grader costs its own row only
+    return supervised.grade(
         b,
         args.submissions,
         jobs,
@@ -273,6 +275,9 @@ def run(args: argparse.Namespace) -> int:
     ) as exc:
         print(f"course grade: {console(exc)}", file=sys.stderr)
         return 2
+    except supervised.ChildFailed as exc:
+        print(f"course grade: {exc}; the gradebook holds what was graded", file=sys.stderr)
+        return 1
     out = Path(args.out)
     for g in grades:
         print(f"{console(g.student):<24} {g.score:>5g} / {g.max_score:g}  {g.status}")

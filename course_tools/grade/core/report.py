@@ -60,8 +60,9 @@ class Grade:
 
     status: "graded", "invalid notebook", "unchanged exercise", "several notebooks", "too many
     files" (a student folder too large to walk), "grader error", how the run failed
-    (`RunOutcome.status`), or why a Slurm task gave no result ("task failed", "task timed out",
-    "task cancelled").
+    (`RunOutcome.status`), why a Slurm task gave no result ("task failed", "task timed out",
+    "task cancelled"), or "killed the grader" (its grading process died while it ran alone:
+    scored 0, `routes.supervised`).
     """
 
     student: str

@@ -19,7 +19,8 @@ For each submission (a notebook; in a folder, every *.ipynb):
 
 A submission already graded in `out` from the same notebook, solution and settings is not graded
 again (pass `regrade=True` to grade everything), unless the grader failed on it ("grader error").
-The same `grade_one` grades one submission of a Slurm job array (`slurm_array`).
+The same `grade_one` grades one submission of a Slurm job array (`slurm_array`). `course grade`
+runs `grade_here` in a child process that `supervised` restarts when a submission kills it.
 
 What a submission cannot change: the hidden tests (read from the solution before the batch starts,
 never given to the kernel), how they run (another process, which never runs student code), the
@@ -50,6 +51,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 from tqdm.auto import tqdm
@@ -72,6 +74,9 @@ from course_tools.grade.core.tamper import TamperWatch
 from course_tools.grade.jail import workdir
 from course_tools.paths import course_root
 from course_tools.runner import Limits
+
+if TYPE_CHECKING:
+    from course_tools.grade.routes.supervised import RunningMarks
 
 #: The grader's folder of work folders: this prefix, its pid, "-" (`remove_dead_graders_folders`).
 BASE_PREFIX = f"{workdir.SOURCE}-"
@@ -132,10 +137,28 @@ def remove_dead_graders_folders(where: Path | None = None) -> list[Path]:
     return removed
 
 
-def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progress: bool) -> None:
-    """Grade `submissions` on this machine, `jobs` at a time; save each grade as it comes. On
-    Ctrl-C or an error, the submissions not started are dropped and the running kernels killed
-    before it raises (grades saved so far stay). A dead grader's folders are removed first."""
+def _recorded(batch: Batch, s: Submission, where: Workspace, marks: RunningMarks | None) -> Grade:
+    """`grade_one`, recorded in `marks` before it runs and once its grade is saved."""
+    if marks is not None:
+        marks.started(s.student)
+    g = grade_one(batch, s, where)
+    if marks is not None:
+        marks.done(s.student)
+    return g
+
+
+def grade_here(
+    batch: Batch,
+    submissions: list[Submission],
+    jobs: int,
+    *,
+    progress: bool,
+    marks: RunningMarks | None = None,
+) -> None:
+    """Grade `submissions` on this machine, `jobs` at a time; save each grade as it comes (and
+    record it in `marks`: `supervised`). On Ctrl-C or an error, the submissions not started are
+    dropped and the running kernels killed before it raises (grades saved so far stay). A dead
+    grader's folders are removed first."""
     for folder in remove_dead_graders_folders():
         print(f"course grade: removed {folder}, left by a grader that was killed", file=sys.stderr)
     base = Path(tempfile.mkdtemp(prefix=f"{BASE_PREFIX}{os.getpid()}-")).resolve()
@@ -148,7 +171,7 @@ def grade_here(batch: Batch, submissions: list[Submission], jobs: int, *, progre
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         futures = [
-            pool.submit(grade_one, batch, s, Workspace(checks, base, cancel, watch))
+            pool.submit(_recorded, batch, s, Workspace(checks, base, cancel, watch), marks)
             for s in submissions
         ]
         for future in as_completed(futures):

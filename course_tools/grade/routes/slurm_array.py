@@ -57,7 +57,10 @@ from course_tools.grade.core.plan import (
 from course_tools.grade.core.report import Grade
 from course_tools.grade.core.roster import Submission
 from course_tools.grade.jail import workdir as jail_workdir
+from course_tools.grade.routes import supervised
 
+#: What a task runs (`python -m`): `run_task`, and its child `grade_task`.
+TASK_MODULE = "course_tools.grade.routes.slurm_array"
 #: Slurm states of a task that has not ended yet.
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
 #: Why a task without a result ended, by its Slurm state: (gradebook status, reason).
@@ -135,7 +138,7 @@ def batch_script(b: Batch, plan: Path, count: int, options: SlurmOptions) -> str
     # killed or not. Without the trap, SIGTERM would end the script at once.
     lines += [
         'work=$(mktemp -d "${TMPDIR:-/tmp}/course-grade-XXXXXX")',
-        f"TMPDIR=$work {shlex.quote(sys.executable)} -m course_tools.grade.routes.slurm_array "
+        f"TMPDIR=$work {shlex.quote(sys.executable)} -m {TASK_MODULE} "
         f'{shlex.quote(str(plan))} "$SLURM_ARRAY_TASK_ID" &',
         "task=$!",
         # a work folder the killed process left mounted (`jail.workdir`) is unmounted first
@@ -404,10 +407,61 @@ def remove_work(folder: Path) -> list[str]:
     return files.remove_tree(folder)
 
 
+#: Times a task's grading process may die by a signal while its submission runs before that
+#: submission is scored 0 (`supervised.died_note`): once may be another task of yours on the node.
+TASK_ATTEMPTS = 2
+
+
 def run_task(plan: Path, index: int) -> int:
-    """Inside a Slurm task: grade submission `index` of the plan and save its grade."""
+    """Inside a Slurm task: grade submission `index` of the plan in a child process
+    (`grade_task`), supervised as `supervised` supervises a local batch: when the child dies by
+    a signal while the submission runs, it runs again; the `TASK_ATTEMPTS`th time, it is scored 0
+    with `supervised.died_note` (other tasks of yours on the node share the same quotas, so the
+    first death may be theirs). The child's exit code otherwise (SIGTERM from scancel or the time
+    limit reaches the child too: it cleans up and exits 143)."""
     b, submissions = load_plan(plan)
     submission = submissions[index]
+    folder = plan.parent / f"running-{index}"
+    stopped: list[int] = []
+    main = threading.current_thread() is threading.main_thread()
+    previous = {}
+
+    def stop(signum, frame):
+        stopped.append(signum)
+
+    if main:  # Slurm signals every process of the task: the child stops, this one waits for it
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        attempt = 0
+        while True:
+            attempt += 1
+            supervised.clear_marks(folder)
+            argv = [sys.executable, "-m", TASK_MODULE, str(plan), str(index), "--child"]
+            code = subprocess.call(argv)
+            mark = supervised.read_marks(folder).get(submission.student)
+            if code >= 0 or stopped or mark is None or mark.state != "running":
+                return code if code >= 0 else 128 - code
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            if attempt == TASK_ATTEMPTS:
+                where = f"alone in its grading process ({attempt} times)"
+                g = supervised.score_died(b, submission, supervised.died_note(name, where))
+                print(f"{report.console(g.student)}: {g.score:g}/{g.max_score:g} {g.status}")
+                return 0
+            print(f"the grading process died ({name}): grading again", file=sys.stderr)
+    finally:
+        supervised.clear_marks(folder)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def grade_task(plan: Path, index: int) -> int:
+    """The child of `run_task`: grade submission `index` of the plan and save its grade."""
+    supervised.die_with_parent()
+    b, submissions = load_plan(plan)
+    submission = submissions[index]
+    marks = supervised.RunningMarks(plan.parent / f"running-{index}", 1)
     checks = None
     base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
     # the node-local folder its batch script made (TMPDIR, holding `base`), else `base`
@@ -423,7 +477,9 @@ def run_task(plan: Path, index: int) -> int:
             checks = start_checks(b, base, f"{PLAN_FOLDER}/checks-{index}.log")
             watch = tamper.TamperWatch(b, "this submission or one graded at the same time")
             where = one_submission.Workspace(checks, base, watch=watch)
+            marks.started(submission.student)
             g = one_submission.grade_one(b, submission, where)
+            marks.done(submission.student)
         finally:
             if threading.current_thread() is threading.main_thread():
                 # a second SIGTERM must not stop the clean-up half-way
@@ -439,4 +495,5 @@ def run_task(plan: Path, index: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_task(Path(sys.argv[1]), int(sys.argv[2])))
+    task = grade_task if sys.argv[3:] == ["--child"] else run_task
+    sys.exit(task(Path(sys.argv[1]), int(sys.argv[2])))

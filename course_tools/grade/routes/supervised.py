@@ -1,0 +1,284 @@
+"""`course grade`'s batch here, crash-only: a child process grades, this one supervises it.
+
+Some kernel quotas are charged to a host user, not to a namespace: epoll watches, POSIX message
+queue bytes, pending signals, pipe pages, inotify instances and watches. Run by an ordinary user,
+the sandbox has that user's host uid, so a submission can use up the quota of the instructor's
+whole account, and libzmq (the grader's link to each kernel) then calls abort() instead of raising.
+The grader cannot prevent that without a host uid of the sandbox's own; it survives it instead:
+
+1. A child process grades (`batch.grade_here`); this one starts no kernel and uses no ZeroMQ.
+2. Before a submission runs, the child records in `<out>/.batch/running/` that it runs, and
+   whether alone (no other submission running or left to start in that child); once its grade
+   is saved, that it is done (`RunningMarks`).
+3. When the child dies by a signal, the grades saved are kept; the submissions that ran beside
+   others run again, alone, one child each; one that ran ALONE is scored 0 with `died_note` in
+   its report and on the console (its name is the finding); the others go on in a new child.
+   Every death either scores a submission or moves those that ran to the one-at-a-time queue, so
+   the restarts are bounded; `MAX_IDLE_DEATHS` deaths with no submission running end the batch,
+   the submissions left being grader failures that the next run grades again.
+
+The Slurm route does the same in each task (`slurm_array.run_task`).
+
+Example:
+
+    from course_tools.grade.routes import supervised
+    grades = supervised.grade(batch, ["submissions/"], jobs=2, progress=True, regrade=False)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from course_tools.grade.core import one_submission, report
+from course_tools.grade.core.plan import Batch, saved_grades, to_grade, write_gradebooks
+from course_tools.grade.core.report import Grade
+from course_tools.grade.core.roster import Submission, collect_submissions
+
+#: Status of a submission scored 0 because the grader's process died while it ran alone.
+DIED = "killed the grader"
+#: Deaths of the child with no submission running (at start-up or clean-up) before giving up.
+MAX_IDLE_DEATHS = 2
+#: Seconds a child has to clean up after Ctrl-C or SIGTERM before it is killed.
+STOP_WAIT_S = 120
+
+
+class ChildFailed(RuntimeError):
+    """The grading process ended with an error of its own (printed above), not by a signal."""
+
+
+def died_note(signal_name: str, where: str = "alone") -> str:
+    """Why a submission is scored 0 when the grader died while it ran `where`."""
+    return (
+        f"the grader's process died ({signal_name}) while this submission ran {where}: it "
+        "probably exhausted a limit the kernel charges to your account (epoll watches, message "
+        "queue bytes, pending signals, pipe pages, inotify watches) or the grader's memory; "
+        "`--regrade` tries again"
+    )
+
+
+@dataclass
+class Mark:
+    """What `RunningMarks` recorded of one submission."""
+
+    student: str
+    state: str  # "running" or "done"
+    alone: bool
+    pid: int
+
+
+class RunningMarks:
+    """The records of one child: `started` before a submission runs (alone when nothing else
+    runs or is left to start in this child), `done` once its grade is saved."""
+
+    def __init__(self, folder: Path, count: int) -> None:
+        self.folder, self.left, self.running = folder, count, 0
+        self.lock = threading.Lock()
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def _write(self, student: str, state: str, *, alone: bool) -> None:
+        text = json.dumps({"student": student, "state": state, "alone": alone, "pid": os.getpid()})
+        path = self.folder / f"{student}.json"
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(text)
+        os.replace(temporary, path)  # whole or not at all
+
+    def started(self, student: str) -> None:
+        with self.lock:
+            self.left -= 1
+            self.running += 1
+            alone = self.running == 1 and self.left == 0
+            self._write(student, "running", alone=alone)
+
+    def done(self, student: str) -> None:
+        with self.lock:
+            self.running -= 1
+            self._write(student, "done", alone=False)
+
+
+def read_marks(folder: Path) -> dict[str, Mark]:
+    """The marks in `folder`, by student."""
+    marks = {}
+    for path in folder.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            data = json.loads(path.read_text())
+            marks[data["student"]] = Mark(
+                data["student"], data["state"], data["alone"], data["pid"]
+            )
+    return marks
+
+
+def clear_marks(folder: Path) -> None:
+    for path in folder.glob("*.json"):
+        path.unlink(missing_ok=True)
+
+
+def score_died(b: Batch, s: Submission, note: str) -> Grade:
+    """Save a 0 for `s` with `note` (a final grade: only --regrade tries it again)."""
+    g = Grade(s.student, Path(s.path), DIED, note, max_score=b.parts.max_points)
+    g.results = one_submission.zero_results(b.parts, "not graded: the grader's process died")
+    with contextlib.suppress(Exception):  # no key: graded again next time, the row is written
+        g.key = b.key(s.path)
+    report.save(g, b.out / s.student)
+    print(f"course grade: {report.console(s.student)}: {note}", file=sys.stderr, flush=True)
+    return g
+
+
+def grader_failed(b: Batch, s: Submission, reason: str) -> Grade:
+    """Save a grader failure for `s` (the next run grades it again)."""
+    g = Grade(s.student, Path(s.path), "grader error", reason, max_score=b.parts.max_points)
+    g.results = one_submission.zero_results(b.parts, "not graded: grader error")
+    report.save(g, b.out / s.student)
+    return g
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to send this process SIGTERM when its parent dies (Linux; else nothing)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def run_child(argv: list[str]) -> int:
+    """Run `argv` and wait; its return code (negative: the signal that ended it). Ctrl-C,
+    SIGTERM or SIGHUP here let the child clean up (SIGTERM forwarded), then raise."""
+    child = subprocess.Popen(argv)
+
+    def forward(signum, frame):
+        with contextlib.suppress(OSError):
+            child.send_signal(signal.SIGTERM)
+        raise SystemExit(128 + signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = {}
+    if main:
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return child.wait()
+    except BaseException:
+        # Ctrl-C reached the child too (same process group); SIGTERM was forwarded
+        try:
+            child.wait(STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        raise
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _child_argv(plan: Path, jobs: int, students: list[str], *, progress: bool) -> list[str]:
+    argv = [sys.executable, "-m", "course_tools.grade.routes.supervised", str(plan), str(jobs)]
+    # "--": a student's name may start with "-"
+    return [*argv, *["--progress"] * progress, "--", *students]
+
+
+@dataclass
+class _Queue:
+    """What is left to grade: first those to run alone (one child each), then the rest."""
+
+    alone: list[Submission]
+    rest: list[Submission]
+
+
+def _after_death(b: Batch, queue: _Queue, ran: list[Submission], code: int, folder: Path) -> bool:
+    """Sort the submissions `ran` by what the dead child recorded: scored 0 (ran alone), to run
+    alone (ran beside others), back where they were (not started). True when one was running."""
+    name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+    marks = read_marks(folder)
+    running = {m.student: m for m in marks.values() if m.state == "running"}
+    done = {m.student for m in marks.values() if m.state == "done"}
+    left = [s for s in ran if s.student not in running and s.student not in done]
+    if len(ran) == 1:
+        queue.alone[:0] = left
+    else:
+        queue.rest[:0] = left
+    for s in ran:
+        mark = running.get(s.student)
+        if mark is not None and mark.alone:
+            score_died(b, s, died_note(name))
+        elif mark is not None:
+            queue.alone.append(s)
+            print(
+                f"course grade: the grader's process died ({name}) while "
+                f"{report.console(s.student)} ran beside others: grading it again, alone",
+                file=sys.stderr,
+                flush=True,
+            )
+    return bool(running)
+
+
+def grade(
+    b: Batch, paths: list[str | os.PathLike], jobs: int, *, progress: bool, regrade: bool
+) -> list[Grade]:
+    """`batch.grade_batch`, the grading done by child processes (see the module's docstring);
+    the gradebook and its exports are written however it ends."""
+    submissions = collect_submissions(paths)
+    plan = b.save_plan(submissions)
+    folder = plan.parent / "running"
+    queue = _Queue([], to_grade(b, submissions, regrade=regrade))
+    idle_deaths = 0
+    try:
+        while queue.alone or queue.rest:
+            if queue.alone:
+                ran, n = [queue.alone.pop(0)], 1
+            else:
+                ran, n, queue.rest = queue.rest, jobs, []
+            clear_marks(folder)
+            code = run_child(_child_argv(plan, n, [s.student for s in ran], progress=progress))
+            if code > 0:
+                raise ChildFailed(
+                    f"the grading process ended with exit code {code} (its error is above)"
+                )
+            if code < 0 and not _after_death(b, queue, ran, code, folder):
+                idle_deaths += 1
+                if idle_deaths >= MAX_IDLE_DEATHS:
+                    reason = (
+                        f"the grader's process died {idle_deaths} times with no submission "
+                        "running (see the messages above): run the same command again"
+                    )
+                    for s in queue.alone + queue.rest:
+                        grader_failed(b, s, reason)
+                    break
+    finally:
+        clear_marks(folder)
+        found = saved_grades(b, submissions)
+        grades = [found[s.student] for s in submissions if s.student in found]
+        write_gradebooks(b, grades)
+    return grades
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: grade the named submissions of the plan, `jobs` at a time, recording each."""
+    parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
+    parser.add_argument("plan", type=Path)
+    parser.add_argument("jobs", type=int)
+    parser.add_argument("students", nargs="+")
+    parser.add_argument("--progress", action="store_true")
+    args = parser.parse_args(argv)
+    die_with_parent()
+    # SIGTERM (forwarded by the supervisor, or its death) stops the batch with its clean-up
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    from course_tools.grade.core.plan import load_plan
+    from course_tools.grade.routes import batch
+
+    b, submissions = load_plan(args.plan)
+    by_name = {s.student: s for s in submissions}
+    chosen = [by_name[name] for name in args.students]
+    marks = RunningMarks(args.plan.parent / "running", len(chosen))
+    batch.grade_here(b, chosen, args.jobs, progress=args.progress, marks=marks)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
