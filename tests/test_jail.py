@@ -14,6 +14,7 @@ Run: pytest tests/test_jail.py  (about a minute).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import subprocess
@@ -586,7 +587,7 @@ KEYRINGS = r"""
 import ctypes, json, os, platform
 from course_tools.grade.jail import seccomp
 libc = ctypes.CDLL(None, use_errno=True)
-add_key, request_key, keyctl = seccomp.ARCHITECTURES[platform.machine()][0][1]
+add_key, request_key, keyctl = seccomp.ARCHITECTURES[platform.machine()][0].keys
 calls = {
     "keyctl session": (keyctl, 0, -3, 0),
     "add_key user": (add_key, b"user", b"red", b"secret", 6, -4),
@@ -644,4 +645,70 @@ def test_a_submission_cannot_reach_kernel_objects_outside_its_namespaces(jail_as
     assert said["fork"] == 7, said
     outside = subprocess.run([sys.executable, "-c", KEYRINGS], capture_output=True, text=True)
     assert json.loads(outside.stdout)["keyctl session"] == "allowed", outside
-    assert len(seccomp.program("aarch64")) == 30 * 8  # as x86_64 but for the x32 check
+    assert len(seccomp.program("aarch64")) == 59 * 8  # as x86_64 but for the x32 check and i386's
+    # socketcall
+
+
+#: Runs inside the jail (and outside): sockets of each family, and the kernel's asynchronous I/O,
+#: reached as a submission would (the socket module, ctypes).
+SOCKETS_AND_AIO = r"""
+import ctypes, json, os, platform, socket
+from course_tools.grade.jail import seccomp
+libc = ctypes.CDLL(None, use_errno=True)
+said = {}
+def attempt(name, make):
+    try:
+        for made in make():
+            made.close()
+        said[name] = "allowed"
+    except OSError as error:
+        said[name] = error.strerror
+attempt("vsock", lambda: [socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)])
+attempt("vsock pair", lambda: socket.socketpair(socket.AF_VSOCK))
+attempt("unix", lambda: [socket.socket(socket.AF_UNIX)])
+attempt("unix pair", lambda: socket.socketpair())
+attempt("inet", lambda: [socket.socket(socket.AF_INET)])
+attempt("inet6", lambda: [socket.socket(socket.AF_INET6)])
+attempt("netlink", lambda: [socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)])
+said["interfaces"] = [name for _, name in socket.if_nameindex()]  # through netlink
+_, io_setup, io_uring_setup = seccomp.ARCHITECTURES[platform.machine()][0].nosys
+context = ctypes.c_ulong(0)
+ctypes.set_errno(0)
+result = libc.syscall(io_setup, 1, ctypes.byref(context))
+said["io_setup"] = "allowed" if result == 0 else os.strerror(ctypes.get_errno())
+if result == 0:
+    libc.syscall(io_setup + 1, context)  # io_destroy follows io_setup on every table here
+params = (ctypes.c_char * 120)()
+ctypes.set_errno(0)
+result = libc.syscall(io_uring_setup, 1, params)
+said["io_uring_setup"] = "allowed" if result >= 0 else os.strerror(ctypes.get_errno())
+if result >= 0:
+    os.close(result)
+print(json.dumps(said))
+"""
+
+
+def test_a_submission_gets_no_vsock_and_no_asynchronous_io(tmp_path):
+    """Red team 14b bound a port of the host's vsock space from inside (vsock has no network
+    namespace) and took the host's whole AIO budget (`fs.aio-max-nr`) with io_setup. In the jail
+    a socket of a family TensorFlow does not need fails as if the kernel lacked it
+    (EAFNOSUPPORT), io_setup and io_uring_setup as if it lacked them (ENOSYS); the families it
+    does need still open (Unix, IPv4, IPv6, and netlink, which lists the interfaces). Outside,
+    io_setup works."""
+    available, detail = sandbox.status()
+    if not available:
+        require_or_skip("sandbox", f"no grading sandbox: {detail}")
+    jailed = _run_jailed(SOCKETS_AND_AIO, work=tmp_path)
+    out, err = jailed.communicate(timeout=120)
+    assert jailed.returncode == 0, err
+    said = json.loads(out)
+    no_family = os.strerror(errno.EAFNOSUPPORT)
+    assert said["vsock"] == said["vsock pair"] == no_family, said
+    assert said["io_setup"] == said["io_uring_setup"] == os.strerror(errno.ENOSYS), said
+    for family in ("unix", "unix pair", "inet", "inet6", "netlink"):
+        assert said[family] == "allowed", (family, said)
+    assert "lo" in said["interfaces"], said
+    outside = subprocess.run(
+        [sys.executable, "-c", SOCKETS_AND_AIO], capture_output=True, text=True
+    )
+    assert json.loads(outside.stdout)["io_setup"] == "allowed", outside

@@ -7,11 +7,18 @@
 - a new user namespace (`unshare` or `clone` with CLONE_NEWUSER: EPERM; `clone3`, whose flags
   a filter cannot read, fails with ENOSYS, and C libraries fall back to `clone`, as under
   Docker). In one, a submission is root again: it mounts a tmpfs past the sandbox's size caps and
-  reaches kernel code written for root.
+  reaches kernel code written for root;
+- the kernel's asynchronous I/O (`io_setup`, `io_uring_setup`: ENOSYS, and libraries fall back to
+  threads): its contexts come from one table for the whole host (`fs.aio-max-nr`), which one
+  sandbox could fill, denying every database and emulator on the machine;
+- sockets of a family other than `FAMILIES` (`socket`, `socketpair`: EAFNOSUPPORT, as if the
+  kernel had not built it in). AF_VSOCK is the one that matters: it has no network namespace, so
+  a sandbox could take ports of the host's vsock space and reach the hypervisor. i386's
+  `socketcall`, whose arguments a filter cannot read, fails with ENOSYS.
 Nothing the course runs uses them.
 
 bubblewrap loads a compiled classic BPF program from a file descriptor (`--seccomp FD`). The
-program is written here by hand, about thirty instructions, rather than with libseccomp, whose
+program is written here by hand, about sixty instructions, rather than with libseccomp, whose
 Python binding is a distribution package, not one pip installs. It checks the architecture each
 call is made for: a 64-bit process can also make 32-bit calls (`int 0x80` on x86), numbered
 differently; x86's x32 calls are refused whole; a call for an architecture not listed is refused.
@@ -33,24 +40,46 @@ import tempfile
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
-#: Per machine: for its native and its 32-bit calls, (the audit architecture, the key calls'
-#: numbers, unshare's and clone's, clone3's) (linux/audit.h; the syscall tables of
-#: arch/x86/entry/syscalls, arch/arm/tools and include/uapi/asm-generic).
+
+class Calls(NamedTuple):
+    """The numbers of one architecture's calls the filter looks at."""
+
+    #: the audit architecture (linux/audit.h)
+    arch: int
+    #: add_key, request_key, keyctl: EPERM
+    keys: tuple[int, ...]
+    #: unshare, clone: EPERM when argument 0 asks for a new user namespace
+    namespaces: tuple[int, ...]
+    #: clone3, io_setup, io_uring_setup (and i386's socketcall): ENOSYS
+    nosys: tuple[int, ...]
+    #: socket, socketpair: EAFNOSUPPORT for a family not in `FAMILIES`
+    sockets: tuple[int, ...]
+
+
+#: Per machine: its native and its 32-bit calls (the syscall tables of arch/x86/entry/syscalls,
+#: arch/arm/tools and include/uapi/asm-generic).
 ARCHITECTURES = {
     "x86_64": (
-        (0xC000003E, (248, 249, 250), (272, 56), 435),
-        (0x40000003, (286, 287, 288), (310, 120), 435),
+        Calls(0xC000003E, (248, 249, 250), (272, 56), (435, 206, 425), (41, 53)),
+        Calls(0x40000003, (286, 287, 288), (310, 120), (435, 245, 425, 102), (359, 360)),
     ),
     "aarch64": (
-        (0xC00000B7, (217, 218, 219), (97, 220), 435),
-        (0x40000028, (309, 310, 311), (337, 120), 435),
+        Calls(0xC00000B7, (217, 218, 219), (97, 220), (435, 0, 425), (198, 199)),
+        Calls(0x40000028, (309, 310, 311), (337, 120), (435, 243, 425), (281, 288)),
     ),
 }
+#: The socket families a sandbox may open: AF_UNIX, AF_INET, AF_INET6 (TensorFlow's gRPC,
+#: Python's socket module, the kernel's own ZeroMQ: none of which reaches beyond the sandbox's
+#: empty network namespace) and AF_NETLINK (getifaddrs, and getaddrinfo with AI_ADDRCONFIG). The
+#: others either have no network namespace (AF_VSOCK: the host's, a hypervisor's ports) or
+#: nothing the course needs; Docker's default profile refuses AF_VSOCK too.
+FAMILIES = (1, 2, 10, 16)
 #: x86-64's x32 calls carry this bit in their number.
 X32_BIT = 0x40000000
 CLONE_NEWUSER = 0x10000000
-EPERM, ENOSYS = 1, 38
+EPERM, ENOSYS, EAFNOSUPPORT = 1, 38, 97
 _LOAD, _JEQ, _JSET, _RET = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
 _ALLOW, _ERRNO = 0x7FFF0000, 0x00050000  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
 _NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg 0's low 32 bits)
@@ -61,32 +90,37 @@ def program(machine: str | None = None) -> bytes:
     kernel loads; ValueError for a machine not in `ARCHITECTURES`.
 
     >>> len(program("x86_64")) // 8  # instructions
-    31
+    61
     """
     machine = machine or platform.machine()
     if machine not in ARCHITECTURES:
         raise ValueError(f"no system call filter for {machine}: only {sorted(ARCHITECTURES)}")
-    # (op, jump if true, jump if false, k), a jump being 0 (the next instruction) or a label:
-    # "deny" and "nosys" (the two refusals at the end), "next" (the next architecture's block),
-    # "allow" (this block's last instruction)
+    # (op, jump if true, jump if false, k), a jump being 0 (the next instruction), a number of
+    # instructions to skip or a label: "deny", "nosys" and "noaf" (the refusals at the end),
+    # "next" (the next architecture's block), "allow" (this block's last instruction)
     code: list[tuple[int, int | str, int | str, int]] = []
     allows: list[int] = []  # each block's "allow"
-    for arch, keys, namespaces, clone3 in ARCHITECTURES[machine]:
-        code += [(_LOAD, 0, 0, _ARCH), (_JEQ, 0, "next", arch), (_LOAD, 0, 0, _NR)]
-        code += [(_JSET, "deny", 0, X32_BIT)] if arch == 0xC000003E else []
-        code += [(_JEQ, "deny", 0, number) for number in keys]
-        code.append((_JEQ, "nosys", 0, clone3))
-        for number in namespaces:  # its flags (argument 0) asking for a new user namespace
+    for calls in ARCHITECTURES[machine]:
+        code += [(_LOAD, 0, 0, _ARCH), (_JEQ, 0, "next", calls.arch), (_LOAD, 0, 0, _NR)]
+        code += [(_JSET, "deny", 0, X32_BIT)] if calls.arch == 0xC000003E else []
+        code += [(_JEQ, "deny", 0, number) for number in calls.keys]
+        code += [(_JEQ, "nosys", 0, number) for number in calls.nosys]
+        for number in calls.namespaces:  # its flags (argument 0) asking for a new user namespace
             code += [(_JEQ, 0, 2, number), (_LOAD, 0, 0, _ARG0)]
             code.append((_JSET, "deny", "allow", CLONE_NEWUSER))
+        for number in calls.sockets:  # its family (argument 0) among those allowed
+            code += [(_JEQ, 0, 1 + len(FAMILIES), number), (_LOAD, 0, 0, _ARG0)]
+            code += [(_JEQ, "allow", 0, family) for family in FAMILIES[:-1]]
+            code.append((_JEQ, "allow", "noaf", FAMILIES[-1]))
         allows.append(len(code))
         code.append((_RET, 0, 0, _ALLOW))
     deny = len(code)  # another architecture falls through to it too
-    code += [(_RET, 0, 0, _ERRNO | EPERM), (_RET, 0, 0, _ERRNO | ENOSYS)]
+    code += [(_RET, 0, 0, _ERRNO | errno) for errno in (EPERM, ENOSYS, EAFNOSUPPORT)]
 
     def target(i: int, jump: int | str) -> int:
         block = sum(1 for a in allows if a < i)  # the block instruction i is in
-        where = {"deny": deny, "nosys": deny + 1, "allow": allows[min(block, len(allows) - 1)]}
+        where = {"deny": deny, "nosys": deny + 1, "noaf": deny + 2}
+        where["allow"] = allows[min(block, len(allows) - 1)]
         where["next"] = allows[block] + 1 if block < len(allows) else deny
         return where[jump] - i - 1 if isinstance(jump, str) else jump
 
