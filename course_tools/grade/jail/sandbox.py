@@ -99,7 +99,9 @@ NPROC = 1024 + 32 * (os.cpu_count() or 1)
 #: The files a process of the sandbox may hold open (RLIMIT_NOFILE): with `NPROC` processes, a
 #: sandbox holds at most a quarter of the host's table of open files (`fs.file-max`), which every
 #: process shares (one that fills it stops every other's `open`); at most Linux's usual 1,024,
-#: at least 256 (a kernel uses about a hundred).
+#: at least 256 (a kernel uses about a hundred). Through descriptors only: a file mapped into
+#: memory stays open once its descriptor is closed, and no rlimit counts those (processes times
+#: `vm.max_map_count` bound them, and the control group's memory limit where there is one).
 NOFILE = max(256, min(1024, _host_open_files() // (4 * NPROC)))
 #: Written to, the kernel's magic SysRq trigger reboots or crashes the host.
 SYSRQ = "/proc/sysrq-trigger"
