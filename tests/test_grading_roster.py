@@ -10,6 +10,7 @@ JSON), so they take seconds.
 from __future__ import annotations
 
 import csv
+import glob
 import os
 import re
 import shutil
@@ -330,11 +331,13 @@ def answers_only() -> nbformat.NotebookNode:
 SLEEPER = "import time\nprint('running', flush=True)\ntime.sleep(120)"
 
 
-def abort_graders_running(folder: Path, student: str, stop: threading.Event) -> list[bool]:
+def abort_graders_running(
+    folder: Path, student: str, stop: threading.Event
+) -> list[supervised.Mark]:
     """In a thread: SIGABRT (what libzmq sends itself when a quota of the user is used up) each
     grading process that records `student` running in `folder`, 2 s after it does (its kernel
-    started). Returns the list that gets, for each process killed, whether it ran it alone."""
-    killed: list[bool] = []
+    started). Returns the list that gets the mark of each process killed."""
+    killed: list[supervised.Mark] = []
 
     def watch() -> None:
         pids = set()
@@ -345,7 +348,7 @@ def abort_graders_running(folder: Path, student: str, stop: threading.Event) -> 
                 pids.add(mark.pid)
                 time.sleep(2)
                 os.kill(mark.pid, signal.SIGABRT)
-                killed.append(mark.alone)
+                killed.append(mark)
             time.sleep(0.1)
 
     threading.Thread(target=watch, daemon=True).start()
@@ -372,7 +375,7 @@ def test_a_submission_that_kills_the_grader_is_named_and_the_batch_ends_with_its
         stop.set()
     err = capfd.readouterr().err
     assert code == 0, err
-    assert killed == [False, True], killed
+    assert [mark.alone for mark in killed] == [False, True], killed
     rows = _gradebook(out)
     assert rows["honest"]["status"] == "graded" and float(rows["honest"]["score"]) > 0, rows
     culprit = rows["culprit"]
@@ -383,6 +386,10 @@ def test_a_submission_that_kills_the_grader_is_named_and_the_batch_ends_with_its
     assert f"culprit: {said}" in err
     for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
         assert all(s in (out / name).read_text() for s in ("honest", "culprit")), name
+    for mark in killed:  # what the killed processes left: their work, empty file, filter
+        for kind in ("", "empty-", "seccomp-"):
+            left = glob.glob(f"{tempfile.gettempdir()}/course-grade-{kind}{mark.pid}-*")
+            assert not left, left
     # kept: a second run grades nothing again
     assert _grade([subs], out, jobs=2) == 0
-    assert killed == [False, True] and _gradebook(out) == rows
+    assert len(killed) == 2 and _gradebook(out) == rows

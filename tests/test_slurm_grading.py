@@ -345,7 +345,7 @@ def test_a_task_whose_grading_process_dies_twice_scores_its_submission_0_with_th
     finally:
         stop.set()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert killed == [True, True], killed
+    assert [mark.alone for mark in killed] == [True, True], killed
     g = report.load(b.out / "culprit")
     assert (g.status, g.score) == (supervised.DIED, 0), g
     said = "died (SIGABRT) while this submission ran alone in its grading process (2 times)"

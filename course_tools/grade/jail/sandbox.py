@@ -194,8 +194,9 @@ def require() -> str:
 
 @cache
 def _empty_file() -> Path:
-    """An empty file of this process's own (removed at exit), to read in place of another."""
-    handle, name = tempfile.mkstemp(prefix="course-grade-empty-")
+    """An empty file of this process's own (removed at exit; named with its pid, for a grader
+    killed before its exit: `supervised`), to read in place of another."""
+    handle, name = tempfile.mkstemp(prefix=f"course-grade-empty-{os.getpid()}-")
     os.fchmod(handle, 0o444)  # the sandbox's own uid reads it
     os.close(handle)
     atexit.register(os.unlink, name)

@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import os
 import platform
 import shutil
 import struct
@@ -132,9 +133,10 @@ def program(machine: str | None = None) -> bytes:
 
 @cache
 def filter_path() -> Path:
-    """A file holding `program()`, in a folder of this process's own (0700, removed at exit),
-    which no submission can write to."""
-    folder = Path(tempfile.mkdtemp(prefix="course-grade-seccomp-"))
+    """A file holding `program()`, in a folder of this process's own (0700, removed at exit;
+    named with its pid, for a grader killed before its exit: `supervised`), which no submission
+    can write to."""
+    folder = Path(tempfile.mkdtemp(prefix=f"course-grade-seccomp-{os.getpid()}-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     path = folder / "filter.bpf"
     path.write_bytes(program())

@@ -32,9 +32,11 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,7 @@ from course_tools.grade.core import one_submission, report
 from course_tools.grade.core.plan import Batch, saved_grades, to_grade, write_gradebooks
 from course_tools.grade.core.report import Grade
 from course_tools.grade.core.roster import Submission, collect_submissions
+from course_tools.grade.routes import batch
 
 #: Status of a submission scored 0 because the grader's process died while it ran alone.
 DIED = "killed the grader"
@@ -148,9 +151,22 @@ def die_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def run_child(argv: list[str]) -> int:
-    """Run `argv` and wait; its return code (negative: the signal that ended it). Ctrl-C,
-    SIGTERM or SIGHUP here let the child clean up (SIGTERM forwarded), then raise."""
+def remove_leftovers(pid: int) -> None:
+    """Remove what a grading process `pid`, killed, left in the temporary folder: its folder of
+    work folders (`batch.remove_dead_graders_folders`, said on the console), its empty file and
+    its seccomp filter's folder (`jail.sandbox`, `jail.seccomp`: removed at exit otherwise)."""
+    for folder in batch.remove_dead_graders_folders():
+        print(f"course grade: removed {folder}, left by a grader that was killed", file=sys.stderr)
+    where = Path(tempfile.gettempdir())
+    for path in where.glob(f"course-grade-empty-{pid}-*"):
+        path.unlink(missing_ok=True)
+    for path in where.glob(f"course-grade-seccomp-{pid}-*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def run_child(argv: list[str]) -> tuple[int, int]:
+    """Run `argv` and wait; (its return code, negative for the signal that ended it; its pid).
+    Ctrl-C, SIGTERM or SIGHUP here let the child clean up (SIGTERM forwarded), then raise."""
     child = subprocess.Popen(argv)
 
     def forward(signum, frame):
@@ -163,7 +179,7 @@ def run_child(argv: list[str]) -> int:
     if main:
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        return child.wait()
+        return child.wait(), child.pid
     except BaseException:
         # Ctrl-C reached the child too (same process group); SIGTERM was forwarded
         try:
@@ -235,7 +251,10 @@ def grade(
             else:
                 ran, n, queue.rest = queue.rest, jobs, []
             clear_marks(folder)
-            code = run_child(_child_argv(plan, n, [s.student for s in ran], progress=progress))
+            argv = _child_argv(plan, n, [s.student for s in ran], progress=progress)
+            code, pid = run_child(argv)
+            if code < 0:
+                remove_leftovers(pid)
             if code > 0:
                 raise ChildFailed(
                     f"the grading process ended with exit code {code} (its error is above)"
