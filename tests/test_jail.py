@@ -17,6 +17,8 @@ import contextlib
 import errno
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -712,3 +714,53 @@ def test_a_submission_gets_no_vsock_and_no_asynchronous_io(tmp_path):
         [sys.executable, "-c", SOCKETS_AND_AIO], capture_output=True, text=True
     )
     assert json.loads(outside.stdout)["io_setup"] == "allowed", outside
+
+
+def _filtered(program: bytes, arch: int, number: int, arg0: int = 0) -> int:
+    """What the classic BPF `program` returns for a call (`struct seccomp_data`: nr, arch,
+    instruction pointer, six arguments): the kernel's interpreter, for the four instructions the
+    filter uses."""
+    data = struct.pack("<iIQ6Q", number, arch, 0, arg0, 0, 0, 0, 0, 0)
+    code = [struct.unpack_from("<HBBI", program, at) for at in range(0, len(program), 8)]
+    pc = accumulator = 0
+    while True:
+        op, yes, no, k = code[pc]
+        if op == 0x06:  # return
+            return k
+        if op == 0x20:  # load a word of the data
+            accumulator = struct.unpack_from("<I", data, k)[0]
+            pc += 1
+        else:  # jump if equal (0x15) or if any bit is set (0x45)
+            taken = accumulator == k if op == 0x15 else bool(accumulator & k)
+            pc += 1 + (yes if taken else no)
+
+
+def test_the_filter_refuses_the_same_calls_for_every_architecture_it_lists():
+    """Run on the filter itself, for each machine and each of its call tables (the 32-bit ones
+    too, which the sandbox test above cannot reach): vsock refused, the four families allowed,
+    AIO and clone3 ENOSYS, keys EPERM, a new user namespace EPERM but a plain unshare allowed,
+    i386's socketcall ENOSYS, x32 and an unknown architecture EPERM, any other call allowed."""
+    allow, refuse = 0x7FFF0000, 0x00050000
+    for machine, tables in seccomp.ARCHITECTURES.items():
+        program = seccomp.program(machine)
+        for calls in tables:
+
+            def verdict(number, arg0=0, calls=calls, program=program):
+                return _filtered(program, calls.arch, number, arg0)
+
+            for number in calls.sockets:
+                assert verdict(number, socket.AF_VSOCK) == refuse | errno.EAFNOSUPPORT
+                assert verdict(number, 17) == refuse | errno.EAFNOSUPPORT  # AF_PACKET
+                for family in seccomp.FAMILIES:
+                    assert verdict(number, family) == allow, (machine, number, family)
+            assert {verdict(n) for n in calls.nosys} == {refuse | errno.ENOSYS}, machine
+            assert {verdict(n) for n in calls.keys} == {refuse | errno.EPERM}, machine
+            for number in calls.namespaces:
+                assert verdict(number, seccomp.CLONE_NEWUSER) == refuse | errno.EPERM
+                assert verdict(number, 0x00020000) == allow  # a new mount namespace
+            used = {*calls.sockets, *calls.nosys, *calls.keys, *calls.namespaces}
+            assert verdict(max(used) + 1) == allow and verdict(1) == allow, machine
+        assert _filtered(program, 0x12345678, 1) == refuse | errno.EPERM, machine
+    x86 = seccomp.program("x86_64")
+    assert _filtered(x86, 0x40000003, 102) == refuse | errno.ENOSYS  # i386's socketcall
+    assert _filtered(x86, 0xC000003E, 1 | seccomp.X32_BIT) == refuse | errno.EPERM

@@ -219,6 +219,8 @@ def grade(  # noqa: PLR0913
     sandboxed: run every kernel and the hidden tests in the sandbox (`sandbox.SandboxUnavailable`
     when bubblewrap cannot run here). False runs student code with your rights.
     regrade: grade again submissions already graded in `out` with the same notebook and settings.
+    Grades in this process; `course grade` grades in a child process it supervises
+    (`supervised.grade`: a submission that kills the grading process costs only its own row).
     """
     # bad paths: a clear error before anything is written
     collect_submissions(paths)
