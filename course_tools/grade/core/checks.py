@@ -763,7 +763,8 @@ def assert_loss_code(observed: dict | None, function: str = "compute_loss") -> N
     step: `function`, or a function of the notebook's own that it calls, calls `all_reduce` (the
     step's examples counted over the replicas).
     `compute_average_loss` without `global_batch_size` divides each replica's sum by its own
-    examples times the replicas, which is wrong on an uneven last batch (notebook 2 shows it).
+    examples times the replicas, which is wrong on an uneven last batch (notebook 2 says why;
+    appendix C, part 6, measures it).
     Skipped without observations."""
     if observed is None:
         return
