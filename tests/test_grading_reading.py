@@ -8,7 +8,9 @@ Run: pytest tests/test_grading_reading.py  (a few seconds, no kernel).
 
 from __future__ import annotations
 
-from course_tools.grade.core import checker
+import pytest
+
+from course_tools.grade.core import checker, checks, reading
 
 #: Red team 10a's forging helper: it salts `hashlib.sha256`, so a second pass over a pipeline
 #: that repeats its order seems to see other batches.
@@ -456,3 +458,34 @@ def test_counts_beside_a_getter_or_on_a_new_object_are_not_marked_and_methods_st
     ):
         said = _untrusted(code)
         assert "changes a library the grader relies on (cell 1, line" in said, (code, said)
+
+
+def test_a_name_bound_once_to_a_strategys_scope_is_read_as_that_scope():
+    """Review s5-revB12 F1: `scope = strategy.scope()` then `with scope:` works (TensorFlow
+    creates mirrored variables under it), but was read as outside any scope, and the student lost
+    the points for training under MirroredStrategy. A name bound once to MirroredStrategy's
+    scope is that scope, in a cell or a helper; a name bound again (to anything), a loop's target,
+    or a scope of another strategy is not, and the check still fails with what to do."""
+    mirrored = "import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\n"
+    honest = (
+        "scope = strategy.scope()\nwith scope:\n    fit_model = make_model()\n",
+        "scope = strategy.scope()\nwith scope as entered:\n    fit_model = make_model()\n",
+        "scope: object = strategy.scope()\n\ndef build():\n    with scope:\n"
+        "        return make_model()\n\nfit_model = build()\n",
+    )
+    for code in honest:
+        observed = {"cells": [{"source": mirrored}, {"source": code}]}
+        assert reading.Code.of(observed).assigned_in_scope("fit_model") is True, code
+        checks.assert_created_in_scope(observed, "fit_model")
+    scoped = "with scope:\n    fit_model = make_model()\n"
+    for binding in (
+        "scope = strategy.scope()\nimport contextlib\nscope = contextlib.nullcontext()",
+        "import contextlib\nfor scope in (contextlib.nullcontext(), strategy.scope()):\n    pass",
+        "scope = strategy.scope()\ndef use(scope):\n    return scope",
+        "scope = tf.distribute.OneDeviceStrategy('/cpu:0').scope()",
+        "scope = Fake().scope()",
+    ):
+        observed = {"cells": [{"source": mirrored + binding}, {"source": scoped}]}
+        assert reading.Code.of(observed).assigned_in_scope("fit_model") is False, binding
+        with pytest.raises(checks.CheckError, match="outside any strategy scope"):
+            checks.assert_created_in_scope(observed, "fit_model")

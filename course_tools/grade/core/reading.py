@@ -1204,9 +1204,16 @@ class Code:
                 return known
             known = found
 
-    def _is_scope(self, item: ast.withitem, strategies: set[str]) -> bool:
-        """`with strategy.scope():` of a MirroredStrategy (`strategies`, or made right there)."""
-        call = item.context_expr
+    def _is_scope(self, item: ast.withitem, strategies: set[str], scopes: set[str]) -> bool:
+        """`with strategy.scope():` of a MirroredStrategy (`strategies`, or made right there), or
+        `with scope:` of a name that holds one (`scopes`, `scope_names`)."""
+        if isinstance(item.context_expr, ast.Name):
+            return item.context_expr.id in scopes
+        return self._scope_call(item.context_expr, strategies)
+
+    def _scope_call(self, call: ast.AST, strategies: set[str]) -> bool:
+        """`call` is `strategy.scope()` of a MirroredStrategy (`strategies`, or made right
+        there)."""
         if not (
             isinstance(call, ast.Call)
             and isinstance(call.func, ast.Attribute)
@@ -1218,18 +1225,52 @@ class Code:
             return True  # with make_strategy().scope():
         return (isinstance(owner, ast.Name) and owner.id in strategies) or self._is_mirrored(owner)
 
+    def scope_names(self, strategies: set[str]) -> set[str]:
+        """The names bound once in all the code, by a plain assignment of a MirroredStrategy's
+        scope (`scope = strategy.scope()`, then `with scope:`). A name bound more than once
+        (assigned again, a loop's target, a parameter, an import, a namespace's key) is left
+        out, whatever it holds then: which binding a `with` sees is not read.
+
+            scope = strategy.scope()     # 'scope' is a scope name
+            mine = strategy.scope()
+            mine = nullcontext()         # 'mine' is not
+        """
+        bindings: dict[str, int] = {}
+        values: dict[str, ast.AST] = {}
+        for node in self._walk():
+            names = [_bound_name(node), (_namespace_binding(node) or [None])[0]]
+            if isinstance(node, ast.arg):
+                names.append(node.arg)
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names += [(a.asname or a.name).split(".")[0] for a in node.names]
+            for name in filter(None, names):
+                bindings[name] = bindings.get(name, 0) + 1
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+                if isinstance(target, ast.Name):
+                    values[target.id] = node.value
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                if node.value is not None:
+                    values[node.target.id] = node.value
+        return {
+            name
+            for name, value in values.items()
+            if bindings.get(name) == 1 and self._scope_call(value, strategies)
+        }
+
     def assignments(self, name: str) -> list[tuple[ast.AST, bool]]:
         """Each assignment to `name`, anywhere, with whether it lies inside a
         `with strategy.scope():` block of a `tf.distribute.MirroredStrategy` (`strategies`; at
         any depth: a loop or an `if` inside it too)."""
         found: list[tuple[ast.AST, bool]] = []
         strategies = self.strategies()
+        scopes = self.scope_names(strategies)
         for tree in self.trees:
             stack: list[tuple[ast.AST, bool]] = [(tree, False)]
             while stack:
                 node, in_scope = stack.pop()
                 if isinstance(node, (ast.With, ast.AsyncWith)) and any(
-                    self._is_scope(i, strategies) for i in node.items
+                    self._is_scope(i, strategies, scopes) for i in node.items
                 ):
                     in_scope = True
                 if name in _targets(node):
@@ -1241,10 +1282,11 @@ class Code:
         """The functions whose body opens a MirroredStrategy's `with ....scope():` block."""
         names = set()
         strategies = self.strategies()
+        scopes = self.scope_names(strategies)
         for node in self._walk():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
                 isinstance(sub, (ast.With, ast.AsyncWith))
-                and any(self._is_scope(i, strategies) for i in sub.items)
+                and any(self._is_scope(i, strategies, scopes) for i in sub.items)
                 for sub in ast.walk(node)
             ):
                 names.add(node.name)
