@@ -107,20 +107,24 @@ def test_a_student_folder_past_the_walk_cap_is_its_own_row_and_hides_no_one(tmp_
 def test_course_grade_gives_a_too_large_folder_its_row_and_grades_the_rest(
     tmp_path, sandboxed, capsys
 ):
-    """The whole batch, at the real cap (`course grade` grades in a child process, which a
-    lowered cap would not reach): aaron's folder of more files than the cap gets the status "too
-    many files", 0 points and the reason; every other student has a row; the exit status is 0
-    (every submission got a grade)."""
+    """The whole batch, at the real caps (`course grade` grades in a child process, which a
+    lowered cap would not reach): aaron's folder, deeper than `files.MAX_DEPTH` (cheap to build;
+    a folder of more files than `files.MAX_ENTRIES` stops the same walk, above), gets the status
+    "too many files", 0 points and the reason; every other student has a row; the exit status is
+    0 (every submission got a grade)."""
     subs = tmp_path / "subs"
     _students(subs)
-    _crowd(subs / "aaron", files.MAX_ENTRIES + 50)
+    deep = subs / "aaron"
+    for _ in range(files.MAX_DEPTH + 2):
+        deep /= "d"
+    deep.mkdir(parents=True)
     out = tmp_path / "grades"
     assert _grade([subs], out) == 0, capsys.readouterr()
     rows = _gradebook(out)
     assert sorted(rows) == ["aaron", "alice", "bob", "zed"]
     assert rows["aaron"]["status"] == "too many files" and rows["aaron"]["score"] == "0"
-    cap = f"more than {files.MAX_ENTRIES:,} files and folders; hand in the notebook alone"
-    assert cap in rows["aaron"]["notes"]
+    cap = f"folders deeper than {files.MAX_DEPTH} levels; hand in the notebook alone"
+    assert cap in rows["aaron"]["notes"], rows["aaron"]
     assert rows["alice"]["status"] == "unchanged exercise"
     assert rows["bob"]["status"] == rows["zed"]["status"] == "invalid notebook"
     assert "too many files" in (out / "aaron" / "report.md").read_text()
