@@ -361,6 +361,7 @@ def test_the_kernel_gets_only_the_variables_it_needs(tmp_path):
 def test_doctor_and_grade_say_what_the_jail_enforces_here(jail_as_root):
     rows = {row.name: row for row in limits.enforced()}
     assert rows["user"].held and "uid of its own" in rows["user"].how
+    assert rows["per-user quotas"].held  # those of the sandbox's own uid
     assert rows["host knobs"].held and rows["core dumps"].held
     assert rows["work folder"].held  # root mounts the capped work folder
     why = cgroups.why_not()
@@ -379,6 +380,14 @@ def test_doctor_and_grade_say_what_the_jail_enforces_here(jail_as_root):
     )
     for row in rows.values():
         assert f"jail {row.name}" in doctor.stdout, doctor.stdout
+
+
+def test_an_ordinary_user_is_told_the_per_user_quotas_are_shared(monkeypatch):
+    """Run by an ordinary user the sandbox keeps the user's host uid: `course grade` says before
+    it starts that the kernel's per-user quotas are the instructor's, and what happens then."""
+    monkeypatch.setattr(identity, "privileged", lambda: False)
+    (line,) = [line for line in limits.missing() if "per-user quotas" in line]
+    assert "NOT ENFORCED" in line and "epoll watches" in line and "scored 0" in line, line
 
 
 #: Run as a Slurm task: the jail inside it, with its own cgroup below the task's.

@@ -41,7 +41,8 @@ def enforced() -> list[Limit]:
     """The jail's limits on this host, each with how it is enforced or why it is not."""
     root = identity.privileged()
     absent = identity.missing() if root else ""
-    if root and not absent:
+    own_uid = root and not absent
+    if own_uid:
         user = Limit("user", held=True, how="a uid of its own per sandbox, no capabilities")
     elif root:
         user = Limit("user", held=False, how=f"root, but {absent} missing: the code runs as root")
@@ -68,8 +69,19 @@ def enforced() -> list[Limit]:
     else:
         how = "its files summed every 0.5 s (a capped file system needs root)"
         folder = Limit("work folder", held=False, how=how)
+    if own_uid:
+        how = "those of the sandbox's own uid (epoll watches, message queues, pipe pages, ...)"
+        quotas = Limit("per-user quotas", held=True, how=how)
+    else:
+        how = (
+            "your account's (epoll watches, message-queue bytes, pending signals, pipe pages, "
+            "inotify): a submission can use one up while it runs; if that kills the grader, the "
+            "submission is scored 0 and the batch goes on"
+        )
+        quotas = Limit("per-user quotas", held=False, how=how)
     return [
         user,
+        quotas,
         Limit("host knobs", held=True, how="/proc/sys and /sys read-only (bubblewrap)"),
         Limit("core dumps", held=has_prlimit, how=cores),
         memory,
