@@ -42,7 +42,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_tools.grade.core import one_submission, report
-from course_tools.grade.core.plan import Batch, saved_grades, to_grade, write_gradebooks
+from course_tools.grade.core.plan import (
+    Batch,
+    load_plan,
+    saved_grades,
+    to_grade,
+    write_gradebooks,
+)
 from course_tools.grade.core.report import Grade
 from course_tools.grade.core.roster import Submission, collect_submissions
 from course_tools.grade.routes import batch
@@ -279,7 +285,7 @@ def grade(
 
 def main(argv: list[str] | None = None) -> int:
     """The child: grade the named submissions of the plan, `jobs` at a time, recording each."""
-    parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
+    parser = argparse.ArgumentParser(prog="python -m course_tools.grade.routes.supervised")
     parser.add_argument("plan", type=Path)
     parser.add_argument("jobs", type=int)
     parser.add_argument("students", nargs="+")
@@ -288,14 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     # SIGTERM (forwarded by the supervisor, or its death) stops the batch with its clean-up
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    from course_tools.grade.core.plan import load_plan
-    from course_tools.grade.routes import batch
-
     b, submissions = load_plan(args.plan)
     by_name = {s.student: s for s in submissions}
     chosen = [by_name[name] for name in args.students]
     marks = RunningMarks(args.plan.parent / "running", len(chosen))
-    batch.grade_here(b, chosen, args.jobs, progress=args.progress, marks=marks)
+    try:
+        batch.grade_here(b, chosen, args.jobs, progress=args.progress, marks=marks)
+    except KeyboardInterrupt:  # Ctrl-C: the supervisor has it too, and says so
+        return 130
     return 0
 
 
