@@ -10,7 +10,9 @@ follows from the numbers it recorded beside it.
   memory-bandwidth- or compute-bound, below both roofs, no single part dominating, undecided or
   withheld) is derived again from the batch sweep (and 3b's measured roofline) they recorded,
   3b's by `course_utils.verdict`, the rule its cells call; 3b's recorded limits and step times
-  must be the ones its rounds give, and its mixed-precision speed withheld on a busy machine.
+  must be the ones its rounds give, and its mixed-precision speed withheld on a busy machine;
+  what it says an undecided run rules out, and its side of the ridge (none from busy sets or
+  from a limit whose sets all ran starved), must be what its numbers give.
 - Notebook 3's load rule (`load_problems`), section 2's and 3b's: other programs above
   `timing.BUSY` of the cores in a round of a set give no verdict from it; its record must say so
   for section 2 and for the sweep, and hold conclusions.json only after a quiet section 2.
@@ -185,6 +187,22 @@ def limit_problems(results: dict) -> list[str]:
     return found
 
 
+def ridge_problems(results: dict) -> list[str]:
+    """Notebook 3b's record: what it says an undecided run rules out (`verdict.ruled_out`) and
+    its side of the ridge (`verdict.ridge`: none from busy sets or from a limit whose sets all
+    ran starved), each against what its own numbers give, when recorded."""
+    found = []
+    if "ruled_out" in results and results["ruled_out"] != verdict.ruled_out(results):
+        found.append(
+            f"ruled out {results['ruled_out']}, its record says {verdict.ruled_out(results)}"
+        )
+    if "ridge" in results and results["ridge"] != verdict.ridge(results):
+        found.append(
+            f"side of the ridge {results['ridge']!r}, its record says {verdict.ridge(results)!r}"
+        )
+    return found
+
+
 def regime_problems(path: Path) -> list[str]:
     """The regime recorded at `path` if its own sweep says another one, (3) what is wrong with its
     line, and (3b) its limits and thresholds: the regime is worked out at the code's thresholds,
@@ -194,6 +212,7 @@ def regime_problems(path: Path) -> list[str]:
     if "intensity" in results:  # notebook 3b
         found += [f"{path.name}: {p}" for p in threshold_problems(results, THRESHOLDS)]
         results |= THRESHOLDS
+        found += [f"{path.name}: {p}" for p in ridge_problems(results)]
     else:  # notebook 3: its line checked at every point, as 3b's is
         tolerance = {"line_tolerance": verdict.LINE_TOLERANCE}
         found += [f"{path.name}: {p}" for p in threshold_problems(results, tolerance)]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import importlib.util
 import json
 import os
@@ -183,21 +184,23 @@ ALL_REDUCE_LARGE = (4 << 20, 8 << 20, 16 << 20)
 
 
 def measured_limit(measure_set, sets: int = 3, *, load=None, busy=1.0) -> dict:
-    """Notebook 3b's rule for one limit: `sets` sets of rounds (`measure_set()` gives one); load
+    """Notebook 3b's rule for one limit: `sets` sets of rounds (`measure_set()` gives one: its
+    rates, or its rates and each round's cores' worth, as 3b's `rates_in_rounds`); load
     can only slow a round, so the limit is the fastest round of all (a lower bound), and `low`,
     the fastest round of the other sets, shows how far load alone moved it (the slowest set's
     when a gap over `verdict.GAP` splits them: `verdict.limit_range`).
     With `load` (`timing.Load`), each set also records the share of the cores other programs used
     meanwhile; above `busy` (`timing.BUSY`) during one of the sets that decide the limit and its
-    low end (`verdict.deciding`), the limit is flagged as measured on a busy machine."""
-    taken, others = {}, {}
+    low end (`verdict.deciding`), the limit is flagged as measured on a busy machine. With the
+    cores' worth, the sets that ran starved (`verdict.starved_sets`) are listed, flagged as 3b's."""
+    taken, others, cores = {}, {}, {}
     for number in range(1, sets + 1):
-        if load is None:
-            taken[f"set {number}"] = measure_set()
-            continue
-        with load() as measured:
-            taken[f"set {number}"] = measure_set()
-        others[f"set {number}"] = measured.others
+        label = f"set {number}"
+        with load() if load else contextlib.nullcontext() as measured:
+            got = measure_set()
+        taken[label], cores[label] = got if isinstance(got, tuple) else (got, [])
+        if load:
+            others[label] = measured.others
     value, low = verdict.limit_range(taken)
     limit = {
         "value": value,
@@ -208,6 +211,9 @@ def measured_limit(measure_set, sets: int = 3, *, load=None, busy=1.0) -> dict:
     if others:  # as 3b: the load during the two sets that decide the limit and its low end
         most = max(others[label] for label in verdict.deciding(taken))
         limit |= {"others_share": others, "deciding_share": most, "busy": most > busy}
+    if any(cores.values()):  # 3b's starved rule: a set's fastest round short of the cores
+        usable = timing.usable_cpus()
+        limit |= {"cores": cores, "starved": verdict.starved_sets(taken, cores, usable)}
     return limit
 
 
@@ -227,9 +233,14 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     gpu = bool(import_tensorflow().config.list_logical_devices("GPU"))
     work, flops = limits["matrix_products"](4096 if gpu else 1024)  # 3b's sizes
     guard = {"load": timing.Load, "busy": timing.BUSY}  # the load rule 3b and 3c share
-    peak = measured_limit(lambda: rates(work, flops, 3 if quick else 10, sizes.rounds), **guard)
+
+    def limit_set(run, amount: float, repeats: int) -> tuple[list[float], list[float]]:
+        got, cores = rates(run, amount, repeats, sizes.rounds)  # rates, each round's cores' worth
+        return got, [] if gpu else cores  # on a GPU the process waits for the device
+
+    peak = measured_limit(lambda: limit_set(work, flops, 3 if quick else 10), **guard)
     add, moved = limits["additions"](limits["addition_megabytes"](64 if quick else 256))
-    bandwidth = measured_limit(lambda: rates(add, moved, 2 if quick else 5, sizes.rounds), **guard)
+    bandwidth = measured_limit(lambda: limit_set(add, moved, 2 if quick else 5), **guard)
     byte_sizes = [*ALL_REDUCE_SMALL, *ALL_REDUCE_LARGE]
     loop = reduce["all_reduce_loop"]
     calls = {"loop alone": loop(mirrored, byte_sizes[0], reduce=False)}
@@ -525,6 +536,11 @@ def limit_spreads(limits: dict) -> list[str]:
             lines[-1] += (
                 f"\n  FLAG: the sets disagree: their fastest rounds {limit['set_gap']:.2f}x apart "
                 f"(over {verdict.GAP}x), whatever the load: read the {name} at both ends"
+            )
+        if limit.get("starved"):
+            lines[-1] += (
+                f"\n  FLAG: {', '.join(limit['starved'])} ran starved (the fastest round under "
+                f"{100 * verdict.STARVED:.0f}% of the usable cores' worth): the {name} may be low"
             )
     return lines
 

@@ -33,16 +33,30 @@ from course_utils.tables import format_table
 
 
 class Timer:
-    """Wall-clock seconds of a `with` block: `with Timer() as t: ...`, then `t.seconds`."""
+    """Wall-clock seconds of a `with` block: `with Timer() as t: ...`, then `t.seconds`; and
+    this process's own CPU seconds in it, all its threads (`time.process_time`), `t.cpu_seconds`.
+    Their ratio, `t.cores`, is the cores' worth the block got (2.0: two cores all the time).
 
-    seconds = 0.0
+    >>> with Timer() as t:
+    ...     time.sleep(0.05)  # waiting uses no CPU
+    >>> t.seconds >= 0.05 and t.cores < 0.5
+    True
+    """
+
+    seconds = cpu_seconds = 0.0
 
     def __enter__(self) -> Timer:
-        self.start = time.perf_counter()
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.start
+        self.cpu_seconds = time.process_time() - self.cpu_start
+
+    @property
+    def cores(self) -> float:
+        """This process's CPU seconds over the wall's: the cores' worth of work it got."""
+        return self.cpu_seconds / self.seconds if self.seconds else 0.0
 
 
 #: Other programs using more than this share of the cores during a measurement: the machine was
@@ -125,7 +139,8 @@ class Load:
 class RunResult:
     """One timed run: `examples` trained in `seconds`, and the examples/s of each round (the
     speed is their median). batch_size: the global batch, for ms/step; step_examples: the
-    examples of an average step when short last batches make it smaller (`from_epochs`)."""
+    examples of an average step when short last batches make it smaller (`from_epochs`);
+    cores: the cores' worth each round got (`Timer.cores`), where the caller records it."""
 
     name: str
     seconds: float
@@ -135,6 +150,7 @@ class RunResult:
     batch_size: int = 0
     warmup_seconds: float = 0.0
     step_examples: float = 0.0
+    cores: list[float] = field(default_factory=list)
 
     @property
     def examples_per_sec(self) -> float:

@@ -14,7 +14,11 @@ during each set. One rule, used by the notebook, `course bench` and the artifact
   when it is over `majority` of the step (`split`), at each limit's two ends, the step's two
   fastest rounds, the counted intensity and the count's factor either way, and the fixed part
   within the line's worst miss; "undecided" names what flips it (`regime`);
-- the step's side of the ridge at both ends of both limits, or none from busy sets (`ridge_sides`);
+- a set whose fastest round got less than `STARVED` of the usable CPUs' time ran starved
+  (`starved_sets`); no side of the ridge rests on a limit whose sets all did (`all_starved`);
+- what an undecided run rules out: the outcomes no case produced (`ruled_out`);
+- the step's side of the ridge at both ends of both limits, or none from busy or starved sets
+  (`ridge_sides`, `ridge`);
 - notebook 3c's call between the all-reduce's alpha and its bytes (`all_reduce_call`), and
   whether its share of a step can be given (`step_share_withheld`).
 
@@ -53,6 +57,20 @@ ALL_REDUCE_TOLERANCE = 0.25
 UNITS = {"peak": "FLOP/s", "bandwidth": "B/s"}
 #: Two sets whose fastest rounds differ by more than this ran under different conditions.
 GAP = 1.5
+#: A set whose fastest round got less than this share of the usable CPUs' time (this process's
+#: CPU seconds over the wall's, `timing.Timer.cores`) ran starved: a round's serial moments
+#: (starting a call, waiting for its last result) cost a few percent, one lost core of two half.
+STARVED = 0.75
+#: Every outcome `split` can give (`ruled_out` lists those no case of `regime` gave).
+OUTCOMES = (
+    "overhead-bound",
+    "compute-bound",
+    "memory-bandwidth-bound",
+    "near the ridge",
+    "below both roofs",
+    "no single part dominates",
+)
+SIDES = {"compute-bound", "memory-bandwidth-bound", "near the ridge"}
 SWEEP_SET = "section 3"  # the set measured beside the sweep: it decides every verdict
 #: Why a point can lie above its roof: the peak is floored at the fastest training run, so only
 #: the slanted roof (bandwidth x counted intensity) can be beaten.
@@ -234,16 +252,9 @@ def withheld(record: dict) -> str:
     return f"withheld: {low}" if low else ""
 
 
-def regime(record: dict) -> str:
-    """3b's verdict: `withheld` first; else `split` at each limit at its value or low end, the
-    step at its fastest or next-fastest round, the roof's part at the counted intensity or the
-    count's factor (`count_margin`) either way, and the fixed part at the sweep line's intercept
-    or that plus or minus the line's worst miss of a point (a share of the step, as 3c's band).
-    When these differ: "undecided: A or B, with ...", naming every limit (and the step, the
-    count, the fixed part) that any listed outcome needs."""
-    reason = withheld(record)
-    if reason:
-        return reason
+def _ranges(record: dict) -> tuple[dict, dict, dict, dict, float]:
+    # (limits, steps, the count's factors, the fixed part's values, the line's worst miss):
+    # what `regime` works each case out at.
     batches = [p["global_batch"] for p in record["sweep"]]
     times = sweep_ms(record)
     _, fixed_ms, worst = sweep_line(batches, times)
@@ -252,19 +263,28 @@ def regime(record: dict) -> str:
     step = times[batches.index(record["batch"])]
     rounds = sorted(point.get("rounds") or [])
     steps = {"step": step, "next": 1000 * record["batch"] / rounds[-2] if rounds[1:] else step}
-    limits = limits_of(record)
     margin = record.get("count_margin", 1.0)
     factors = {"counted": 1.0, "fewer bytes": margin, "more bytes": 1 / margin}
     band = worst * step  # the line's worst miss, at this step's time
     fixes = {"line": fixed_ms, "low": fixed_ms - band, "high": fixed_ms + band}
+    return limits_of(record), steps, factors, fixes, worst
+
+
+def _changes(case: tuple) -> int:
+    low, which, estimate, fix = case
+    return len(low) + (which == "next") + (estimate != "counted") + (fix != "line")
+
+
+def outcomes(record: dict) -> dict[tuple, str]:
+    """`regime`'s cases, fewest changes first, each with its outcome (`split`): each limit at its
+    value or low end, the step at its fastest or next-fastest round, the count's factor either
+    way, the fixed part within the line's worst miss. A case that puts the step above its roof
+    at a count's factor is left out: the run rules that intensity out."""
+    limits, steps, factors, fixes, _ = _ranges(record)
 
     def at(low: tuple[str, ...], which: str, estimate: str, fix: str) -> str:
         peak, bandwidth = (limits[k][k in low] for k in ("peak", "bandwidth"))  # low: low ends
         return split(record, steps[which], fixes[fix], peak, bandwidth, factors[estimate])
-
-    def changes(case: tuple) -> int:
-        low, which, estimate, fix = case
-        return len(low) + (which == "next") + (estimate != "counted") + (fix != "line")
 
     cases = sorted(  # fewest changes first: what an outcome needs is its smallest cases
         [
@@ -275,14 +295,45 @@ def regime(record: dict) -> str:
             for estimate in factors
             for fix in fixes
         ],
-        key=changes,
+        key=_changes,
     )
-    outcomes = {case: at(*case) for case in cases}
-    for case in [c for c in cases if c[2] != "counted" and outcomes[c] == "above its roof"]:
-        del outcomes[case]  # the step ran below its roof: this run rules that intensity out
-        cases.remove(case)
-    first = outcomes[((), "step", "counted", "line")]
-    found = sorted(set(outcomes.values()))
+    found = {case: at(*case) for case in cases}
+    return {
+        case: outcome
+        for case, outcome in found.items()
+        if case[2] == "counted" or outcome != "above its roof"
+    }
+
+
+def ruled_out(record: dict) -> list[str]:
+    """The outcomes (`OUTCOMES`) no case of `regime` produced: what a run rules out even when it
+    decides nothing; [] when no verdict is drawn (`withheld`).
+
+    An undecided "below both roofs or no single part dominates" rules out the others:
+    ["overhead-bound", "compute-bound", "memory-bandwidth-bound", "near the ridge"]."""
+    if withheld(record):
+        return []
+    found = set(outcomes(record).values())
+    return [outcome for outcome in OUTCOMES if outcome not in found]
+
+
+def regime(record: dict) -> str:
+    """3b's verdict: `withheld` first; else `split` at each of `outcomes`' cases. When these
+    differ: "undecided: A or B, with ...", naming every limit (and the step, the count, the fixed
+    part) that any listed outcome needs. An outcome naming a side of the ridge from a limit whose
+    sets all ran starved (`all_starved`) withholds the verdict."""
+    reason = withheld(record)
+    if reason:
+        return reason
+    limits, steps, _, fixes, worst = _ranges(record)
+    margin = record.get("count_margin", 1.0)
+    found_cases = outcomes(record)
+    cases = list(found_cases)
+    first = found_cases[((), "step", "counted", "line")]
+    found = sorted(set(found_cases.values()))
+    starved = all_starved(record)
+    if starved and SIDES & set(found):
+        return f"withheld: an outcome names a side of the ridge, and {starved}"
     if found == ["above its roof"]:
         return (
             "undecided: the step ran above its roof at both ends of each limit's range, so "
@@ -292,9 +343,9 @@ def regime(record: dict) -> str:
         return first
     needs: dict[str, None] = {}
     for outcome in set(found) - {first}:
-        making = [case for case in cases if outcomes[case] == outcome]
+        making = [case for case in cases if found_cases[case] == outcome]
         for low, which, estimate, fix in (
-            case for case in making if changes(case) == changes(making[0])
+            case for case in making if _changes(case) == _changes(making[0])
         ):
             needs |= dict.fromkeys([*low, *(["step"] if which == "next" else [])])
             needs |= dict.fromkeys(["count"] if estimate != "counted" else [])
@@ -332,6 +383,85 @@ def set_gap(sets: dict[str, list[float]]) -> float:
     """
     tops = sorted(max(rounds) for rounds in sets.values())
     return max((b / a for a, b in zip(tops, tops[1:])), default=1.0)
+
+
+def starved_sets(
+    sets: dict[str, list[float]], cores: dict[str, list[float]], usable: float
+) -> list[str]:
+    """The sets whose fastest round got less than `STARVED` of `usable` CPUs' worth of this
+    process's CPU time (`cores`: each round's, as `timing.Timer.cores`); a set with no cores
+    recorded (on a GPU the work waits for the device) is not one.
+
+    >>> starved_sets({"a": [60.0, 58.0], "b": [100.0]}, {"a": [1.0, 1.1], "b": [1.9]}, 2.0)
+    ['a']
+    """
+    return [
+        label
+        for label, rates in sets.items()
+        if cores.get(label) and cores[label][rates.index(max(rates))] < STARVED * usable
+    ]
+
+
+def _fastest_cores(sets: dict, cores: dict, labels: list[str], usable: float) -> str:
+    # "1.0-1.1 of 2 cores' worth": what the labelled sets' fastest rounds got.
+    got = sorted(cores[label][sets[label].index(max(sets[label]))] for label in labels)
+    low, high = f"{got[0]:.1f}", f"{got[-1]:.1f}"
+    span = low if low == high else f"{low}-{high}"
+    return f"{span} of {usable:g} cores' worth"
+
+
+def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and loads, two limits
+    name: str,
+    sets: dict[str, list[float]],
+    cores: dict[str, list[float]],
+    loads: dict[str, float],
+    usable: float,
+    busy: float,
+) -> str:
+    """What a limit's starved sets (`starved_sets`) say, "" when none ran starved: which, what
+    their fastest rounds got, who took the rest (others, when their load was over `busy`; else
+    not visible from inside the machine), and whether the low end or every set is one.
+
+    >>> print(starved_note("bandwidth", {"a": [60.0]}, {"a": [1.0]}, {"a": 0.02}, 2.0, 0.2))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    bandwidth starved in a (the fastest round got 1.0 of 2 cores' worth, under 75%; others
+    2%): why is not visible from inside this machine (a thread of this process made little
+    progress while nothing else ran); every set was, so no side of the ridge rests on it
+    """
+    hungry = starved_sets(sets, cores, usable)
+    if not hungry:
+        return ""
+    others = max(loads.get(label, 0.0) for label in hungry)
+    note = (
+        f"{name} starved in {', '.join(hungry)} (the fastest round got "
+        f"{_fastest_cores(sets, cores, hungry, usable)}, under {100 * STARVED:.0f}%; others "
+        f"{100 * others:.0f}%): "
+    )
+    if others > busy:
+        note += "other programs took the cores"
+    else:
+        note += (
+            "why is not visible from inside this machine (a thread of this process made "
+            "little progress while nothing else ran)"
+        )
+    low = min(deciding(sets), key=lambda label: max(sets[label]))  # the low end's set
+    if len(hungry) == len(sets):
+        return f"{note}; every set was, so no side of the ridge rests on it"
+    return f"{note}; the low end is one of them" if low in hungry else note
+
+
+def all_starved(record: dict) -> str:
+    """Which limits' sets all ran starved (`starved_sets`), in words; "" when none (or no
+    cores were recorded): no side of the ridge rests on such a limit."""
+    usable, said = record.get("usable_cpus", 0.0), []
+    for name, key in (("peak", "peak_rounds"), ("bandwidth", "bandwidth_rounds")):
+        sets, cores = record.get(key, {}), record.get("cores", {}).get(name, {})
+        if sets and len(starved_sets(sets, cores, usable)) == len(sets):
+            said.append(
+                f"every {name} set ran starved ({_fastest_cores(sets, cores, list(sets), usable)}"
+                " in its fastest round), so the limit may be low"
+            )
+    return " and ".join(said)
 
 
 def groups(sets: dict[str, list[float]], load: dict[str, float], unit: str) -> str:
@@ -444,10 +574,11 @@ def step_share_withheld(  # noqa: PLR0913 - each a reason section 2 withholds fo
     return next((reason for reason, holds in reasons if holds), "")
 
 
-def ridge_sides(intensity: float, limits: dict, load: float, busy: float) -> str:
+def ridge_sides(intensity: float, limits: dict, load: float, busy: float, starved: str = "") -> str:
     """The step's side of the ridge at both ends of both limits (`limits`: name to (value, low)),
     in words; none when `load`, the most other programs used of the cores during a limit's
-    deciding set, is over `busy` (a limit may be measured low).
+    deciding set, is over `busy`, or when a limit's sets all ran starved (`starved`, the
+    reason: `all_starved`): a limit may be measured low.
 
     >>> print(ridge_sides(50.0, {"peak": (200e9, 150e9), "bandwidth": (10e9, 9e9)}, 0.1, 0.5))
     The step's 50.0 FLOP/B against a ridge of 15.0 to 22.2 (both ends of both limits): compute side.
@@ -458,6 +589,11 @@ def ridge_sides(intensity: float, limits: dict, load: float, busy: float) -> str
             f"{100 * load:.0f}%), so it may be measured low, and a quiet run's limits can move the "
             "ridge either way (a higher peak raises it, a higher bandwidth lowers it)."
         )
+    if starved:
+        return (
+            f"No side of the ridge from this run: {starved}, and a set that gets every core can "
+            "move the ridge either way (a higher peak raises it, a higher bandwidth lowers it)."
+        )
     ends = [(p, b) for p in limits["peak"] for b in limits["bandwidth"]]
     ridges = sorted(p / b for p, b in ends)
     sides = sorted({side(intensity, p, b).replace("-bound", " side") for p, b in ends})
@@ -466,3 +602,12 @@ def ridge_sides(intensity: float, limits: dict, load: float, busy: float) -> str
         f"{ridges[-1]:.1f} (both ends of both limits): {' or '.join(sides)}"
         + (", not decided by this run." if len(sides) > 1 else ".")
     )
+
+
+def ridge(record: dict) -> str:
+    """`ridge_sides` from 3b's record: its limits, the most others used during a limit's deciding
+    set, and the limits whose sets all ran starved (`all_starved`)."""
+    sets = {"peak": record["peak_rounds"], "bandwidth": record["bandwidth_rounds"]}
+    load = max(record["loads"][k][label] for k in sets for label in deciding(sets[k]))
+    limits = limits_of(record)
+    return ridge_sides(record["intensity"], limits, load, record["busy"], all_starved(record))

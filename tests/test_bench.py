@@ -233,6 +233,28 @@ def test_the_machine_s_limits_get_notebook_3b_s_rule():
     assert "FLAG" not in bench.limit_spreads({"peak": bench.measured_limit(lambda: next(sets))})[0]
 
 
+def test_a_set_of_a_limit_that_ran_starved_is_flagged():
+    """As 3b's cells, each set's rounds come with the cores' worth each got (`rates_in_rounds`):
+    a set whose fastest round got under `verdict.STARVED` of the usable CPUs' worth is listed
+    and flagged (the limit may be low); sets that got the cores, or none recorded, are not."""
+    from course_tools import bench
+    from course_utils import timing, verdict
+
+    usable = timing.usable_cpus()
+    full, starved = [usable] * 2, [0.5 * verdict.STARVED * usable] * 2
+    sets = iter([([100e9, 90e9], starved), ([95e9], full), ([96e9, 20e9], full)])
+    limit = bench.measured_limit(lambda: next(sets))
+    assert limit["starved"] == ["set 1"] and limit["cores"]["set 2"] == full
+    assert bench.limit_spreads({"bandwidth": limit})[0].endswith(
+        "\n  FLAG: set 1 ran starved (the fastest round under 75% of the usable cores' worth): "
+        "the bandwidth may be low"
+    )
+    sets = iter([([100e9], full), ([95e9], full), ([96e9], full)])
+    assert bench.measured_limit(lambda: next(sets))["starved"] == []
+    sets = iter([[100e9], [95e9], [96e9]])  # no cores' worth (a GPU's): no rule
+    assert "starved" not in bench.measured_limit(lambda: next(sets))
+
+
 def test_a_limit_measured_on_a_busy_machine_is_flagged():
     """As in notebook 3b, each set of a limit records the share of the cores other programs used
     (`timing.Load`); above `timing.BUSY` during one of the two sets that decide the limit (100)

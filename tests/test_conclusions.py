@@ -829,3 +829,174 @@ def test_sets_that_disagree_are_two_groups_whatever_one_slow_round_bridges():
     sets["section 1"] = [68.0e9, 65.1e9]
     assert verdict.set_gap(sets) < verdict.GAP
     assert verdict.groups(sets, load, "B/s").startswith("one group, 6 rounds at 60.8-69.5")
+
+
+def _quiet_record(bandwidth: dict[str, list[float]], cores: dict[str, list[float]]) -> dict:
+    """A quiet 2-device run shaped like the lead's (others 0-3% in every set), in GFLOP/s and
+    GB/s: the peak 378-443 at about 2 cores' worth a round, the step 10.12 FLOP/B at 128; the
+    bandwidth's sets and each round's cores' worth (`cores`) as given. A review found the rate
+    follows this process's CPU time (about 57 GB/s per core here): a ~60 GB/s set got one of
+    the two cores' worth, a ~100 GB/s set nearly both."""
+    g = 1e9
+    peak = {
+        "section 1": [383.6 * g, 390.6 * g, 385.9 * g, 383.5 * g, 378.2 * g],
+        "section 3": [422.2 * g, 383.1 * g, 443.1 * g, 411.8 * g, 434.5 * g],
+        "after the sweep": [427.3 * g, 436.3 * g, 417.3 * g, 437.7 * g, 393.5 * g],
+    }
+    rates = {
+        32: [4571.6, 3947.8, 4627.6, 4846.1, 4657.3],
+        64: [5234.6, 5492.5, 6269.2, 6283.1, 6375.0],
+        128: [6713.8, 7587.5, 7697.4, 7944.9, 9523.7],
+        256: [8135.1, 10146.4, 10700.8, 10368.9, 11067.5],
+    }
+    loads = {
+        "peak": {"section 1": 0.0, "section 3": 0.001, "after the sweep": 0.033},
+        "bandwidth": {"section 1": 0.0, "section 3": 0.001, "after the sweep": 0.0},
+    }
+    return {
+        "replicas": 2,
+        "batch": 128,
+        "intensity": 10.122912,
+        "flops_per_step": 1891663872.0,
+        "sweep": [{"global_batch": b, "rounds": r} for b, r in rates.items()],
+        "physical_devices": 1,
+        "peak_rounds": peak,
+        "bandwidth_rounds": {label: [g * v for v in r] for label, r in bandwidth.items()},
+        "loads": loads,
+        "rounds": 5,
+        "sweep_best_flops": 163.6e9,
+        "usable_cpus": 2.0,
+        "cores": {"peak": {label: [1.9, 2.0, 1.9, 1.9, 1.9] for label in peak}, "bandwidth": cores},
+    } | THRESHOLDS
+
+
+#: Every bandwidth set in the slow mode, about one core's worth a round (the lead's quiet d2).
+ALL_SLOW = {
+    "section 1": [55.0, 60.4, 57.1, 55.9, 56.8],
+    "section 3": [58.6, 59.7, 59.6, 61.6, 59.0],
+    "after the sweep": [59.3, 58.7, 58.9, 58.6, 58.7],
+}
+ALL_SLOW_CORES = {label: [v / 57 for v in rates] for label, rates in ALL_SLOW.items()}
+#: The first set slow, the second switching mode within the set, the third fast (quiet d8).
+BOTH = {
+    "section 1": [61.2, 62.9, 62.5, 62.9, 62.8],
+    "section 3": [58.6, 60.0, 97.5, 99.4, 101.4],
+    "after the sweep": [100.0, 105.6, 106.3, 104.2, 97.3],
+}
+BOTH_CORES = {label: [v / 57 for v in rates] for label, rates in BOTH.items()}
+
+
+def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
+    """Every bandwidth set at ~60 GB/s on about one core's worth of two, with nobody else busy:
+    each set ran starved (under 75% of the usable cores' worth in its fastest round), the cause
+    is not visible from inside the machine and the note says so, and no side of the ridge is
+    read (at 60 GB/s the rule said "near the ridge"; ~100 GB/s would put the step on the compute
+    side). The regime names no side here, so it stands. Sets as slow at the full cores' worth
+    (cores the host slowed) are not starved: only a faster set can show that."""
+    record = _quiet_record(ALL_SLOW, ALL_SLOW_CORES)
+    bandwidth, cores = record["bandwidth_rounds"], record["cores"]["bandwidth"]
+    assert verdict.starved_sets(bandwidth, cores, 2.0) == list(ALL_SLOW)
+    note = verdict.starved_note("bandwidth", bandwidth, cores, record["loads"]["bandwidth"], 2, 0.2)
+    assert note == (
+        "bandwidth starved in section 1, section 3, after the sweep (the fastest round got "
+        "1.0-1.1 of 2 cores' worth, under 75%; others 0%): why is not visible from inside this "
+        "machine (a thread of this process made little progress while nothing else ran); "
+        "every set was, so no side of the ridge rests on it"
+    )
+    assert verdict.ridge(record) == (
+        "No side of the ridge from this run: every bandwidth set ran starved (1.0-1.1 of 2 "
+        "cores' worth in its fastest round), so the limit may be low, and a set that gets every "
+        "core can move the ridge either way (a higher peak raises it, a higher bandwidth lowers "
+        "it)."
+    )
+    unrecorded = record | {"cores": {}}  # a record without the cores' worth: the old answer
+    assert verdict.ridge(unrecorded).endswith("near the ridge.")
+    slowed = record | {"cores": {"bandwidth": dict.fromkeys(ALL_SLOW, [1.9] * 5)}}
+    assert verdict.ridge(slowed).endswith("near the ridge.")
+    regime = (
+        "undecided: below both roofs or no single part dominates, with the step between 13.4 "
+        "and 16.1 ms (its two fastest rounds) and the fixed part between 3.70 and 5.71 ms (the "
+        "line's worst miss of a point, 7%)"
+    )
+    assert verdict.regime(record) == verdict.regime(unrecorded) == regime
+    busy = record["loads"] | {"bandwidth": dict.fromkeys(ALL_SLOW, 0.5)}
+    assert "other programs took the cores" in verdict.starved_note(
+        "bandwidth", bandwidth, cores, busy["bandwidth"], 2, 0.2
+    )
+
+
+def test_a_starved_low_end_is_labelled_and_a_starved_side_withholds_the_verdict():
+    """The first bandwidth set slow on one core's worth, the later ones fast (as the lead's
+    quiet d8): only the first ran starved; it is the low end (a 1.69x gap), and the note says
+    so; a fast set got the cores, so the sides are read at both ends, and the regime is the one
+    without the cores' worth. A verdict that names a side ("near the ridge", from the count's
+    factor) with every bandwidth set starved would rest that side on them: withheld."""
+    record = _quiet_record(BOTH, BOTH_CORES)
+    bandwidth, cores = record["bandwidth_rounds"], record["cores"]["bandwidth"]
+    assert verdict.starved_sets(bandwidth, cores, 2.0) == ["section 1"]
+    note = verdict.starved_note("bandwidth", bandwidth, cores, record["loads"]["bandwidth"], 2, 0.2)
+    assert note.startswith("bandwidth starved in section 1 (the fastest round got 1.1 of 2")
+    assert note.endswith("; the low end is one of them")
+    assert verdict.ridge(record).endswith(
+        "compute side or near the ridge, not decided by this run."
+    )
+    assert verdict.regime(record) == verdict.regime(record | {"cores": {}})
+    replayed = _replayed_record()  # "undecided: near the ridge or no single part dominates"
+    starved = {"bandwidth": dict.fromkeys(replayed["bandwidth_rounds"], [1.0, 1.0])}
+    assert verdict.regime(replayed | {"cores": starved, "usable_cpus": 2.0}) == (
+        "withheld: an outcome names a side of the ridge, and every bandwidth set ran starved "
+        "(1.0 of 2 cores' worth in its fastest round), so the limit may be low"
+    )
+    assert verdict.regime(replayed).startswith("undecided: near the ridge or no single part")
+
+
+def test_an_undecided_run_says_what_it_rules_out(tmp_path):
+    """The quiet records split a step about a third each: undecided, yet no case gave
+    overhead-bound or compute-bound, so the run rules them out (and the outcomes no case gave
+    besides); a withheld run rules out nothing. The check re-derives what a record says it
+    rules out, and its side of the ridge."""
+    both = _quiet_record(BOTH, BOTH_CORES)
+    assert verdict.ruled_out(both) == [
+        "overhead-bound",
+        "compute-bound",
+        "memory-bandwidth-bound",
+        "near the ridge",
+    ]
+    assert verdict.ruled_out(_replayed_record()) == [
+        "overhead-bound",
+        "compute-bound",
+        "memory-bandwidth-bound",
+        "below both roofs",
+    ]
+    assert verdict.ruled_out(both | {"busy": 0.0001}) == []  # withheld: the machine was busy
+    path = tmp_path / "results.json"
+    said = {"regime": verdict.regime(both), "ruled_out": verdict.ruled_out(both)}
+    said |= {"ridge": verdict.ridge(both), "limits": verdict.limits_of(both)}
+    said |= {"peak_flops": said["limits"]["peak"][0]}
+    said |= {"memory_bandwidth": said["limits"]["bandwidth"][0]}
+    sweep = [p | {"step_ms": ms} for p, ms in zip(both["sweep"], verdict.sweep_ms(both))]
+    path.write_text(json.dumps(both | said | {"sweep": sweep}))
+    assert regime_problems(path) == []
+    path.write_text(json.dumps(both | said | {"sweep": sweep, "ruled_out": ["overhead-bound"]}))
+    assert regime_problems(path) == [
+        "results.json: ruled out ['overhead-bound'], its record says ['overhead-bound', "
+        "'compute-bound', 'memory-bandwidth-bound', 'near the ridge']"
+    ]
+    wrong = verdict.ridge(_quiet_record(ALL_SLOW, ALL_SLOW_CORES))  # "No side of the ridge ..."
+    path.write_text(json.dumps(both | said | {"sweep": sweep, "ridge": wrong}))
+    assert regime_problems(path) == [
+        f"results.json: side of the ridge {wrong!r}, its record says {verdict.ridge(both)!r}"
+    ]
+
+
+def test_the_rule_never_returns_memory_bandwidth_bound():
+    """On the memory side (intensity 5 against a ridge of 15 to 17: at most half of it) the
+    count's factor 2 halves the roof's part, so the part passes half the step only for a point
+    above its roof, a case never dropped: whatever the step's FLOPs, the verdict is never
+    "memory-bandwidth-bound" (notebook 3b's reading guide says so)."""
+    verdicts = {
+        verdict.regime(_limits_record(intensity=5.0, flops_per_step=share * 12e9 * 5.0 * 0.010))
+        for share in (0.3, 0.5, 0.6, 0.8, 0.95, 1.0, 1.2, 1.6, 2.1)
+    }
+    assert "memory-bandwidth-bound" not in verdicts
+    assert any("memory-bandwidth-bound" in v for v in verdicts)  # an outcome, never the verdict

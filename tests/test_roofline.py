@@ -31,15 +31,18 @@ def reduce() -> dict:
 def test_the_peak_of_a_small_product_is_in_a_physical_range(limits):
     work, flops = limits["matrix_products"](256)
     assert flops == 2 * 256**3
-    rates = limits["rates_in_rounds"](work, flops, repeats=3, rounds=2)
-    assert len(rates) == 2
+    rates, cores = limits["rates_in_rounds"](work, flops, repeats=3, rounds=2)
+    assert len(rates) == len(cores) == 2
     assert 1e8 < max(rates) < 1e15  # from a slow laptop core to a large GPU
+    # each round's cores' worth: this process's CPU seconds over the wall's, at most every CPU
+    assert all(0 < c <= 1.05 * limits["USABLE"] for c in cores)
 
 
 def test_the_bandwidth_of_a_small_addition_is_in_a_physical_range(limits):
     work, moved = limits["additions"](8)
     assert moved == 3 * 8e6  # two float32 values read, one written, per element
-    assert 1e8 < max(limits["rates_in_rounds"](work, moved, repeats=2, rounds=2)) < 1e13
+    rates, cores = limits["rates_in_rounds"](work, moved, repeats=2, rounds=2)
+    assert 1e8 < max(rates) < 1e13 and len(cores) == 2
 
 
 def test_the_step_count_matches_a_hand_count(limits):

@@ -24,6 +24,22 @@ def test_timer_measures_wall_time():
     assert 0.19 < t.seconds < 2.0
 
 
+def test_the_timer_records_this_process_s_cpu_seconds_beside_the_wall_s():
+    """3b labels a round starved from its cores' worth (CPU seconds over wall seconds): a
+    block that waits gets almost none; one that computes gets its CPU seconds counted, at most
+    the wall's times the CPUs it may use."""
+    with timing.Timer() as waiting:
+        time.sleep(0.2)
+    assert waiting.seconds >= 0.2 and waiting.cores < 0.1
+    with timing.Timer() as computing:
+        start = time.process_time()
+        while time.process_time() - start < 0.05:  # 0.05 s of CPU, however busy the machine
+            pass
+    assert computing.cpu_seconds >= 0.05
+    assert 0 < computing.cores <= timing.usable_cpus() * 1.05
+    assert computing.cores == computing.cpu_seconds / computing.seconds
+
+
 def test_the_exercises_epoch_clock_records_epochs_and_steps():
     # EpochClock is the exercise's own cell (given to students): run it as the notebook does.
     solution = json.loads((ROOT / "solutions" / "05_svhn_solution.ipynb").read_text())
