@@ -15,7 +15,9 @@ follows from the numbers it recorded beside it.
   from a limit whose sets all ran starved), must be what its numbers give.
 - Notebook 3's load rule (`load_problems`), section 2's and 3b's: other programs above
   `timing.BUSY` of the cores in a round of a set give no verdict from it; its record must say so
-  for section 2 and for the sweep, and hold conclusions.json only after a quiet section 2.
+  for section 2 and for the sweep, and hold conclusions.json only after a quiet section 2. Its
+  cross-check (`cross_check_problems`): section 2's loop, measured again in the sweep, that moved
+  beyond the line's tolerance gives no verdict either, and the record must say so.
 - The thresholds come from the course's code, never from the record checked (`THRESHOLDS`,
   `ALL_REDUCE_THRESHOLDS`): a record that stores another value, or none, fails, so a notebook
   edit that stops saving one cannot turn its gate off.
@@ -395,6 +397,21 @@ def speed_problems(path: Path) -> list[str]:
     return []
 
 
+def cross_check_problems(path: Path) -> list[str]:
+    """Notebook 3's cross-check: `noisy_cross_check` must be what `cross_check_moved` (section 2's
+    loop against its repeat in the sweep) gives at `verdict.LINE_TOLERANCE`, the code's own."""
+    results = json.loads(Path(path).read_text())
+    if "cross_check_moved" not in results or "noisy_cross_check" not in results:
+        return [f"{path.name}: cross_check_moved or noisy_cross_check not recorded"]
+    moved, noisy = results["cross_check_moved"], results["noisy_cross_check"]
+    if noisy != (abs(moved) > verdict.LINE_TOLERANCE):
+        return [
+            f"{path.name}: noisy_cross_check {noisy}, with a repeat that moved {moved:+.0%} "
+            f"(the rule: over {verdict.LINE_TOLERANCE:.0%})"
+        ]
+    return []
+
+
 def problems(notebook: Path, since: float = 0.0) -> list[str]:
     """What is wrong with what a run of `notebook` (in its own folder) left in its artifacts
     folder: a promised file missing, or older than `since` (seconds since the epoch, when the
@@ -411,6 +428,7 @@ def problems(notebook: Path, since: float = 0.0) -> list[str]:
         found += regime_problems(folder / "results.json")
     if notebook.stem == "03_single_vs_distributed" and (folder / "results.json").exists():
         found += load_problems(folder / "results.json")
+        found += cross_check_problems(folder / "results.json")
     if notebook.stem == "03b_where_time_goes" and (folder / "results.json").exists():
         found += speed_problems(folder / "results.json")
     if notebook.stem in ALL_REDUCE_NOTEBOOKS and (folder / "results.json").exists():

@@ -196,3 +196,23 @@ def test_every_reason_for_no_verdict_is_printed(capsys):
     assert "the sweep's line misses a point by -57.4%" in withheld
     assert "the machine was busy during the sweep" in withheld
     assert "the cross-check moved by more than the tolerance" in withheld
+
+
+def test_the_artifact_check_holds_the_record_to_the_cross_check_rule(tmp_path):
+    """The review's 5-device run moved +67% between section 2 and the sweep: recorded as noisy it
+    passes, recorded quiet it fails, as does a record without the figures; -10% is quiet."""
+    from course_tools.artifact_check import cross_check_problems
+
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"cross_check_moved": 0.666, "noisy_cross_check": True}))
+    assert cross_check_problems(path) == []
+    path.write_text(json.dumps({"cross_check_moved": 0.666, "noisy_cross_check": False}))
+    assert cross_check_problems(path) == [
+        "results.json: noisy_cross_check False, with a repeat that moved +67% (the rule: over 15%)"
+    ]
+    path.write_text(json.dumps({"cross_check_moved": -0.1, "noisy_cross_check": False}))
+    assert cross_check_problems(path) == []
+    path.write_text(json.dumps({"noisy_cross_check": False}))
+    assert cross_check_problems(path) == [
+        "results.json: cross_check_moved or noisy_cross_check not recorded"
+    ]
