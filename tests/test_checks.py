@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict
+from pathlib import Path
 
+import nbformat
 import pytest
+import tensorflow as tf
 
 from course_tools.grade.core import checks, probe
 from course_utils import timing
@@ -241,11 +244,11 @@ def test_honest_pipelines_written_other_ways_pass_the_code_check():
     """A name reassigned from itself, and a helper function of the notebook's own, are followed."""
     cached = "cached = train_examples.cache()"
     for code in (
-        "train_ds = cached.shuffle(100)\ntrain_ds = train_ds.batch(B)\n"
+        "train_ds = cached.shuffle(10_000)\ntrain_ds = train_ds.batch(B)\n"
         "train_ds = train_ds.prefetch(2)",
-        "def pipeline(ds):\n    return ds.shuffle(100).batch(B).prefetch(2)\n"
+        "def pipeline(ds):\n    return ds.shuffle(10_000).batch(B).prefetch(2)\n"
         "train_ds = pipeline(cached)",
-        "def pipeline(ds):\n    ds = ds.shuffle(100)\n    ds = ds.batch(B)\n    return ds\n"
+        "def pipeline(ds):\n    ds = ds.shuffle(1_000)\n    ds = ds.batch(B)\n    return ds\n"
         "train_ds = pipeline(ds=cached).prefetch(2)",
     ):
         checks.assert_pipeline_code(observed(cached, code), "train_ds", "train")
@@ -408,7 +411,7 @@ def test_a_shuffle_buffer_below_two_does_not_count_as_shuffling():
         code = f"train_ds = examples.shuffle({buffer}).batch(B)"
         with pytest.raises(checks.CheckError, match="a buffer of 1 .or less."):
             checks.assert_pipeline_code(observed(code), "train_ds", "train")
-    for buffer in ("64", "10_000", "BUFFER", "buffer_size=len(labels)"):
+    for buffer in ("1_000", "10_000", "BUFFER", "buffer_size=len(labels)"):
         code = f"train_ds = examples.shuffle({buffer}).batch(B)"
         checks.assert_pipeline_code(observed(code), "train_ds", "train")
     # a real shuffle before the batch still counts beside a useless one
@@ -421,16 +424,20 @@ def test_a_shuffle_buffer_below_two_does_not_count_as_shuffling():
 
 
 def test_a_shuffle_buffer_of_a_few_examples_does_not_count_as_shuffling():
-    """A literal buffer below a batch (2 to 63) moves each example a few places only: it earns
-    no shuffling point, and the message asks for thousands; a buffer the code cannot read (a
+    """A literal buffer below 1,000 (2 to 999) earns no shuffling point, at any device count, and
+    the message asks for thousands, as the exercise does (red team 14a: 100 and 128 passed the
+    run-time measure at two replicas and failed it at eight); a buffer the code cannot read (a
     parameter, a name assigned twice) is left to the order the probe reads (as is a shuffle that
     never reshuffles before one of 2, `assert_pipeline`'s test); on the test set it is a shuffle."""
     for code in (
         "train_ds = examples.shuffle(2).batch(B).prefetch(2)",
         "train_ds = examples.shuffle(buffer_size=63).batch(B)",
         "BUFFER = 16\ntrain_ds = examples.shuffle(BUFFER).batch(B)",
+        "train_ds = examples.shuffle(buffer_size=100).batch(B)",  # red team 14a's honest-buf100
+        "train_ds = examples.shuffle(128).batch(B)",
+        "BUFFER = 999\ntrain_ds = examples.shuffle(BUFFER).batch(B)",
     ):
-        with pytest.raises(checks.CheckError, match="a buffer below 64.*buffer of thousands"):
+        with pytest.raises(checks.CheckError, match="a buffer below 1,000.*buffer of thousands"):
             checks.assert_pipeline_code(observed(code), "train_ds", "train")
     for code in (
         "BUFFER = 2\nBUFFER = 10_000\ntrain_ds = examples.shuffle(BUFFER).batch(B)",
@@ -544,3 +551,201 @@ def test_a_model_assigned_with_the_walrus_is_assigned():
     """`(custom_model := make_model())` under the scope (red team 9a: 11/12 for it)."""
     code = observed(f"{MIRRORED}with strategy.scope():\n    (custom_model := make_model())")
     checks.assert_created_in_scope(code, "custom_model")
+
+
+SOLUTION = Path(__file__).resolve().parent.parent / "solutions" / "05_svhn_solution.ipynb"
+
+
+def solution_observed(replaced: dict[str, str] = {}, added: tuple[str, ...] = ()) -> dict:  # noqa: B006
+    """What the grader observes of the solution's code cells (its hidden cells left out), with
+    each cell that contains a key of `replaced` replaced by its value, and `added` appended."""
+    cells = [
+        cell.source
+        for cell in nbformat.read(SOLUTION, as_version=4).cells
+        if cell.cell_type == "code" and "HIDDEN" not in cell.source
+    ]
+    for marker, source in replaced.items():
+        cells = [source if marker in cell else cell for cell in cells]
+    return observed(*cells, *added)
+
+
+#: Red team 14a's cells for question 1 (their `train_ds` lines as submitted).
+Q1_HEAD = (
+    "strategy = tf.distribute.MirroredStrategy()\n"
+    "GLOBAL_BATCH = PER_REPLICA_BATCH * strategy.num_replicas_in_sync\n"
+    "train_cached = train_examples.cache()\n"
+    "train_cached.reduce(0, lambda count, _: count + 1)\n"
+)
+Q1_TAIL = "test_ds = test_examples.batch(GLOBAL_BATCH).prefetch(tf.data.AUTOTUNE)\n"
+ROT64C = (
+    f"{Q1_HEAD}_epoch = tf.Variable(0, dtype=tf.int64)\n\n\n"
+    "def _rotate(_):\n"
+    "    offset = (_epoch.assign_add(1) % 2) * (GLOBAL_BATCH // 2)\n"
+    "    return train_cached.skip(offset).concatenate(train_cached.take(offset))\n\n\n"
+    "train_ds = tf.data.Dataset.range(1).shuffle(1_000).flat_map(_rotate).apply(tf.data."
+    "experimental.assert_cardinality(train_examples.cardinality())).batch(GLOBAL_BATCH)."
+    f"prefetch(tf.data.AUTOTUNE)\n{Q1_TAIL}"
+)
+MERGE8C = (
+    f"{Q1_HEAD}_n = train_examples.cardinality() // 8\n"
+    "_parts = [train_cached.skip(i * _n).take(_n if i < 7 else -1) for i in range(8)]\n"
+    "train_ds = tf.data.Dataset.range(1).shuffle(1_000).flat_map(lambda _: tf.data.Dataset."
+    "sample_from_datasets(_parts, rerandomize_each_iteration=True)).apply(tf.data.experimental."
+    "assert_cardinality(train_examples.cardinality())).batch(GLOBAL_BATCH).prefetch(tf.data."
+    f"AUTOTUNE)\n{Q1_TAIL}"
+)
+TWO_ORDERSC = (
+    f"{Q1_HEAD}order_a = train_cached.shuffle(10_000, seed=1, reshuffle_each_iteration=False)\n"
+    "order_b = train_cached.shuffle(10_000, seed=2, reshuffle_each_iteration=False)\n"
+    "_pass = tf.Variable(0, dtype=tf.int64)\n"
+    "train_ds = tf.data.Dataset.range(1).shuffle(1_000).flat_map(lambda _: tf.data.Dataset."
+    "choose_from_datasets([order_a, order_b], tf.data.Dataset.from_tensors(_pass.assign_add(1) "
+    "% 2).repeat())).apply(tf.data.experimental.assert_cardinality(train_examples.cardinality()))"
+    f".batch(GLOBAL_BATCH).prefetch(tf.data.AUTOTUNE)\n{Q1_TAIL}"
+)
+UNSHUFFLED = f"{Q1_HEAD}train_ds = train_cached.batch(GLOBAL_BATCH).prefetch(tf.data.AUTOTUNE)\n"
+LATE_SHUFFLE = (
+    "train_ds = train_cached.shuffle(10_000).batch(GLOBAL_BATCH).prefetch(tf.data.AUTOTUNE)"
+)
+LAST_LOOK = (
+    "# A last look at a few training images and their labels.\n"
+    "train_ds = train_cached.batch(8)\nimages, labels = next(iter(train_ds))\n"
+    "print(images.shape, labels.numpy())"
+)
+FIT_ONEDEV = (
+    "one_device = make_model()  # trained on one device, no strategy\n"
+    "one_device.compile(\n    optimizer=keras.optimizers.Adam(),\n"
+    "    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),\n"
+    '    metrics=["accuracy"],\n)\n'
+    "fit_checkpoints = keras.callbacks.ModelCheckpoint(\n"
+    '    str(ARTIFACTS / "fit_ckpt" / "ckpt_{epoch}.weights.h5"), save_weights_only=True\n)\n'
+    "fit_clock = EpochClock()\nwith timing.Timer() as fit_timer:\n"
+    "    one_device.fit(train_ds, epochs=EPOCHS, callbacks=[fit_clock, fit_checkpoints], "
+    "verbose=2)\n"
+    'one_device.save(ARTIFACTS / "fit_model.keras")\n'
+    "with strategy.scope():\n"
+    '    fit_model = keras.models.load_model(ARTIFACTS / "fit_model.keras")\n'
+)
+
+
+def test_the_solutions_code_passes_every_code_check():
+    """The solution as the grader reads it: both pipelines, the three models' scopes (question
+    6's restored models, made and loaded apart, change nothing)."""
+    solution = solution_observed()
+    checks.assert_pipeline_code(solution, "train_ds", "train")
+    checks.assert_pipeline_code(solution, "test_ds", "test")
+    for name in ("fit_model", "custom_model"):
+        checks.assert_created_in_scope(solution, name)
+    checks.assert_created_in_scope(solution, "single_model", scoped=False)
+
+
+def test_a_shuffle_of_a_control_stream_or_a_pipeline_the_reading_cannot_follow_earns_nothing():
+    """Red team 14a's rot64c, merge8c and two-ordersc shuffle `Dataset.range(1)` and make the
+    examples' order in a function of flat_map: named for the instructor, no point; a shuffle of
+    a dataset made beside the examples is no shuffle of them."""
+    for cell in (ROT64C, MERGE8C, TWO_ORDERSC):
+        code = solution_observed({"train_cached = train_examples.cache()": cell})
+        with pytest.raises(checks.CheckError, match="through flat_map.*the instructor reads"):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.assert_pipeline_code(code, "test_ds", "test")
+    for line in (
+        "train_ds = tf.data.Dataset.range(1).shuffle(1_000).map(pick).batch(B)",
+        "order = tf.data.Dataset.range(5).shuffle(10_000)\ntrain_ds = order.map(pick).batch(B)",
+    ):
+        with pytest.raises(checks.CheckError, match="does not carry train_examples"):
+            checks.assert_pipeline_code(observed(line), "train_ds", "train")
+
+
+def test_the_order_must_change_between_passes_not_only_the_batches(examples):
+    """A rotation by half a batch on alternate passes (rot64c's order: kept_together 0.496, under
+    the batch measure's cut) and runs of 16 examples shuffled as blocks keep nearly every pair of
+    neighbours: they fail with what to do; real shuffles keep almost none (the first test)."""
+    train_cached = examples["train"].cache()
+    train_cached.reduce(0, lambda count, _: count + 1)
+    epoch = tf.Variable(0, dtype=tf.int64)
+
+    def rotate(_):
+        offset = (epoch.assign_add(1) % 2) * (GLOBAL_BATCH // 2)
+        return train_cached.skip(offset).concatenate(train_cached.take(offset))
+
+    rotated = tf.data.Dataset.range(1).flat_map(rotate).batch(GLOBAL_BATCH)
+    blocks = train_cached.batch(16).shuffle(1_000).unbatch().batch(GLOBAL_BATCH)
+    for train_ds in (rotated, blocks):
+        found = facts(train_ds=train_ds)
+        assert found["datasets"]["train_ds"]["neighbours_kept"] > 0.9
+        with pytest.raises(checks.CheckError, match="keeps its examples' order between epochs"):
+            checks.assert_pipeline(found, "train_ds", "train", GLOBAL_BATCH)
+    found = facts(train_ds=train_cached.shuffle(10_000).batch(GLOBAL_BATCH))
+    assert found["datasets"]["train_ds"]["neighbours_kept"] < checks.NEIGHBOURS_AT_MOST / 3
+    checks.assert_pipeline(found, "train_ds", "train", GLOBAL_BATCH)
+
+
+def test_the_pipeline_read_is_the_one_that_trained_and_a_later_one_is_named(examples):
+    """Red team 14a's late-rebind trains on an unshuffled `train_ds` and rebinds it, shuffled,
+    after training: the pipeline in force at `fit` and the custom loop is read, and fails.
+    honest-look trains right, then ends with `train_ds = train_cached.batch(8)`: question 1
+    names the later assignment; the steps expected of the models come from the training
+    examples and the global batch, not from the batches of 8 the probe reads at the end."""
+    late = solution_observed({"train_cached = train_examples.cache()": UNSHUFFLED}, (LATE_SHUFFLE,))
+    with pytest.raises(checks.CheckError, match="does not shuffle `train_ds` before batching"):
+        checks.assert_pipeline_code(late, "train_ds", "train")
+    look = solution_observed(added=(LAST_LOOK,))
+    cells = len(look["cells"])
+    with pytest.raises(
+        checks.CheckError, match=rf"assigns `train_ds` again \(cell {cells}\) after"
+    ):
+        checks.assert_pipeline_code(look, "train_ds", "train")
+    checks.assert_pipeline_code(look, "test_ds", "test")
+    found = facts(train_ds=examples["train"].batch(8))
+    assert checks.train_steps(found, GLOBAL_BATCH) == math.ceil(2_048 / GLOBAL_BATCH) == 16
+    # the notebook's GLOBAL_BATCH, as the probe read it, when it has one: a wrong one (64 at
+    # two replicas) costs question 1, not the steps of every model again
+    found = probe.collect(
+        {"train_ds": examples["train"].batch(8), "GLOBAL_BATCH": 64},
+        models=[],
+        datasets=("train_ds",),
+        loss=("compute_loss", "strategy", "GLOBAL_BATCH"),
+    )
+    assert checks.train_steps(found, GLOBAL_BATCH) == 32
+
+
+def test_the_strategy_point_follows_the_model_that_trained_and_was_saved():
+    """Red team 14a's fit-onedev trains `one_device` without a strategy, saves it as
+    fit_model.keras and loads it back as `fit_model` under the scope: no point; nor for a
+    model saved under fit_model's file name from another model made outside the scope."""
+    onedev = solution_observed({"fit_model = make_model()": FIT_ONEDEV})
+    with pytest.raises(checks.CheckError, match="makes `fit_model` with load_model"):
+        checks.assert_created_in_scope(onedev, "fit_model")
+    renamed = FIT_ONEDEV.replace(
+        'keras.models.load_model(ARTIFACTS / "fit_model.keras")', "one_device"
+    )
+    with pytest.raises(
+        checks.CheckError, match="saves fit_model.keras from `one_device`.*outside any strategy"
+    ):
+        checks.assert_created_in_scope(
+            solution_observed({"fit_model = make_model()": renamed}), "fit_model"
+        )
+    checks.assert_created_in_scope(onedev, "custom_model")  # the other models keep theirs
+
+
+def test_one_step_more_an_epoch_is_named_as_keras_counting_an_unknown_length(tmp_path):
+    """Red team 14a's honest-filter: fit on a `filter`ed train_ds (cardinality unknown) counts
+    17, 34, 51 optimizer steps over three epochs of 16 batches (Keras 3 calls its train function
+    once more an epoch to find the end); the message says so instead of "train it as the question
+    says", which it keeps for other counts."""
+    import keras
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    for counted, expected, words in (
+        (51, 48, "made 51 steps, but 48 .* 3 more, one an epoch, .*cardinality"),
+        (17, 16, "1 more, one an epoch, is what Keras 3's fit counts"),
+        (40, 48, "train it .and save it. as the question says"),
+    ):
+        model.optimizer.iterations.assign(counted)
+        path = tmp_path / f"model_{counted}.keras"
+        model.save(path)
+        with pytest.raises(checks.CheckError, match=words):
+            checks.assert_steps(path, expected, "fit_model")
+    checks.assert_steps(tmp_path / "model_40.keras", 40, "fit_model")

@@ -360,12 +360,16 @@ def assert_kernel_trusted(facts: dict) -> None:
 
 
 def train_steps(facts: dict, global_batch: int) -> int:
-    """Optimizer steps in one epoch: the batches of one pass over train_ds (the probe's facts),
-    else the training set in batches of `global_batch`."""
-    passes = ((facts or {}).get("datasets", {}).get("train_ds") or {}).get("passes")
-    if passes and passes[0].get("batch_sizes"):
-        return len(passes[0]["batch_sizes"])
-    return math.ceil(_labels("train")["count"] / global_batch)
+    """Optimizer steps in one epoch: the training set in batches of the notebook's
+    GLOBAL_BATCH (the probe's `global_batch`), else of `global_batch`. Not the batches of the
+    probe's `train_ds`: that is the one the notebook ends with, which need not be the one that
+    trained (`assert_pipeline_code` names a later one). A wrong GLOBAL_BATCH costs question 1's
+    points, not the models' step counts again; a made-up one buys no more than made-up batches
+    of `train_ds` did."""
+    batch = (facts or {}).get("global_batch")
+    if type(batch) is not int or batch <= 0:
+        batch = global_batch
+    return math.ceil(_labels("train")["count"] / batch)
 
 
 def optimizer_steps(path: Path) -> int | None:
@@ -398,13 +402,34 @@ def optimizer_steps(path: Path) -> int | None:
         return None
 
 
+#: The most epochs a profile trains (`full`): an excess of up to this many steps can be one an
+#: epoch.
+MOST_EPOCHS = 6
+
+
 def assert_steps(path: Path, expected: int, what: str) -> None:
-    """The optimizer saved in `path` made `expected` steps."""
+    """The optimizer saved in `path` made `expected` steps. One step more in each epoch is named
+    for what it most likely is: Keras 3's `fit` on a pipeline whose length TensorFlow cannot know
+    (cardinality unknown, after `filter`, `flat_map` or `ignore_errors`) runs its train function
+    once more at the end of each epoch, to find the data at its end, and that call advances the
+    optimizer's step count though it trains nothing (measured: 17, 34, 51 counted over three
+    epochs of 16 batches, the weights those of 16 steps an epoch)."""
     steps = optimizer_steps(path)
     if steps != expected:
+        extra = (steps or 0) - expected
+        unknown = 0 < extra <= MOST_EPOCHS and expected % extra == 0
         raise CheckError(
             f"{Path(path).name}: the optimizer saved with {what} made {steps} steps, but "
-            f"{expected} make the epochs asked for: train it (and save it) as the question says"
+            f"{expected} make the epochs asked for: "
+            + (
+                f"{extra} more, one an epoch, is what Keras 3's fit counts on a "
+                "train_ds whose length TensorFlow cannot know (after filter, flat_map or "
+                "ignore_errors; train_ds.cardinality() is -2): keep such methods out of "
+                "train_ds or, if they drop no example, state its length before batching, "
+                ".apply(tf.data.experimental.assert_cardinality(NUM_TRAIN))"
+                if unknown
+                else "train it (and save it) as the question says"
+            )
         )
 
 
@@ -613,13 +638,23 @@ def assert_pipeline(facts: dict, name: str, split: str, global_batch: int) -> No
 MIXED_AT_MOST = 0.5
 
 
+#: The share of neighbours of one pass that may be neighbours again in the next (either order).
+#: Measured with TensorFlow's shuffle at 2,048 and 20,000 examples: a buffer of 1,000 or 10,000
+#: keeps 0-0.0024 (a full shuffle about 2 / examples: a handful of pairs), 64 keeps 0.006-0.009;
+#: an order rotated by half a batch on alternate passes keeps 0.9995, runs of 16 consecutive
+#: examples shuffled as blocks 0.94, eight unshuffled slices merged at random 0.017-0.028.
+NEIGHBOURS_AT_MOST = 0.01
+
+
 def assert_mixed(found: dict, name: str, sizes: list[int]) -> None:
     """The batches of the probe's second pass over `name` are a new mix: of the pairs of
     examples batched together in the first pass, not many more are together again than a full
-    shuffle would keep (`MIXED_AT_MOST` of the way to all of them). A shuffle whose buffer is a
-    few examples changes the order each epoch yet moves each example a few places only.
+    shuffle would keep (`MIXED_AT_MOST` of the way to all of them), and the order is new: few
+    neighbours are neighbours again (`NEIGHBOURS_AT_MOST`). A shuffle whose buffer is a few
+    examples changes the order each epoch yet moves each example a few places only; a rotation
+    by half a batch makes new batches of an order kept.
 
-    >>> assert_mixed({"kept_together": 0.07}, "train_ds", [128] * 16)
+    >>> assert_mixed({"kept_together": 0.07, "neighbours_kept": 0.001}, "train_ds", [128] * 16)
     >>> assert_mixed({"kept_together": 0.98}, "train_ds", [128] * 16)
     Traceback (most recent call last):
     ...
@@ -637,6 +672,15 @@ def assert_mixed(found: dict, name: str, sizes: list[int]) -> None:
             f"examples batched together in one pass are together again in the next (a full "
             f"shuffle keeps {at_random:.1%}): give shuffle a buffer of thousands of examples, "
             "before batching"
+        )
+    neighbours = found.get("neighbours_kept")
+    if not _is_number(neighbours) or neighbours > NEIGHBOURS_AT_MOST:
+        shown = f"{neighbours:.1%}" if _is_number(neighbours) else "an unknown share"
+        raise CheckError(
+            f"`{name}` keeps its examples' order between epochs: {shown} of the examples next "
+            "to each other in one pass are next to each other again in the next (a shuffle "
+            f"keeps about {2 / max(examples, 1):.2%}), whatever batches they make: shuffle the "
+            "examples themselves with a buffer of thousands, before batching"
         )
 
 
@@ -705,9 +749,24 @@ def assert_created_in_scope(observed: dict | None, name: str, *, scoped: bool = 
     the solution's own kernel)."""
     if observed is None:
         return
-    inside = reading.Code.of(observed).assigned_in_scope(name)
+    code = reading.Code.of(observed)
+    inside = code.assigned_in_scope(name)
     if inside is None:
         raise CheckError(f"the notebook's code never assigns `{name}`: keep that name")
+    copied = code.copied(name)
+    if scoped and copied:
+        raise CheckError(
+            f"the notebook's code makes `{name}` with {copied[0]}: a copy of a model is not the "
+            f"model trained; create {name} with make_model() inside `with strategy.scope():` "
+            "and train it"
+        )
+    for saver in sorted(code.savers(f"{name}.keras") - {name}):
+        if code.assigned_in_scope(saver) != scoped:
+            where = "outside any strategy scope" if scoped else "inside `with strategy.scope():`"
+            raise CheckError(
+                f"the notebook's code saves {name}.keras from `{saver}`, which it creates {where}"
+                f": train and save {name} itself"
+            )
     if inside != scoped:
         raise CheckError(
             f"the notebook's code creates `{name}` inside `with strategy.scope():`: train the "
@@ -719,16 +778,56 @@ def assert_created_in_scope(observed: dict | None, name: str, *, scoped: bool = 
         )
 
 
+#: Methods through which the reading cannot follow where the examples go (a function of their
+#: own, other datasets merged in or alternated, examples left out): a pipeline made through one
+#: of them is left to the instructor.
+UNFOLLOWED = (
+    "flat_map",
+    "interleave",
+    "choose_from_datasets",
+    "sample_from_datasets",
+    "skip",
+    "take",
+    "concatenate",
+)
+
+#: The names the exercise gives the examples loaded for each split.
+EXAMPLES = {"train": "train_examples", "test": "test_examples"}
+
+
 def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
     """The notebook's code (read by the grader) makes `name` with a `batch`, and for the training
-    set a `shuffle` before it (a literal buffer below `reading.SMALL_BUFFER` is none); the test
-    set is not shuffled. A method a helper applies in a branch (`if training: ds =
-    ds.shuffle(...)`, named "shuffle?" by `reading`) may or may not have run for this call: it
-    counts as there for the training set and not for the test set, and the kernel's facts
-    (`assert_pipeline`, the order the probe read) decide. Skipped without observations."""
+    set a `shuffle` before it (a literal buffer below `reading.SMALL_BUFFER` is none) of the
+    chain that carries the training examples (not of a `Dataset.range(1)` made beside them);
+    the test set is not shuffled. For the training set the
+    pipeline read is the one in force where the code trains on it (`fit`, the custom loop's
+    `experimental_distribute_dataset`), and `name` must not be assigned again after that: the
+    probe reads the last one. A chain through a method the reading cannot follow
+    (`UNFOLLOWED`) is named for the instructor. A method a helper applies in a branch (`if
+    training: ds = ds.shuffle(...)`, named "shuffle?" by `reading`) may or may not have run
+    for this call: it counts as there for the training set and not for the test set, and the
+    kernel's facts (`assert_pipeline`, the order the probe read) decide. Skipped without
+    observations."""
     if observed is None:
         return
-    read = reading.Code.of(observed).pipeline(name)
+    code = reading.Code.of(observed)
+    places = code.training_places(name) if split == "train" else []
+    for at in places or [None]:
+        _assert_one_pipeline(code, name, split, at)
+    if places:
+        later = code.assigned_after(name, places[-1])
+        if later:
+            cells = ", ".join(map(str, later))
+            raise CheckError(
+                f"the notebook's code assigns `{name}` again (cell {cells}) after training on "
+                f"it: the grader reads the `{name}` the notebook ends with, which is not the "
+                "pipeline that trained; give the later dataset another name"
+            )
+
+
+def _assert_one_pipeline(code: reading.Code, name: str, split: str, at: tuple | None) -> None:
+    """`assert_pipeline_code` on the assignment of `name` in force at the place `at`."""
+    read = code.pipeline(name, at=at)
     methods = [method.removesuffix("?") for method in read]
     if "batch" not in methods:
         raise CheckError(
@@ -736,6 +835,13 @@ def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
             "batch it with GLOBAL_BATCH"
         )
     last_batch = len(methods) - 1 - methods[::-1].index("batch")
+    unfollowed = [method for method in UNFOLLOWED if method in methods]
+    if split == "train" and unfollowed:
+        raise CheckError(
+            f"the notebook's code makes `{name}` through {', '.join(unfollowed)}, which the "
+            "grader does not follow (where the examples go, whether the shuffle moves them): "
+            "no point from the grader; the instructor reads this pipeline"
+        )
     if split == "train" and "shuffle" not in methods[:last_batch]:
         if "shuffle(1)" in methods:
             raise CheckError(
@@ -745,17 +851,29 @@ def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
         if "shuffle(few)" in methods[:last_batch]:
             raise CheckError(
                 f"the notebook's code shuffles `{name}` with a buffer below "
-                f"{reading.SMALL_BUFFER}, which moves each example a few places only (most of "
-                "each batch stays together every epoch): give shuffle a buffer of thousands of "
-                "examples"
+                f"{reading.SMALL_BUFFER:,}, which moves each example a few places only (much "
+                "of each batch stays together every epoch): give shuffle a buffer of thousands "
+                "of examples"
             )
     if split == "train" and "shuffle" not in methods[:last_batch]:
         raise CheckError(
             f"the notebook's code does not shuffle `{name}` before batching it: shuffle the "
             "examples, then batch"
         )
+    if split == "train" and not _carries_examples(methods):
+        raise CheckError(
+            f"the notebook's code shuffles a dataset that does not carry {EXAMPLES[split]} "
+            f"(`{name}` starts from {methods[: methods.index('shuffle')] or 'nothing'}): "
+            f"shuffle {EXAMPLES[split]} (cached), then batch"
+        )
     if split == "test" and ("shuffle" in read or "shuffle(few)" in read):
         raise CheckError(f"the notebook's code shuffles `{name}`: the test set needs no shuffle")
+
+
+def _carries_examples(methods: list[str]) -> bool:
+    """The chain up to the first shuffle makes no dataset of its own (`tf.data.Dataset.range`,
+    `from_tensors`, `tf.data.experimental.Counter`): what it shuffles is what it loaded."""
+    return not {"data", "Dataset"} & set(methods[: methods.index("shuffle")])
 
 
 def assert_loss_code(observed: dict | None, function: str = "compute_loss") -> None:

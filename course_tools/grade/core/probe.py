@@ -155,8 +155,10 @@ def _methods_not_from(cls: type, folders: tuple[str, ...]) -> list[str]:
 def pipeline_facts(dataset: Any) -> dict:
     """What two passes over a pipeline of (images, labels) batches yield: the batch sizes, a
     checksum of the labels in the order they came and sorted (the same examples in any order),
-    and how many of the examples batched together in the first pass are again in the second
-    (`kept_together`: how much a shuffle mixes, not only whether the order changed).
+    how many of the examples batched together in the first pass are again in the second
+    (`kept_together`: how much a shuffle mixes, not only whether the order changed), and how
+    many neighbours in the first pass are neighbours again (`neighbours_kept`: whether the order
+    itself is new, not only the batches).
     TypeError for an object whose classes are not all TensorFlow's (`DATASET_MODULES`), or whose
     classes' methods are not all TensorFlow's or Python's code (`_methods_not_from`)."""
     foreign = [
@@ -188,7 +190,12 @@ def pipeline_facts(dataset: Any) -> dict:
                 "batches": checksum(batches, in_order=False),  # which examples go together
             }
         )
-    return {"passes": passes, "kept_together": kept_together(*groups)}
+    orders = [[example for batch in examples for example in batch] for examples in groups]
+    return {
+        "passes": passes,
+        "kept_together": kept_together(*groups),
+        "neighbours_kept": neighbours_kept(*orders),
+    }
 
 
 def kept_together(first: list[list], second: list[list]) -> float:
@@ -212,6 +219,26 @@ def kept_together(first: list[list], second: list[list]) -> float:
                 counts[batch_of[example]] = counts.get(batch_of[example], 0) + 1
         together += sum(count * (count - 1) for count in counts.values())
     return together / pairs if pairs else 1.0
+
+
+def neighbours_kept(first: list, second: list) -> float:
+    """The share of the pairs of examples next to each other in the `first` pass (in that order)
+    that are next to each other again in the `second`, in either order: about 2 / (number of
+    examples) for a shuffle, near 1 for an order only rotated, reversed or cut into runs of
+    consecutive examples that are shuffled as blocks, whatever batches those make.
+
+    >>> neighbours_kept([1, 2, 3, 4], [3, 4, 1, 2])
+    0.6666666666666666
+    >>> neighbours_kept([1, 2, 3, 4], [2, 4, 1, 3])
+    0.0
+    """
+    after = {}
+    for this, following in zip(second, second[1:]):
+        after.setdefault(this, set()).add(following)
+        after.setdefault(following, set()).add(this)
+    pairs = list(zip(first, first[1:]))
+    kept = sum(1 for this, following in pairs if following in after.get(this, ()))
+    return kept / len(pairs) if pairs else 1.0
 
 
 def collect(
@@ -258,6 +285,9 @@ def collect(
             facts["loss"] = {"ratios": loss_ratios(namespace, *loss)}
         except Exception as exc:  # noqa: BLE001 - anything the student's function raises
             facts["loss"] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        batch = namespace.get(loss[2])
+        if type(batch) is int and batch > 0:  # the global batch the notebook trained with
+            facts["global_batch"] = batch
     return facts
 
 
