@@ -656,7 +656,7 @@ def test_a_submission_cannot_reach_kernel_objects_outside_its_namespaces(jail_as
     assert said["fork"] == 7, said
     outside = subprocess.run([sys.executable, "-c", KEYRINGS], capture_output=True, text=True)
     assert json.loads(outside.stdout)["keyctl session"] == "allowed", outside
-    assert len(seccomp.program("aarch64")) == 59 * 8  # as x86_64 but for the x32 check and i386's
+    assert len(seccomp.program("aarch64")) == 68 * 8  # as x86_64 but for the x32 check and i386's
     # socketcall
 
 
@@ -681,6 +681,8 @@ attempt("unix pair", lambda: socket.socketpair())
 attempt("inet", lambda: [socket.socket(socket.AF_INET)])
 attempt("inet6", lambda: [socket.socket(socket.AF_INET6)])
 attempt("netlink", lambda: [socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)])
+uevent = socket.NETLINK_KOBJECT_UEVENT if hasattr(socket, "NETLINK_KOBJECT_UEVENT") else 15
+attempt("uevent", lambda: [socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, uevent)])
 said["interfaces"] = [name for _, name in socket.if_nameindex()]  # through netlink
 _, io_setup, io_uring_setup = seccomp.ARCHITECTURES[platform.machine()][0].nosys
 context = ctypes.c_ulong(0)
@@ -704,8 +706,10 @@ def test_a_submission_gets_no_vsock_and_no_asynchronous_io(tmp_path):
     namespace) and took the host's whole AIO budget (`fs.aio-max-nr`) with io_setup. In the jail
     a socket of a family TensorFlow does not need fails as if the kernel lacked it
     (EAFNOSUPPORT), io_setup and io_uring_setup as if it lacked them (ENOSYS); the families it
-    does need still open (Unix, IPv4, IPv6, and netlink, which lists the interfaces). Outside,
-    io_setup works."""
+    does need still open (Unix, IPv4, IPv6, and netlink, which lists the interfaces). Red team
+    15b read the host's device events from a netlink uevent socket (as root): netlink opens only
+    for its routing protocol (EPROTONOSUPPORT otherwise). Outside, io_setup and the uevent
+    socket work."""
     available, detail = sandbox.status()
     if not available:
         require_or_skip("sandbox", f"no grading sandbox: {detail}")
@@ -718,18 +722,20 @@ def test_a_submission_gets_no_vsock_and_no_asynchronous_io(tmp_path):
     assert said["io_setup"] == said["io_uring_setup"] == os.strerror(errno.ENOSYS), said
     for family in ("unix", "unix pair", "inet", "inet6", "netlink"):
         assert said[family] == "allowed", (family, said)
+    assert said["uevent"] == os.strerror(errno.EPROTONOSUPPORT), said
     assert "lo" in said["interfaces"], said
     outside = subprocess.run(
         [sys.executable, "-c", SOCKETS_AND_AIO], capture_output=True, text=True
     )
     assert json.loads(outside.stdout)["io_setup"] == "allowed", outside
+    assert json.loads(outside.stdout)["uevent"] == "allowed", outside
 
 
-def _filtered(program: bytes, arch: int, number: int, arg0: int = 0) -> int:
+def _filtered(program: bytes, arch: int, number: int, arg0: int = 0, arg2: int = 0) -> int:
     """What the classic BPF `program` returns for a call (`struct seccomp_data`: nr, arch,
     instruction pointer, six arguments): the kernel's interpreter, for the four instructions the
     filter uses."""
-    data = struct.pack("<iIQ6Q", number, arch, 0, arg0, 0, 0, 0, 0, 0)
+    data = struct.pack("<iIQ6Q", number, arch, 0, arg0, 0, arg2, 0, 0, 0)
     code = [struct.unpack_from("<HBBI", program, at) for at in range(0, len(program), 8)]
     pc = accumulator = 0
     while True:
@@ -747,21 +753,28 @@ def _filtered(program: bytes, arch: int, number: int, arg0: int = 0) -> int:
 def test_the_filter_refuses_the_same_calls_for_every_architecture_it_lists():
     """Run on the filter itself, for each machine and each of its call tables (the 32-bit ones
     too, which the sandbox test above cannot reach): vsock refused, the four families allowed,
-    AIO and clone3 ENOSYS, keys EPERM, a new user namespace EPERM but a plain unshare allowed,
-    i386's socketcall ENOSYS, x32 and an unknown architecture EPERM, any other call allowed."""
+    netlink only with NETLINK_ROUTE (uevents EPROTONOSUPPORT), AIO and clone3 ENOSYS, keys
+    EPERM, a new user namespace EPERM but a plain unshare allowed, i386's socketcall ENOSYS,
+    x32 and an unknown architecture EPERM, any other call allowed."""
     allow, refuse = 0x7FFF0000, 0x00050000
     for machine, tables in seccomp.ARCHITECTURES.items():
         program = seccomp.program(machine)
         for calls in tables:
 
-            def verdict(number, arg0=0, calls=calls, program=program):
-                return _filtered(program, calls.arch, number, arg0)
+            def verdict(number, arg0=0, arg2=0, calls=calls, program=program):
+                return _filtered(program, calls.arch, number, arg0, arg2)
 
             for number in calls.sockets:
                 assert verdict(number, socket.AF_VSOCK) == refuse | errno.EAFNOSUPPORT
                 assert verdict(number, 17) == refuse | errno.EAFNOSUPPORT  # AF_PACKET
                 for family in seccomp.FAMILIES:
                     assert verdict(number, family) == allow, (machine, number, family)
+                    assert verdict(number, family | 1 << 32) == allow  # high bits: ignored
+                for protocol in (15, 1, 16, 0x10000):  # uevent, unused, generic, high bit
+                    netlink = verdict(number, socket.AF_NETLINK, protocol)
+                    assert netlink == refuse | errno.EPROTONOSUPPORT, (machine, protocol)
+                for family in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
+                    assert verdict(number, family, 15) == allow  # their protocols: any
             assert {verdict(n) for n in calls.nosys} == {refuse | errno.ENOSYS}, machine
             assert {verdict(n) for n in calls.keys} == {refuse | errno.EPERM}, machine
             for number in calls.namespaces:

@@ -14,7 +14,11 @@
 - sockets of a family other than `FAMILIES` (`socket`, `socketpair`: EAFNOSUPPORT, as if the
   kernel had not built it in). AF_VSOCK is the one that matters: it has no network namespace, so
   a sandbox could take ports of the host's vsock space and reach the hypervisor. i386's
-  `socketcall`, whose arguments a filter cannot read, fails with ENOSYS.
+  `socketcall`, whose arguments a filter cannot read, fails with ENOSYS;
+- netlink sockets of a protocol other than `NETLINK_PROTOCOLS` (EPROTONOSUPPORT). Run as root,
+  the sandbox's network namespace belongs to the host's user namespace, and the kernel sends
+  the host's device events (NETLINK_KOBJECT_UEVENT: disks, USB, other jobs' network devices,
+  module loads) to every such namespace.
 Nothing the course runs uses them.
 
 bubblewrap loads a compiled classic BPF program from a file descriptor (`--seccomp FD`). The
@@ -55,7 +59,8 @@ class Calls(NamedTuple):
     namespaces: tuple[int, ...]
     #: clone3, io_setup, io_uring_setup (and i386's socketcall): ENOSYS
     nosys: tuple[int, ...]
-    #: socket, socketpair: EAFNOSUPPORT for a family not in `FAMILIES`
+    #: socket, socketpair: EAFNOSUPPORT for a family not in `FAMILIES`, EPROTONOSUPPORT for a
+    #: netlink protocol not in `NETLINK_PROTOCOLS`
     sockets: tuple[int, ...]
 
 
@@ -73,17 +78,21 @@ ARCHITECTURES = {
 }
 #: The socket families a sandbox may open: AF_UNIX, AF_INET, AF_INET6 (TensorFlow's gRPC,
 #: Python's socket module, the kernel's own ZeroMQ: none of which reaches beyond the sandbox's
-#: empty network namespace) and AF_NETLINK (getifaddrs, and getaddrinfo with AI_ADDRCONFIG). The
-#: others either have no network namespace (AF_VSOCK: the host's, a hypervisor's ports) or
-#: nothing the course needs; Docker's default profile refuses AF_VSOCK too.
+#: empty network namespace) and AF_NETLINK (getifaddrs, and getaddrinfo with AI_ADDRCONFIG),
+#: of `NETLINK_PROTOCOLS` only. The others either have no network namespace (AF_VSOCK: the
+#: host's, a hypervisor's ports) or nothing the course needs; Docker's default profile refuses
+#: AF_VSOCK too.
 FAMILIES = (1, 2, 10, 16)
+AF_NETLINK = 16
+#: The netlink protocols a sandbox may use: NETLINK_ROUTE (0), all getifaddrs needs.
+NETLINK_PROTOCOLS = (0,)
 #: x86-64's x32 calls carry this bit in their number.
 X32_BIT = 0x40000000
 CLONE_NEWUSER = 0x10000000
-EPERM, ENOSYS, EAFNOSUPPORT = 1, 38, 97
+EPERM, ENOSYS, EPROTONOSUPPORT, EAFNOSUPPORT = 1, 38, 93, 97
 _LOAD, _JEQ, _JSET, _RET = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
 _ALLOW, _ERRNO = 0x7FFF0000, 0x00050000  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
-_NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg 0's low 32 bits)
+_NR, _ARCH, _ARG0, _ARG2 = 0, 4, 16, 32  # offsets in struct seccomp_data (low 32 bits)
 
 
 def program(machine: str | None = None) -> bytes:
@@ -91,13 +100,14 @@ def program(machine: str | None = None) -> bytes:
     kernel loads; ValueError for a machine not in `ARCHITECTURES`.
 
     >>> len(program("x86_64")) // 8  # instructions
-    61
+    70
     """
     machine = machine or platform.machine()
     if machine not in ARCHITECTURES:
         raise ValueError(f"no system call filter for {machine}: only {sorted(ARCHITECTURES)}")
     # (op, jump if true, jump if false, k), a jump being 0 (the next instruction), a number of
-    # instructions to skip or a label: "deny", "nosys" and "noaf" (the refusals at the end),
+    # instructions to skip or a label: "deny", "nosys", "noproto" and "noaf" (the refusals at
+    # the end),
     # "next" (the next architecture's block), "allow" (this block's last instruction)
     code: list[tuple[int, int | str, int | str, int]] = []
     allows: list[int] = []  # each block's "allow"
@@ -109,18 +119,24 @@ def program(machine: str | None = None) -> bytes:
         for number in calls.namespaces:  # its flags (argument 0) asking for a new user namespace
             code += [(_JEQ, 0, 2, number), (_LOAD, 0, 0, _ARG0)]
             code.append((_JSET, "deny", "allow", CLONE_NEWUSER))
-        for number in calls.sockets:  # its family (argument 0) among those allowed
-            code += [(_JEQ, 0, 1 + len(FAMILIES), number), (_LOAD, 0, 0, _ARG0)]
-            code += [(_JEQ, "allow", 0, family) for family in FAMILIES[:-1]]
-            code.append((_JEQ, "allow", "noaf", FAMILIES[-1]))
+        others = [family for family in FAMILIES if family != AF_NETLINK]
+        for number in calls.sockets:  # its family (argument 0) among those allowed; netlink's
+            # protocol (argument 2) too
+            size = len(others) + 3 + len(NETLINK_PROTOCOLS)
+            code += [(_JEQ, 0, size, number), (_LOAD, 0, 0, _ARG0)]
+            code += [(_JEQ, "allow", 0, family) for family in others]
+            code += [(_JEQ, 0, "noaf", AF_NETLINK), (_LOAD, 0, 0, _ARG2)]
+            code += [(_JEQ, "allow", 0, protocol) for protocol in NETLINK_PROTOCOLS[:-1]]
+            code.append((_JEQ, "allow", "noproto", NETLINK_PROTOCOLS[-1]))
         allows.append(len(code))
         code.append((_RET, 0, 0, _ALLOW))
     deny = len(code)  # another architecture falls through to it too
-    code += [(_RET, 0, 0, _ERRNO | errno) for errno in (EPERM, ENOSYS, EAFNOSUPPORT)]
+    refusals = (EPERM, ENOSYS, EPROTONOSUPPORT, EAFNOSUPPORT)
+    code += [(_RET, 0, 0, _ERRNO | errno) for errno in refusals]
 
     def target(i: int, jump: int | str) -> int:
         block = sum(1 for a in allows if a < i)  # the block instruction i is in
-        where = {"deny": deny, "nosys": deny + 1, "noaf": deny + 2}
+        where = {"deny": deny, "nosys": deny + 1, "noproto": deny + 2, "noaf": deny + 3}
         where["allow"] = allows[min(block, len(allows) - 1)]
         where["next"] = allows[block] + 1 if block < len(allows) else deny
         return where[jump] - i - 1 if isinstance(jump, str) else jump
