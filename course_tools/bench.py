@@ -274,6 +274,7 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
             "beta_seconds_per_byte": fit["beta_small"],
             "intercept_large_seconds": fit["alpha_large"],
             "beta_large_seconds_per_byte": fit["beta_large"],
+            "errors": [fit["errors"][size] for size in byte_sizes],  # alpha_above's band
             "worst_error": worst,
             "tolerance": tolerance,
             "within_tolerance": worst <= tolerance,
@@ -484,8 +485,11 @@ def all_reduce_line(reduce: dict) -> str:
     where = f"- all-reduce over {tables.count(reduce['replicas'], 'replica')}"
     if "alpha_seconds" not in reduce:
         return f"{where}: nothing is sent, no line to fit"
-    seconds = dict(zip(reduce["sizes_bytes"], reduce["seconds"]))  # 3c's alpha rule
-    contradicted = verdict.alpha_above({"alpha": reduce["alpha_seconds"], "seconds": seconds})
+    sizes, worst = reduce["sizes_bytes"], [reduce["worst_error"]]  # 3c's alpha rule
+    fit = {"alpha": reduce["alpha_seconds"], "seconds": dict(zip(sizes, reduce["seconds"]))}
+    contradicted = verdict.alpha_above(
+        fit | {"errors": dict(zip(sizes, reduce.get("errors", worst)))}
+    )
     return (
         f"{where} (notebook 3c's fit): alpha {reduce['alpha_seconds'] * 1e6:,.0f} us, beta "
         f"{reduce['beta_seconds_per_byte'] * 1e12:,.1f} ps/byte up to 1 MiB and "
