@@ -518,7 +518,8 @@ def run_notebook(
     `env` as the kernel's whole environment, as `options` say. cancel: once set, the kernel is
     killed."""
     outcome = RunOutcome(status="ran", notebook=notebook)
-    private = tempfile.TemporaryDirectory(prefix="course-kernel-")
+    # named with this pid: a grader killed before its clean-up leaves it (`supervised`)
+    private = tempfile.TemporaryDirectory(prefix=f"course-kernel-{os.getpid()}-")
     km = _kernel_manager(
         options.kernel_name,
         Path(options.connection_dir or private.name),

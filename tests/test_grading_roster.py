@@ -390,10 +390,69 @@ def test_a_submission_that_kills_the_grader_is_named_and_the_batch_ends_with_its
     assert f"culprit: {said}" in err
     for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
         assert all(s in (out / name).read_text() for s in ("honest", "culprit")), name
-    for mark in killed:  # what the killed processes left: their work, empty file, filter
-        for kind in ("", "empty-", "seccomp-"):
-            left = glob.glob(f"{tempfile.gettempdir()}/course-grade-{kind}{mark.pid}-*")
+    for mark in killed:  # what the killed processes left: work, empty file, filter, kernels
+        for kind in ("grade-", "grade-empty-", "grade-seccomp-", "kernel-"):
+            left = glob.glob(f"{tempfile.gettempdir()}/course-{kind}{mark.pid}-*")
             assert not left, left
     # kept: a second run grades nothing again
     assert _grade([subs], out, jobs=2) == 0
     assert len(killed) == 2 and _gradebook(out) == rows
+
+
+def test_a_death_while_a_quota_stays_used_up_elsewhere_is_a_grader_error_not_a_0(
+    tmp_path, sandboxed, capfd, monkeypatch
+):
+    """The grader's process dies while the culprit runs alone, but a per-user quota stays used
+    up once its sandboxes are gone (simulated through `supervised.exhausted_quotas`, the check's
+    hook: another batch of the account holding it): the row is a grader error naming the cause,
+    not 0, `course grade` exits 1 (a grader failure) with every gradebook file, and the next run
+    grades it again."""
+    monkeypatch.setattr(supervised, "exhausted_quotas", lambda: ["epoll watches"])
+    monkeypatch.setattr(supervised, "SETTLE_S", 1.0)
+    out = tmp_path / "grades"
+    culprit_path = write(notebook_of(SLEEPER), tmp_path / "culprit.ipynb")
+    stop = threading.Event()
+    killed = abort_graders_running(out / plan.PLAN_FOLDER / "running", "culprit", stop)
+    try:
+        code = _grade([culprit_path], out, jobs=1)
+    finally:
+        stop.set()
+    err = capfd.readouterr().err
+    assert code == 1, err
+    assert [mark.alone for mark in killed] == [True], killed
+    culprit = _gradebook(out)["culprit"]
+    assert (culprit["status"], culprit["score"]) == ("grader error", "0"), culprit
+    said = "your account's epoll watches stayed used up once its sandboxes were gone"
+    assert said in culprit["notes"] and "the next run grades it again" in culprit["notes"]
+    assert "culprit: the grader's process died (SIGABRT)" in err and said in err
+    assert report.load(out / "culprit").grader_failed
+    for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
+        assert "culprit" in (out / name).read_text(), name
+
+
+def test_the_quota_check_sees_a_per_user_quota_held_by_another_process():
+    """`supervised.exhausted_quotas` answers from the kernel: a process of a throwaway uid holds
+    every inotify instance that uid may have; the check, run as that uid, names the quota, and
+    says nothing once the holder is gone (as root: it needs another uid)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to use a throwaway uid")
+    limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    if limit > 4096:
+        pytest.skip(f"max_user_instances {limit}: too many to hold in a test")
+    code = (
+        "import ctypes, os, sys, time\n"
+        "from course_tools.grade.routes import supervised\n"
+        f"os.setgid({NOBODY}); os.setuid({NOBODY})\n"
+        "print(supervised.exhausted_quotas(), flush=True)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "held = []\n"
+        "while (fd := libc.inotify_init1(0)) >= 0: held.append(fd)\n"
+        "print(supervised.exhausted_quotas(), flush=True)\n"
+        "for fd in held: os.close(fd)\n"
+        "print(supervised.exhausted_quotas(), flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "['inotify instances']", "[]"], done.stdout

@@ -388,6 +388,7 @@ def test_an_ordinary_user_is_told_the_per_user_quotas_are_shared(monkeypatch):
     monkeypatch.setattr(identity, "privileged", lambda: False)
     (line,) = [line for line in limits.missing() if "per-user quotas" in line]
     assert "NOT ENFORCED" in line and "epoll watches" in line and "scored 0" in line, line
+    assert "on Slurm always a grader error" in line, line
 
 
 #: Run as a Slurm task: the jail inside it, with its own cgroup below the task's.

@@ -50,7 +50,7 @@ from test_grading_roster import SLEEPER, abort_graders_running
 from course_tools.grade.core import plan as grading_plan
 from course_tools.grade.core import report, roster
 from course_tools.grade.jail import sandbox
-from course_tools.grade.routes import batch, slurm_array, supervised
+from course_tools.grade.routes import batch, slurm_array
 from course_tools.runner import Limits
 
 NO_SLURM = slurm.missing_programs()
@@ -324,11 +324,13 @@ def test_the_sbatch_script_passes_the_options_and_records_each_exit_code(tmp_pat
     assert "--partition" not in default and "--mem" not in default
 
 
-def test_a_task_whose_grading_process_dies_twice_scores_its_submission_0_with_the_cause(tmp_path):
+def test_a_task_whose_grading_process_dies_twice_is_a_grader_error_never_a_0(tmp_path):
     """Per task, crash-only: the task's grading process (the child of `run_task`) dies by
-    SIGABRT while the submission runs; it runs again (another task of the instructor on the node
-    may have been the cause); at the second death the submission is scored 0 with the note, in
-    one command that exits 0 (no Slurm needed: the task's command itself, as its script runs it)."""
+    SIGABRT while the submission runs; it runs again after a wait; at the second death the
+    submission is a grader error (another job of the instructor on the node may have used up a
+    quota the account shares: a task is never alone on its node), with the cause in its note,
+    never 0 (no Slurm needed: the task's command itself, as its script runs it). The array's
+    gradebook keeps that row, and a re-run grades it again."""
     if not sandbox.status()[0]:
         require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
     settings = grading_plan.GradingSettings(
@@ -336,7 +338,8 @@ def test_a_task_whose_grading_process_dies_twice_scores_its_submission_0_with_th
     )
     b = grading_plan.prepare(tmp_path / "grades", SOLUTION, settings, LIMITS)
     culprit = write(notebook_of(SLEEPER), tmp_path / "culprit.ipynb")
-    plan = b.save_plan([roster.Submission("culprit", culprit)])
+    submissions = [roster.Submission("culprit", culprit)]
+    plan = b.save_plan(submissions)
     stop = threading.Event()
     killed = abort_graders_running(plan.parent / "running-0", "culprit", stop)
     try:
@@ -346,11 +349,18 @@ def test_a_task_whose_grading_process_dies_twice_scores_its_submission_0_with_th
         stop.set()
     assert done.returncode == 0, done.stdout + done.stderr
     assert [mark.alone for mark in killed] == [True, True], killed
+    assert killed[1].pid != killed[0].pid
     g = report.load(b.out / "culprit")
-    assert (g.status, g.score) == (supervised.DIED, 0), g
-    said = "died (SIGABRT) while this submission ran alone in its grading process (2 times)"
-    assert said in g.reason and "--regrade" in g.reason, g.reason
-    assert "culprit: 0/12 killed the grader" in done.stdout, done.stdout
+    assert (g.status, g.score) == ("grader error", 0) and g.grader_failed, g
+    said = "the grader's process died (SIGABRT) 2 times while this submission ran"
+    assert said in g.reason and "other jobs of your account on the node" in g.reason, g.reason
+    assert "the next run grades it again" in g.reason, g.reason
+    assert "culprit: 0/12 grader error" in done.stdout, done.stdout
+    assert "grading again" in done.stderr, done.stderr
+    # the array keeps the task's row (its key is this notebook's), and a re-run grades it
+    (kept,) = slurm_array.collect(b, submissions, {0: "COMPLETED"}, "1")
+    assert (kept.status, kept.reason) == ("grader error", g.reason), kept
+    assert grading_plan.to_grade(b, submissions, regrade=False) == submissions
 
 
 def test_a_task_without_a_grade_gets_a_row_saying_why(tmp_path):

@@ -76,7 +76,8 @@ def enforced() -> list[Limit]:
         how = (
             "your account's (epoll watches, message-queue bytes, pending signals, pipe pages, "
             "inotify): a submission can use one up while it runs; if that kills the grader, the "
-            "submission is scored 0 and the batch goes on"
+            "batch goes on and the submission running alone is scored 0 (unless the quota stays "
+            "used up: a grader error; on Slurm always a grader error)"
         )
         quotas = Limit("per-user quotas", held=False, how=how)
     return [

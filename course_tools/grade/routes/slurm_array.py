@@ -231,13 +231,17 @@ def _ended_reason(state: str, logs: Path, job: str, index: int) -> tuple[str, st
 
 
 def collect(b: Batch, submissions: list[Submission], states: dict[int, str], job: str) -> list:
-    """A grade for every submission: its saved result, or a row saying why its task gave none."""
+    """A grade for every submission: its saved result, or a row saying why its task gave none
+    (a grader failure saved before this array's plan is an earlier run's, not this task's)."""
     logs = b.out / PLAN_FOLDER
     found = saved_grades(b, submissions)
+    submitted = (logs / "plan.json").stat().st_mtime if (logs / "plan.json").exists() else 0
     grades = []
     for index, s in enumerate(submissions):
         g = found.get(s.student)
-        if g is None or g.key != b.key(s.path):
+        result = b.out / s.student / report.RESULT_NAME
+        earlier = g is not None and g.grader_failed and result.stat().st_mtime < submitted
+        if g is None or g.key != b.key(s.path) or earlier:
             status, reason = _ended_reason(states.get(index, "UNKNOWN"), logs, job, index)
             g = Grade(s.student, s.path, status, reason, max_score=b.parts.max_points)
             g.results = one_submission.zero_results(b.parts, f"not graded: {status}")
@@ -408,17 +412,35 @@ def remove_work(folder: Path) -> list[str]:
 
 
 #: Times a task's grading process may die by a signal while its submission runs before that
-#: submission is scored 0 (`supervised.died_note`): once may be another task of yours on the node.
+#: submission is a grader error (`died_on_node`).
 TASK_ATTEMPTS = 2
+#: Seconds a task waits after a death before it grades again: the dead process's sandboxes die
+#: with it, in about 2 s (then up to `supervised.SETTLE_S` more while a per-user quota stays used
+#: up).
+RETRY_WAIT_S = 3.0
+
+
+def died_on_node(signal_name: str, attempts: int, full: list[str]) -> str:
+    """Why a Slurm task's submission is a grader error after `attempts` deaths of its grading
+    process; `full`: the per-user quotas still used up after the last."""
+    still = f"; your account's {' and '.join(full)} stayed used up after it" if full else ""
+    return (
+        f"the grader's process died ({signal_name}) {attempts} times while this submission ran"
+        f"{still}: other jobs of your account on the node share the quotas the kernel charges to "
+        "it (epoll watches, message queue bytes, pending signals, pipe pages, inotify watches), "
+        "so one of them may have used one up, or this submission did; the next run grades it "
+        "again"
+    )
 
 
 def run_task(plan: Path, index: int) -> int:
     """Inside a Slurm task: grade submission `index` of the plan in a child process
     (`grade_task`), supervised as `supervised` supervises a local batch: when the child dies by
-    a signal while the submission runs, it runs again; the `TASK_ATTEMPTS`th time, it is scored 0
-    with `supervised.died_note` (other tasks of yours on the node share the same quotas, so the
-    first death may be theirs). The child's exit code otherwise (SIGTERM from scancel or the time
-    limit reaches the child too: it cleans up and exits 143)."""
+    a signal while the submission runs, it runs again after `RETRY_WAIT_S` (and until no
+    per-user quota is used up, for at most `supervised.SETTLE_S`); the `TASK_ATTEMPTS`th time,
+    it is a grader error with `died_on_node`, never a 0: a task is never alone on its node, and
+    other jobs of yours there share the same quotas. The child's exit code otherwise (SIGTERM
+    from scancel or the time limit reaches the child too: it cleans up and exits 143)."""
     b, submissions = load_plan(plan)
     submission = submissions[index]
     folder = plan.parent / f"running-{index}"
@@ -442,9 +464,14 @@ def run_task(plan: Path, index: int) -> int:
             if code >= 0 or stopped or mark is None or mark.state != "running":
                 return code if code >= 0 else 128 - code
             name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            time.sleep(RETRY_WAIT_S)
+            full = supervised.quotas_left_full()
+            if stopped:  # scancel or the time limit meanwhile
+                return 128 + stopped[0]
             if attempt == TASK_ATTEMPTS:
-                where = f"alone in its grading process ({attempt} times)"
-                g = supervised.score_died(b, submission, supervised.died_note(name, where))
+                note = died_on_node(name, attempt, full)
+                g = supervised.grader_failed(b, submission, note)
+                print(f"course grade: {report.console(g.student)}: {note}", file=sys.stderr)
                 print(f"{report.console(g.student)}: {g.score:g}/{g.max_score:g} {g.status}")
                 return 0
             print(f"the grading process died ({name}): grading again", file=sys.stderr)

@@ -12,12 +12,16 @@ The grader cannot prevent that without a host uid of the sandbox's own; it survi
    is saved, that it is done (`RunningMarks`).
 3. When the child dies by a signal, the grades saved are kept; the submissions that ran beside
    others run again, alone, one child each; one that ran ALONE is scored 0 with `died_note` in
-   its report and on the console (its name is the finding); the others go on in a new child.
+   its report and on the console (its name is the finding), unless a per-user quota is still
+   used up once the dead child's sandboxes are gone (`quotas_left_full`): then the cause is
+   elsewhere (another batch or program of the account) and the row is a grader error that the
+   next run grades again (`elsewhere_note`); the others go on in a new child.
    Every death either scores a submission or moves those that ran to the one-at-a-time queue, so
    the restarts are bounded; `MAX_IDLE_DEATHS` deaths with no submission running end the batch,
    the submissions left being grader failures that the next run grades again.
 
-The Slurm route does the same in each task (`slurm_array.run_task`).
+The Slurm route does the same in each task (`slurm_array.run_task`), except that a task never
+runs alone on its node: a death there never scores 0.
 
 Example:
 
@@ -30,14 +34,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import errno
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +66,10 @@ DIED = "killed the grader"
 MAX_IDLE_DEATHS = 2
 #: Seconds a child has to clean up after Ctrl-C or SIGTERM before it is killed.
 STOP_WAIT_S = 120
+#: Seconds a per-user quota may stay used up after a grading process died before the cause is
+#: taken to be elsewhere: its sandboxes die with it (--die-with-parent), and a sandbox holding
+#: the whole epoll quota took about 2 s to be gone, which frees it.
+SETTLE_S = 15.0
 
 
 class ChildFailed(RuntimeError):
@@ -73,6 +84,63 @@ def died_note(signal_name: str, where: str = "alone") -> str:
         "queue bytes, pending signals, pipe pages, inotify watches) or the grader's memory; "
         "`--regrade` tries again"
     )
+
+
+def elsewhere_note(signal_name: str, full: list[str], where: str = "alone") -> str:
+    """Why a submission is a grader error when the grader died while it ran `where` but the
+    per-user quotas `full` stayed used up once its sandboxes were gone."""
+    return (
+        f"the grader's process died ({signal_name}) while this submission ran {where}, but "
+        f"your account's {' and '.join(full)} stayed used up once its sandboxes were gone: the "
+        "cause is elsewhere (another batch or program of your account); the next run grades it "
+        "again"
+    )
+
+
+def exhausted_quotas() -> list[str]:
+    """The per-user quotas of this process's user that are used up now, by trying them: one
+    epoll watch (ENOSPC: `fs.epoll.max_user_watches`), one inotify instance and watch (EMFILE,
+    ENOSPC). Tests replace this function to simulate a quota held by another program.
+
+    >>> exhausted_quotas()
+    []
+    """
+    full = []
+    with contextlib.suppress(OSError):  # no descriptor left: this process's own limit, not asked
+        read, write = os.pipe()
+        try:
+            with select.epoll() as poll:
+                poll.register(read, select.EPOLLIN)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                full.append("epoll watches")
+        finally:
+            os.close(read)
+            os.close(write)
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(os.O_CLOEXEC)
+        if fd < 0:
+            if ctypes.get_errno() == errno.EMFILE:
+                full.append("inotify instances")
+            return full
+        try:
+            path = os.fsencode(tempfile.gettempdir())
+            if libc.inotify_add_watch(fd, path, 0x1) < 0 and ctypes.get_errno() == errno.ENOSPC:
+                full.append("inotify watches")  # 0x1: IN_ACCESS
+        finally:
+            os.close(fd)
+    return full
+
+
+def quotas_left_full(wait_s: float | None = None) -> list[str]:
+    """The per-user quotas still used up `wait_s` seconds (default `SETTLE_S`) after a grading
+    process died, asked every 0.2 s: [] as soon as none is (its sandboxes, gone, held them, or
+    nothing did)."""
+    deadline = time.monotonic() + (SETTLE_S if wait_s is None else wait_s)
+    while (full := exhausted_quotas()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return full
 
 
 @dataclass
@@ -146,6 +214,8 @@ def grader_failed(b: Batch, s: Submission, reason: str) -> Grade:
     """Save a grader failure for `s` (the next run grades it again)."""
     g = Grade(s.student, Path(s.path), "grader error", reason, max_score=b.parts.max_points)
     g.results = one_submission.zero_results(b.parts, "not graded: grader error")
+    with contextlib.suppress(Exception):  # graded again all the same (a grader failure)
+        g.key = b.key(s.path)
     report.save(g, b.out / s.student)
     return g
 
@@ -159,15 +229,17 @@ def die_with_parent() -> None:
 
 def remove_leftovers(pid: int) -> None:
     """Remove what a grading process `pid`, killed, left in the temporary folder: its folder of
-    work folders (`batch.remove_dead_graders_folders`, said on the console), its empty file and
-    its seccomp filter's folder (`jail.sandbox`, `jail.seccomp`: removed at exit otherwise)."""
+    work folders (`batch.remove_dead_graders_folders`, said on the console), its empty file, its
+    seccomp filter's folder and its kernels' folders, which hold their sandbox's command line
+    (`jail.sandbox`, `jail.seccomp`, `runner.run_notebook`: removed at exit otherwise)."""
     for folder in batch.remove_dead_graders_folders():
         print(f"course grade: removed {folder}, left by a grader that was killed", file=sys.stderr)
     where = Path(tempfile.gettempdir())
     for path in where.glob(f"course-grade-empty-{pid}-*"):
         path.unlink(missing_ok=True)
-    for path in where.glob(f"course-grade-seccomp-{pid}-*"):
-        shutil.rmtree(path, ignore_errors=True)
+    for prefix in ("course-grade-seccomp", "course-kernel"):
+        for path in where.glob(f"{prefix}-{pid}-*"):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def run_child(argv: list[str]) -> tuple[int, int]:
@@ -228,7 +300,13 @@ def _after_death(b: Batch, queue: _Queue, ran: list[Submission], code: int, fold
     for s in ran:
         mark = running.get(s.student)
         if mark is not None and mark.alone:
-            score_died(b, s, died_note(name))
+            full = quotas_left_full()
+            if full:
+                note = elsewhere_note(name, full)
+                grader_failed(b, s, note)
+                print(f"course grade: {report.console(s.student)}: {note}", file=sys.stderr)
+            else:
+                score_died(b, s, died_note(name))
         elif mark is not None:
             queue.alone.append(s)
             print(
