@@ -282,10 +282,12 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
         }
     model = limits["make_model"]()
     step_flops, step_bytes, _ = limits["step_count"](model, PER_REPLICA_BATCH)
+    no_ridge = ridge_withheld({"peak": peak, "bandwidth": bandwidth})
     return {
         "peak_flops": peak["value"],
         "memory_bandwidth": bandwidth["value"],
-        "ridge_flop_per_byte": peak["value"] / bandwidth["value"],
+        "ridge_flop_per_byte": None if no_ridge else peak["value"] / bandwidth["value"],
+        "ridge_note": no_ridge,
         "limits": {"peak": peak, "bandwidth": bandwidth},
         "all_reduce": all_reduce,
         "model": {
@@ -296,6 +298,24 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
             "gradient_bytes": 4 * model.count_params(),
         },
     }
+
+
+def ridge_withheld(limits: dict) -> str:
+    """Why no ridge (peak / bandwidth) is given, as 3b gives no side of it (`verdict.ridge`), ""
+    when one is: a limit's deciding set ran busy, or every set of a limit ran starved.
+
+    >>> ridge_withheld({"peak": {"busy": True}, "bandwidth": {"busy": False}})
+    'no ridge: the peak was measured on a busy machine, so it may be low'
+    """
+    why = [
+        f"the {name} was measured on a busy machine"
+        if limit.get("busy")
+        else f"every {name} set ran starved"
+        for name, limit in limits.items()
+        if limit.get("busy")
+        or (limit.get("starved") and len(limit["starved"]) == len(limit["fastest_of_each_set"]))
+    ]
+    return f"no ridge: {' and '.join(why)}, so it may be low" if why else ""
 
 
 def measure_here(replicas: int, sizes: Sizes, *, machine: bool = False) -> dict:
@@ -468,8 +488,10 @@ def report_text(report: dict) -> str:
             "",
             "This machine (notebook 3b's roofline figures):",
             f"- peak {machine['peak_flops'] / 1e9:,.1f} GFLOP/s (matrix product), memory "
-            f"bandwidth {machine['memory_bandwidth'] / 1e9:,.1f} GB/s, ridge "
-            f"{machine['ridge_flop_per_byte']:.1f} FLOP/byte",
+            f"bandwidth {machine['memory_bandwidth'] / 1e9:,.1f} GB/s, "
+            + (
+                machine.get("ridge_note") or f"ridge {machine['ridge_flop_per_byte']:.1f} FLOP/byte"
+            ),
             *limit_spreads(machine.get("limits", {})),
             all_reduce_line(reduce),
             f"- model at {model['per_replica_batch']}/replica: intensity "

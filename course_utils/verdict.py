@@ -19,8 +19,9 @@ during each set. One rule, used by the notebook, `course bench` and the artifact
 - what an undecided run rules out: the outcomes no case produced (`ruled_out`);
 - the step's side of the ridge at both ends of both limits, or none from busy or starved sets
   (`ridge_sides`, `ridge`);
-- notebook 3c's call between the all-reduce's alpha and its bytes (`all_reduce_call`), and
-  whether its share of a step can be given (`step_share_withheld`).
+- notebook 3c's call between the all-reduce's alpha and its bytes (`all_reduce_call`),
+  whether its share of a step can be given (`step_share_withheld`), and whether a byte's cost
+  rises over rounds (`trend`).
 
 Example:
     >>> from course_utils import verdict
@@ -60,7 +61,11 @@ GAP = 1.5
 #: A set whose fastest round got less than this share of the usable CPUs' time (this process's
 #: CPU seconds over the wall's, `timing.Timer.cores`) ran starved: a round's serial moments
 #: (starting a call, waiting for its last result) cost a few percent, one lost core of two half.
+#: Set on 2 cores; on many, 3b's fixed 1024 x 1024 product may not fill them even when quiet, so
+#: every set reads starved and no side is given: it withholds, it does not decide wrongly.
 STARVED = 0.75
+#: Notebook 3c's trend over rounds needs this many rounds whose lines hold, and most rounds.
+TREND_ROUNDS = 3
 #: Every outcome `split` can give (`ruled_out` lists those no case of `regime` gave).
 OUTCOMES = (
     "overhead-bound",
@@ -422,11 +427,11 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     their fastest rounds got, who took the rest (others, when their load was over `busy`; else
     not visible from inside the machine), and whether the low end or every set is one.
 
-    >>> print(starved_note("bandwidth", {"a": [60.0]}, {"a": [1.0]}, {"a": 0.02}, 2.0, 0.2))
+    >>> print(starved_note("bandwidth", {"a": [60.0]}, {"a": [1.0]}, {"a": 0.18}, 2.0, 0.2))
     ... # doctest: +NORMALIZE_WHITESPACE
     bandwidth starved in a (the fastest round got 1.0 of 2 cores' worth, under 75%; others
-    2%): why is not visible from inside this machine (a thread of this process made little
-    progress while nothing else ran); every set was, so no side of the ridge rests on it
+    18%): others under the busy threshold (20%): what took the rest is not visible from inside
+    this machine; every set was, so no side of the ridge rests on it
     """
     hungry = starved_sets(sets, cores, usable)
     if not hungry:
@@ -441,8 +446,8 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
         note += "other programs took the cores"
     else:
         note += (
-            "why is not visible from inside this machine (a thread of this process made "
-            "little progress while nothing else ran)"
+            f"others under the busy threshold ({100 * busy:.0f}%): what took the rest is not "
+            "visible from inside this machine"
         )
     low = min(deciding(sets), key=lambda label: max(sets[label]))  # the low end's set
     if len(hungry) == len(sets):
@@ -547,6 +552,26 @@ def alpha_above(fit: dict) -> str:
         f"time of {fastest / 1024:,.0f} KiB ({1e6 * fit['seconds'][fastest]:.1f} us) by more "
         f"than the line's worst miss ({100 * worst:.1f}%)"
     )
+
+
+def trend(ratios: list[float]) -> str:
+    """Notebook 3c's trend of a cost ratio between rounds (nan: a round whose lines do not hold,
+    left out): "more" when every kept round's ratio is over 1, "less" when under, else both; with
+    fewer than `TREND_ROUNDS` kept, or not most rounds, too few to say.
+
+    >>> trend([5.95, float("nan"), float("nan"), float("nan"), float("nan")])
+    "too few rounds' lines hold to say (1 of 5; a trend needs 3 and most rounds)"
+    >>> trend([1.2, 1.4, float("nan"), 1.1, 1.3])
+    'more'
+    """
+    kept = [ratio for ratio in ratios if not np.isnan(ratio)]
+    if len(kept) < max(TREND_ROUNDS, len(ratios) // 2 + 1):
+        return (
+            f"too few rounds' lines hold to say ({len(kept)} of {len(ratios)}; a trend needs "
+            f"{TREND_ROUNDS} and most rounds)"
+        )
+    low, high = min(kept), max(kept)
+    return "more" if low > 1 else "less" if high < 1 else "more in some rounds, less in others"
 
 
 def step_share_withheld(  # noqa: PLR0913 - each a reason section 2 withholds for

@@ -112,6 +112,8 @@ def test_quick_bench_reports_the_machine_s_roofline_figures(quick_report):
     assert model["gradient_bytes"] == 4 * 121_930  # the notebook's CNN, float32
     assert 5 < model["intensity_flop_per_byte"] < 50
     assert "This machine (notebook 3b's roofline figures)" in proc.stdout
+    assert (machine["ridge_flop_per_byte"] is None) == bool(machine["ridge_note"])
+    assert (machine["ridge_note"] or "ridge ") in proc.stdout
 
 
 @pytest.mark.slow
@@ -253,6 +255,29 @@ def test_a_set_of_a_limit_that_ran_starved_is_flagged():
     assert bench.measured_limit(lambda: next(sets))["starved"] == []
     sets = iter([[100e9], [95e9], [96e9]])  # no cores' worth (a GPU's): no rule
     assert "starved" not in bench.measured_limit(lambda: next(sets))
+
+
+def test_no_bare_ridge_from_a_busy_limit_or_one_whose_sets_all_ran_starved():
+    """3b gives no side of the ridge from a busy deciding set or a limit whose sets all ran
+    starved; bench gives no ridge then (null, with the reason in words, printed in its place). A
+    starved set beside one that got the cores leaves the ridge standing."""
+    from course_tools import bench
+    from course_utils import timing, verdict
+
+    usable = timing.usable_cpus()
+    full, starved = [usable] * 2, [0.5 * verdict.STARVED * usable] * 2
+    sets = iter([([100e9], starved), ([95e9], starved), ([96e9], starved)])
+    peak = bench.measured_limit(lambda: next(sets))
+    sets = iter([([10e9], starved), ([9e9], full), ([9.5e9], full)])
+    bandwidth = bench.measured_limit(lambda: next(sets))
+    assert bench.ridge_withheld({"peak": peak, "bandwidth": bandwidth}) == (
+        "no ridge: every peak set ran starved, so it may be low"
+    )
+    assert bench.ridge_withheld({"peak": bandwidth, "bandwidth": bandwidth}) == ""
+    busy = bandwidth | {"busy": True}
+    assert bench.ridge_withheld({"peak": bandwidth, "bandwidth": busy}) == (
+        "no ridge: the bandwidth was measured on a busy machine, so it may be low"
+    )
 
 
 def test_a_limit_measured_on_a_busy_machine_is_flagged():

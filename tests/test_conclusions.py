@@ -900,10 +900,15 @@ def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
     note = verdict.starved_note("bandwidth", bandwidth, cores, record["loads"]["bandwidth"], 2, 0.2)
     assert note == (
         "bandwidth starved in section 1, section 3, after the sweep (the fastest round got "
-        "1.0-1.1 of 2 cores' worth, under 75%; others 0%): why is not visible from inside this "
-        "machine (a thread of this process made little progress while nothing else ran); "
-        "every set was, so no side of the ridge rests on it"
+        "1.0-1.1 of 2 cores' worth, under 75%; others 0%): others under the busy threshold "
+        "(20%): what took the rest is not visible from inside this machine; every set was, so "
+        "no side of the ridge rests on it"
     )
+    # others at 18%, under the busy threshold: the note does not say nothing else ran
+    some = dict.fromkeys(ALL_SLOW, 0.18)
+    note = verdict.starved_note("bandwidth", bandwidth, cores, some, 2, 0.2)
+    assert "others 18%): others under the busy threshold (20%): what took the rest" in note
+    assert "nothing else ran" not in note
     assert verdict.ridge(record) == (
         "No side of the ridge from this run: every bandwidth set ran starved (1.0-1.1 of 2 "
         "cores' worth in its fastest round), so the limit may be low, and a set that gets every "
@@ -990,14 +995,32 @@ def test_an_undecided_run_says_what_it_rules_out(tmp_path):
     ]
 
 
-def test_the_rule_never_returns_memory_bandwidth_bound():
+def test_the_rule_never_decides_memory_bandwidth_bound():
     """On the memory side (intensity 5 against a ridge of 15 to 17: at most half of it) the
     count's factor 2 halves the roof's part, so the part passes half the step only for a point
-    above its roof, a case never dropped: whatever the step's FLOPs, the verdict is never
-    "memory-bandwidth-bound" (notebook 3b's reading guide says so)."""
+    above its roof, a case never dropped: whatever the step's FLOPs, the rule never decides
+    "memory-bandwidth-bound". The factor 1/2 doubles the roof's part, so it can be one of an
+    undecided verdict's outcomes (notebook 3b's reading guide says both)."""
     verdicts = {
         verdict.regime(_limits_record(intensity=5.0, flops_per_step=share * 12e9 * 5.0 * 0.010))
         for share in (0.3, 0.5, 0.6, 0.8, 0.95, 1.0, 1.2, 1.6, 2.1)
     }
     assert "memory-bandwidth-bound" not in verdicts
     assert any("memory-bandwidth-bound" in v for v in verdicts)  # an outcome, never the verdict
+
+
+def test_a_trend_over_rounds_needs_three_rounds_whose_lines_hold_and_most_rounds():
+    """A review's copies stated "more" from one round of five (5 devices) and two of seven (3
+    devices); 3c's rule (`verdict.trend`) now says too few, and needs 3 kept rounds and most of
+    them (4 of 7); the kept rounds' ratios then decide more, less or both."""
+    nan = float("nan")
+    assert verdict.trend([5.95, nan, nan, nan, nan]) == (
+        "too few rounds' lines hold to say (1 of 5; a trend needs 3 and most rounds)"
+    )
+    assert verdict.trend([1.83, nan, 9.09, nan, nan, nan, nan]).startswith("too few")
+    assert verdict.trend([1.2, 1.3, 1.4, nan, nan, nan, nan]).startswith(
+        "too few rounds' lines hold to say (3 of 7;"
+    )
+    assert verdict.trend([1.2, 1.3, 1.4, 1.1, nan, nan, nan]) == "more"
+    assert verdict.trend([0.8, 0.9, 0.7]) == "less"
+    assert verdict.trend([0.8, 1.3, nan, 1.1, 1.2]) == "more in some rounds, less in others"
