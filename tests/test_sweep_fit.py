@@ -2,7 +2,8 @@
 it on sweeps of known shape, must withhold the verdict when its line misses a point by more than
 the stated tolerance, has a fixed part below zero, was measured on a busy machine or repeats
 section 2's loop more than the tolerance apart, printing every reason, and print it otherwise;
-and `course_tools.artifact_check` must hold a run's record to the same load rule.
+and `course_tools.artifact_check` must hold a run's record to the same load rule. Its sizes
+must give every batch it trains at least one whole step at any device count the course accepts.
 
 The first sweep is the medians a review's run printed at 1 device (quick profile): 3.3 / 5.1 /
 9.0 / 28.4 ms at global batch 16 / 32 / 64 / 128, through which a line predicts 1.4 ms at 16
@@ -13,6 +14,7 @@ The first sweep is the medians a review's run printed at 1 device (quick profile
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -216,3 +218,46 @@ def test_the_artifact_check_holds_the_record_to_the_cross_check_rule(tmp_path):
     assert cross_check_problems(path) == [
         "results.json: cross_check_moved or noisy_cross_check not recorded"
     ]
+
+
+def sizes_cell(replicas: int, profile: str = "quick") -> dict:
+    """Run notebook 3's cell that sets its sizes (the one defining EXAMPLES) with `replicas`
+    simulated CPU devices and the given profile; returns the cell's globals."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    (source,) = [
+        "".join(cell["source"])
+        for cell in cells
+        if cell["cell_type"] == "code" and "EXAMPLES = " in "".join(cell["source"])
+    ]
+    config = SimpleNamespace(
+        list_logical_devices=lambda kind: [] if kind == "GPU" else [0] * replicas
+    )
+    namespace = {
+        "tf": SimpleNamespace(config=config),
+        "settings": SimpleNamespace(
+            profile=profile, pick=lambda **sizes: sizes.get(profile, sizes["full"])
+        ),
+        "count": lambda n, word: f"{n} {word}{'' if n == 1 else 's'}",
+    }
+    exec(compile(source, f"{NOTEBOOK.name}[sizes]", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("profile", ["quick", "cpu", "full"])
+@pytest.mark.parametrize("replicas", [1, 2, 8, 9, 17, 33, 65, 234])
+def test_every_batch_of_the_notebook_has_a_whole_step_at_any_device_count(replicas, profile):
+    """At 9 devices (quick) section 5's largest batch, 256 x 9, was larger than the 2,048 examples:
+    0 steps, and cell 54 raised UnboundLocalError; at 17 the sweep's 128/replica had no whole batch.
+    The examples must hold one whole batch of the largest per-replica batch any cell uses."""
+    found = re.search(r"SWEEP = \[([0-9, ]+)\]", NOTEBOOK.read_text())
+    sweep = [int(b) for b in found.group(1).split(",")]
+    cell = sizes_cell(replicas, profile)
+    assert cell["REPLICAS"] == replicas
+    largest = max(max(sweep), 4 * cell["PER_REPLICA"])  # section 5 trains at 4 x PER_REPLICA
+    assert cell["EXAMPLES"] // (largest * replicas) >= 1
+    assert cell["EXAMPLES"] <= 60_000  # Fashion-MNIST's training split
+
+
+def test_more_devices_than_the_training_images_allow_stop_at_the_first_cell_saying_what_to_do():
+    with pytest.raises(ValueError, match="set COURSE_DEVICES to at most 234 and restart"):
+        sizes_cell(235)
