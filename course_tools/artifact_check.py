@@ -305,8 +305,8 @@ def step_share_problems(results: dict, name: str) -> list[str]:
     (null) with one replica, when other programs used more than `timing.BUSY` of the cores
     during the step's rounds (`step_load`) or during a set of the line's rounds (`loads`), and
     when the line misses a measured size beyond the tolerance (`flagged`) or its alpha exceeds a
-    size's whole time (`verdict.alpha_above`): as its alpha-or-bytes call, and as 3b withholds
-    its verdict."""
+    size's whole time beyond the line's worst miss (`verdict.alpha_above`): as its alpha-or-bytes
+    call, and as 3b withholds its verdict."""
     missing = [k for k in ("step_load", "step_share", "loads", "flagged") if k not in results]
     if missing:
         return [f"{name}: {', '.join(missing)} not recorded"]
