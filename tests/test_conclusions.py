@@ -1024,3 +1024,25 @@ def test_a_trend_over_rounds_needs_three_rounds_whose_lines_hold_and_most_rounds
     assert verdict.trend([1.2, 1.3, 1.4, 1.1, nan, nan, nan]) == "more"
     assert verdict.trend([0.8, 0.9, 0.7]) == "less"
     assert verdict.trend([0.8, 1.3, nan, 1.1, 1.2]) == "more in some rounds, less in others"
+
+
+def test_a_many_core_machine_whose_peak_sets_all_read_starved_gets_no_side_not_a_wrong_one():
+    """The starved threshold is set on 2 cores. On a quiet 16-CPU machine whose fixed 1024 x
+    1024 product fills only 9 cores' worth (a fork-join that cannot keep them all busy), every
+    peak set reads starved: the note says others were under the busy threshold and does not
+    blame anyone, and no side of the ridge is given (a verdict naming one would be withheld, as
+    tested above; this one names none and stands): it withholds, it does not decide wrongly."""
+    record = _quiet_record(BOTH, BOTH_CORES) | {"usable_cpus": 16.0}
+    nine = {label: [9.0] * 5 for label in record["peak_rounds"]}
+    record["cores"] = {"peak": nine, "bandwidth": {k: [15.0] * 5 for k in BOTH}}
+    note = verdict.starved_note(
+        "peak", record["peak_rounds"], nine, record["loads"]["peak"], 16.0, 0.2
+    )
+    assert "9.0 of 16 cores' worth, under 75%; others 3%): others under the busy threshold" in note
+    assert note.endswith("every set was, so no side of the ridge rests on it")
+    assert verdict.ridge(record).startswith(
+        "No side of the ridge from this run: every peak set ran starved (9.0 of 16 cores' worth"
+    )
+    # this regime names no side ("below both roofs or no single part dominates"): it stands
+    assert verdict.regime(record) == verdict.regime(record | {"cores": {}})
+    assert verdict.regime(record).startswith("undecided: below both roofs or no single part")
