@@ -357,6 +357,10 @@ def test_a_task_whose_grading_process_dies_twice_is_a_grader_error_never_a_0(tmp
     assert "the next run grades it again" in g.reason, g.reason
     assert "culprit: 0/12 grader error" in done.stdout, done.stdout
     assert "grading again" in done.stderr, done.stderr
+    for mark in killed:  # what the killed processes left: work, empty file, filter, kernels
+        for kind in ("grade-", "grade-empty-", "grade-seccomp-", "kernel-"):
+            left = glob.glob(f"{tempfile.gettempdir()}/course-{kind}{mark.pid}-*")
+            assert not left, left
     # the array keeps the task's row (its key is this notebook's), and a re-run grades it
     (kept,) = slurm_array.collect(b, submissions, {0: "COMPLETED"}, "1")
     assert (kept.status, kept.reason) == ("grader error", g.reason), kept

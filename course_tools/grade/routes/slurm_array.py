@@ -459,7 +459,10 @@ def run_task(plan: Path, index: int) -> int:
             attempt += 1
             supervised.clear_marks(folder)
             argv = [sys.executable, "-m", TASK_MODULE, str(plan), str(index), "--child"]
-            code = subprocess.call(argv)
+            child = subprocess.Popen(argv)
+            code = child.wait()
+            if code < 0:  # what it left (its batch script removes them too, with TMPDIR)
+                supervised.remove_leftovers(child.pid)
             mark = supervised.read_marks(folder).get(submission.student)
             if code >= 0 or stopped or mark is None or mark.state != "running":
                 return code if code >= 0 else 128 - code
