@@ -339,6 +339,26 @@ def test_undecided_names_every_limit_an_outcome_needs():
     )
 
 
+def _two_replica_record(
+    rates: dict, peak: dict, bandwidth: dict, loads: dict, best_flops: float
+) -> dict:
+    """3b's results.json at 2 replicas, batch 128 (the step's counted FLOPs and intensity), from
+    the sweep's rates per global batch and the limits' sets and loads."""
+    return {
+        "replicas": 2,
+        "batch": 128,
+        "intensity": 10.122912,
+        "flops_per_step": 1891663872.0,
+        "sweep": [{"global_batch": b, "rounds": r} for b, r in rates.items()],
+        "physical_devices": 1,
+        "peak_rounds": peak,
+        "bandwidth_rounds": bandwidth,
+        "loads": loads,
+        "rounds": 5,
+        "sweep_best_flops": best_flops,
+    } | THRESHOLDS
+
+
 def _replayed_record(sweep_ms: list[float] | None = None) -> dict:
     """A review's 2-device record replayed quiet (every load 5%), the slow set of the peak
     tripled (limits 229.0/226.4 GFLOP/s, 25.0/22.7 GB/s), intensity 10.12 FLOP/B at 128; with
@@ -360,19 +380,7 @@ def _replayed_record(sweep_ms: list[float] | None = None) -> dict:
         name: dict.fromkeys(["section 1", "section 3", "after the sweep"], 0.05)
         for name in ("peak", "bandwidth")
     }
-    return {
-        "replicas": 2,
-        "batch": 128,
-        "intensity": 10.122912,
-        "flops_per_step": 1891663872.0,
-        "sweep": [{"global_batch": b, "rounds": r} for b, r in rates.items()],
-        "physical_devices": 1,
-        "peak_rounds": peak,
-        "bandwidth_rounds": bandwidth,
-        "loads": loads,
-        "rounds": 5,
-        "sweep_best_flops": 120.6e9,
-    } | THRESHOLDS
+    return _two_replica_record(rates, peak, bandwidth, loads, best_flops=120.6e9)
 
 
 def test_a_verdict_the_count_s_factor_could_flip_is_undecided():
@@ -854,21 +862,11 @@ def _quiet_record(bandwidth: dict[str, list[float]], cores: dict[str, list[float
         "peak": {"section 1": 0.0, "section 3": 0.001, "after the sweep": 0.033},
         "bandwidth": {"section 1": 0.0, "section 3": 0.001, "after the sweep": 0.0},
     }
-    return {
-        "replicas": 2,
-        "batch": 128,
-        "intensity": 10.122912,
-        "flops_per_step": 1891663872.0,
-        "sweep": [{"global_batch": b, "rounds": r} for b, r in rates.items()],
-        "physical_devices": 1,
-        "peak_rounds": peak,
-        "bandwidth_rounds": {label: [g * v for v in r] for label, r in bandwidth.items()},
-        "loads": loads,
-        "rounds": 5,
-        "sweep_best_flops": 163.6e9,
+    bandwidth = {label: [g * v for v in r] for label, r in bandwidth.items()}
+    return _two_replica_record(rates, peak, bandwidth, loads, best_flops=163.6e9) | {
         "usable_cpus": 2.0,
         "cores": {"peak": {label: [1.9, 2.0, 1.9, 1.9, 1.9] for label in peak}, "bandwidth": cores},
-    } | THRESHOLDS
+    }
 
 
 #: Every bandwidth set in the slow mode, about one core's worth a round (the lead's quiet d2).
