@@ -696,6 +696,8 @@ def test_the_pipeline_read_is_the_one_that_trained_and_a_later_one_is_named(exam
     ):
         checks.assert_pipeline_code(look, "train_ds", "train")
     checks.assert_pipeline_code(look, "test_ds", "test")
+    local = "def look(ds):\n    train_ds = ds.batch(8)\n    return next(iter(train_ds))"
+    checks.assert_pipeline_code(solution_observed(added=(local,)), "train_ds", "train")
     found = facts(train_ds=examples["train"].batch(8))
     assert checks.train_steps(found, GLOBAL_BATCH) == math.ceil(2_048 / GLOBAL_BATCH) == 16
     # the notebook's GLOBAL_BATCH, as the probe read it, when it has one: a wrong one (64 at

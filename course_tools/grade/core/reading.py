@@ -1404,9 +1404,24 @@ class Code:
         return sorted(places)
 
     def assigned_after(self, name: str, place: tuple) -> list[int]:
-        """The cells (numbered as observed) that assign `name` after `place`."""
+        """The cells (numbered as observed) that assign `name` after `place`, outside any
+        function or class (a local of the same name in a `def` is another variable)."""
         numbers = self.cells or list(range(1, len(self.trees) + 1))
-        return sorted({numbers[at[0]] for at, _ in self._assignments_in_order(name) if at > place})
+        scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+        local = {
+            id(sub)
+            for node in self._walk()
+            if isinstance(node, scopes)
+            for sub in ast.walk(node)
+            if sub is not node
+        }
+        return sorted(
+            {
+                numbers[at[0]]
+                for at, node in self._assignments_in_order(name)
+                if at > place and id(node) not in local
+            }
+        )
 
     def savers(self, file_name: str) -> set[str]:
         """The names whose `.save(...)` is given a path that ends in the literal `file_name`
