@@ -57,7 +57,7 @@ from course_tools.grade.core.plan import (
 from course_tools.grade.core.report import Grade
 from course_tools.grade.core.roster import Submission
 from course_tools.grade.jail import workdir as jail_workdir
-from course_tools.grade.routes import supervised
+from course_tools.grade.routes import batch, supervised
 
 #: What a task runs (`python -m`): `run_task`, and its child `grade_task`.
 TASK_MODULE = "course_tools.grade.routes.slurm_array"
@@ -493,7 +493,9 @@ def grade_task(plan: Path, index: int) -> int:
     submission = submissions[index]
     marks = supervised.RunningMarks(plan.parent / f"running-{index}", 1)
     checks = None
-    base = Path(tempfile.mkdtemp(prefix="course-grade-")).resolve()
+    # named with its pid and locked while it lives: `run_task` removes it if this process dies
+    base = Path(tempfile.mkdtemp(prefix=f"{batch.BASE_PREFIX}{os.getpid()}-")).resolve()
+    batch.hold_alive_lock(base)  # held until the process ends, however it ends
     # the node-local folder its batch script made (TMPDIR, holding `base`), else `base`
     given = Path(os.environ.get("TMPDIR") or base)
     work = given if given.name.startswith("course-grade-") and given.is_dir() else base
