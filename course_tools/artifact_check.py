@@ -10,7 +10,8 @@ follows from the numbers it recorded beside it.
   memory-bandwidth- or compute-bound, below both roofs, no single part dominating, undecided or
   withheld) is derived again from the batch sweep (and 3b's measured roofline) they recorded,
   3b's by `course_utils.verdict`, the rule its cells call; 3b's recorded limits and step times
-  must be the ones its rounds give, and its mixed-precision speed withheld on a busy machine;
+  must be the ones its rounds give, and its mixed-precision speed withheld on a busy machine
+  (and then absent from conclusions.json);
   what it says an undecided run rules out, and its side of the ridge (none from busy sets or
   from a limit whose sets all ran starved), must be what its numbers give.
 - Notebook 3's load rule (`load_problems`), section 2's and 3b's: other programs above
@@ -68,7 +69,7 @@ EXPECTED_ARTIFACTS: dict[str, list[str]] = {
         "learning_curves.png",  # conclusions.json only on a quiet machine: checked when written
     ],
     "03_single_vs_distributed": ["results.json"],  # conclusions.json only on a quiet machine
-    "03b_where_time_goes": ["results.json", "conclusions.json"],
+    "03b_where_time_goes": ["results.json"],  # conclusions.json only when its speed was printed
     "03c_allreduce_and_profile": ["results.json", "profile/plugins/profile/*/*.xplane.pb"],
     "05_svhn_solution": [
         "fit_model.keras",
@@ -387,13 +388,19 @@ def speed_problems(path: Path) -> list[str]:
     """Notebook 3b's mixed-precision speed (section 4): the load during its rounds must be
     recorded (`speed_load`), and the line printed (`speed`) withheld when other programs used
     more than `timing.BUSY` of the cores then, as every verdict of 3b; a verdict otherwise (its
-    word is checked against its samples in conclusions.json)."""
+    word is checked against its samples in conclusions.json). conclusions.json lies beside the
+    record exactly when the speed was printed, not withheld (as notebook 3's `load_problems`)."""
     results = json.loads(Path(path).read_text())
     if "speed_load" not in results or "speed" not in results:
         return [f"{path.name}: the mixed-precision speed's load or line not recorded"]
     load, line = results["speed_load"], results["speed"]
     if (load > timing.BUSY) != line.startswith("withheld: the machine was busy"):
         return [f"{path.name}: mixed precision's speed {line!r} printed with others at {load:.0%}"]
+    written = (path.parent / "conclusions.json").exists()
+    if load > timing.BUSY and written:
+        return [f"conclusions.json: a speed recorded, though {path.name} withheld it ({line!r})"]
+    if load <= timing.BUSY and not written:
+        return [f"conclusions.json not written, though {path.name} printed a speed ({line!r})"]
     return []
 
 

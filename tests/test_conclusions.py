@@ -33,6 +33,7 @@ from course_tools.artifact_check import (
     ALL_REDUCE_THRESHOLDS,
     THRESHOLDS,
     all_reduce_problems,
+    conclusion_problems,
     expected_regime,
     regime_problems,
     speed_problems,
@@ -811,6 +812,11 @@ def test_mixed_precision_s_speed_is_withheld_on_a_busy_machine(tmp_path):
     path.write_text(json.dumps({"speed_load": 0.77, "speed": withheld}))
     assert speed_problems(path) == []
     path.write_text(json.dumps({"speed_load": 0.05, "speed": faster}))
+    assert speed_problems(path) == [
+        f"conclusions.json not written, though results.json printed a speed ({faster!r})"
+    ]
+    record_speed = timing.compare(_run("mixed_bfloat16", [10, 11]), _run("float32", [7, 8]))
+    timing.record(record_speed, tmp_path / "conclusions.json")
     assert speed_problems(path) == []
     path.write_text(json.dumps({"speed_load": 0.05, "speed": withheld}))
     assert len(speed_problems(path)) == 1
@@ -818,6 +824,24 @@ def test_mixed_precision_s_speed_is_withheld_on_a_busy_machine(tmp_path):
     assert speed_problems(path) == [
         "results.json: the mixed-precision speed's load or line not recorded"
     ]
+
+
+def test_a_withheld_speed_is_not_recorded_in_conclusions_json(tmp_path):
+    """A loaded run at 6 devices: section 4 printed "withheld" (others 81%), yet the file beside
+    the record held that verdict, "faster" over rounds that agree (9,261-9,930 vs 6,602-6,944
+    examples/s). Its word matches its samples, so only the load rule catches it."""
+    folder = tmp_path / "artifacts" / "03b_where_time_goes"
+    folder.mkdir(parents=True)
+    withheld = "withheld: the machine was busy (others 81%)"
+    (folder / "results.json").write_text(json.dumps({"speed_load": 0.81, "speed": withheld}))
+    mixed = _run("mixed_bfloat16", [9261, 9930])
+    timing.record(timing.compare(mixed, _run("float32", [6602, 6944])), folder / "conclusions.json")
+    assert conclusion_problems(folder / "conclusions.json") == []  # its word is right
+    assert speed_problems(folder / "results.json") == [
+        f"conclusions.json: a speed recorded, though results.json withheld it ({withheld!r})"
+    ]
+    (folder / "conclusions.json").unlink()  # what 3b now leaves when it withholds the speed
+    assert speed_problems(folder / "results.json") == []
 
 
 def test_sets_that_disagree_are_two_groups_whatever_one_slow_round_bridges():
