@@ -62,7 +62,8 @@ GAP = 1.5
 #: CPU seconds over the wall's, `timing.Timer.cores`) ran starved: a round's serial moments
 #: (starting a call, waiting for its last result) cost a few percent, one lost core of two half.
 #: Set on 2 cores; on many, 3b's fixed 1024 x 1024 product may not fill them even when quiet, so
-#: every set reads starved and no side is given: it withholds, it does not decide wrongly.
+#: every set reads starved and no side of the ridge is given. An outcome that names no side
+#: ("no single part dominates", "above its roof") can still rest on those low limits.
 STARVED = 0.75
 #: Notebook 3c's trend over rounds needs this many rounds whose lines hold, and most rounds.
 TREND_ROUNDS = 3
@@ -424,19 +425,22 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     busy: float,
 ) -> str:
     """What a limit's starved sets (`starved_sets`) say, "" when none ran starved: which, what
-    their fastest rounds got, who took the rest (others, when their load was over `busy`; else
-    not visible from inside the machine), and whether the low end or every set is one.
+    their fastest rounds got, where the rest went (others, when their load was over `busy`; else
+    the share of the cores that sat idle at least: the work did not spread over them), and
+    whether the low end or every set is one.
 
     >>> print(starved_note("bandwidth", {"a": [60.0]}, {"a": [1.0]}, {"a": 0.18}, 2.0, 0.2))
     ... # doctest: +NORMALIZE_WHITESPACE
     bandwidth starved in a (the fastest round got 1.0 of 2 cores' worth, under 75%; others
-    18%): others under the busy threshold (20%): what took the rest is not visible from inside
-    this machine; every set was, so no side of the ridge rests on it
+    18%): others under the busy threshold (20%), and at least 32% of the cores sat idle: the
+    work did not spread over the cores; that is not load, and another run can differ; every set
+    was, so no side of the ridge rests on it
     """
     hungry = starved_sets(sets, cores, usable)
     if not hungry:
         return ""
     others = max(loads.get(label, 0.0) for label in hungry)
+    most = max(cores[label][sets[label].index(max(sets[label]))] for label in hungry)
     note = (
         f"{name} starved in {', '.join(hungry)} (the fastest round got "
         f"{_fastest_cores(sets, cores, hungry, usable)}, under {100 * STARVED:.0f}%; others "
@@ -445,9 +449,13 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     if others > busy:
         note += "other programs took the cores"
     else:
+        idle = max(
+            0.0, 1 - most / usable - others
+        )  # wall time neither this process nor others used
         note += (
-            f"others under the busy threshold ({100 * busy:.0f}%): what took the rest is not "
-            "visible from inside this machine"
+            f"others under the busy threshold ({100 * busy:.0f}%), and at least {100 * idle:.0f}% "
+            "of the cores sat idle: the work did not spread over the cores; that is not load, and "
+            "another run can differ"
         )
     low = min(deciding(sets), key=lambda label: max(sets[label]))  # the low end's set
     if len(hungry) == len(sets):
