@@ -144,16 +144,19 @@ def sweep_ms(results: dict) -> list[float]:
     return [point["step_ms"] for point in results["sweep"]]
 
 
-def expected_regime(results: dict) -> str:
+def expected_regime(results: dict) -> str | None:
     """The verdict notebooks 3 and 3b give for a sweep. Notebook 3: a line through (batch,
     ms/step) gives the fixed part of a step, overhead-bound when it is over half the step, else
-    per-example-bound. Notebook 3b (its record holds the step's intensity): `verdict.regime`, the
-    rule its cells call, from the rounds it recorded."""
+    per-example-bound, and none (None) when the fixed part is below zero. Notebook 3b (its record
+    holds the step's intensity): `verdict.regime`, the rule its cells call, from the rounds it
+    recorded."""
     if "intensity" in results:
         return verdict.regime(results)
     batches = [point["global_batch"] for point in results["sweep"]]
     step_ms = sweep_ms(results)
     per_example_ms, fixed_ms, _ = verdict.sweep_line(batches, step_ms)
+    if fixed_ms < 0:  # no fixed part worth reading: the notebook records no regime
+        return None
     fixed_share = fixed_ms / step_ms[batches.index(results["batch"])]
     return "overhead-bound" if fixed_share > 0.5 or per_example_ms <= 0 else "per-example-bound"
 

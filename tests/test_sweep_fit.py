@@ -83,6 +83,28 @@ def test_a_fixed_part_below_zero_gives_no_verdict(capsys):
     assert cell["fixed_ms"] == pytest.approx(-1.0)
     assert cell["LINE_PROBLEM"] == "the sweep's line has a negative fixed part (-1.00 ms)"
     assert "verdict withheld" in printed and "verdict for this machine" not in printed
+    # no share clamped to 0% and no regime read from a line with no fixed part worth reading
+    assert cell["REGIME"] is None and cell["fixed_share"] is None
+    assert "fixed part below zero: no share" in printed
+    assert "of a step fixed" not in printed and "would read" not in printed
+
+
+def test_the_artifact_check_records_no_regime_for_a_fixed_part_below_zero(tmp_path):
+    """A record whose sweep's line has a fixed part below zero must hold no regime (None)."""
+    from course_tools.artifact_check import expected_regime, regime_problems
+
+    sweep = [{"global_batch": b, "step_ms": ms} for b, ms in STRAIGHT_BELOW_ZERO]
+    said = line_problem(*zip(*STRAIGHT_BELOW_ZERO), LINE_TOLERANCE)
+    record = {"replicas": 2, "batch": 128, "sweep": sweep, "line_tolerance": LINE_TOLERANCE}
+    record |= {"line_problem": said}
+    assert expected_regime(record) is None
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record | {"regime": None}))
+    assert regime_problems(path) == []
+    path.write_text(json.dumps(record | {"regime": "per-example-bound"}))
+    assert regime_problems(path) == [
+        "results.json: regime 'per-example-bound', its sweep says None"
+    ]
 
 
 @pytest.mark.parametrize(
