@@ -751,3 +751,33 @@ def test_one_step_more_an_epoch_is_named_as_keras_counting_an_unknown_length(tmp
         with pytest.raises(checks.CheckError, match=words):
             checks.assert_steps(path, expected, "fit_model")
     checks.assert_steps(tmp_path / "model_40.keras", 40, "fit_model")
+
+
+def test_training_on_a_dataset_other_than_train_ds_made_from_its_examples_fails_q1():
+    """Red team 16a's other-ds keeps a shuffled `train_ds` but trains fit, the custom loop and
+    the baseline on `train_cached.batch(GLOBAL_BATCH)`: question 1 names the call. So do a name
+    of its own for that pipeline and an expression of `train_ds`; the solution's distributed
+    `test_ds` and cell 27's `tf.data.Dataset.from_tensor_slices` batch are not training sets."""
+    fit = "fit_model.fit(train_ds, epochs"
+    solution = nbformat.read(SOLUTION, as_version=4)
+    cell = next(c.source for c in solution.cells if fit in c.source)
+    helper = "def plain(ds):\n    return ds.batch(GLOBAL_BATCH)\n\n\n"
+    for dataset in ("train_cached.batch(GLOBAL_BATCH)", "train_ds.take(-1)", "ds", "plain(ds)"):
+        changed = helper + cell.replace(fit, f"ds = train_cached\n{fit}")
+        changed = changed.replace(fit, f"fit_model.fit({dataset}, epochs")
+        code = solution_observed({fit: changed})
+        with pytest.raises(
+            checks.CheckError, match=r"other than `train_ds` \(cell \d+: `fit_model.fit\("
+        ):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+    loop = "strategy.experimental_distribute_dataset(train_ds)"
+    code = solution_observed(
+        {
+            loop: next(c.source for c in solution.cells if loop in c.source).replace(
+                loop, "strategy.experimental_distribute_dataset(train_cached.batch(GLOBAL_BATCH))"
+            )
+        }
+    )
+    with pytest.raises(checks.CheckError, match="experimental_distribute_dataset"):
+        checks.assert_pipeline_code(code, "train_ds", "train")
+    checks.assert_pipeline_code(solution_observed(), "train_ds", "train")

@@ -812,6 +812,14 @@ def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
         return
     code = reading.Code.of(observed)
     places = code.training_places(name) if split == "train" else []
+    elsewhere = code.trainings_elsewhere(name) if split == "train" else []
+    if elsewhere:
+        cell, call = elsewhere[0]
+        raise CheckError(
+            f"the notebook's code trains on a dataset other than `{name}` (cell {cell}: "
+            f"`{cap_message(call, 120)}`), made from the same examples: the grader reads "
+            f"`{name}`, not that one; train on `{name}` itself"
+        )
     for at in places or [None]:
         _assert_one_pipeline(code, name, split, at)
     if places:

@@ -1403,6 +1403,60 @@ class Code:
                     places.append((index, node.lineno, node.col_offset))
         return sorted(places)
 
+    def trainings_elsewhere(self, name: str) -> list[tuple[int, str]]:
+        """(cell, call) of each training call (`model.fit(x)`, `x=`, and
+        `strategy.experimental_distribute_dataset(x)`) whose dataset is not the name `name` but
+        is made from it (`train_ds.take(-1)`) or from the examples `name` is made from
+        (`train_cached.batch(GLOBAL_BATCH)`, or `ds` so made): a pipeline the reading of `name`
+        does not see. A dataset of other examples (`test_ds`) is not one."""
+        numbers = self.cells or list(range(1, len(self.trees) + 1))
+        modules = {  # `tf.data.Dataset.from_tensor_slices(...)` starts from `tf`: not examples
+            (a.asname or a.name).split(".")[0]
+            for node in self._walk()
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for a in node.names
+        }
+        examples = self._made_from(name) - modules - {name}
+        functions, found = self._functions(), []
+        for index, tree in enumerate(self.trees):
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                    continue
+                keyword = {"fit": "x", "experimental_distribute_dataset": "dataset"}
+                if node.func.attr not in keyword:
+                    continue
+                given = [
+                    *node.args[:1],
+                    *(k.value for k in node.keywords if k.arg == keyword[node.func.attr]),
+                ]
+                for argument in given:
+                    if isinstance(argument, ast.Name) and argument.id == name:
+                        continue
+                    _, source, helper = _chain(argument)
+                    if helper in functions:  # make(train_cached)
+                        source = _inlined(functions[helper], helper, argument)[1]
+                    made_from = self._made_from(source) - modules
+                    if name in made_from or made_from & examples:
+                        found.append((numbers[index], ast.unparse(node)))
+        return found
+
+    def _made_from(self, name: str) -> set[str]:
+        """The names `name` is made from, itself included, following the last assignment of
+        each (`ds = cached.batch(...)`, `cached = examples.cache()`: {'ds', 'cached',
+        'examples'}) and a function of the notebook's own that returns a pipeline."""
+        functions, names = self._functions(), set()
+        while name and name not in names and len(names) < 20:
+            names.add(name)
+            found = self._assignments_in_order(name)
+            if not found:
+                break
+            node = found[-1][1]
+            _, source, helper = _chain(node.value)
+            if helper in functions:
+                source = _inlined(functions[helper], helper, node.value)[1]
+            name = source
+        return names
+
     def assigned_after(self, name: str, place: tuple) -> list[int]:
         """The cells (numbered as observed) that assign `name` after `place`, outside any
         function or class (a local of the same name in a `def` is another variable)."""
