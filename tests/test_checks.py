@@ -781,3 +781,29 @@ def test_training_on_a_dataset_other_than_train_ds_made_from_its_examples_fails_
     with pytest.raises(checks.CheckError, match="experimental_distribute_dataset"):
         checks.assert_pipeline_code(code, "train_ds", "train")
     checks.assert_pipeline_code(solution_observed(), "train_ds", "train")
+
+
+def test_a_model_cloned_under_the_scope_then_trained_and_saved_by_itself_keeps_the_point():
+    """Red team 16a's honest-clone makes `fit_model = keras.models.clone_model(initial)` under
+    the scope (fresh weights: one set of initial weights for every run), trains it with fit and
+    saves it itself: the scope point holds. A clone never trained by its own fit is a copy."""
+    cloned = (
+        "initial = make_model()\n"
+        "with strategy.scope():\n"
+        "    fit_model = keras.models.clone_model(initial)\n"
+        "    fit_model.set_weights(initial.get_weights())\n"
+    )
+    code = solution_observed(
+        {
+            "fit_model = make_model()": next(
+                c.source
+                for c in nbformat.read(SOLUTION, as_version=4).cells
+                if c.cell_type == "code" and "fit_model = make_model()" in c.source
+            ).replace("with strategy.scope():\n    fit_model = make_model()\n", cloned)
+        }
+    )
+    assert "clone_model" in "".join(cell["source"] for cell in code["cells"])
+    checks.assert_created_in_scope(code, "fit_model")
+    untrained = observed(cloned, 'fit_model.save(ARTIFACTS / "fit_model.keras")')
+    with pytest.raises(checks.CheckError, match="makes `fit_model` with clone_model"):
+        checks.assert_created_in_scope(untrained, "fit_model")

@@ -754,6 +754,8 @@ def assert_created_in_scope(observed: dict | None, name: str, *, scoped: bool = 
     if inside is None:
         raise CheckError(f"the notebook's code never assigns `{name}`: keep that name")
     copied = code.copied(name)
+    if code.fitted(name) and name in code.savers(f"{name}.keras"):
+        copied = [c for c in copied if c not in reading.UNTRAINED_COPIERS]  # trained here
     if scoped and copied:
         raise CheckError(
             f"the notebook's code makes `{name}` with {copied[0]}: a copy of a model is not the "

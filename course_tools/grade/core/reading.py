@@ -1046,7 +1046,14 @@ def _inlined(function: ast.FunctionDef, name: str, value: ast.AST) -> tuple[list
 
 
 #: Calls that make a model from a file or another model: a model made so was not trained itself.
+#: (`clone_model` makes a new model with fresh weights: `UNTRAINED_COPIERS`.)
 COPIERS = ("load_model", "clone_model", "copy", "deepcopy", "from_config", "model_from_json")
+
+
+#: The copiers that make a new, untrained model (`keras.models.clone_model(m)`: m's layers, fresh
+#: weights): such a model then trained by its own `fit` and saved by its own `.save` is the model
+#: trained (one set of initial weights for every run).
+UNTRAINED_COPIERS = frozenset({"clone_model"})
 
 
 @dataclass
@@ -1499,6 +1506,17 @@ class Code:
             if any(text.endswith(file_name) for text in texts):
                 found.add(node.func.value.id)
         return found
+
+    def fitted(self, name: str) -> bool:
+        """The code calls `name.fit(...)`: it trains the model `name` itself."""
+        return any(
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "fit"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == name
+            for node in self._walk()
+        )
 
     def copied(self, name: str) -> list[str]:
         """The loaders and copiers (`COPIERS`) an assignment to `name` calls:
