@@ -807,3 +807,41 @@ def test_a_model_cloned_under_the_scope_then_trained_and_saved_by_itself_keeps_t
     untrained = observed(cloned, 'fit_model.save(ARTIFACTS / "fit_model.keras")')
     with pytest.raises(checks.CheckError, match="makes `fit_model` with clone_model"):
         checks.assert_created_in_scope(untrained, "fit_model")
+
+
+def test_a_small_buffer_spelled_as_arithmetic_is_read_as_its_number():
+    """Red team 16a's expr-512 (`2 ** 9`) and gb-buffer (`GLOBAL_BATCH`, 128 at two replicas)
+    earned the shuffling point that the literal 512 loses: constant arithmetic and names bound
+    once to it are folded, a batch-sized buffer at its smallest over 1 to 8 replicas, before the
+    1,000 floor; a large buffer so spelled still counts, and a name bound twice is left to the
+    probe."""
+    head = (
+        "strategy = tf.distribute.MirroredStrategy()\nPER_REPLICA_BATCH = 64\n"
+        "GLOBAL_BATCH = PER_REPLICA_BATCH * strategy.num_replicas_in_sync\n"
+    )
+    for buffer in (
+        "2 ** 9",
+        "2 * 32",
+        "GLOBAL_BATCH",
+        "GLOBAL_BATCH // 2",
+        "4 * GLOBAL_BATCH",
+        "int(PER_REPLICA_BATCH * 2)",
+        "max(64, 1)",
+        "10_000 // 128",
+        "7_000 // strategy.num_replicas_in_sync",  # 875 at eight replicas
+    ):
+        code = f"{head}BUFFER = {buffer}\ntrain_ds = examples.shuffle(BUFFER).batch(GLOBAL_BATCH)"
+        with pytest.raises(checks.CheckError, match="a buffer below 1,000"):
+            checks.assert_pipeline_code(observed(code), "train_ds", "train")
+        inline = f"{head}train_ds = examples.shuffle(buffer_size={buffer}).batch(GLOBAL_BATCH)"
+        with pytest.raises(checks.CheckError, match="a buffer below 1,000"):
+            checks.assert_pipeline_code(observed(inline), "train_ds", "train")
+    with pytest.raises(checks.CheckError, match="a buffer of 1"):
+        checks.assert_pipeline_code(
+            observed("train_ds = examples.shuffle(2 - 1).batch(B)"), "train_ds", "train"
+        )
+    for buffer in ("10 ** 4", "100 * GLOBAL_BATCH", "NUM_TRAIN"):
+        code = f"{head}NUM_TRAIN = len(examples)\ntrain_ds = examples.shuffle({buffer}).batch(B)"
+        checks.assert_pipeline_code(observed(code), "train_ds", "train")
+    twice = "BUFFER = 2 ** 9\nBUFFER = 2 ** 14\ntrain_ds = examples.shuffle(BUFFER).batch(B)"
+    checks.assert_pipeline_code(observed(twice), "train_ds", "train")

@@ -799,7 +799,8 @@ EXAMPLES = {"train": "train_examples", "test": "test_examples"}
 
 def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
     """The notebook's code (read by the grader) makes `name` with a `batch`, and for the training
-    set a `shuffle` before it (a literal buffer below `reading.SMALL_BUFFER` is none) of the
+    set a `shuffle` before it (a buffer below `reading.SMALL_BUFFER`, as a literal or constant
+    arithmetic, `reading._fold`, is none) of the
     chain that carries the training examples (not of a `Dataset.range(1)` made beside them);
     the test set is not shuffled. For the training set the
     pipeline read is the one in force where the code trains on it (`fit`, the custom loop's

@@ -283,6 +283,78 @@ def _small_buffer(node: ast.AST) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value < SMALL_BUFFER
 
 
+#: The most replicas the grader runs a notebook with (`--devices`): a buffer that depends on
+#: `num_replicas_in_sync` is read at its smallest over 1 to this many.
+MAX_REPLICAS = 8
+#: The operators and functions `_fold` computes.
+FOLDED_OPERATORS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Div: lambda a, b: a / b,
+    ast.Mod: lambda a, b: a % b,
+    ast.Pow: lambda a, b: a**b if abs(b) <= 64 and abs(a) <= 1e6 else None,
+}
+FOLDED_CALLS = {"int": int, "max": max, "min": min, "abs": abs, "round": round}
+
+
+def _fold(node: ast.AST, names: dict[str, ast.AST], replicas: int, depth: int = 0):
+    """The number `node` computes when it is constant arithmetic: literals, `+ - * / // % **`,
+    `int`, `max`, `min`, `abs`, `round`, `X.num_replicas_in_sync` (as `replicas`) and the names
+    of `names` ({name: the one expression it is bound to}); None for anything else.
+
+        _fold(ast.parse("2 ** 9", mode="eval").body, {}, 2)   # 512
+    """
+    if depth > 20:
+        return None
+    if isinstance(node, ast.Constant):
+        value = node.value
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if isinstance(node, ast.Name) and node.id in names:
+        return _fold(names[node.id], names, replicas, depth + 1)
+    if isinstance(node, ast.Attribute) and node.attr == "num_replicas_in_sync":
+        return replicas
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _fold(node.operand, names, replicas, depth + 1)
+        return None if value is None else (-value if isinstance(node.op, ast.USub) else value)
+    if isinstance(node, ast.BinOp) and type(node.op) in FOLDED_OPERATORS:
+        left = _fold(node.left, names, replicas, depth + 1)
+        right = _fold(node.right, names, replicas, depth + 1)
+        if left is None or right is None:
+            return None
+        try:
+            value = FOLDED_OPERATORS[type(node.op)](left, right)
+        except (ArithmeticError, ValueError):
+            return None
+        return value if isinstance(value, (int, float)) and abs(value) < 1e15 else None
+    if (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") in FOLDED_CALLS
+        and node.args
+        and not node.keywords
+    ):
+        values = [_fold(a, names, replicas, depth + 1) for a in node.args]
+        if None in values or (node.func.id not in ("max", "min") and len(values) != 1):
+            return None
+        try:
+            return FOLDED_CALLS[node.func.id](*values)
+        except (ArithmeticError, ValueError, TypeError):
+            return None
+    return None
+
+
+def _folded(node: ast.AST, names: dict[str, ast.AST]) -> ast.AST:
+    """`node` as a literal when it is constant arithmetic (`_fold`), at its smallest over 1 to
+    `MAX_REPLICAS` replicas; `node` itself otherwise (a literal too: `-1` stays as written)."""
+    if isinstance(node, ast.Constant):
+        return node
+    values = [_fold(node, names, replicas) for replicas in range(1, MAX_REPLICAS + 1)]
+    if None in values:
+        return node
+    return ast.copy_location(ast.Constant(value=min(values)), node)
+
+
 def _shuffle_name(node: ast.AST) -> str:
     """The name `_calls` gives a shuffle of literal buffer `node`: "shuffle(1)" below 2 (no
     shuffle at all), "shuffle(few)" below `SMALL_BUFFER`, "shuffle" for any other buffer."""
@@ -1083,37 +1155,41 @@ class Code:
         return code
 
     def _fold_buffers(self) -> None:
-        """Write the literal into each `.shuffle(NAME)` whose NAME is only ever assigned one
-        literal below `SMALL_BUFFER` (`SHUFFLE_BUFFER = 1`), as if it were written there: such a
-        shuffle keeps the order or most of it (`_calls` names it "shuffle(1)" or
-        "shuffle(few)")."""
-        literal: dict[str, ast.AST] = {}
-        good, other = set(), set()
+        """Write the number into each `.shuffle(buffer)` whose buffer is constant arithmetic
+        (`_fold`: `2 ** 9`, `4 * GLOBAL_BATCH`, a name bound once to such an expression), as if
+        the literal were written there; one that depends on the replicas
+        (`strategy.num_replicas_in_sync`) gets its smallest value at 1 to `MAX_REPLICAS`, so that
+        the point is the same at every device count: below `SMALL_BUFFER` such a shuffle keeps
+        the order or most of it (`_calls` names it "shuffle(1)" or "shuffle(few)")."""
+        assigned: dict[str, list[ast.AST]] = {}
+        stores: dict[str, int] = {}
+        other = set()
         for node in self._walk():
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
-                    if isinstance(target, ast.Name) and _small_buffer(node.value):
-                        good.add(id(target))
-                        literal[target.id] = node.value
+                    if isinstance(target, ast.Name):
+                        assigned.setdefault(target.id, []).append(node.value)
             elif isinstance(node, ast.arg):
                 other.add(node.arg)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 other.update((a.asname or a.name).split(".")[0] for a in node.names)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 other.add(node.name)
-        for node in self._walk():
-            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                if id(node) not in good:
-                    other.add(node.id)
-        values = {name: value for name, value in literal.items() if name not in other}
+            elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                stores[node.id] = stores.get(node.id, 0) + 1
+        once = {
+            name: values[0]
+            for name, values in assigned.items()
+            if len(values) == 1 and stores.get(name) == 1 and name not in other
+        }
         for node in self._walk():
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "shuffle":
-                if node.args and getattr(node.args[0], "id", None) in values:
-                    node.args[0] = values[node.args[0].id]
+                if node.args:
+                    node.args[0] = _folded(node.args[0], once)
                 for keyword in node.keywords:
-                    if keyword.arg == "buffer_size" and getattr(keyword.value, "id", 0) in values:
-                        keyword.value = values[keyword.value.id]
+                    if keyword.arg == "buffer_size":
+                        keyword.value = _folded(keyword.value, once)
 
     def _run_code(self) -> list[tuple[int, ast.Module]]:
         """(cell number, tree) of every piece of code the kernel runs: the cells, and the text
