@@ -845,3 +845,36 @@ def test_a_small_buffer_spelled_as_arithmetic_is_read_as_its_number():
         checks.assert_pipeline_code(observed(code), "train_ds", "train")
     twice = "BUFFER = 2 ** 9\nBUFFER = 2 ** 14\ntrain_ds = examples.shuffle(BUFFER).batch(B)"
     checks.assert_pipeline_code(observed(twice), "train_ds", "train")
+
+
+def test_a_model_whose_weights_were_copied_in_is_not_the_model_trained(tmp_path):
+    """Red team 16a's onedev2 and onedev3 train `one_device` without a strategy, save it as
+    fit_model.keras, and copy its weights into a `fit_model` made under the scope (set_weights,
+    load_weights): the weights match the file, but the kernel's fit_model made no optimizer
+    step where the file's made 8; the model that trained and saved keeps its file."""
+    import keras
+    import numpy as np
+
+    def make():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+        return model
+
+    trained = make()
+    rng = np.random.default_rng(0)
+    trained.fit(rng.random((32, 4)), rng.random((32, 3)), batch_size=8, epochs=2, verbose=0)
+    trained.save(tmp_path / "fit_model.keras")
+    checks.clear_cache()
+    found = probe.collect({"fit_model": trained}, models=["fit_model"])
+    assert found["models"]["fit_model"]["optimizer_steps"] == 8
+    checks.own_model(tmp_path, "fit_model", found)
+    by_set, by_load = make(), make()
+    by_set.set_weights(trained.get_weights())
+    with pytest.warns(UserWarning, match="Skipping variable loading for optimizer"):
+        by_load.load_weights(tmp_path / "fit_model.keras")
+    for copy in (by_set, by_load):
+        found = probe.collect({"fit_model": copy}, models=["fit_model"])
+        assert found["models"]["fit_model"]["fingerprint"] == probe.fingerprint(trained)
+        with pytest.raises(checks.CheckError, match=r"made 0 optimizer steps.*saved after 8"):
+            checks.own_model(tmp_path, "fit_model", found)
+    checks.clear_cache()

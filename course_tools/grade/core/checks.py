@@ -319,6 +319,14 @@ def own_model(artifacts: Path, name: str, facts: dict) -> keras.Model:
             f"{name}.keras does not hold the weights of `{name}` at the end of the run: save the "
             f"model after training it, and do not train it again or replace it afterwards"
         )
+    kernel_steps, file_steps = fact.get("optimizer_steps"), optimizer_steps(path)
+    if type(kernel_steps) is int and file_steps is not None and kernel_steps != file_steps:
+        raise CheckError(
+            f"`{name}` in the notebook's memory made {kernel_steps} optimizer steps, but "
+            f"{name}.keras was saved after {file_steps}: its weights were copied in from another "
+            f"model (set_weights, load_weights), which is not the model trained; train {name} "
+            "itself and save it"
+        )
     return model
 
 
