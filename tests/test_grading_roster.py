@@ -336,11 +336,12 @@ SLEEPER = "import time\nprint('running', flush=True)\ntime.sleep(120)"
 
 
 def abort_graders_running(
-    folder: Path, student: str, stop: threading.Event
+    folder: Path, student: str, stop: threading.Event, *, beside_only: bool = False
 ) -> list[supervised.Mark]:
     """In a thread: SIGABRT (what libzmq sends itself when a quota of the user is used up) each
-    grading process that records `student` running in `folder`, 2 s after it does (its kernel
-    started). Returns the list that gets the mark of each process killed."""
+    grading process that records `student` running in `folder` (only beside others, with
+    `beside_only`), 2 s after it does (its kernel started). Returns the list that gets the mark
+    of each process killed."""
     killed: list[supervised.Mark] = []
 
     def watch() -> None:
@@ -348,7 +349,12 @@ def abort_graders_running(
         while not stop.is_set():
             marks = supervised.read_marks(folder)
             mark = marks.get(student)
-            if mark is not None and mark.state == "running" and mark.pid not in pids:
+            if (
+                mark is not None
+                and mark.state == "running"
+                and mark.pid not in pids
+                and not (beside_only and mark.alone)
+            ):
                 pids.add(mark.pid)
                 time.sleep(2)
                 os.kill(mark.pid, signal.SIGABRT)
@@ -386,6 +392,12 @@ def test_a_submission_that_kills_the_grader_is_named_and_the_batch_ends_with_its
     assert (culprit["status"], culprit["score"]) == (supervised.DIED, "0"), culprit
     said = "the grader's process died (SIGABRT) while this submission ran alone"
     assert said in culprit["notes"] and "--regrade" in culprit["notes"], culprit
+    beside = "the grader's process died (SIGABRT) while this submission ran beside"
+    assert f"{beside} honest: graded again, alone" in culprit["notes"], culprit
+    assert (
+        f"{beside} culprit: graded again, alone; that run ended without a death"
+        in (rows["honest"]["notes"])
+    )
     assert report.escape(said) in (out / "culprit" / "report.md").read_text()
     assert f"culprit: {said}" in err
     for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
@@ -397,6 +409,37 @@ def test_a_submission_that_kills_the_grader_is_named_and_the_batch_ends_with_its
     # kept: a second run grades nothing again
     assert _grade([subs], out, jobs=2) == 0
     assert len(killed) == 2 and _gradebook(out) == rows
+
+
+def test_rows_graded_again_alone_after_a_death_say_so_and_how_it_ended(tmp_path, sandboxed, capfd):
+    """The grader's process dies once, while the culprit runs beside a bystander (2 at a time),
+    and never again: both run again alone and are graded. Each row, in the gradebook and the
+    report, names the submission it ran beside when the grader died and says that its run alone
+    ended without a death, so an instructor reading the files sees which rows to look at."""
+    subs, out = tmp_path / "subs", tmp_path / "grades"
+    subs.mkdir()
+    for name in ("culprit", "bystander"):
+        write(notebook_of("import time\ntime.sleep(8)"), subs / f"{name}.ipynb")
+    stop = threading.Event()
+    running = out / plan.PLAN_FOLDER / "running"
+    killed = abort_graders_running(running, "culprit", stop, beside_only=True)
+    try:
+        code = _grade([subs], out, jobs=2)
+    finally:
+        stop.set()
+    err = capfd.readouterr().err
+    assert code == 0, err
+    assert [mark.alone for mark in killed] == [False], killed
+    rows = _gradebook(out)
+    for name, other in (("culprit", "bystander"), ("bystander", "culprit")):
+        said = (
+            f"the grader's process died (SIGABRT) while this submission ran beside {other}: "
+            "graded again, alone; that run ended without a death (this grade)"
+        )
+        assert rows[name]["status"] != supervised.DIED, rows[name]
+        assert said in rows[name]["notes"], rows[name]
+        assert report.escape(said) in (out / name / "report.md").read_text()
+        assert f"{name}: graded again, alone, without a death" in err
 
 
 def test_a_death_while_a_quota_stays_used_up_elsewhere_is_a_grader_error_not_a_0(
@@ -456,3 +499,4 @@ def test_the_quota_check_sees_a_per_user_quota_held_by_another_process():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[]", "['inotify instances']", "[]"], done.stdout
+

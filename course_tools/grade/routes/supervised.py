@@ -11,8 +11,9 @@ The grader cannot prevent that without a host uid of the sandbox's own; it survi
    whether alone (no other submission running or left to start in that child); once its grade
    is saved, that it is done (`RunningMarks`).
 3. When the child dies by a signal, the grades saved are kept; the submissions that ran beside
-   others run again, alone, one child each; one that ran ALONE is scored 0 with `died_note` in
-   its report and on the console (its name is the finding), unless a per-user quota is still
+   others run again, alone, one child each, and each one's row says so and how its run alone
+   ended (`beside_note`); one that ran ALONE is scored 0 with `died_note` in its report and on
+   the console (its name is the finding), unless a per-user quota is still
    used up once the dead child's sandboxes are gone (`quotas_left_full`): then the cause is
    elsewhere (another batch or program of the account) and the row is a grader error that the
    next run grades again (`elsewhere_note`); the others go on in a new child.
@@ -45,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_tools.grade.core import one_submission, report
@@ -84,6 +85,21 @@ def died_note(signal_name: str, where: str = "alone") -> str:
         "queue bytes, pending signals, pipe pages, inotify watches) or the grader's memory; "
         "`--regrade` tries again"
     )
+
+
+def beside_note(signal_name: str, others: list[str]) -> str:
+    """What a submission's row says when the grader died while it ran beside `others` (the
+    submissions running in the same process then) and it was graded again, alone: one of them,
+    or a program elsewhere, was the cause."""
+    where = f"beside {', '.join(others)}" if others else "while others were still to start"
+    return (
+        f"the grader's process died ({signal_name}) while this submission ran {where}: "
+        "graded again, alone"
+    )
+
+
+#: Added to `beside_note` when the run alone saved its grade with no death.
+NO_DEATH_ALONE = "; that run ended without a death (this grade)"
 
 
 def elsewhere_note(signal_name: str, full: list[str], where: str = "alone") -> str:
@@ -199,9 +215,11 @@ def clear_marks(folder: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def score_died(b: Batch, s: Submission, note: str) -> Grade:
-    """Save a 0 for `s` with `note` (a final grade: only --regrade tries it again)."""
+def score_died(b: Batch, s: Submission, note: str, notes: list[str] | None = None) -> Grade:
+    """Save a 0 for `s` with `note` (a final grade: only --regrade tries it again) and `notes`
+    (an earlier death it ran beside others in)."""
     g = Grade(s.student, Path(s.path), DIED, note, max_score=b.parts.max_points)
+    g.notes = list(notes or [])
     g.results = one_submission.zero_results(b.parts, "not graded: the grader's process died")
     with contextlib.suppress(Exception):  # no key: graded again next time, the row is written
         g.key = b.key(s.path)
@@ -210,9 +228,10 @@ def score_died(b: Batch, s: Submission, note: str) -> Grade:
     return g
 
 
-def grader_failed(b: Batch, s: Submission, reason: str) -> Grade:
-    """Save a grader failure for `s` (the next run grades it again)."""
+def grader_failed(b: Batch, s: Submission, reason: str, notes: list[str] | None = None) -> Grade:
+    """Save a grader failure for `s` (the next run grades it again), with `notes`."""
     g = Grade(s.student, Path(s.path), "grader error", reason, max_score=b.parts.max_points)
+    g.notes = list(notes or [])
     g.results = one_submission.zero_results(b.parts, "not graded: grader error")
     with contextlib.suppress(Exception):  # graded again all the same (a grader failure)
         g.key = b.key(s.path)
@@ -283,6 +302,8 @@ class _Queue:
 
     alone: list[Submission]
     rest: list[Submission]
+    #: `beside_note` of each submission to run alone because it ran beside others in a death
+    beside: dict[str, str] = field(default_factory=dict)
 
 
 def _after_death(b: Batch, queue: _Queue, ran: list[Submission], code: int, folder: Path) -> bool:
@@ -299,16 +320,19 @@ def _after_death(b: Batch, queue: _Queue, ran: list[Submission], code: int, fold
         queue.rest[:0] = left
     for s in ran:
         mark = running.get(s.student)
+        earlier = [queue.beside[s.student]] if s.student in queue.beside else []
         if mark is not None and mark.alone:
             full = quotas_left_full()
             if full:
                 note = elsewhere_note(name, full)
-                grader_failed(b, s, note)
+                grader_failed(b, s, note, earlier)
                 print(f"course grade: {report.console(s.student)}: {note}", file=sys.stderr)
             else:
-                score_died(b, s, died_note(name))
+                score_died(b, s, died_note(name), earlier)
         elif mark is not None:
             queue.alone.append(s)
+            others = sorted(other for other in running if other != s.student)
+            queue.beside[s.student] = beside_note(name, others)
             print(
                 f"course grade: the grader's process died ({name}) while "
                 f"{report.console(s.student)} ran beside others: grading it again, alone",
@@ -316,6 +340,29 @@ def _after_death(b: Batch, queue: _Queue, ran: list[Submission], code: int, fold
                 flush=True,
             )
     return bool(running)
+
+
+def _note_beside(b: Batch, queue: _Queue, ran: list[Submission], folder: Path) -> None:
+    """Add its `beside_note` to the row of each submission of `ran` that was graded again alone
+    after a death and saved its grade in this child, and say so on the console."""
+    marks = read_marks(folder)
+    for s in ran:
+        note = queue.beside.get(s.student)
+        mark = marks.get(s.student)
+        if note is None or mark is None or mark.state != "done":
+            continue
+        g = report.load(b.out / s.student)
+        if g is None:
+            continue
+        g.notes.append(note + NO_DEATH_ALONE)
+        report.save(g, b.out / s.student)
+        del queue.beside[s.student]
+        print(
+            f"course grade: {report.console(s.student)}: graded again, alone, without a death "
+            "(said in its row)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def grade(
@@ -337,6 +384,7 @@ def grade(
             clear_marks(folder)
             argv = _child_argv(plan, n, [s.student for s in ran], progress=progress)
             code, pid = run_child(argv)
+            _note_beside(b, queue, ran, folder)
             if code < 0:
                 remove_leftovers(pid)
             if code > 0:
