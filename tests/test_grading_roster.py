@@ -13,6 +13,7 @@ import csv
 import glob
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -500,3 +501,66 @@ def test_the_quota_check_sees_a_per_user_quota_held_by_another_process():
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[]", "['inotify instances']", "[]"], done.stdout
 
+
+#: Fillers of the per-user quotas the kernel counts for a host user across its namespaces, as a
+#: submission would write them: each holds all its uid may have, then prints how many it holds.
+QUOTA_FILLERS = {
+    "message-queue bytes": (
+        "for maxmsg, size in ((10, 8192), (1, 8192), (1, 1024), (1, 128), (1, 16), (1, 1)):\n"
+        "    attr = quotas._MqAttr(0, maxmsg, size, 0)\n"
+        "    while (fd := libc.mq_open(f'/fill-{len(held)}'.encode(), os.O_RDONLY | os.O_CREAT,"
+        " ctypes.c_uint(0o600), ctypes.byref(attr))) >= 0:\n"
+        "        libc.mq_unlink(f'/fill-{len(held)}'.encode()); held.append(fd)\n"
+    ),
+    "pending signals": (
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGRTMIN})\n"
+        "libc.pthread_self.restype = ctypes.c_ulong\n"
+        "me = ctypes.c_ulong(libc.pthread_self())\n"
+        "while libc.pthread_sigqueue(me, signal.SIGRTMIN, ctypes.c_void_p(0)) == 0:\n"
+        "    held.append(1)\n"
+    ),
+    "pipe pages": (
+        "while True:\n"
+        "    r, w = os.pipe(); held.append(r)\n"
+        "    if fcntl.fcntl(r, fcntl.F_GETPIPE_SZ) < 16 * 4096: break\n"
+        "    try: fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, 2 ** 20)\n"
+        "    except PermissionError: pass\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("quota", sorted(QUOTA_FILLERS))
+def test_the_quota_check_sees_message_queues_signals_and_pipes_held_by_another_process(quota):
+    """`supervised.exhausted_quotas` (`jail.quotas`) answers from the kernel for the quotas a
+    sandbox shares with an ordinary user's grader beside epoll and inotify: a process of a
+    throwaway uid holds all the message-queue bytes, pending signals or pipe pages that uid may
+    have; the check, run as that uid in another process, names that quota, and nothing once the
+    holder is gone (as root: it needs another uid)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to use a throwaway uid")
+    if quota == "pipe pages" and not int(Path("/proc/sys/fs/pipe-user-pages-soft").read_text()):
+        pytest.skip("fs.pipe-user-pages-soft is 0 here: no per-user pipe quota")
+    if quota == "pending signals" and resource.getrlimit(resource.RLIMIT_SIGPENDING)[0] > 10**6:
+        pytest.skip("RLIMIT_SIGPENDING over a million: too many to hold in a test")
+    code = (
+        "import ctypes, fcntl, os, signal\n"
+        "from course_tools.grade.jail import quotas\n"
+        "from course_tools.grade.routes import supervised\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "ready_r, ready_w = os.pipe(); stop_r, stop_w = os.pipe()\n"
+        f"os.setgid({NOBODY}); os.setuid({NOBODY})\n"
+        "print(supervised.exhausted_quotas(), flush=True)\n"
+        "if (child := os.fork()) == 0:\n"
+        "    held = []\n"
+        + "".join(f"    {line}\n" for line in QUOTA_FILLERS[quota].splitlines())
+        + "    os.write(ready_w, str(len(held)).encode()); os.read(stop_r, 1); os._exit(0)\n"
+        "print(int(os.read(ready_r, 20)) > 0, flush=True)\n"
+        "print(supervised.exhausted_quotas(), flush=True)\n"
+        "os.write(stop_w, b'x'); os.waitpid(child, 0)\n"
+        "print(supervised.exhausted_quotas(), flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "True", f"['{quota}']", "[]"], done.stdout

@@ -35,10 +35,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import errno
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -59,6 +57,7 @@ from course_tools.grade.core.plan import (
 )
 from course_tools.grade.core.report import Grade
 from course_tools.grade.core.roster import Submission, collect_submissions
+from course_tools.grade.jail import quotas
 from course_tools.grade.routes import batch
 
 #: Status of a submission scored 0 because the grader's process died while it ran alone.
@@ -114,39 +113,14 @@ def elsewhere_note(signal_name: str, full: list[str], where: str = "alone") -> s
 
 
 def exhausted_quotas() -> list[str]:
-    """The per-user quotas of this process's user that are used up now, by trying them: one
-    epoll watch (ENOSPC: `fs.epoll.max_user_watches`), one inotify instance and watch (EMFILE,
-    ENOSPC). Tests replace this function to simulate a quota held by another program.
+    """The per-user quotas of this process's user that are used up now, by trying each once
+    (`jail.quotas`: epoll watches, inotify instances and watches, message-queue bytes, pending
+    signals, pipe pages). Tests replace this function to simulate a quota held by another program.
 
     >>> exhausted_quotas()
     []
     """
-    full = []
-    with contextlib.suppress(OSError):  # no descriptor left: this process's own limit, not asked
-        read, write = os.pipe()
-        try:
-            with select.epoll() as poll:
-                poll.register(read, select.EPOLLIN)
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                full.append("epoll watches")
-        finally:
-            os.close(read)
-            os.close(write)
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = libc.inotify_init1(os.O_CLOEXEC)
-        if fd < 0:
-            if ctypes.get_errno() == errno.EMFILE:
-                full.append("inotify instances")
-            return full
-        try:
-            path = os.fsencode(tempfile.gettempdir())
-            if libc.inotify_add_watch(fd, path, 0x1) < 0 and ctypes.get_errno() == errno.ENOSPC:
-                full.append("inotify watches")  # 0x1: IN_ACCESS
-        finally:
-            os.close(fd)
-    return full
+    return quotas.used_up()
 
 
 def quotas_left_full(wait_s: float | None = None) -> list[str]:
