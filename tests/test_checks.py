@@ -878,3 +878,180 @@ def test_a_model_whose_weights_were_copied_in_is_not_the_model_trained(tmp_path)
         with pytest.raises(checks.CheckError, match=r"made 0 optimizer steps.*saved after 8"):
             checks.own_model(tmp_path, "fit_model", found)
     checks.clear_cache()
+
+
+def _small_model(optimizer=None):
+    import keras
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer=optimizer or keras.optimizers.Adam(), loss="mse")
+    return model
+
+
+def _small_data():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return rng.random((32, 4)).astype("float32"), rng.random((32, 3)).astype("float32")
+
+
+def test_keras_loss_scale_optimizer_is_read_and_an_unreadable_count_fails_the_point(tmp_path):
+    """Red team 17a's lso-onedev: compiled with Keras's own LossScaleOptimizer (which defines its
+    own `iterations`), the probe read no step count and the step check was skipped. The probe
+    now reads the inner optimizer's count, and so do the checks in the file (the wrapper's own
+    counter stays 0); a copy made no step and fails. A count the probe cannot read (a class of
+    the notebook's own that defines `iterations`, no optimizer at all) fails the point, saying
+    why, for a model whose file holds an optimizer; a model never compiled whose file holds none
+    (the custom loop's) is not asked for one."""
+    import keras
+
+    x, y = _small_data()
+    trained = _small_model(keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam()))
+    trained.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    trained.save(tmp_path / "fit_model.keras")
+    assert checks.optimizer_steps(tmp_path / "fit_model.keras") == 8
+    checks.clear_cache()
+    found = probe.collect({"fit_model": trained}, models=["fit_model"])
+    assert found["models"]["fit_model"]["optimizer_steps"] == 8
+    checks.own_model(tmp_path, "fit_model", found)
+    checks.assert_steps(tmp_path / "fit_model.keras", 8, "fit_model")
+
+    class ReplicaSafe(keras.optimizers.LossScaleOptimizer):  # notebook 3b's kind: apply only
+        def apply(self, grads, trainable_variables=None):
+            return super().apply(grads, trainable_variables)
+
+    subclassed = _small_model(ReplicaSafe(keras.optimizers.Adam()))
+    subclassed.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert probe.optimizer_steps(subclassed) == 4
+
+    copy = _small_model(keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam()))
+    copy.set_weights(trained.get_weights())
+    found = probe.collect({"fit_model": copy}, models=["fit_model"])
+    with pytest.raises(checks.CheckError, match=r"made 0 optimizer steps.*saved after 8"):
+        checks.own_model(tmp_path, "fit_model", found)
+
+    class Counted(keras.optimizers.Adam):
+        iterations = property(lambda self: self._iterations)
+
+    own = _small_model(Counted())
+    own.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    own.save(tmp_path / "own_model.keras")
+    found = probe.collect({"own_model": own}, models=["own_model"])
+    assert "optimizer_steps" not in found["models"]["own_model"]
+    with pytest.raises(
+        checks.CheckError,
+        match=r"saved with an optimizer that made 8 steps, but the grader cannot read.*"
+        r"Counted, defines `iterations` itself",
+    ):
+        checks.own_model(tmp_path, "own_model", found)
+
+    never_compiled = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    never_compiled.set_weights(trained.get_weights())
+    found = probe.collect({"fit_model": never_compiled}, models=["fit_model"])
+    with pytest.raises(checks.CheckError, match=r"no optimizer \(it was never compiled\)"):
+        checks.own_model(tmp_path, "fit_model", found)
+    never_compiled.save(tmp_path / "custom_model.keras")  # a file without an optimizer
+    found = probe.collect({"custom_model": never_compiled}, models=["custom_model"])
+    checks.own_model(tmp_path, "custom_model", found)
+    checks.clear_cache()
+
+
+def test_restoring_a_checkpoint_fit_wrote_keeps_the_model_its_own(tmp_path):
+    """An honest notebook that restores an epoch fit saved (`load_weights` of a ModelCheckpoint
+    file, per-epoch weights or the best model) restores the optimizer's count with the weights
+    (Keras loads a built optimizer's variables), so the kernel's count still equals the file's:
+    fit_model.keras saved after the restore, or the best model's file itself, is its own."""
+    import keras
+
+    x, y = _small_data()
+    model = _small_model()
+    saves = [
+        keras.callbacks.ModelCheckpoint(
+            str(tmp_path / "ckpt_{epoch}.weights.h5"), save_weights_only=True
+        ),
+        keras.callbacks.ModelCheckpoint(
+            str(tmp_path / "best" / "fit_model.keras"), monitor="loss", save_best_only=True
+        ),
+    ]
+    (tmp_path / "best").mkdir()
+    model.fit(x, y, batch_size=8, epochs=3, verbose=0, callbacks=saves)
+    model.load_weights(tmp_path / "ckpt_2.weights.h5")  # the best epoch, by some measure
+    model.save(tmp_path / "fit_model.keras")
+    checks.clear_cache()
+    found = probe.collect({"fit_model": model}, models=["fit_model"])
+    assert found["models"]["fit_model"]["optimizer_steps"] == 8
+    checks.own_model(tmp_path, "fit_model", found)
+    model.load_weights(tmp_path / "best" / "fit_model.keras")
+    found = probe.collect({"fit_model": model}, models=["fit_model"])
+    checks.own_model(tmp_path / "best", "fit_model", found)
+    checks.clear_cache()
+
+
+def test_fit_on_a_pipeline_of_unknown_length_keeps_its_step_points(tmp_path):
+    """Red team 14a's honest-filter: a `filter` in train_ds makes its length unknown, and Keras
+    3's fit counts one optimizer step more an epoch (17, 34, 51 for 16 batches, measured here in
+    each epoch's checkpoint). The probe reads the cardinality at run time; the checks then accept
+    exactly one step more an epoch, and only then (a known length, or a kernel that looks
+    tampered with, gets the exact count)."""
+    import keras
+
+    x, y = _small_data()
+    examples = tf.data.Dataset.from_tensor_slices((x, y))
+    filtered = examples.filter(lambda image, label: True).batch(2)
+    found = facts(train_ds=filtered)
+    assert found["datasets"]["train_ds"]["cardinality"] == -2
+    assert facts(train_ds=examples.batch(2))["datasets"]["train_ds"]["cardinality"] == 16
+    assert checks.fit_extra_steps(found) == 1
+    assert checks.fit_extra_steps(facts(train_ds=examples.batch(2))) == 0
+    assert checks.fit_extra_steps({**found, "tampered": ["a transformer"]}) == 0
+
+    model = _small_model()
+    every_epoch = keras.callbacks.ModelCheckpoint(
+        str(tmp_path / "ckpt_{epoch}.weights.h5"), save_weights_only=True
+    )
+    model.fit(filtered, epochs=3, verbose=0, callbacks=[every_epoch])
+    model.save(tmp_path / "fit_model.keras")
+    counted = [checks.optimizer_steps(tmp_path / f"ckpt_{e}.weights.h5") for e in (1, 2, 3)]
+    assert counted == [17, 34, 51]
+    extra = checks.fit_extra_steps(found)
+    for epoch in (1, 2, 3):
+        checks.assert_steps(tmp_path / f"ckpt_{epoch}.weights.h5", 16 * epoch, "x", epoch * extra)
+    checks.assert_steps(tmp_path / "fit_model.keras", 48, "fit_model", 3 * extra)
+    with pytest.raises(checks.CheckError, match="3 more, one an epoch"):
+        checks.assert_steps(tmp_path / "fit_model.keras", 48, "fit_model")
+    with pytest.raises(checks.CheckError, match="made 51 steps, but 45"):
+        checks.assert_steps(tmp_path / "fit_model.keras", 45, "fit_model", 3 * extra)
+
+
+def test_the_trained_bar_is_the_test_sets_most_frequent_class_plus_a_margin(monkeypatch):
+    """Review B13: SVHN's digit 1 is about a fifth of its test set (5,099 of 26,032), so a model
+    that always answers 1 scores 0.196, a hair under the old fixed bar of 0.2. The bar is now the
+    share of the graded test set's most frequent label plus ACCURACY_MARGIN, read from the labels
+    the grader loads, and the message says so."""
+    from course_utils import data
+
+    labels = [1] * 5_099 + [label % 10 for label in range(26_032 - 5_099) if label % 10 != 1]
+    labels += [0] * (26_032 - len(labels))
+    skewed = tf.data.Dataset.from_tensor_slices((tf.zeros((len(labels), 1)), labels))
+    monkeypatch.setattr(data, "load", lambda name, split: skewed)
+    checks.clear_cache()
+    assert checks.min_accuracy() == pytest.approx(5_099 / 26_032 + checks.ACCURACY_MARGIN)
+    with pytest.raises(
+        checks.CheckError,
+        match=r"accuracy of 0\.250, below 0\.296: always answering the test set's most "
+        r"frequent class scores 0\.196.*by 0\.1: it is not trained",
+    ):
+        checks.assert_trained({"accuracy": 0.25}, "fit_model")
+    checks.assert_trained({"accuracy": 0.30}, "fit_model")
+    checks.clear_cache()
+
+
+def test_the_trained_bar_on_the_quick_profiles_stand_in_keeps_honest_runs(examples):
+    """On the synthetic stand-in the classes are near balance, so the bar stays near 0.2; the
+    solution's quick runs at 1 to 8 devices measured 0.75-0.95."""
+    from collections import Counter
+
+    labels = [int(label) for _, label in examples["test"]]
+    majority = max(Counter(labels).values()) / len(labels)
+    assert checks.min_accuracy() == pytest.approx(majority + checks.ACCURACY_MARGIN)
+    assert checks.min_accuracy() < 0.3

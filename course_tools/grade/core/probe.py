@@ -81,8 +81,12 @@ def fingerprint(model: keras.Model) -> str:
 
 def optimizer_steps(model: Any) -> int | None:
     """The steps the model's own optimizer (Keras's `model.optimizer`, set by `compile`) has
-    made in this kernel; None without one. A model whose weights were copied in from another
-    (`set_weights`, `load_weights`) has made none, whatever its file says.
+    made in this kernel; None for a model never compiled (no optimizer). A model whose weights
+    were copied in from another (`set_weights`, `load_weights`) has made none, whatever its file
+    says. Keras's `LossScaleOptimizer` counts its inner optimizer's steps: that one is read
+    (also through a subclass that keeps Keras's `iterations`).
+    ValueError saying why for a count that cannot be read: an optimizer not Keras's, or a class
+    that defines `iterations` itself (Keras's wrapper aside), whose answer would be its own.
 
         optimizer_steps(model)   # 48 after 3 epochs of 16 batches with fit
     """
@@ -91,16 +95,26 @@ def optimizer_steps(model: Any) -> int | None:
     import keras
 
     optimizer = getattr(model, "optimizer", None)
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
+    if optimizer is None:
         return None
+    wrapper = inspect.getattr_static(keras.optimizers.LossScaleOptimizer, "iterations")
+    while inspect.getattr_static(type(optimizer), "iterations", None) is wrapper:
+        # Keras's wrapper (or a subclass keeping its `iterations`, as notebook 3b's does):
+        # its count is its inner optimizer's, read from the instance without running its code
+        optimizer = inspect.getattr_static(optimizer, "inner_optimizer", None)
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError(f"its optimizer, a {type(optimizer).__name__}, is not one of Keras's")
     if inspect.getattr_static(type(optimizer), "iterations", None) is not inspect.getattr_static(
         keras.optimizers.Optimizer, "iterations"
     ):
-        return None  # a class of the notebook's own answers for it: not read
+        raise ValueError(
+            f"its optimizer's class, {type(optimizer).__name__}, defines `iterations` itself"
+        )
     try:
         return int(optimizer.iterations.numpy())
-    except Exception:  # noqa: BLE001 - anything the student's optimizer raises
-        return None
+    except Exception as exc:  # noqa: BLE001 - anything the student's optimizer raises
+        error = type(exc).__name__
+        raise ValueError(f"its optimizer's `iterations` cannot be read ({error})") from None
 
 
 def checksum(labels: list, *, in_order: bool = True) -> str:
@@ -180,9 +194,11 @@ def pipeline_facts(dataset: Any) -> dict:
     """What two passes over a pipeline of (images, labels) batches yield: the batch sizes, a
     checksum of the labels in the order they came and sorted (the same examples in any order),
     how many of the examples batched together in the first pass are again in the second
-    (`kept_together`: how much a shuffle mixes, not only whether the order changed), and how
-    many neighbours in the first pass are neighbours again (`neighbours_kept`: whether the order
-    itself is new, not only the batches).
+    (`kept_together`: how much a shuffle mixes, not only whether the order changed), how many
+    neighbours in the first pass are neighbours again (`neighbours_kept`: whether the order
+    itself is new, not only the batches), and the length TensorFlow knows for it
+    (`cardinality`, -2 when unknown: Keras 3's `fit` then counts one optimizer step more an
+    epoch).
     TypeError for an object whose classes are not all TensorFlow's (`DATASET_MODULES`), or whose
     classes' methods are not all TensorFlow's or Python's code (`_methods_not_from`)."""
     foreign = [
@@ -216,6 +232,7 @@ def pipeline_facts(dataset: Any) -> dict:
         )
     orders = [[example for batch in examples for example in batch] for examples in groups]
     return {
+        "cardinality": int(dataset.cardinality()),  # -2: unknown (after filter, flat_map...)
         "passes": passes,
         "kept_together": kept_together(*groups),
         "neighbours_kept": neighbours_kept(*orders),
@@ -304,9 +321,13 @@ def collect(
             "replicas": min((len(v.values) for v in mirrored), default=1),
             "fingerprint": fingerprint(model),
         }
-        steps = optimizer_steps(model)
-        if steps is not None:
-            facts["models"][name]["optimizer_steps"] = steps
+        try:
+            steps = optimizer_steps(model)
+        except ValueError as exc:  # the check says why the count is missing
+            facts["models"][name]["optimizer_unread"] = str(exc)[:200]
+        else:
+            if steps is not None:
+                facts["models"][name]["optimizer_steps"] = steps
     if loss is not None:
         try:
             facts["loss"] = {"ratios": loss_ratios(namespace, *loss)}
