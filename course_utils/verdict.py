@@ -131,6 +131,19 @@ def while_busy(name: str, label: str) -> str:
     return f"the sweep ran ({label})" if label == SWEEP_SET else f"the {name} was measured, {label}"
 
 
+def busy_words(share: float, name: str, label: str) -> str:
+    """3b's flag for a busy machine (`busiest`'s share, limit and set), in words.
+
+    >>> busy_words(0.84, "peak", "after the sweep")  # doctest: +ELLIPSIS
+    'the machine was busy: other programs used 84% of its cores while the peak was measured, ...'
+    """
+    return (
+        f"the machine was busy: other programs used {100 * share:.0f}% of its cores while "
+        f"{while_busy(name, label)}: what ran then ran slow. Run again on a quiet machine; no "
+        "verdict is drawn from this run."
+    )
+
+
 def sweep_line(batches: list[float], step_ms: list[float]) -> tuple[float, float, float]:
     """(ms per example, fixed ms, the worst relative miss of a point, signed) of the least-squares
     line through (global batch, ms per step).
@@ -408,12 +421,40 @@ def starved_sets(
     ]
 
 
+def worth(got: list[float], usable: float) -> str:
+    """Cores' worth in words, one figure when the lowest and highest round to the same.
+
+    >>> worth([0.21, 0.24], 2.0), worth([1.0, 1.14], 2.0)
+    ("0.2 of 2 cores' worth", "1.0-1.1 of 2 cores' worth")
+    """
+    low, high = f"{min(got):.1f}", f"{max(got):.1f}"
+    return f"{low if low == high else f'{low}-{high}'} of {usable:g} cores' worth"
+
+
 def _fastest_cores(sets: dict, cores: dict, labels: list[str], usable: float) -> str:
     # "1.0-1.1 of 2 cores' worth": what the labelled sets' fastest rounds got.
-    got = sorted(cores[label][sets[label].index(max(sets[label]))] for label in labels)
-    low, high = f"{got[0]:.1f}", f"{got[-1]:.1f}"
-    span = low if low == high else f"{low}-{high}"
-    return f"{span} of {usable:g} cores' worth"
+    return worth([cores[label][sets[label].index(max(sets[label]))] for label in labels], usable)
+
+
+def spread(rates: list[float], unit: str, cores: list[float], usable: float) -> str:
+    """A set of rounds in words (3b): the fastest, median and slowest rate in G`unit`, and the
+    cores' worth its rounds got, the fastest round's too when they differ (none given on a GPU:
+    pass no `cores`).
+
+    >>> print(spread([2e9, 1e9, 1.5e9], "B/s", [1.0, 1.9, 1.2], 2.0))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    2.0 GB/s (fastest of 3 rounds; median 1.5, slowest 1.0; 1.0-1.9 of 2 cores' worth, the
+    fastest round 1.0)
+    >>> spread([2e9, 1e9], "B/s", [0.21, 0.24], 2.0)
+    "2.0 GB/s (fastest of 2 rounds; median 1.5, slowest 1.0; 0.2 of 2 cores' worth)"
+    """
+    got = f"; {worth(cores, usable)}" if cores else ""
+    if "-" in got:  # a range: the fastest round's own, the one a limit rests on
+        got += f", the fastest round {cores[rates.index(max(rates))]:.1f}"
+    return (
+        f"{max(rates) / 1e9:,.1f} G{unit} (fastest of {len(rates)} rounds; median "
+        f"{float(np.median(rates)) / 1e9:,.1f}, slowest {min(rates) / 1e9:,.1f}{got})"
+    )
 
 
 def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and loads, two limits
@@ -461,6 +502,60 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     if len(hungry) == len(sets):
         return f"{note}; every set was, so no side of the ridge rests on it"
     return f"{note}; the low end is one of them" if low in hungry else note
+
+
+def limit_words(  # noqa: PLR0913 - a limit's name, its sets, floor, devices, unit
+    name: str, sets: dict[str, list[float]], floor: float, physical: int, unit: str
+) -> str:
+    """A limit in words (3b): its value and low end for all `physical` devices (`limit_range`,
+    at least `floor`, the fastest training run, for the peak) and where the low end comes from.
+
+    >>> limit_words("bandwidth", {"a": [60e9], "b": [50e9]}, 0.0, 1, "B/s")
+    "bandwidth: at least 60.0 GB/s; the low end 50.0 (83% of it: the other sets' fastest)"
+    """
+    value, low = limit_range(sets, floor)
+    fastest = max(max(rounds) for rounds in sets.values())  # every set's rounds
+    raised = f" (a training run's rate: the {name} was measured low)" if floor > fastest else ""
+    runner_up = limit_range(sets)[1]  # the low end before the floor
+    source = "the other sets' fastest"
+    if set_gap(sets) > GAP:
+        source = "the slowest set's fastest, across the gap"
+    if low > runner_up:  # the floor: the fastest training run beat that low end
+        source = f"the fastest training run; {source} {physical * runner_up / 1e9:,.1f}"
+    return (
+        f"{name}: at least {physical * value / 1e9:,.1f} G{unit}{raised}; the low end "
+        f"{physical * low / 1e9:,.1f} ({100 * low / value:.0f}% of it: {source})"
+    )
+
+
+def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, its slope, the peak
+    fixed: float, roof: float, sweep_load: float, busy: float, slope: float, peak: float
+) -> list[str]:
+    """3b's flags on the split of a step: the fixed part and the roof's part (shares of the step)
+    overlapping, the sweep run on a busy machine (`sweep_load` over `busy`), the per-example
+    part's rate (`slope`, FLOP/s; 0 when the line gives none) above the peak.
+
+    >>> part_flags(0.3, 0.4, 0.05, 0.2, 90e9, 100e9)
+    []
+    """
+    flags = []
+    if fixed + roof > 1:
+        flags.append(
+            f"the fixed part and the roof's part sum to {100 * (fixed + roof):.0f}%: they "
+            "overlap, so this step does not split into three parts; each is still compared "
+            "with half the step"
+        )
+    if sweep_load > busy:
+        flags.append(
+            f"the sweep ran on a busy machine (others {100 * sweep_load:.0f}%): its line and "
+            "these parts come from its slowed step times"
+        )
+    if slope > peak:
+        flags.append(
+            "the slope runs above the peak: the peak was measured low, or the slope (the time "
+            "one more example adds) is not a computation's rate"
+        )
+    return flags
 
 
 def all_starved(record: dict) -> str:
@@ -580,6 +675,48 @@ def trend(ratios: list[float]) -> str:
         )
     low, high = min(kept), max(kept)
     return "more" if low > 1 else "less" if high < 1 else "more in some rounds, less in others"
+
+
+def slopes_ratio(times: dict, small: list, large: list, fit_line, tolerance: float = 0.0) -> float:
+    """Notebook 3c's ratio of its two ranges' slopes (`large`'s over `small`'s), each fitted by
+    3c's `fit_line` through `times` (size: seconds); nan with no positive small slope, or when
+    `tolerance` is given and a line misses one of its points by more (section 2's check)."""
+    lines = [(sizes, fit_line(sizes, [times[s] for s in sizes])) for sizes in (small, large)]
+    misses = [abs((a + b * s) / times[s] - 1) for sizes, (a, b) in lines for s in sizes]
+    (_, (_, small_slope)), (_, (_, large_slope)) = lines
+    if small_slope <= 0 or (tolerance and max(misses) > tolerance):
+        return float("nan")
+    return large_slope / small_slope
+
+
+def jump_line(  # noqa: PLR0913 - what, its rounds, 3c's two ranges, its line, its check, its less
+    what: str, samples: dict, small: list, large: list, fit_line, tolerance: float, less=0.0
+) -> str:
+    """Notebook 3c's cost of a byte from its `large` range against its `small` one
+    (`slopes_ratio`), on the sizes' fastest rounds (less `less`, the loop's own cost) and in each
+    round alone, a round kept only when its lines pass `tolerance` at their points; the trend
+    over the kept rounds (`trend`), and the rounds left out."""
+    best = slopes_ratio({k: min(s) - less for k, s in samples.items()}, small, large, fit_line)
+    rounds = len(next(iter(samples.values())))
+    each = [
+        slopes_ratio(
+            {k: s[r] - less for k, s in samples.items()}, small, large, fit_line, tolerance
+        )
+        for r in range(rounds)
+    ]
+    out = [str(r + 1) for r, ratio in enumerate(each) if np.isnan(ratio)]
+    said, kept = (
+        f"{what}: a byte from 4 to 16 MiB costs {best:.2f}x one up to 1 MiB (fastest rounds",
+        trend(each),
+    )
+    if not kept.startswith("too few"):
+        low, high = np.nanmin(each), np.nanmax(each)
+        said += f"; each round alone {low:.2f} to {high:.2f}x"
+        if not round(low, 2) <= round(best, 2) <= round(high, 2):  # sizes' fastest: unlike rounds
+            kept += "; the fastest rounds' ratio lies outside: they mix rounds"
+    if out:
+        kept += f"; rounds {', '.join(out)} left out: a line misses a point or has no slope"
+    return f"{said}: {kept})"
 
 
 def step_share_withheld(  # noqa: PLR0913 - each a reason section 2 withholds for

@@ -1071,3 +1071,71 @@ def test_a_many_core_machine_whose_peak_sets_all_read_starved_gets_no_side_of_th
     # this regime names no side ("below both roofs or no single part dominates"): it stands
     assert verdict.regime(record) == verdict.regime(record | {"cores": {}})
     assert verdict.regime(record).startswith("undecided: below both roofs or no single part")
+
+
+def test_a_set_s_cores_worth_is_one_figure_when_its_ends_round_alike():
+    """3b prints each set with the cores' worth its rounds got: a range whose two ends round to
+    the same figure ("0.2-0.2") is printed as one, and a real range names its fastest round's
+    share too (the one a limit rests on); on a GPU (no cores given) none is printed."""
+    assert verdict.spread([88.4e9, 74.6e9], "FLOP/s", [0.21, 0.24], 2.0) == (
+        "88.4 GFLOP/s (fastest of 2 rounds; median 81.5, slowest 74.6; 0.2 of 2 cores' worth)"
+    )
+    ranged = verdict.spread([245e9, 228e9, 186e9], "FLOP/s", [0.82, 0.96, 1.04], 2.0)
+    assert ranged.endswith("; 0.8-1.0 of 2 cores' worth, the fastest round 0.8)")
+    assert verdict.spread([61e9, 59e9], "B/s", [], 2.0) == (
+        "61.0 GB/s (fastest of 2 rounds; median 60.0, slowest 59.0)"
+    )
+    peak = {"section 1": [88e9], "section 3": [90e9]}
+    note = verdict.starved_note(
+        "peak",
+        peak,
+        {"section 1": [0.31], "section 3": [0.34]},
+        {"section 1": 0.8, "section 3": 0.8},
+        2.0,
+        0.2,
+    )
+    assert "(the fastest round got 0.3 of 2 cores' worth, under 75%" in note
+
+
+def test_a_limit_in_words_says_where_its_low_end_comes_from():
+    """3b's line per limit (`verdict.limit_words`): the value and low end for all physical
+    devices, the low end from the other sets, from the slowest set across a gap, or raised to
+    the fastest training run (then the runner-up is named); a floor above every round says the
+    limit was measured low."""
+    two = {"a": [60e9], "b": [50e9]}
+    assert verdict.limit_words("bandwidth", two, 0.0, 1, "B/s") == (
+        "bandwidth: at least 60.0 GB/s; the low end 50.0 (83% of it: the other sets' fastest)"
+    )
+    gap = {"a": [265e9], "b": [240e9], "c": [88.4e9]}
+    assert verdict.limit_words("peak", gap, 117.4e9, 1, "FLOP/s") == (
+        "peak: at least 265.0 GFLOP/s; the low end 117.4 (44% of it: the fastest training run; "
+        "the slowest set's fastest, across the gap 88.4)"
+    )
+    assert verdict.limit_words("peak", two, 70e9, 2, "FLOP/s").startswith(
+        "peak: at least 140.0 GFLOP/s (a training run's rate: the peak was measured low)"
+    )
+
+
+def test_the_split_s_flags_fire_only_on_their_own_cause():
+    """3b's flags on a step's split (`verdict.part_flags`): parts that sum past the step, a
+    sweep on a busy machine, a per-example rate above the peak; none on a clean run."""
+    assert verdict.part_flags(0.3, 0.4, 0.05, 0.2, 90e9, 100e9) == []
+    overlap, busy, slope = (
+        verdict.part_flags(0.6, 0.5, 0.0, 0.2, 0.0, 1.0),
+        verdict.part_flags(0.1, 0.1, 0.56, 0.2, 0.0, 1.0),
+        verdict.part_flags(0.1, 0.1, 0.0, 0.2, 120e9, 100e9),
+    )
+    assert overlap == [verdict.part_flags(0.6, 0.5, 0.0, 0.2, 0.0, 1.0)[0]] and "110%" in overlap[0]
+    assert len(busy) == 1 and busy[0].startswith("the sweep ran on a busy machine (others 56%)")
+    assert len(slope) == 1 and slope[0].startswith("the slope runs above the peak")
+    assert verdict.busy_words(0.84, "peak", "after the sweep").startswith(
+        "the machine was busy: other programs used 84% of its cores while the peak was measured, "
+        "after the sweep"
+    )
+
+
+def test_a_run_s_cores_worth_is_its_fastest_round_s():
+    """The sweep's table gives each run's fastest round's cores' worth (`RunResult`)."""
+    run = timing.RunResult("64/replica", 1.0, 10, rounds=[5.0, 9.0, 7.0], cores=[1.2, 1.3, 1.8])
+    assert run.fastest_cores == 1.3
+    assert timing.RunResult("gpu", 1.0, 10, rounds=[5.0]).fastest_cores == 0.0

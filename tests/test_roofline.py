@@ -298,3 +298,22 @@ def test_loss_scaling_under_mirrored_strategy_needs_the_workaround(python_subpro
     assert lines["plain"] == f"{(1.0, 16384.0)} {(-inf, 32768.0)}"  # replica 1's inf missed
     # skipped and halved wherever the inf is; with none, SGD's step on the summed gradients
     assert lines["safe"] == f"{(1.0, 16384.0)} {(1.0, 16384.0)} {(0.6, 32768.0)}"
+
+
+def test_the_cost_of_a_large_byte_is_read_round_by_round(reduce):
+    """3c's `verdict.jump_line` with the notebook's `fit_line`: a byte from 4 to 16 MiB that
+    costs 1.6x one up to 1 MiB reads about 1.6x on the fastest rounds and "more" in every round
+    kept; a round whose large line misses a point beyond the tolerance is left out and named."""
+    from course_utils import verdict
+
+    truth = {"alpha": 80e-6, "beta_small": 250e-12, "beta_large": 400e-12, "overhead": 20e-6}
+    samples = _synthetic_samples(truth, noise=0.02, rounds=5)
+    del samples["loop alone"]
+    ranges = (SMALL, LARGE, reduce["fit_line"], reduce["TOLERANCE"])
+    said = verdict.jump_line("all-reduce", samples, *ranges, less=truth["overhead"])
+    ratio = float(said.split("costs ")[1].split("x")[0])
+    assert ratio == pytest.approx(1.6, rel=0.1)
+    assert said.endswith(": more)") and "each round alone" in said
+    samples[8 << 20][1] *= 3  # round 2: the middle large size far off its range's line
+    said = verdict.jump_line("all-reduce", samples, *ranges, less=truth["overhead"])
+    assert "rounds 2 left out: a line misses a point or has no slope" in said
