@@ -32,7 +32,7 @@ from helpers import ROOT, require_or_skip
 from course_tools import cli, exercise
 from course_tools.grade.core import files, plan, report, roster, tamper
 from course_tools.grade.core.report import CheckResult, Grade
-from course_tools.grade.jail import sandbox
+from course_tools.grade.jail import memory_folders, sandbox
 from course_tools.grade.routes import batch, slurm_array, supervised
 from course_tools.runner import Limits
 
@@ -564,3 +564,32 @@ def test_the_quota_check_sees_message_queues_signals_and_pipes_held_by_another_p
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[]", "True", f"['{quota}']", "[]"], done.stdout
+
+
+#: A cell that makes 200,000 empty files in the sandbox's /tmp (each one a kilobyte of the
+#: kernel's memory that the byte cap does not count), then a cell that must still run.
+INODE_FLOOD = "for i in range(200_000):\n    open(f'/tmp/f{i}', 'w').close()"
+AFTER_FLOOD = "import os\nprint('next cell ran with', len(os.listdir('/tmp')), 'files in /tmp')"
+
+
+def test_a_submission_making_200000_files_in_tmp_is_stopped_in_its_cell_and_graded(
+    tmp_path, sandboxed
+):
+    """`course grade` of a notebook making 200,000 empty files in /tmp: the cell stops at the
+    in-memory folder's cap of files with "No space left on device" (in its report's errors),
+    the next cell runs, and the batch ends with the row and its gradebooks."""
+    out = tmp_path / "grades"
+    path = write(notebook_of(INODE_FLOOD, AFTER_FLOOD), tmp_path / "flood.ipynb")
+    assert _grade([path], out) in (0, 1)
+    row = _gradebook(out)["flood"]
+    assert row["status"] != "grader error", row
+    saved = report.load(out / "flood")
+    assert any("No space left on device" in error for error in saved.cell_errors), saved
+    text = (out / "flood" / "report.md").read_text()
+    assert report.escape("No space left on device") in text
+    executed = nbformat.read(out / "flood" / "executed.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for o in executed.cells[1].outputs)
+    files_left = int(printed.split("with ")[1].split()[0])
+    assert 0 < files_left < memory_folders.INODES, printed
+    for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
+        assert "flood" in (out / name).read_text(), name

@@ -17,18 +17,28 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import require_or_skip
+from helpers import ROOT, require_or_skip
 
-from course_tools.grade.jail import cgroups, identity, limits, sandbox, seccomp, workdir
+from course_tools.grade.jail import (
+    cgroups,
+    identity,
+    limits,
+    memory_folders,
+    sandbox,
+    seccomp,
+    workdir,
+)
 
 #: Host-wide knobs a process as root (without capabilities) could once rewrite from inside.
 HOST_KNOBS = (
@@ -166,7 +176,9 @@ def test_no_host_wide_write_and_no_core_dump_route_from_inside(jail_as_root, tmp
             with contextlib.suppress(psutil.Error):
                 for child in psutil.Process(process.pid).children(recursive=True):
                     with contextlib.suppress(psutil.Error):
-                        if child.cmdline()[:1] == [sys.executable]:
+                        # the jail's own step (root, before the drop to its uid) runs none of it
+                        step = child.cmdline()[:3] == [sys.executable, "-I", memory_folders.STEP]
+                        if child.cmdline()[:1] == [sys.executable] and not step:
                             host_uids |= set(child.uids())
             time.sleep(0.02)
         out, err = process.communicate()
@@ -787,3 +799,103 @@ def test_the_filter_refuses_the_same_calls_for_every_architecture_it_lists():
     x86 = seccomp.program("x86_64")
     assert _filtered(x86, 0x40000003, 102) == refuse | errno.ENOSYS  # i386's socketcall
     assert _filtered(x86, 0xC000003E, 1 | seccomp.X32_BIT) == refuse | errno.EPERM
+
+
+#: Runs inside the jail: up to 200,000 empty files in /tmp, then in /dev/shm (each one about a
+#: kilobyte of the kernel's memory that no byte cap counts), then a file in its work folder.
+#: Prints {folder: [files made, error, inodes of its file system]}, and what the work folder holds.
+MANY_FILES = r"""
+import json, os, sys
+seen = {}
+for folder in ("/tmp", "/dev/shm"):
+    made, error = 0, ""
+    try:
+        while made < 200_000:
+            open(f"{folder}/f{made}", "w").close()
+            made += 1
+    except OSError as exc:
+        error = exc.strerror
+    seen[folder] = [made, error, os.statvfs(folder).f_files]
+with open("after.txt", "w") as handle:
+    handle.write("written after")
+seen["work"] = sorted(os.listdir("."))
+print(json.dumps(seen), flush=True)
+"""
+
+
+def _assert_stopped_at_the_inode_cap(seen: dict, work: Path) -> None:
+    for folder in ("/tmp", "/dev/shm"):
+        made, error, inodes = seen[folder]
+        assert inodes == memory_folders.INODES, seen
+        assert made < memory_folders.INODES and error == "No space left on device", seen
+    assert "after.txt" in seen["work"] and (work / "after.txt").read_text() == "written after"
+
+
+def test_the_in_memory_folders_are_capped_in_files_too(jail_as_root, tmp_path):
+    """200,000 empty files in /tmp and in /dev/shm: each folder stops at
+    `memory_folders.INODES` with "No space left on device" in the code that makes them, which
+    goes on and writes its work folder (bound below the host's /tmp, so bound again over the new
+    /tmp); and the sandbox's process still has no capability left."""
+    work = tmp_path / "work"
+    work.mkdir()
+    process = _run_jailed(MANY_FILES, work=work)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-2000:]
+    _assert_stopped_at_the_inode_cap(json.loads(out.strip().splitlines()[-1]), work)
+    assert limits.memory_folders_capped()
+
+
+#: Runs as a throwaway ordinary user: the jail as such a user builds it (a user namespace, no uid
+#: of its own), around MANY_FILES and a try at a user namespace of its own; prints both outputs.
+AS_A_USER = r"""
+import json, os, subprocess, sys
+from pathlib import Path
+from course_tools.grade.jail import sandbox
+work, code = Path(sys.argv[1]), sys.argv[2]
+sys.executable = sys.argv[3]  # a Python this user may run (the grader's may sit in /root)
+env = {**sandbox.kernel_env(dict(os.environ), work), "PYTHONPATH": sys.argv[4]}
+userns = "import ctypes; c = ctypes.CDLL(None, use_errno=True)"
+userns += "; print(c.unshare(0x10000000), ctypes.get_errno())"
+outs = []
+for program in (code, userns):
+    argv = sandbox.wrap([sys.executable, "-c", program], writable=[work], cwd=work)
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    outs.append([done.returncode, done.stdout, done.stderr[-2000:]])
+print(json.dumps(outs))
+"""
+
+
+def test_as_an_ordinary_user_the_in_memory_folders_are_capped_in_files_too():
+    """The same 200,000 files as an ordinary user, whose sandbox has no uid of its own and no
+    control group to count the kernel's memory for them: each folder stops at the cap as well,
+    and the sandbox cannot make a user namespace of its own (the filter, loaded after the one
+    the cap needs). As root, through a throwaway uid; the system's Python runs inside."""
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if not identity.privileged() or system_python is None:
+        pytest.skip("needs root (a throwaway uid) and the system's python3")
+    available, detail = sandbox.status()
+    if not available:
+        require_or_skip("sandbox", f"no grading sandbox: {detail}")
+    nobody = 54321
+    top = Path(tempfile.mkdtemp(prefix="course-test-user-"))
+    try:
+        work = top / "work"
+        work.mkdir()
+        os.chown(work, nobody, nobody)
+        top.chmod(0o755)
+        done = subprocess.run(
+            ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups"]
+            + [sys.executable, "-c", AS_A_USER, str(work), MANY_FILES, system_python, str(ROOT)],
+            cwd=ROOT,
+            env={**{k: v for k, v in os.environ.items() if k != "TFDS_DATA_DIR"}, "HOME": str(top)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        (code, out, err), (_, userns, _) = json.loads(done.stdout)
+        assert code == 0, err
+        _assert_stopped_at_the_inode_cap(json.loads(out.strip().splitlines()[-1]), work)
+        assert userns.split() == ["-1", str(errno.EPERM)], userns
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -16,11 +16,16 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
-from course_tools.grade.jail import cgroups, identity, sandbox, workdir
+from course_tools.grade.jail import cgroups, identity, memory_folders, sandbox, workdir
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,25 @@ class Limit:
 @cache
 def _cgroup_missing() -> str:
     return cgroups.why_not()
+
+
+@cache
+def memory_folders_capped() -> bool:
+    """Whether a sandbox's /tmp is capped in files here (`memory_folders`): one sandbox run that
+    counts its inodes."""
+    probe = [sys.executable, "-c", "import os; print(os.statvfs('/tmp').f_files)"]
+    try:
+        home = Path(tempfile.gettempdir())
+        done = subprocess.run(
+            sandbox.wrap(probe),
+            env=sandbox.kernel_env(dict(os.environ), home=home),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.SubprocessError, sandbox.SandboxUnavailable):
+        return False
+    return done.stdout.strip() == str(memory_folders.INODES)
 
 
 def enforced() -> list[Limit]:
@@ -80,6 +104,18 @@ def enforced() -> list[Limit]:
             "used up: a grader error; on Slurm always a grader error)"
         )
         quotas = Limit("per-user quotas", held=False, how=how)
+    if memory_folders_capped():
+        how = (
+            f"a tmpfs each of {memory_folders.INODES:,} inodes and its size, unlinked files counted"
+        )
+        in_memory = Limit("/tmp and /dev/shm", held=True, how=how)
+    else:
+        how = (
+            f"bytes only ({sandbox.TMP_MB} and {sandbox.SHM_MB} MB): this kernel refused the "
+            "mount that caps their files (as an ordinary user, in a user namespace of the "
+            "sandbox's own); the kernel's memory for each file is not counted"
+        )
+        in_memory = Limit("/tmp and /dev/shm", held=False, how=how)
     return [
         user,
         quotas,
@@ -88,6 +124,7 @@ def enforced() -> list[Limit]:
         memory,
         tasks,
         folder,
+        in_memory,
     ]
 
 

@@ -7,10 +7,11 @@ A sandboxed process sees only what it needs, read-only: the system's programs an
 the Python installation, the course's two packages and the prepared datasets. Nothing else of the
 host exists in it: not the submissions, not the grades (but for the check process, which reads
 them), not the home folders, /srv, /mnt, /var or the course checkout's solutions/ and history. It
-writes only to its own work folder and a private /tmp (in memory, capped like /dev/shm: `TMP_MB`,
-`SHM_MB`; /dev is read-only), has no network (`--unshare-net`: not even the loopback of the host),
-lives in its own PID namespace (everything it starts dies with it, and it cannot see or signal the
-grader or other submissions), keeps no capabilities (so root inside cannot remount anything
+writes only to its own work folder and a private /tmp (in memory, capped like /dev/shm in bytes,
+`TMP_MB`, `SHM_MB`, and in files, `memory_folders`; /dev is read-only), has no network
+(`--unshare-net`: not even the loopback of the host), lives in its own PID namespace
+(everything it starts dies with it, and it cannot see or signal the grader or other
+submissions), keeps no capabilities (so root inside cannot remount anything
 writable), and is killed when the grader dies (`--die-with-parent`). The host's knobs are
 read-only in it (/proc/sys, /proc/sysrq-trigger, /sys), and the host's control groups and network
 devices are not in it at all (`MASKED`). It cannot use the kernel's keyrings, which
@@ -37,7 +38,7 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-from course_tools.grade.jail import identity, seccomp
+from course_tools.grade.jail import identity, memory_folders, seccomp
 from course_tools.grade.jail.cgroups import Cgroup
 from course_tools.paths import PACKAGE_ROOT
 from course_utils.settings import tfds_data_dir
@@ -78,7 +79,8 @@ KEPT_ENV = frozenset(
 )
 #: Sizes of the sandbox's in-memory (tmpfs) folders, in MB: the private /tmp and /dev/shm, and the
 #: empty folders covering the home folder and the hidden ones. The memory limit counts processes'
-#: resident memory only, not files in a tmpfs: these caps bound what a submission can store there.
+#: resident memory only, not files in a tmpfs: these caps bound what a submission can store there
+#: (and `memory_folders.INODES` its number of files in /tmp and /dev/shm).
 TMP_MB = 512
 SHM_MB = 64
 COVER_MB = 1
@@ -344,15 +346,21 @@ def wrap(  # noqa: PLR0913
     if cwd is not None:
         args += ["--chdir", str(Path(cwd).resolve())]
     if uid is not None:
-        # what `identity.enter` needs to hand over the work folder and drop to `uid`; bwrap
-        # keeps them for its child only, and the drop ends them
-        for cap in identity.ENTER_CAPS:
+        # what `identity.enter` needs to hand over the work folder and drop to `uid`, and
+        # `memory_folders` to mount; bwrap keeps them for its child only, and the drop ends them
+        for cap in (*identity.ENTER_CAPS, *memory_folders.ENTER_CAPS):
             args += ["--cap-add", cap]
-    if uid is None and nproc is not None:
-        nproc += identity.user_tasks()  # the user's other processes count too
-    enter = identity.enter(uid, writable=writable, nproc=nproc, nofile=NOFILE)
     join = cgroup.join_command() if cgroup is not None else []
-    return [*join, *seccomp.with_filter([*args, *enter, *argv])]
+    sizes = {"/tmp": TMP_MB, "/dev/shm": SHM_MB}
+    if uid is not None:
+        enter = identity.enter(uid, writable=writable, nproc=nproc, nofile=NOFILE)
+        step = memory_folders.command(sizes, nest=False)
+        return [*join, *seccomp.with_filter([*args, *step, *enter, *argv])]
+    # an ordinary user: the step loads the filter itself, after the namespace it makes
+    tasks = None if nproc is None else nproc + identity.user_tasks()  # all of the user's count
+    enter = identity.enter(None, nproc=tasks, nofile=NOFILE)
+    step = memory_folders.command(sizes, nest=True, nproc=nproc, program=seccomp.program())
+    return [*join, *args, *enter, *step, *argv]
 
 
 def kernel_env(env: dict[str, str], home: Path) -> dict[str, str]:

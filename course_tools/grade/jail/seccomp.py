@@ -21,7 +21,9 @@
   module loads) to every such namespace.
 Nothing the course runs uses them.
 
-bubblewrap loads a compiled classic BPF program from a file descriptor (`--seccomp FD`). The
+bubblewrap loads a compiled classic BPF program from a file descriptor (`--seccomp FD`) when the
+grader runs as root; run by an ordinary user, the sandbox's first step (`memory_folders`) loads it,
+after the user namespace that step needs. The
 program is written here by hand, about sixty instructions, rather than with libseccomp, whose
 Python binding is a distribution package, not one pip installs. It checks the architecture each
 call is made for: a 64-bit process can also make 32-bit calls (`int 0x80` on x86), numbered
