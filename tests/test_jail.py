@@ -856,6 +856,7 @@ sys.executable = sys.argv[3]  # a Python this user may run (the grader's may sit
 env = {**sandbox.kernel_env(dict(os.environ), work), "PYTHONPATH": sys.argv[4]}
 userns = "import ctypes; c = ctypes.CDLL(None, use_errno=True)"
 userns += "; print(c.unshare(0x10000000), ctypes.get_errno())"
+userns += "; print([l.split()[1] for l in open('/proc/self/status') if l[:6] == 'CapBnd'][0])"
 outs = []
 for program in (code, userns):
     argv = sandbox.wrap([sys.executable, "-c", program], writable=[work], cwd=work)
@@ -869,7 +870,8 @@ def test_as_an_ordinary_user_the_in_memory_folders_are_capped_in_files_too():
     """The same 200,000 files as an ordinary user, whose sandbox has no uid of its own and no
     control group to count the kernel's memory for them: each folder stops at the cap as well,
     and the sandbox cannot make a user namespace of its own (the filter, loaded after the one
-    the cap needs). As root, through a throwaway uid; the system's Python runs inside."""
+    the cap needs) nor has any capability in its bounding set. As root, through a throwaway
+    uid; the system's Python runs inside."""
     system_python = shutil.which("python3", path="/usr/bin:/bin")
     if not identity.privileged() or system_python is None:
         pytest.skip("needs root (a throwaway uid) and the system's python3")
@@ -896,6 +898,7 @@ def test_as_an_ordinary_user_the_in_memory_folders_are_capped_in_files_too():
         (code, out, err), (_, userns, _) = json.loads(done.stdout)
         assert code == 0, err
         _assert_stopped_at_the_inode_cap(json.loads(out.strip().splitlines()[-1]), work)
-        assert userns.split() == ["-1", str(errno.EPERM)], userns
+        # and no capability to come back to (an empty bounding set, as bubblewrap leaves it)
+        assert userns.split() == ["-1", str(errno.EPERM), "0" * 16], userns
     finally:
         shutil.rmtree(top, ignore_errors=True)

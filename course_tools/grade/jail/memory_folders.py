@@ -14,11 +14,12 @@ on device" in the cell that makes it.
   namespace inside the sandbox's: the mounts bubblewrap made stay locked there (none can be
   unmounted or made writable), and only the new tmpfs mounts are its own. It maps the user to
   itself, sets RLIMIT_NPROC to the sandbox's own tasks (the new namespace counts them from
-  zero), loads the seccomp filter, which refuses any further user namespace (so `seccomp`
-  is loaded here, not by bubblewrap), and executes the command, which keeps no capability (an
-  ordinary uid loses them at `execve`). Where the kernel refuses that namespace (a host that
-  restricts unprivileged user namespaces beyond bubblewrap's own), the folders keep their byte
-  caps only and the rest happens the same (`limits` says which holds).
+  zero), empties its bounding set of capabilities, loads the seccomp filter, which refuses any
+  further user namespace (so `seccomp` is loaded here, not by bubblewrap), and executes the
+  command, which keeps no capability (an ordinary uid loses them at `execve`). Where the kernel
+  refuses that namespace (a host that restricts unprivileged user namespaces beyond bubblewrap's
+  own), the folders keep their byte caps only and the rest happens the same (`limits` says
+  which holds).
 
 Example:
 
@@ -46,6 +47,7 @@ ENTER_CAPS = ("CAP_SYS_ADMIN",)
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MNT_DETACH = 0x2, 0x4, 0x1000, 0x4000, 0x2
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+PR_CAPBSET_DROP, CAP_LAST = 24, 63  # prctl's numbers; every capability a kernel may have
 
 
 class _SockFprog(ctypes.Structure):
@@ -153,6 +155,9 @@ def main(argv: list[str] | None = None) -> None:
                 _mount(libc, folder, int(size_mb))  # else its byte cap only (`limits`)
         if nest and nproc:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc[0], nproc[0]))
+        if nest:  # the new namespace's bounding set is whole: empty, as bubblewrap leaves it
+            for cap in range(CAP_LAST + 1):
+                libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
     with contextlib.suppress(OSError):
         os.chdir(cwd)  # the folder bound again, if it was below one
     if nest:
