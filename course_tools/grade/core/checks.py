@@ -15,7 +15,8 @@ optimizer steps, each per-epoch checkpoint evaluated, whether the models differ)
 strategy's scope, pipelines, `compute_loss`). The kernel's facts (mirrored variables, what the
 input pipelines yield, which weights the kernel holds) only corroborate: they can take a point
 away, never give one alone, and count for nothing once the kernel looks tampered with
-(`assert_kernel_trusted`).
+(`assert_kernel_trusted`). One fact loosens a check, by exactly one optimizer step an epoch:
+`fit_extra_steps`, a `train_ds` of unknown length, on which Keras 3's `fit` counts that step.
 
 Example (a hidden test):
 
