@@ -916,6 +916,17 @@ def test_keras_loss_scale_optimizer_is_read_and_an_unreadable_count_fails_the_po
     checks.own_model(tmp_path, "fit_model", found)
     checks.assert_steps(tmp_path / "fit_model.keras", 8, "fit_model")
 
+    looped = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())  # a custom loop's
+    stepped = _small_model()
+    looped.build(stepped.trainable_variables)
+    for _ in range(5):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(stepped(x[:2]))
+        gradients = tape.gradient(loss, stepped.trainable_variables)
+        looped.apply_gradients(zip(gradients, stepped.trainable_variables))
+    prefix = tf.train.Checkpoint(model=stepped, optimizer=looped).save(tmp_path / "ckpt" / "ckpt")
+    assert checks.optimizer_steps(Path(prefix)) == 5  # the inner count, not the wrapper's 0
+
     class ReplicaSafe(keras.optimizers.LossScaleOptimizer):  # notebook 3b's kind: apply only
         def apply(self, grads, trainable_variables=None):
             return super().apply(grads, trainable_variables)
