@@ -8,6 +8,9 @@ Run: pytest tests/test_grading_reading.py  (a few seconds, no kernel).
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import nbformat
 import pytest
 
 from course_tools.grade.core import checker, checks, reading
@@ -489,3 +492,143 @@ def test_a_name_bound_once_to_a_strategys_scope_is_read_as_that_scope():
         assert reading.Code.of(observed).assigned_in_scope("fit_model") is False, binding
         with pytest.raises(checks.CheckError, match="outside any strategy scope"):
             checks.assert_created_in_scope(observed, "fit_model")
+
+
+SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "05_svhn_solution.ipynb"
+FIT = "fit_model.fit(train_ds, epochs"
+LOOP = "strategy.experimental_distribute_dataset(train_ds)"
+SHUFFLED = "train_cached.shuffle(10_000)"
+
+
+def _solution(changes: dict[str, str] = {}, added: tuple[str, ...] = ()) -> dict:  # noqa: B006
+    """What the grader observes of the solution's code cells, with each text of `changes`
+    replaced in every cell, and `added` cells put after the data set's loading cell."""
+    cells = [
+        cell.source
+        for cell in nbformat.read(SOLUTION, as_version=4).cells
+        if cell.cell_type == "code" and "HIDDEN" not in cell.source
+    ]
+    for old, new in changes.items():
+        assert any(old in cell for cell in cells), old
+        cells = [cell.replace(old, new) for cell in cells]
+    at = next(i for i, cell in enumerate(cells) if "NUM_TRAIN = " in cell) + 1
+    cells[at:at] = added
+    return {"cells": [{"source": source} for source in cells], "files": {}}
+
+
+def _cell_of(observed: dict, text: str) -> int:
+    """The number (from 1) of the first observed cell that holds `text`."""
+    return next(i for i, c in enumerate(observed["cells"], 1) if text in c["source"])
+
+
+def test_every_training_call_must_give_train_ds_by_name_and_both_are_required():
+    """Red team 17a's starred trains on `*[train_cached.batch(GLOBAL_BATCH)]` (unshuffled) while
+    a shuffled `train_ds` stands, and `**{...}`, `getattr(model, "fit")` and `f = model.fit`
+    escaped the reading the same way: each fails question 1 naming its cell and what to write.
+    So do a pipeline made through `distribute_datasets_from_function` and a notebook with no
+    `fit(train_ds)` or no `experimental_distribute_dataset(train_ds)` (the exercise asks for
+    both). The solution passes: its distributed test set and the loss check's own batch of
+    labels are not training sets."""
+    checks.assert_pipeline_code(_solution(), "train_ds", "train")
+    plain = "train_cached.batch(GLOBAL_BATCH)"
+    for change, words in [
+        ({FIT: f"fit_model.fit(*[{plain}], epochs"}, r"through `\*`/`\*\*`"),
+        ({FIT: f'fit_model.fit(**{{"x": {plain}}}, epochs'}, r"through `\*`/`\*\*`"),
+        ({LOOP: f'strategy.experimental_distribute_dataset(**{{"dataset": {plain}}})'}, r"\*\*"),
+        ({FIT: f'getattr(fit_model, "fit")({plain}, epochs'}, "looks a training method up"),
+        ({FIT: f"train = fit_model.fit\n    train({plain}, epochs"}, "reaches `fit` without"),
+        (
+            {LOOP: f"strategy.distribute_datasets_from_function(lambda _: {plain})"},
+            "through a function",
+        ),
+        ({FIT: f"fit_model.fit(x={plain}, epochs"}, "a dataset other than `train_ds`"),
+        ({FIT: "fit_model.fit(train_ds.repeat(1), epochs"}, "a dataset other than `train_ds`"),
+        ({LOOP: "strategy.experimental_distribute_dataset(train_ds.take(-1))"}, "other than"),
+    ]:
+        code = _solution(change)
+        cell = _cell_of(code, next(iter(change.values())).split("\n")[0])
+        with pytest.raises(checks.CheckError, match=rf"{words}.*\(cell {cell}: `.*write `"):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+    for change, missing in [
+        ({LOOP: "iter(train_ds)"}, "experimental_distribute_dataset"),
+        ({FIT: "print(train_ds, epochs", "single_model.fit(train_ds": "print(train_ds"}, "fit"),
+    ]:
+        with pytest.raises(checks.CheckError, match=rf"finds no `.*{missing}\(train_ds"):
+            checks.assert_pipeline_code(_solution(change), "train_ds", "train")
+
+
+def test_a_shuffle_buffer_the_reading_cannot_read_earns_no_point_and_honest_counts_do():
+    """Red team 17a's buf-len shuffles with `len(range(GLOBAL_BATCH))` (128 at two replicas):
+    a buffer that is neither constant arithmetic nor the count of the loaded training examples
+    fails question 1 with what to write, as do `np.int64(512)`, `512 if True else 0`, a name
+    bound twice and a tuple assignment. A literal of thousands, the count of the loaded examples
+    (`len(...)`, `cardinality()`, `info.splits[...].num_examples`, a name bound once to one)
+    and arithmetic of literals pass."""
+    unread = [
+        ("len(range(GLOBAL_BATCH))", ()),
+        ("np.int64(512)", ()),
+        ("512 if True else 0", ()),
+        ("BUFFER", ("BUFFER = 512\nBUFFER = 512",)),
+        ("BUFFER", ("BUFFER, _ = 10_000, 0",)),
+        ("train_examples.take(128).cardinality()", ()),
+        ("len(labels)", ()),
+    ]
+    for buffer, added in unread:
+        code = _solution({SHUFFLED: f"train_cached.shuffle({buffer})"}, added)
+        cell = _cell_of(code, f"train_cached.shuffle({buffer})")
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"shuffles `train_ds` \(cell {cell}, trained on in cell \d+\) with a buffer the "
+            r"grader cannot read as a number .*write the buffer as a number of thousands",
+        ):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+    tfds_info = (
+        "import tensorflow_datasets as tfds\n_, info = tfds.load('svhn_cropped', with_info=True)"
+    )
+    honest = [
+        ("10_000", ()),
+        ("2 ** 14", ()),
+        ("20 * GLOBAL_BATCH", ()),
+        ("NUM_TRAIN", ()),
+        ("N_TRAIN", ("N_TRAIN = len(train_examples)",)),
+        ("len(train_examples)", ()),
+        ("train_examples.cardinality()", ()),
+        ("int(train_cached.cardinality())", ()),
+        ("train_cached.cardinality().numpy()", ()),
+        ("buffer_size=info.splits['train'].num_examples", (tfds_info,)),
+    ]
+    for buffer, added in honest:
+        code = _solution({SHUFFLED: f"train_cached.shuffle({buffer})"}, added)
+        checks.assert_pipeline_code(code, "train_ds", "train")
+
+
+def test_an_assignment_to_a_models_optimizer_step_count_is_a_copy():
+    """Red team 17a's assign-steps copies a one-device model's weights into `fit_model`, then its
+    step count (`fit_model.optimizer.iterations.assign(...)`), so that the kernel's count matches
+    the file's: the reading calls that a copy, as a loaded model is, naming the cell; so do
+    `assign_add`, one through `optimizer.variables`, a name bound to the optimizer, and a plain
+    `optimizer.iterations = ...`. Reading the count (the notebook's EpochClock) is no copy, nor
+    is another model's count set."""
+    anchor = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
+    checks.assert_created_in_scope(_solution(), "fit_model")
+    for line in (
+        "fit_model.optimizer.iterations.assign(one_device.optimizer.iterations)",
+        "fit_model.optimizer.iterations.assign_add(48)",
+        "fit_model.optimizer.variables[0].assign(48)",
+        "opt = fit_model.optimizer\nopt.iterations.assign(48)",
+        "fit_model.optimizer.iterations = tf.Variable(48)",
+    ):
+        code = _solution({anchor: f"{line}\n{anchor}"})
+        assert line.split("\n")[0] in "".join(c["source"] for c in code["cells"])
+        cell = _cell_of(code, anchor)
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"makes `fit_model` with an assignment to its optimizer's step count \(cell "
+            rf"{cell}: .*a copy of a model is not the model trained",
+        ):
+            checks.assert_created_in_scope(code, "fit_model")
+    for line in (
+        "print(int(fit_model.optimizer.iterations.numpy()))",
+        "single_model.optimizer.iterations.assign(0)",
+    ):
+        checks.assert_created_in_scope(_solution({anchor: f"{line}\n{anchor}"}), "fit_model")

@@ -355,6 +355,23 @@ def _folded(node: ast.AST, names: dict[str, ast.AST]) -> ast.AST:
     return ast.copy_location(ast.Constant(value=min(values)), node)
 
 
+#: The calls that train on a dataset, with the keyword that names it: every one must be given the
+#: bare name of the training pipeline (`Code.training_places`).
+TRAINERS = {
+    "fit": "x",
+    "experimental_distribute_dataset": "dataset",
+    "distribute_datasets_from_function": "dataset_fn",
+}
+#: The calls of a module that load a data set (`Code._loaded`), and the methods that keep every
+#: example of a dataset (its count is the loaded split's).
+LOADERS = frozenset({"load", "load_data", "builder"})
+KEPT_EXAMPLES = frozenset({"cache", "map", "prefetch"})
+#: The methods of a variable that write it (`Code._step_assignments`).
+STEP_WRITERS = frozenset({"assign", "assign_add", "assign_sub"})
+#: The calls that look a method up by its name (`getattr(model, "fit")`).
+LOOKUPS = frozenset({"getattr", "attrgetter", "methodcaller"})
+
+
 def _shuffle_name(node: ast.AST) -> str:
     """The name `_calls` gives a shuffle of literal buffer `node`: "shuffle(1)" below 2 (no
     shuffle at all), "shuffle(few)" below `SMALL_BUFFER`, "shuffle" for any other buffer."""
@@ -387,13 +404,18 @@ def _targets(node: ast.AST) -> list[str]:
 def _calls(node: ast.AST) -> list[str]:
     """The method names called on a chain, outermost last: x.a().b() -> ['a', 'b']; and the
     name the chain starts from. A shuffle with a literal buffer below 2 is named "shuffle(1)",
-    below `SMALL_BUFFER` "shuffle(few)" (`_shuffle_name`)."""
+    below `SMALL_BUFFER` "shuffle(few)" (`_shuffle_name`), one whose buffer the reading cannot
+    read "shuffle(unread)" (`Code._fold_buffers`)."""
     names = []
     while True:
         if isinstance(node, ast.Call):
             buffer = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "buffer_size")]
             if getattr(node.func, "attr", "") == "shuffle" and buffer and _small_buffer(buffer[0]):
                 names.append(_shuffle_name(buffer[0]))  # keeps the order, or most of it
+                node = node.func.value
+                continue
+            if getattr(node, "unread_buffer", None) is not None:  # `Code._fold_buffers`
+                names.append("shuffle(unread)")
                 node = node.func.value
                 continue
             node = node.func
@@ -414,6 +436,22 @@ def _chain(node: ast.AST) -> tuple[list[str], str, str]:
             return calls, "", node.func.id
         node = node.func if isinstance(node, ast.Call) else node.value
     return calls, source, ""
+
+
+def _check_error(message: str) -> AssertionError:
+    """A `checks.CheckError` with `message`: what the notebook's code does that the grader
+    cannot read, or reads as not what the exercise asks, said for the student (which cell, what
+    to write instead). The hidden test whose question the reading answers then fails with it,
+    as with any other check. (Imported here: `checks` imports this module.)"""
+    from course_tools.grade.core.checks import CheckError
+
+    return CheckError(message)
+
+
+def _short(node: ast.AST, limit: int = 100) -> str:
+    """`node` as code, cut to `limit` characters (for a message)."""
+    text = " ".join(ast.unparse(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _magic(node: ast.AST) -> tuple[str, list[ast.AST]]:
@@ -1190,6 +1228,62 @@ class Code:
                 for keyword in node.keywords:
                     if keyword.arg == "buffer_size":
                         keyword.value = _folded(keyword.value, once)
+                buffer = [
+                    *node.args[:1],
+                    *(k.value for k in node.keywords if k.arg == "buffer_size"),
+                ]
+                if buffer and not isinstance(buffer[0], ast.Constant):
+                    if not self._counts_examples(buffer[0], once):
+                        node.unread_buffer = ast.unparse(buffer[0])
+
+    def _counts_examples(self, node: ast.AST, once: dict[str, ast.AST], depth: int = 0) -> bool:
+        """`node` is the count of a loaded split's examples: `len(examples)`,
+        `examples.cardinality()` (in `int(...)`, with `.numpy()`), `info.splits["train"]
+        .num_examples`, or a name bound once to one of them (`NUM_TRAIN`), where `examples` is
+        what an imported module's `load` gave, cached, mapped or prefetched
+        (`Code._loaded`)."""
+        if depth > 10:
+            return False
+        if isinstance(node, ast.Name) and node.id in once:
+            return self._counts_examples(once[node.id], once, depth + 1)
+        if isinstance(node, ast.Call) and not node.keywords:
+            function = node.func
+            if (
+                isinstance(function, ast.Name)
+                and function.id in ("int", "len")
+                and len(node.args) == 1
+            ):
+                if function.id == "int":
+                    return self._counts_examples(node.args[0], once, depth + 1)
+                return self._loaded(node.args[0])
+            if isinstance(function, ast.Attribute) and not node.args:
+                if function.attr == "numpy":
+                    return self._counts_examples(function.value, once, depth + 1)
+                if function.attr == "cardinality":
+                    return self._loaded(function.value)
+        if isinstance(node, ast.Attribute) and node.attr == "num_examples":
+            root = node.value
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            return self._loaded(root)
+        return False
+
+    def _loaded(self, node: ast.AST) -> bool:
+        """`node` is what an imported module's loader gave (`data.load(...)`,
+        `tfds.load(...)`, `keras.datasets.mnist.load_data()`, `tfds.builder(...)`), directly or
+        through names bound to it and `cache`, `map`, `prefetch` (which keep every example)."""
+        imported = self._imported()
+        for _ in range(20):
+            calls, source = _calls(node)
+            if LOADERS & set(calls) and source in imported:
+                return True
+            if not set(calls) <= KEPT_EXAMPLES or not source or source in imported:
+                return False
+            found = self._assignments_in_order(source)
+            if not found:
+                return False
+            node = found[-1][1].value
+        return False
 
     def _run_code(self) -> list[tuple[int, ast.Module]]:
         """(cell number, tree) of every piece of code the kernel runs: the cells, and the text
@@ -1430,8 +1524,10 @@ class Code:
         that returns a pipeline (train_ds = make(cached): its return value, its argument; a
         method it applies in a branch, such as `if training:`, is named with a trailing "?").
         With `at` (a place, `training_places`), the assignment in force there: the last one
-        before it."""
-        return self._trace(name, depth, at=at)[0]
+        before it. A shuffle whose buffer the reading cannot read is named "shuffle" here
+        (`training_places` fails it for the training set)."""
+        methods = self._trace(name, depth, at=at)[0]
+        return [method.replace("shuffle(unread)", "shuffle") for method in methods]
 
     def _trace(
         self,
@@ -1468,23 +1564,217 @@ class Code:
 
     def training_places(self, name: str) -> list[tuple[int, int, int]]:
         """Where (cell, line, column) the code trains on the pipeline `name`: `model.fit(name,
-        ...)` (or `x=name`) and `strategy.experimental_distribute_dataset(name)`, in order."""
-        places = []
+        ...)` (or `x=name`) and `strategy.experimental_distribute_dataset(name)`, in order.
+
+        Raises `checks.CheckError` naming the cell and what to write instead when a training call
+        does not pass the bare name `name` (`model.fit(other)`, a `*`/`**` argument,
+        `distribute_datasets_from_function` of the training examples), when the code reaches a
+        training method in a way the reading cannot follow (`getattr(model, "fit")`,
+        `f = model.fit`), when it has no `fit(name)` or no
+        `experimental_distribute_dataset(name)` (the exercise asks for both), and when `name`
+        in force at a training call is shuffled only with a buffer the reading cannot read
+        (`Code._fold_buffers`). A `experimental_distribute_dataset` of other examples (the
+        test set) is not training."""
+        places, problems = self._training_calls(name)
+        found = {kind for kind, _ in places}
+        for kind, call in (
+            ("fit", f"model.fit({name}, ...)"),
+            (
+                "experimental_distribute_dataset",
+                f"strategy.experimental_distribute_dataset({name})",
+            ),
+        ):
+            if kind not in found:
+                problems.append(
+                    f"the grader finds no `{call}` in the notebook's code (the exercise trains "
+                    f"with fit and with a custom loop, both on `{name}`): write that call with "
+                    f"the name `{name}` itself"
+                )
+        if problems:
+            raise _check_error(problems[0])
+        ordered = sorted(place for _, place in places)
+        numbers = self.cells or list(range(1, len(self.trees) + 1))
+        for place in ordered:
+            methods = self._trace(name, at=place)[0]
+            shuffles = [m.removesuffix("?") for m in methods]
+            last_batch = (
+                len(shuffles) - 1 - shuffles[::-1].index("batch")
+                if "batch" in shuffles
+                else len(shuffles)
+            )
+            if (
+                "shuffle(unread)" in shuffles[:last_batch]
+                and "shuffle" not in shuffles[:last_batch]
+            ):
+                cell, buffer = self._unread_buffer(name)
+                raise _check_error(
+                    f"the notebook's code shuffles `{name}` (cell {cell}, trained on in cell "
+                    f"{numbers[place[0]]}) with a buffer the grader cannot read as a number "
+                    f"(`{buffer}`): write the buffer as a number of "
+                    "thousands (`10_000`) or as the count of the training examples "
+                    "(`NUM_TRAIN`, `len(train_examples)`)"
+                )
+        return ordered
+
+    def _unread_buffer(self, name: str) -> tuple[int, str]:
+        """(cell, text) of the first shuffle buffer the reading cannot read
+        (`Code._fold_buffers`) in the code that makes `name`, else anywhere (for a message)."""
+        numbers = self.cells or list(range(1, len(self.trees) + 1))
+        made = self._made_from(name)
+        for mine in (True, False):
+            for index, tree in enumerate(self.trees):
+                for node in ast.walk(tree):
+                    if mine and not set(_targets(node)) & made:
+                        continue
+                    for sub in ast.walk(node):
+                        if getattr(sub, "unread_buffer", None) is not None:
+                            return numbers[index], sub.unread_buffer
+        return 0, "?"
+
+    def _training_calls(self, name: str) -> tuple[list[tuple[str, tuple]], list[str]]:
+        """([(method, place)] of the training calls given the bare name `name`, [the problem
+        with each other training call, as a message]) (`training_places`)."""
+        numbers = self.cells or list(range(1, len(self.trees) + 1))
+        training = self._training_names(name)
+        places, problems = [], []
         for index, tree in enumerate(self.trees):
+            called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
             for node in ast.walk(tree):
-                if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                where = f"cell {numbers[index]}: `{_short(node)}`"
+                if (
+                    isinstance(node, ast.Attribute)
+                    and node.attr in TRAINERS
+                    and id(node) not in called
+                ):
+                    problems.append(
+                        f"the notebook's code reaches `{node.attr}` without calling it there "
+                        f"({where}), so the grader cannot read what it trains on: write "
+                        f"`model.fit({name}, ...)` and "
+                        f"`strategy.experimental_distribute_dataset({name})` as plain calls"
+                    )
                     continue
-                given = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "x")]
-                if node.func.attr == "experimental_distribute_dataset":
-                    given = [
-                        *node.args[:1],
-                        *(k.value for k in node.keywords if k.arg == "dataset"),
-                    ]
-                elif node.func.attr != "fit":
+                if not isinstance(node, ast.Call):
                     continue
-                if any(isinstance(g, ast.Name) and g.id == name for g in given):
-                    places.append((index, node.lineno, node.col_offset))
-        return sorted(places)
+                function = node.func
+                looked_up = _dotted(function).split(".")[-1] in LOOKUPS and any(
+                    isinstance(a, ast.Constant) and a.value in TRAINERS for a in node.args
+                )
+                if looked_up:
+                    problems.append(
+                        f"the notebook's code looks a training method up by its name ({where}), "
+                        f"so the grader cannot read what it trains on: write "
+                        f"`model.fit({name}, ...)` and "
+                        f"`strategy.experimental_distribute_dataset({name})` as plain calls"
+                    )
+                    continue
+                if not isinstance(function, ast.Attribute) or function.attr not in TRAINERS:
+                    continue
+                kind = function.attr
+                given = [
+                    *node.args[:1],
+                    *(k.value for k in node.keywords if k.arg == TRAINERS[kind]),
+                ]
+                unpacked = any(isinstance(a, ast.Starred) for a in node.args) or any(
+                    k.arg is None for k in node.keywords
+                )
+                bare = (
+                    not unpacked
+                    and len(given) == 1
+                    and isinstance(given[0], ast.Name)
+                    and given[0].id == name
+                )
+                if bare and kind != "distribute_datasets_from_function":
+                    places.append((kind, (index, node.lineno, node.col_offset)))
+                    continue
+                if (
+                    kind != "fit"
+                    and given
+                    and not unpacked
+                    and not (
+                        self._origins(given[0], (index, node.lineno, node.col_offset)) & training
+                    )
+                ):
+                    continue  # a distributed test set, or a batch of the notebook's own
+                write = (
+                    f"`strategy.experimental_distribute_dataset({name})`"
+                    if kind != "fit"
+                    else f"`{_short(function.value)}.fit({name}, ...)`"
+                )
+                if unpacked or not given:
+                    how = (
+                        "gives a training call its dataset through `*`/`**`"
+                        if unpacked
+                        else "gives a training call no dataset the grader can find"
+                    )
+                    problems.append(
+                        f"the notebook's code {how} ({where}), so the grader cannot read what "
+                        f"it trains on: write {write} with the name `{name}` itself"
+                    )
+                elif kind == "distribute_datasets_from_function":
+                    problems.append(
+                        f"the notebook's code distributes the training examples through a "
+                        f"function ({where}), whose pipeline the grader does not read: write "
+                        f"{write} instead"
+                    )
+                else:
+                    problems.append(
+                        f"the notebook's code trains on a dataset other than `{name}` ({where}):"
+                        f" the grader reads `{name}`, not that one; write {write} with the name "
+                        f"`{name}` itself"
+                    )
+        return places, problems
+
+    def _origins(self, node: ast.AST, place: tuple) -> set[str]:
+        """Every name `node`, at `place`, is computed from: the assignment of each in force
+        there (the last one before it), the names that assignment is computed from in turn, and
+        the body of a function of the notebook's own that it calls (for `training_places`: does
+        a dataset come from the training examples?)."""
+        functions, seen = self._functions(), set()
+        todo = [(sub.id, place) for sub in ast.walk(node) if isinstance(sub, ast.Name)]
+        while todo and len(seen) < 200:
+            name, before = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            found = [(at, n) for at, n in self._assignments_in_order(name) if at < before]
+            if found:
+                at, assignment = found[-1]
+                todo += [(s.id, at) for s in ast.walk(assignment.value) if isinstance(s, ast.Name)]
+            if name in functions:
+                todo += [
+                    (s.id, before) for s in ast.walk(functions[name]) if isinstance(s, ast.Name)
+                ]
+        return seen
+
+    def _training_names(self, name: str) -> set[str]:
+        """The names the pipeline `name` is made from, through every assignment of each outside
+        a function (`train_ds = cached.shuffle(...)...`, `cached = train_examples.cache()`:
+        {'train_ds', 'cached', 'train_examples'}), and a function of the notebook's own that
+        returns a pipeline; imported modules left out."""
+        functions, imported = self._functions(), set(self._imported())
+        scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+        local = {
+            id(sub)
+            for node in self._walk()
+            if isinstance(node, scopes)
+            for sub in ast.walk(node)
+            if sub is not node
+        }
+        names, todo = set(), [name]
+        while todo and len(names) < 50:
+            current = todo.pop()
+            if current in names or current in imported:
+                continue
+            names.add(current)
+            for _, node in self._assignments_in_order(current):
+                if id(node) in local:
+                    continue
+                _, source, helper = _chain(node.value)
+                if helper in functions:
+                    source = _inlined(functions[helper], helper, node.value)[1]
+                if source:
+                    todo.append(source)
+        return names
 
     def trainings_elsewhere(self, name: str) -> list[tuple[int, str]]:
         """(cell, call) of each training call (`model.fit(x)`, `x=`, and
@@ -1606,6 +1896,55 @@ class Code:
                     called = getattr(sub.func, "attr", None) or getattr(sub.func, "id", "")
                     if called in COPIERS:
                         found.append(called)
+        return found + self._step_assignments(name)
+
+    def _step_assignments(self, name: str) -> list[str]:
+        """Each assignment to the optimizer step count of model `name`, described for a message:
+        `name.optimizer.iterations.assign(...)` (`assign_add`, `assign_sub`, one through
+        `optimizer.variables`, or through a name bound to `name.optimizer`), and
+        `name.optimizer.iterations = ...`. It makes the count say that a model trained which
+        did not (weights copied in, then the count copied too): a copy, as `set_weights`."""
+        numbers = self.cells or list(range(1, len(self.trees) + 1))
+
+        def optimizer_of(node: ast.AST, *, follow: bool = True) -> bool:
+            for sub in ast.walk(node):
+                if (
+                    isinstance(sub, ast.Attribute)
+                    and sub.attr == "optimizer"
+                    and isinstance(sub.value, ast.Name)
+                    and sub.value.id == name
+                ):
+                    return True
+            root = _root(node)
+            if follow and root is not None and root.id != name:
+                found = self._assignments_in_order(root.id)
+                return bool(found) and optimizer_of(found[-1][1].value, follow=False)
+            return False
+
+        found = []
+        for index, tree in enumerate(self.trees):
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in STEP_WRITERS
+                ):
+                    receiver = node.func.value
+                elif isinstance(node, (ast.Assign, ast.AugAssign)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    receiver = next(
+                        (t for t in targets if getattr(t, "attr", "") == "iterations"), None
+                    )
+                else:
+                    continue
+                if receiver is None:
+                    continue
+                attributes = {a.attr for a in ast.walk(receiver) if isinstance(a, ast.Attribute)}
+                if attributes & {"iterations", "variables"} and optimizer_of(receiver):
+                    found.append(
+                        f"an assignment to its optimizer's step count (cell "
+                        f"{numbers[index]}: `{_short(node, 80)}`)"
+                    )
         return found
 
     def function_calls(self, function: str, *, follow: bool = False) -> set[str] | None:
