@@ -562,8 +562,8 @@ def test_a_shuffle_buffer_the_reading_cannot_read_earns_no_point_and_honest_coun
     a buffer that is neither constant arithmetic nor the count of the loaded training examples
     fails question 1 with what to write, as do `np.int64(512)`, `512 if True else 0`, a name
     bound twice and a tuple assignment. A literal of thousands, the count of the loaded examples
-    (`len(...)`, `cardinality()`, `info.splits[...].num_examples`, a name bound once to one)
-    and arithmetic of literals pass."""
+    (`len(...)`, `cardinality()`, `info.splits[...].num_examples`, a name bound once to one),
+    arithmetic of literals, and a helper's parameter given one of them pass."""
     unread = [
         ("len(range(GLOBAL_BATCH))", ()),
         ("np.int64(512)", ()),
@@ -571,6 +571,7 @@ def test_a_shuffle_buffer_the_reading_cannot_read_earns_no_point_and_honest_coun
         ("BUFFER", ("BUFFER = 512\nBUFFER = 512",)),
         ("BUFFER", ("BUFFER, _ = 10_000, 0",)),
         ("train_examples.take(128).cardinality()", ()),
+        ("*[BUFFER]", ("BUFFER = 10_000",)),
         ("len(labels)", ()),
     ]
     for buffer, added in unread:
@@ -600,6 +601,21 @@ def test_a_shuffle_buffer_the_reading_cannot_read_earns_no_point_and_honest_coun
     for buffer, added in honest:
         code = _solution({SHUFFLED: f"train_cached.shuffle({buffer})"}, added)
         checks.assert_pipeline_code(code, "train_ds", "train")
+    # a helper's buffer parameter is read where the helper is called (or from its default)
+    helper = "def mixed(ds, buffer=10_000):\n    return ds.shuffle(buffer)\n"
+    for given, passes in [
+        ("", True),
+        (", 2 ** 14", True),
+        (", buffer=NUM_TRAIN", True),
+        (", len(range(GLOBAL_BATCH))", False),
+        (", 512", False),
+    ]:
+        code = _solution({SHUFFLED: f"mixed(train_cached{given})"}, (helper,))
+        if passes:
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        else:
+            with pytest.raises(checks.CheckError, match="buffer (below 1,000|the grader cannot)"):
+                checks.assert_pipeline_code(code, "train_ds", "train")
 
 
 def test_an_assignment_to_a_models_optimizer_step_count_is_a_copy():

@@ -1173,6 +1173,8 @@ class Code:
     trees: list[ast.Module] = field(default_factory=list)
     #: The number (from 1) of the observed cell each of `trees` was parsed from.
     cells: list[int] = field(default_factory=list)
+    #: {name: the one expression it is bound to} for names bound once (`_fold_buffers`).
+    _once: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, observed: dict | None) -> Code:
@@ -1221,6 +1223,8 @@ class Code:
             for name, values in assigned.items()
             if len(values) == 1 and stores.get(name) == 1 and name not in other
         }
+        self._once = once
+        parameters = self._parameter_buffers(once)
         for node in self._walk():
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "shuffle":
                 if node.args:
@@ -1233,8 +1237,78 @@ class Code:
                     *(k.value for k in node.keywords if k.arg == "buffer_size"),
                 ]
                 if buffer and not isinstance(buffer[0], ast.Constant):
-                    if not self._counts_examples(buffer[0], once):
+                    given = parameters.get(id(node))
+                    if given is not None:
+                        self._set_buffer(node, given)
+                    elif not self._counts_examples(buffer[0], once):
                         node.unread_buffer = ast.unparse(buffer[0])
+
+    def _set_buffer(self, call: ast.Call, given: list[ast.AST]) -> None:
+        """Read the buffer of `call`, a parameter of the notebook's own function, from the
+        arguments `given` for it where the function is called (`_parameter_buffers`): at the
+        smallest number among them when each is a number or the examples' count
+        (`_counts_examples`), unread otherwise."""
+        numbers = [g.value for g in given if isinstance(g, ast.Constant)]
+        read = all(
+            isinstance(g, ast.Constant)
+            and isinstance(g.value, (int, float))
+            or self._counts_examples(g, self._once)
+            for g in given
+        )
+        if not read:
+            call.unread_buffer = " / ".join(ast.unparse(g) for g in given)
+        elif numbers:
+            smallest = ast.Constant(value=min(numbers))
+            if call.args:
+                call.args[0] = smallest
+            for keyword in call.keywords:
+                if keyword.arg == "buffer_size":
+                    keyword.value = smallest
+
+    def _parameter_buffers(self, once: dict[str, ast.AST]) -> dict[int, list[ast.AST]]:
+        """{id of a `.shuffle(p)` call in a function of the notebook's own whose buffer is its
+        parameter `p`: the arguments given for `p` where the function is called (its default
+        where not given), each folded (`_folded`)}; calls that do not say (`*args`) leave it
+        out."""
+        functions = self._functions()
+        calls: dict[str, list[ast.Call]] = {}
+        for node in self._walk():
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                calls.setdefault(node.func.id, []).append(node)
+        found = {}
+        for name, function in functions.items():
+            parameters = [a.arg for a in function.args.args]
+            defaults = dict(zip(parameters[::-1], function.args.defaults[::-1], strict=False))
+            for node in ast.walk(function):
+                if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "shuffle"):
+                    continue
+                buffer = [
+                    *node.args[:1],
+                    *(k.value for k in node.keywords if k.arg == "buffer_size"),
+                ]
+                if not buffer or not isinstance(buffer[0], ast.Name):
+                    continue
+                if buffer[0].id not in parameters or not calls.get(name):
+                    continue
+                position = parameters.index(buffer[0].id)
+                given = []
+                for call in calls[name]:
+                    if any(isinstance(a, ast.Starred) for a in call.args) or any(
+                        k.arg is None for k in call.keywords
+                    ):
+                        break
+                    named = {k.arg: k.value for k in call.keywords}
+                    argument = (
+                        call.args[position]
+                        if position < len(call.args)
+                        else named.get(buffer[0].id, defaults.get(buffer[0].id))
+                    )
+                    if argument is None:
+                        break
+                    given.append(_folded(argument, once))
+                else:
+                    found[id(node)] = given
+        return found
 
     def _counts_examples(self, node: ast.AST, once: dict[str, ast.AST], depth: int = 0) -> bool:
         """`node` is the count of a loaded split's examples: `len(examples)`,
