@@ -8,6 +8,7 @@ Run: pytest tests/test_grading_reading.py  (a few seconds, no kernel).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -648,3 +649,23 @@ def test_an_assignment_to_a_models_optimizer_step_count_is_a_copy():
         "single_model.optimizer.iterations.assign(0)",
     ):
         checks.assert_created_in_scope(_solution({anchor: f"{line}\n{anchor}"}), "fit_model")
+
+
+def test_a_second_load_of_the_training_examples_is_the_training_examples():
+    """A side dataset made by loading the training split again (`data.load("svhn_cropped",
+    "train")` written a second time) and distributed to the custom loop beside a shuffled
+    `train_ds` is a training set not given as `train_ds`: question 1 fails naming the call. A
+    second load of the test split is not a training set, and a `train_ds` made from a second
+    load of the training split is read as any other."""
+    again = "side = data.load('svhn_cropped', '{}').batch(GLOBAL_BATCH)\n"
+    distributed = "strategy.experimental_distribute_dataset(side)"
+    code = _solution({LOOP: f"{LOOP}\n{again.format('train')}train_dist = {distributed}"})
+    cell = _cell_of(code, distributed)
+    with pytest.raises(
+        checks.CheckError, match=rf"other than `train_ds` \(cell {cell}: `{re.escape(distributed)}"
+    ):
+        checks.assert_pipeline_code(code, "train_ds", "train")
+    code = _solution({LOOP: f"{LOOP}\n{again.format('test')}looked = {distributed}"})
+    checks.assert_pipeline_code(code, "train_ds", "train")
+    code = _solution({"train_cached.shuffle(": "data.load('svhn_cropped', 'train').shuffle("})
+    checks.assert_pipeline_code(code, "train_ds", "train")

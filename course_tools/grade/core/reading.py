@@ -448,6 +448,20 @@ def _check_error(message: str) -> AssertionError:
     return CheckError(message)
 
 
+def _load_marks(node: ast.AST, imported: set[str]) -> set[str]:
+    """A mark for each call in `node` that loads a data set through an imported module
+    (`data.load("svhn_cropped", "train")`, `LOADERS`), the same for the same call written
+    again: `Code._training_calls` knows a second load of the training examples by it."""
+    return {
+        f"<load {ast.dump(sub)}>"
+        for sub in ast.walk(node)
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and sub.func.attr in LOADERS
+        and getattr(_root(sub.func), "id", None) in imported
+    }
+
+
 def _short(node: ast.AST, limit: int = 100) -> str:
     """`node` as code, cut to `limit` characters (for a message)."""
     text = " ".join(ast.unparse(node).split())
@@ -1803,9 +1817,10 @@ class Code:
         there (the last one before it), the names that assignment is computed from in turn, and
         the body of a function of the notebook's own that it calls (for `training_places`: does
         a dataset come from the training examples?)."""
-        functions, seen = self._functions(), set()
+        functions, imported = self._functions(), set(self._imported())
+        seen = _load_marks(node, imported)
         todo = [(sub.id, place) for sub in ast.walk(node) if isinstance(sub, ast.Name)]
-        while todo and len(seen) < 200:
+        while todo and len(seen) < 400:
             name, before = todo.pop()
             if name in seen:
                 continue
@@ -1813,8 +1828,10 @@ class Code:
             found = [(at, n) for at, n in self._assignments_in_order(name) if at < before]
             if found:
                 at, assignment = found[-1]
+                seen |= _load_marks(assignment.value, imported)
                 todo += [(s.id, at) for s in ast.walk(assignment.value) if isinstance(s, ast.Name)]
             if name in functions:
+                seen |= _load_marks(functions[name], imported)
                 todo += [
                     (s.id, before) for s in ast.walk(functions[name]) if isinstance(s, ast.Name)
                 ]
@@ -1843,6 +1860,7 @@ class Code:
             for _, node in self._assignments_in_order(current):
                 if id(node) in local:
                     continue
+                names |= _load_marks(node.value, imported)  # a second load of them is them
                 _, source, helper = _chain(node.value)
                 if helper in functions:
                     source = _inlined(functions[helper], helper, node.value)[1]
