@@ -669,3 +669,25 @@ def test_a_second_load_of_the_training_examples_is_the_training_examples():
     checks.assert_pipeline_code(code, "train_ds", "train")
     code = _solution({"train_cached.shuffle(": "data.load('svhn_cropped', 'train').shuffle("})
     checks.assert_pipeline_code(code, "train_ds", "train")
+
+
+def test_a_train_ds_sliced_from_the_loaded_examples_keeps_the_point():
+    """An honest `train_ds` made with `tf.data.Dataset.from_tensor_slices` of arrays taken from
+    the loaded training examples, shuffled with thousands and batched, lost question 1 ("does not
+    carry train_examples"): it is the loaded examples in a new dataset (the probe reads its
+    order and examples). Slices of constants, or `Dataset.range(1)`, are still a dataset made
+    beside the examples, and a small buffer is still small."""
+    arrays = "images, labels = next(iter(train_examples.batch(NUM_TRAIN)))\n"
+    sliced = "tf.data.Dataset.from_tensor_slices({})"
+    for made, passes, words in [
+        (f"{arrays}train_ds = {sliced.format('(images, labels)')}.shuffle(10_000)", True, ""),
+        (f"{arrays}train_ds = {sliced.format('(images, labels)')}.shuffle(512)", False, "below"),
+        (f"train_ds = {sliced.format('[0, 1]')}.shuffle(10_000)", False, "does not carry"),
+        ("train_ds = tf.data.Dataset.range(1).shuffle(10_000)", False, "does not carry"),
+    ]:
+        code = _solution({"train_ds = train_cached.shuffle(10_000)": made})
+        if passes:
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        else:
+            with pytest.raises(checks.CheckError, match=words):
+                checks.assert_pipeline_code(code, "train_ds", "train")

@@ -366,6 +366,8 @@ TRAINERS = {
 #: example of a dataset (its count is the loaded split's).
 LOADERS = frozenset({"load", "load_data", "builder"})
 KEPT_EXAMPLES = frozenset({"cache", "map", "prefetch"})
+#: The chain of `tf.data.Dataset.from_tensor_slices(...)` (`Code._slices_loaded`).
+SLICED = ["data", "Dataset", "from_tensor_slices"]
 #: The methods of a variable that write it (`Code._step_assignments`).
 STEP_WRITERS = frozenset({"assign", "assign_add", "assign_sub"})
 #: The calls that look a method up by its name (`getattr(model, "fit")`).
@@ -1643,12 +1645,29 @@ class Code:
             if helper in functions:
                 inner, source = _inlined(functions[helper], helper, node.value)
                 calls = inner + calls
+            if calls[:3] == SLICED and self._slices_loaded(node.value, place):
+                calls = calls[2:]  # the loaded examples, sliced: not a dataset of its own
             if branched and id(node) in branched:
                 calls = [call if call.endswith("?") else f"{call}?" for call in calls]
             methods = calls + methods
             before = place if source == name else at
             name = source
         return methods, name
+
+    def _slices_loaded(self, value: ast.AST, place: tuple) -> bool:
+        """`value` (assigned at `place`) starts from `tf.data.Dataset.from_tensor_slices(...)`
+        of arrays computed from a data set the code loaded (`images, labels =
+        next(iter(train_examples.batch(NUM_TRAIN)))`): the loaded examples in a new dataset,
+        whose order the probe reads, not one made beside them."""
+        sliced = [
+            sub
+            for sub in ast.walk(value)
+            if isinstance(sub, ast.Call) and getattr(sub.func, "attr", "") == SLICED[-1]
+        ]
+        if not sliced or not sliced[-1].args:
+            return False
+        marks = self._origins(sliced[-1].args[0], place)
+        return any(mark.startswith("<load ") for mark in marks)
 
     def training_places(self, name: str) -> list[tuple[int, int, int]]:
         """Where (cell, line, column) the code trains on the pipeline `name`: `model.fit(name,
