@@ -5,12 +5,14 @@ log messages before absl::InitializeLog() ...", "failed call to cuInit" without 
 import runs with file descriptor 2 (the cell's error stream) pointed at /dev/null. Switched off
 too: C++ INFO and WARNING logs (TF_CPP_MIN_LOG_LEVEL=2), TensorFlow's and absl's Python logs
 below ERROR, and the two warnings in HIDDEN_WARNINGS, which no student code can avoid. The C++
-warnings hidden include `fit`'s cancelled iterators under a strategy ("Local rendezvous is
-aborting with status: CANCELLED") and tf.data's "The calling iterator did not fully read the
-dataset being cached" (an iterator dropped early over an unfilled `cache()`: harmless, the next
-pass fills it; a cache completed short, appendix B's bug, logs nothing at WARNING). TensorFlow
-has no switch for one C++ warning alone, so notebook 1 names that one where it teaches the cache.
-To see everything, set TF_CPP_MIN_LOG_LEVEL=0 before the set-up cell runs.
+lines hidden include tf.data's notes on the input pipeline ("Input of
+GeneratorDatasetOp::Dataset will not be optimized ...", from the multi-device iterator a
+strategy reads its input with) and its warning "The calling iterator did not fully read the
+dataset being cached" (an iterator dropped early over an unfilled `cache()`: what it wrote is
+discarded and the next pass writes the cache again; a cache completed short, appendix B's bug,
+logs nothing at WARNING). TensorFlow has no switch for one C++ warning alone, so appendix B
+names that one where it teaches the cache (parts 1 and 5). To see everything, set
+TF_CPP_MIN_LOG_LEVEL=0 before the set-up cell runs.
 
 Example:
 
