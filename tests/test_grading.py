@@ -762,7 +762,7 @@ def test_the_course_solutions_build_and_git_history_are_hidden(sandboxed):
 def test_the_probe_ignores_a_probe_the_notebook_replaced(tmp_path, sandboxed):
     """The probe reloads itself from the read-only course: a notebook that replaces
     `probe.collect` in its kernel does not choose the facts (taking over IPython, TensorFlow or
-    Python itself still could: the README says so)."""
+    Python itself still could: course_tools/README.md says so)."""
     tamper = TAMPER[TAMPER.index("import course_tools.grade.core.checks") :].split("artifacts =")[0]
     tamper += "import course_tools.grade.core.probe as p\np.collect = checks.probe\n"
     probe = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4)).probe
@@ -1777,7 +1777,7 @@ def test_the_probe_answers_with_builtin_reprs_that_no_notebook_replaces(tmp_path
         "    return _real(forged, *args, **kwargs)\n"
         "def _patch(module, name, value):\n"
         "    setattr(module, name, value)\n"
-        "_patch(json, 'dumps', _forge)"  # through a parameter: not seen by the reading (README)
+        "_patch(json, 'dumps', _forge)"  # through a parameter: not seen by the reading (course_tools/README.md)
     )
     code = reading.Code.of({"cells": [{"source": forge}]})
     assert code.module_patches() == [], "the forger is meant to be invisible to the reading"
