@@ -1777,7 +1777,7 @@ def test_the_probe_answers_with_builtin_reprs_that_no_notebook_replaces(tmp_path
         "    return _real(forged, *args, **kwargs)\n"
         "def _patch(module, name, value):\n"
         "    setattr(module, name, value)\n"
-        "_patch(json, 'dumps', _forge)"  # through a parameter: not seen by the reading (course_tools/README.md)
+        "_patch(json, 'dumps', _forge)"  # through a parameter: unseen by the reading (tools README)
     )
     code = reading.Code.of({"cells": [{"source": forge}]})
     assert code.module_patches() == [], "the forger is meant to be invisible to the reading"
