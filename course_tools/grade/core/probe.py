@@ -79,16 +79,15 @@ def fingerprint(model: keras.Model) -> str:
     return digest.hexdigest()
 
 
-def optimizer_steps(model: Any) -> int | None:
-    """The steps the model's own optimizer (Keras's `model.optimizer`, set by `compile`) has
-    made in this kernel; None for a model never compiled (no optimizer). A model whose weights
-    were copied in from another (`set_weights`, `load_weights`) has made none, whatever its file
-    says. Keras's `LossScaleOptimizer` counts its inner optimizer's steps: that one is read
-    (also through a subclass that keeps Keras's `iterations`).
-    ValueError saying why for a count that cannot be read: an optimizer not Keras's, or a class
-    that defines `iterations` itself (Keras's wrapper aside), whose answer would be its own.
+def counted_optimizer(model: Any) -> Any:
+    """The optimizer whose steps count for the model: Keras's `model.optimizer` (set by
+    `compile`), or for Keras's `LossScaleOptimizer` (also through a subclass that keeps Keras's
+    `iterations`) its inner optimizer, whose count the wrapper reports; None for a model never
+    compiled. ValueError saying why for one whose count cannot be trusted: an optimizer not
+    Keras's, or a class that defines `iterations` itself (Keras's wrapper aside), whose answer
+    would be its own.
 
-        optimizer_steps(model)   # 48 after 3 epochs of 16 batches with fit
+        counted_optimizer(model)   # the Adam that `compile(optimizer=keras.optimizers.Adam())` set
     """
     import inspect
 
@@ -110,11 +109,54 @@ def optimizer_steps(model: Any) -> int | None:
         raise ValueError(
             f"its optimizer's class, {type(optimizer).__name__}, defines `iterations` itself"
         )
+    return optimizer
+
+
+def optimizer_steps(model: Any) -> int | None:
+    """The steps the model's own optimizer (`counted_optimizer`) has made in this kernel; None
+    for a model never compiled. A model whose weights were copied in from another
+    (`set_weights`, `load_weights`) has made none, whatever its file says.
+    ValueError saying why for a count that cannot be read (`counted_optimizer`).
+
+        optimizer_steps(model)   # 48 after 3 epochs of 16 batches with fit
+    """
+    optimizer = counted_optimizer(model)
+    if optimizer is None:
+        return None
     try:
         return int(optimizer.iterations.numpy())
     except Exception as exc:  # noqa: BLE001 - anything the student's optimizer raises
         error = type(exc).__name__
         raise ValueError(f"its optimizer's `iterations` cannot be read ({error})") from None
+
+
+def optimizer_replicas(model: Any) -> int | None:
+    """Over how many replicas the step counter of the model's own optimizer
+    (`counted_optimizer`) is distributed: the replicas of the strategy the optimizer was made
+    under (`tf.distribute.DistributedValues`, mirrored over one to 8 devices), 0 for one made
+    outside any (a plain variable: another model's optimizer given to this one, `model.optimizer
+    = other.optimizer`, makes its steps elsewhere); None for a model never compiled.
+    A counter that is not Keras's own variable holding TensorFlow's own classes counts as 0: its
+    answer would be its own. ValueError as `counted_optimizer`.
+
+        optimizer_replicas(model)   # 2 for a model compiled under a 2-device MirroredStrategy
+    """
+    import keras
+
+    optimizer = counted_optimizer(model)
+    if optimizer is None:
+        return None
+    counter = optimizer.iterations
+    tf = sys.modules.get("tensorflow")
+    if tf is None or type(counter) is not keras.Variable:
+        return 0
+    value = counter.value
+    own = all(c.__module__.startswith(("tensorflow.", "builtins")) for c in type(value).__mro__)
+    if not own or _methods_not_from(type(value), _library_folders()):
+        return 0
+    if not isinstance(value, tf.distribute.DistributedValues):
+        return 0
+    return len(value.values)
 
 
 def checksum(labels: list, *, in_order: bool = True) -> str:
@@ -328,6 +370,7 @@ def collect(
         else:
             if steps is not None:
                 facts["models"][name]["optimizer_steps"] = steps
+                facts["models"][name]["optimizer_replicas"] = optimizer_replicas(model)
     if loss is not None:
         try:
             facts["loss"] = {"ratios": loss_ratios(namespace, *loss)}
