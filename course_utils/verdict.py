@@ -11,13 +11,16 @@ during each set. One rule, used by the notebook, `course bench` and the artifact
   negative fixed part, a set had fewer than `min_rounds` rounds, or a training run beat every
   round of the peak;
 - else the step splits into the fixed part, the roof's part and the rest, and the largest is named
-  when it is over `majority` of the step (`split`), at each limit's two ends, the step's two
-  fastest rounds, the counted intensity and the count's factor either way, and the fixed part
-  within the line's worst miss; "undecided" names what flips it (`regime`);
+  when it is over `majority` of the step (`split`), at each limit's two ends and inside its range
+  (the side of the ridge is not monotone in the limits), the step's two fastest rounds, the
+  counted intensity and the count's factor either way, and the fixed part within the line's
+  worst miss; "undecided" names what flips it (`regime`);
 - a set whose fastest round got less than `STARVED` of the usable CPUs' time ran starved
-  (`starved_sets`); no side of the ridge rests on a limit whose sets all did (`all_starved`);
+  (`starved_sets`); no side of the ridge rests on a limit whose sets all did (`all_starved`), and
+  a verdict any of whose outcomes names a side is withheld then (the roof's part rests on it);
 - what an undecided run rules out: the outcomes no case produced (`ruled_out`);
-- the step's side of the ridge at both ends of both limits, or none from busy or starved sets
+- the step's side of the ridge at every ridge the limits' ranges give, or none from busy or
+  starved sets
   (`ridge_sides`, `ridge`);
 - notebook 3c's call between the all-reduce's alpha and its bytes (`all_reduce_call`),
   whether its share of a step can be given (`step_share_withheld`), and whether a byte's cost
@@ -227,9 +230,10 @@ def limits_of(record: dict) -> dict[str, tuple[float, float]]:
 
 def sweep_ms(record: dict) -> list[float]:
     """Each sweep point's ms per step: its fastest round (load only slows one) when its rounds
-    (examples/s) are recorded, else the `step_ms` recorded."""
+    (examples/s) are recorded, else the `fastest_ms` recorded (3b's name: notebook 3's and
+    `timing.RunResult`'s `step_ms` is the median round's)."""
     return [
-        1000 * p["global_batch"] / max(p["rounds"]) if p.get("rounds") else p["step_ms"]
+        1000 * p["global_batch"] / max(p["rounds"]) if p.get("rounds") else p["fastest_ms"]
         for p in record["sweep"]
     ]
 
@@ -294,11 +298,32 @@ def _changes(case: tuple) -> int:
     return len(low) + (which == "next") + (estimate != "counted") + (fix != "line")
 
 
+#: Points per limit in `outcomes`' search inside the limits' ranges (a geometric grid).
+GRID = 17
+
+
+def _inside(limits: dict, intensity: float, margin: float) -> list[tuple[float, float]]:
+    # (peak, bandwidth) pairs inside both ranges: a geometric grid, and the pairs whose ridge lies
+    # inside the near band (intensity / margin to intensity x margin) at the lowest and highest
+    # limits that ridge allows: the side label is not monotone in the limits, so ends miss it.
+    (p_hi, p_lo), (b_hi, b_lo) = limits["peak"], limits["bandwidth"]
+    pairs = [(p, b) for p in np.geomspace(p_lo, p_hi, GRID) for b in np.geomspace(b_lo, b_hi, GRID)]
+    low, high = max(p_lo / b_hi, intensity / margin), min(p_hi / b_lo, intensity * margin)
+    if low < high:
+        inner = np.geomspace(low, high, 5)[1:-1]  # strictly inside the band
+        for ridge_at in [*inner, min(max(p_lo / b_lo, inner[0]), inner[-1])]:
+            for p in (max(p_lo, ridge_at * b_lo), min(p_hi, ridge_at * b_hi)):
+                pairs.append((p, p / ridge_at))
+    return pairs
+
+
 def outcomes(record: dict) -> dict[tuple, str]:
     """`regime`'s cases, fewest changes first, each with its outcome (`split`): each limit at its
     value or low end, the step at its fastest or next-fastest round, the count's factor either
     way, the fixed part within the line's worst miss. A case that puts the step above its roof
-    at a count's factor is left out: the run rules that intensity out."""
+    at a count's factor is left out: the run rules that intensity out. Outcomes found only
+    inside the limits' ranges (`_inside`: a grid, and the ridges in the near band) are added as
+    cases naming the limits moved below their values, ("peak", "inside: <outcome>") say."""
     limits, steps, factors, fixes, _ = _ranges(record)
 
     def at(low: tuple[str, ...], which: str, estimate: str, fix: str) -> str:
@@ -317,6 +342,19 @@ def outcomes(record: dict) -> dict[tuple, str]:
         key=_changes,
     )
     found = {case: at(*case) for case in cases}
+    pairs = _inside(limits, record["intensity"], record.get("count_margin", 1.0))
+    for which, estimate, fix in itertools.product(("step", "next"), factors, fixes):
+        seen = {found[low, which, estimate, fix] for low, *_ in cases}
+        inside: dict[str, tuple[str, ...]] = {}  # outcome: the fewest limits moved to give it
+        for peak, bandwidth in pairs:
+            outcome = split(record, steps[which], fixes[fix], peak, bandwidth, factors[estimate])
+            moved = tuple(
+                k for k, v in (("peak", peak), ("bandwidth", bandwidth)) if v < limits[k][0]
+            )
+            if outcome not in seen and len(moved) < len(inside.get(outcome, "xxx")):
+                inside[outcome] = moved
+        for outcome, moved in inside.items():
+            found[(*moved, f"inside: {outcome}"), which, estimate, fix] = outcome
     return {
         case: outcome
         for case, outcome in found.items()
@@ -326,11 +364,12 @@ def outcomes(record: dict) -> dict[tuple, str]:
 
 def ruled_out(record: dict) -> list[str]:
     """The outcomes (`OUTCOMES`) no case of `regime` produced: what a run rules out even when it
-    decides nothing; [] when no verdict is drawn (`withheld`).
+    decides nothing; [] when no verdict is drawn (`withheld`, or `regime` withholds it: a side
+    from a limit whose sets all ran starved).
 
     An undecided "below both roofs or no single part dominates" rules out the others:
     ["overhead-bound", "compute-bound", "memory-bandwidth-bound", "near the ridge"]."""
-    if withheld(record):
+    if withheld(record) or regime(record).startswith("withheld"):
         return []
     found = set(outcomes(record).values())
     return [outcome for outcome in OUTCOMES if outcome not in found]
@@ -528,15 +567,26 @@ def limit_words(  # noqa: PLR0913 - a limit's name, its sets, floor, devices, un
     )
 
 
-def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, its slope, the peak
-    fixed: float, roof: float, sweep_load: float, busy: float, slope: float, peak: float
+def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, its slope, the peak, cores
+    fixed: float,
+    roof: float,
+    sweep_load: float,
+    busy: float,
+    slope: float,
+    peak: float,
+    worths: tuple[float, float] = (0.0, 0.0),
 ) -> list[str]:
     """3b's flags on the split of a step: the fixed part and the roof's part (shares of the step)
     overlapping, the sweep run on a busy machine (`sweep_load` over `busy`), the per-example
-    part's rate (`slope`, FLOP/s; 0 when the line gives none) above the peak.
+    part's rate (`slope`, FLOP/s; 0 when the line gives none) above the peak, or compared with
+    a peak whose round got fewer cores' worth than the run (`worths`: the peak's fastest round's,
+    `top_cores`, and the run's; 0 for the peak's when not read: a GPU, or a peak a training run
+    raised).
 
     >>> part_flags(0.3, 0.4, 0.05, 0.2, 90e9, 100e9)
     []
+    >>> part_flags(0.3, 0.4, 0.05, 0.2, 90e9, 100e9, (1.0, 1.8))  # doctest: +ELLIPSIS
+    ["the per-example part's rate is compared with a peak whose round got 1.0 cores' worth, ..."]
     """
     flags = []
     if fixed + roof > 1:
@@ -555,7 +605,24 @@ def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, its slope, the p
             "the slope runs above the peak: the peak was measured low, or the slope (the time "
             "one more example adds) is not a computation's rate"
         )
+    peak_got, run_got = worths
+    if slope and peak_got and round(peak_got, 1) < round(run_got, 1):
+        flags.append(
+            f"the per-example part's rate is compared with a peak whose round got {peak_got:.1f} "
+            f"cores' worth, the run {run_got:.1f}: a peak on as many cores may be higher"
+        )
     return flags
+
+
+def top_cores(sets: dict[str, list[float]], cores: dict[str, list[float]]) -> float:
+    """The cores' worth the fastest round of all `sets` got (0 when not recorded).
+
+    >>> top_cores({"a": [2.0, 3.0], "b": [1.0]}, {"a": [1.2, 1.8], "b": [1.9]})
+    1.8
+    """
+    top = max(sets, key=lambda label: max(sets[label]))
+    rounds = cores.get(top) or []
+    return rounds[sets[top].index(max(sets[top]))] if rounds else 0.0
 
 
 def all_starved(record: dict) -> str:
@@ -657,35 +724,61 @@ def alpha_above(fit: dict) -> str:
     )
 
 
-def trend(ratios: list[float]) -> str:
-    """Notebook 3c's trend of a cost ratio between rounds (nan: a round whose lines do not hold,
-    left out): "more" when every kept round's ratio is over 1, "less" when under, else both; with
-    fewer than `TREND_ROUNDS` kept, or not most rounds, too few to say.
+def trend(small: list[float], large: list[float]) -> str:
+    """Notebook 3c's trend of a byte's cost between rounds, by the course's one noise rule
+    (`timing.compare`, `timing.NOISE_RULE`) on the rounds' own slopes (`small`: each round's
+    slope up to 1 MiB, `large`: from 4 to 16 MiB; nan: a round whose lines do not hold, left
+    out): "more" when every kept round's large slope is above every kept round's small one,
+    "less" when below, else within noise (the rounds overlap, whatever the ratios lean to); with
+    fewer than `TREND_ROUNDS` kept, or not most rounds, too few to say. A round's own ratio above
+    1 is no margin: 1.01x beside a 7x spread is noise.
 
-    >>> trend([5.95, float("nan"), float("nan"), float("nan"), float("nan")])
+    >>> nan = float("nan")
+    >>> trend([1.0, nan, nan, nan, nan], [5.95, nan, nan, nan, nan])
     "too few rounds' lines hold to say (1 of 5; a trend needs 3 and most rounds)"
-    >>> trend([1.2, 1.4, float("nan"), 1.1, 1.3])
-    'more'
+    >>> trend([1.0, 1.1, 0.9, 1.0], [1.6, 1.5, 1.7, 1.4])
+    'more (equal slopes fail to overlap 1 time in 35)'
+    >>> trend([1.0, 1.1, 0.9, 1.0], [1.01, 2.9, 7.4, 1.4])
+    'within noise: the rounds lean to more, but their slopes overlap'
     """
-    kept = [ratio for ratio in ratios if not np.isnan(ratio)]
-    if len(kept) < max(TREND_ROUNDS, len(ratios) // 2 + 1):
+    from course_utils import timing  # the noise rule's own module
+
+    kept = [i for i, pair in enumerate(zip(small, large)) if not np.isnan(pair).any()]
+    if len(kept) < max(TREND_ROUNDS, len(small) // 2 + 1):
         return (
-            f"too few rounds' lines hold to say ({len(kept)} of {len(ratios)}; a trend needs "
+            f"too few rounds' lines hold to say ({len(kept)} of {len(small)}; a trend needs "
             f"{TREND_ROUNDS} and most rounds)"
         )
-    low, high = min(kept), max(kept)
-    return "more" if low > 1 else "less" if high < 1 else "more in some rounds, less in others"
+    rounds = [
+        timing.RunResult(n, 0.0, 0, rounds=[r[i] for i in kept])
+        for n, r in (("large", large), ("small", small))
+    ]
+    said = timing.compare(*rounds)
+    if said.word != "within noise":
+        word = "more" if said.word == "faster" else "less"  # a higher slope: more per byte
+        if said.false_alarm >= timing.FEW_ROUNDS_RATE:
+            word += f" (equal slopes fail to overlap 1 time in {1 / said.false_alarm:.0f})"
+        return word
+    lean = "more" if said.speed_ratio > 1 else "less"
+    return f"within noise: the rounds lean to {lean}, but their slopes overlap"
+
+
+def _slopes(times: dict, small: list, large: list, fit_line, tolerance: float) -> tuple:
+    # (small slope, large slope) of 3c's two lines (`fit_line`) through `times`; (nan, nan) with
+    # a slope not above zero, or when `tolerance` is given and a line misses a point by more.
+    lines = [(sizes, fit_line(sizes, [times[s] for s in sizes])) for sizes in (small, large)]
+    misses = [abs((a + b * s) / times[s] - 1) for sizes, (a, b) in lines for s in sizes]
+    slopes = tuple(b for _, (_, b) in lines)
+    if min(slopes) <= 0 or (tolerance and max(misses) > tolerance):
+        return float("nan"), float("nan")
+    return slopes
 
 
 def slopes_ratio(times: dict, small: list, large: list, fit_line, tolerance: float = 0.0) -> float:
     """Notebook 3c's ratio of its two ranges' slopes (`large`'s over `small`'s), each fitted by
-    3c's `fit_line` through `times` (size: seconds); nan with no positive small slope, or when
+    3c's `fit_line` through `times` (size: seconds); nan with a slope not above zero, or when
     `tolerance` is given and a line misses one of its points by more (section 2's check)."""
-    lines = [(sizes, fit_line(sizes, [times[s] for s in sizes])) for sizes in (small, large)]
-    misses = [abs((a + b * s) / times[s] - 1) for sizes, (a, b) in lines for s in sizes]
-    (_, (_, small_slope)), (_, (_, large_slope)) = lines
-    if small_slope <= 0 or (tolerance and max(misses) > tolerance):
-        return float("nan")
+    small_slope, large_slope = _slopes(times, small, large, fit_line, tolerance)
     return large_slope / small_slope
 
 
@@ -695,19 +788,18 @@ def jump_line(  # noqa: PLR0913 - what, its rounds, 3c's two ranges, its line, i
     """Notebook 3c's cost of a byte from its `large` range against its `small` one
     (`slopes_ratio`), on the sizes' fastest rounds (less `less`, the loop's own cost) and in each
     round alone, a round kept only when its lines pass `tolerance` at their points; the trend
-    over the kept rounds (`trend`), and the rounds left out."""
+    over the kept rounds' slopes (`trend`, the noise rule), and the rounds left out."""
     best = slopes_ratio({k: min(s) - less for k, s in samples.items()}, small, large, fit_line)
     rounds = len(next(iter(samples.values())))
-    each = [
-        slopes_ratio(
-            {k: s[r] - less for k, s in samples.items()}, small, large, fit_line, tolerance
-        )
+    slopes = [
+        _slopes({k: s[r] - less for k, s in samples.items()}, small, large, fit_line, tolerance)
         for r in range(rounds)
     ]
+    each = [b / a for a, b in slopes]
     out = [str(r + 1) for r, ratio in enumerate(each) if np.isnan(ratio)]
     said, kept = (
         f"{what}: a byte from 4 to 16 MiB costs {best:.2f}x one up to 1 MiB (fastest rounds",
-        trend(each),
+        trend(*zip(*slopes)),
     )
     if not kept.startswith("too few"):
         low, high = np.nanmin(each), np.nanmax(each)
@@ -755,13 +847,15 @@ def step_share_withheld(  # noqa: PLR0913 - each a reason section 2 withholds fo
 
 
 def ridge_sides(intensity: float, limits: dict, load: float, busy: float, starved: str = "") -> str:
-    """The step's side of the ridge at both ends of both limits (`limits`: name to (value, low)),
-    in words; none when `load`, the most other programs used of the cores during a limit's
-    deciding set, is over `busy`, or when a limit's sets all ran starved (`starved`, the
+    """The step's side of the ridge at every ridge the limits' ranges give (`limits`: name to
+    (value, low)), in words; none when `load`, the most other programs used of the cores during
+    a limit's deciding set, is over `busy`, or when a limit's sets all ran starved (`starved`, the
     reason: `all_starved`): a limit may be measured low.
 
     >>> print(ridge_sides(50.0, {"peak": (200e9, 150e9), "bandwidth": (10e9, 9e9)}, 0.1, 0.5))
-    The step's 50.0 FLOP/B against a ridge of 15.0 to 22.2 (both ends of both limits): compute side.
+    ... # doctest: +NORMALIZE_WHITESPACE
+    The step's 50.0 FLOP/B against a ridge of 15.0 to 22.2 (any pair of limits in their ranges):
+    compute side.
     """
     if load > busy:
         return (
@@ -774,12 +868,20 @@ def ridge_sides(intensity: float, limits: dict, load: float, busy: float, starve
             f"No side of the ridge from this run: {starved}, and a set that gets every core can "
             "move the ridge either way (a higher peak raises it, a higher bandwidth lowers it)."
         )
-    ends = [(p, b) for p in limits["peak"] for b in limits["bandwidth"]]
-    ridges = sorted(p / b for p, b in ends)
-    sides = sorted({side(intensity, p, b).replace("-bound", " side") for p, b in ends})
+    ridges = sorted(p / b for p in limits["peak"] for b in limits["bandwidth"])
+    low, high = ridges[0], ridges[-1]  # every ridge between them is some pair of limits'
+    sides = [  # `side` at each ridge of the range, not only its ends
+        name
+        for name, holds in (
+            ("compute side", intensity >= COUNT_MARGIN * low),
+            ("memory-bandwidth side", intensity <= high / COUNT_MARGIN),
+            ("near the ridge", low < intensity * COUNT_MARGIN and high > intensity / COUNT_MARGIN),
+        )
+        if holds
+    ]
     return (
-        f"The step's {intensity:.1f} FLOP/B against a ridge of {ridges[0]:.1f} to "
-        f"{ridges[-1]:.1f} (both ends of both limits): {' or '.join(sides)}"
+        f"The step's {intensity:.1f} FLOP/B against a ridge of {low:.1f} to {high:.1f} (any "
+        f"pair of limits in their ranges): {' or '.join(sides)}"
         + (", not decided by this run." if len(sides) > 1 else ".")
     )
 

@@ -76,7 +76,8 @@ ABOVE_THE_ROOF = (  # both causes: the peak is floored at the fastest run, so on
     ],
 )
 def test_the_regime_follows_from_the_sweep(tmp_path, sweep, roofline, regime):
-    points = [{"global_batch": b, "step_ms": ms} for b, ms in sweep]
+    key = "fastest_ms" if roofline else "step_ms"  # 3b records its fastest rounds, 3 its medians
+    points = [{"global_batch": b, key: ms} for b, ms in sweep]
     results = {"batch": 64, "sweep": points, "flops_per_example": 15e6}
     if roofline:
         results |= {"peak_flops": 150e9, "memory_bandwidth": 10e9, **roofline, **THRESHOLDS}
@@ -98,7 +99,7 @@ def _limits_record(**changes) -> dict:
     return (
         {
             "batch": 64,
-            "sweep": [{"global_batch": b, "step_ms": ms} for b, ms in SLOPED],
+            "sweep": [{"global_batch": b, "fastest_ms": ms} for b, ms in SLOPED],
             "intensity": 40.0,
             "flops_per_step": 1.2e9,  # 120 GFLOP/s: 59-80% of the roof, compute side at every end
             "physical_devices": 1,
@@ -145,8 +146,8 @@ def test_a_verdict_the_limits_range_could_flip_is_withheld(tmp_path):
     sets' fastest, 40% either way: below both roofs."""
     record = _limits_record(flops_per_step=0.8e9)
     undecided = (
-        "undecided: below both roofs or compute-bound, with the peak between 150.0 and 205.0 "
-        "GFLOP/s (1.37x)"
+        "undecided: below both roofs or compute-bound or no single part dominates, with the "
+        "peak between 150.0 and 205.0 GFLOP/s (1.37x)"
     )
     assert expected_regime(record) == undecided
     path = tmp_path / "results.json"
@@ -167,8 +168,8 @@ def test_a_set_below_a_gap_is_inside_the_limit_s_range():
     assert verdict.set_gap(sets) > verdict.GAP
     assert limit_range(sets) == (228.2e9, 94.2e9)
     assert expected_regime(record) == (
-        "undecided: below both roofs or compute-bound, with the peak between 94.2 and 228.2 "
-        "GFLOP/s (2.42x)"
+        "undecided: below both roofs or compute-bound or no single part dominates, with the "
+        "peak between 94.2 and 228.2 GFLOP/s (2.42x)"
     )
     close = sets | {"section 1": [61.8e9, 150e9]}  # 1.49x: no gap, the two fastest decide
     assert expected_regime(record | {"peak_rounds": close}) == "below both roofs"
@@ -217,19 +218,42 @@ def test_alpha_above_a_size_s_time_withholds_the_call_only_beyond_the_line_s_wor
 
 
 def test_the_step_s_side_of_the_ridge_is_read_at_both_ends_or_not_from_busy_sets():
-    """Intensity 30 against ridges of 12.5 to 22.2 FLOP/B (both ends of both limits): the
+    """Intensity 30 against ridges of 12.5 to 22.2 FLOP/B (any pair of limits): the
     compute side at the low ridges (30 at least twice 12.5 and 13.9), near the ridge at the high
     ones, so both are named and the run decides nothing; 5: the memory side at every end; a
     limit's deciding set at 60% with busy 50%: no side at all."""
     limits = {"peak": (200e9, 125e9), "bandwidth": (10e9, 9e9)}
     assert verdict.ridge_sides(30.0, limits, 0.1, busy=0.5) == (
-        "The step's 30.0 FLOP/B against a ridge of 12.5 to 22.2 (both ends of both limits): "
-        "compute side or near the ridge, not decided by this run."
+        "The step's 30.0 FLOP/B against a ridge of 12.5 to 22.2 (any pair of limits in their "
+        "ranges): compute side or near the ridge, not decided by this run."
     )
     assert verdict.ridge_sides(5.0, limits, 0.1, busy=0.5).endswith(": memory-bandwidth side.")
     assert verdict.ridge_sides(5.0, limits, 0.6, busy=0.5).startswith(
         "No side of the ridge from this run: a limit's deciding set ran busy (others 60%)"
     )
+
+
+def test_near_the_ridge_is_found_inside_the_limits_ranges_not_only_at_their_ends():
+    """The side label is not monotone in the limits: intensity 10 against ridges of 1 to 20
+    FLOP/B gives the compute side at the low ridge and the memory side at the high one, but near
+    the ridge at a peak of 400 and a bandwidth of 40 GB/s, inside both ranges (a review's case):
+    the sides and the outcomes must name it, and what a run rules out must not. (Between "below
+    both roofs" and a side, with a fixed part above zero, the roof's part passes through shares
+    where no part has half the step: "no single part dominates", tested above.)"""
+    limits = {"peak": (400e9, 100e9), "bandwidth": (100e9, 20e9)}
+    assert verdict.side(10.0, 400e9, 40e9) == "near the ridge"
+    assert "near the ridge" in verdict.ridge_sides(10.0, limits, 0.0, busy=0.2)
+    # a 10 ms step whose FLOPs the roof at (400 GFLOP/s, 40 GB/s: roof 400) does in 8 ms
+    record = _limits_record(
+        intensity=10.0,
+        flops_per_step=0.8 * 400e9 * 0.010,
+        peak_rounds={"section 1": [400e9], "section 3": [100e9]},
+        bandwidth_rounds={"section 1": [100e9], "section 3": [20e9]},
+        sweep_best_flops=1e9,
+    )
+    found = set(verdict.outcomes(record).values())
+    assert "near the ridge" in found
+    assert "near the ridge" not in verdict.ruled_out(record)
 
 
 def test_the_all_reduce_s_share_of_a_step_is_withheld_for_the_first_reason_that_holds():
@@ -329,14 +353,15 @@ def test_undecided_names_every_limit_an_outcome_needs():
         bandwidth_rounds={"section 1": [11.5e9, 12e9], "section 3": [5e9]},
     )
     assert expected_regime(record) == (
-        "undecided: below both roofs or compute-bound or near the ridge, with the peak between "
-        "150.0 and 205.0 GFLOP/s (1.37x) and the bandwidth between 5.0 and 12.0 GB/s (2.40x) "
-        "and the count's factor 2 (an intensity of 25.0 to 100.0 FLOP/B)"
+        "undecided: below both roofs or compute-bound or near the ridge or no single part "
+        "dominates, with the peak between 150.0 and 205.0 GFLOP/s (1.37x) and the bandwidth "
+        "between 5.0 and 12.0 GB/s (2.40x) and the count's factor 2 (an intensity of 25.0 to "
+        "100.0 FLOP/B)"
     )
     one = record | {"bandwidth_rounds": {"section 1": [12e9], "section 3": [11.9e9]}}
     assert expected_regime(one) == (
-        "undecided: below both roofs or compute-bound, with the peak between 150.0 and 205.0 "
-        "GFLOP/s (1.37x)"
+        "undecided: below both roofs or compute-bound or no single part dominates, with the "
+        "peak between 150.0 and 205.0 GFLOP/s (1.37x)"
     )
 
 
@@ -414,7 +439,7 @@ def test_a_part_names_the_verdict_only_when_it_is_more_than_half_the_step(tmp_pa
     as "compute-bound"): no single part dominates; at 53% of the roof, compute-bound."""
     sloped = [(64, 10.0), (96, 14.1), (128, 18.2), (192, 26.4)]  # 1.8 ms fixed at 64: 18%
     record = _limits_record(
-        sweep=[{"global_batch": b, "step_ms": ms} for b, ms in sloped],
+        sweep=[{"global_batch": b, "fastest_ms": ms} for b, ms in sloped],
         flops_per_step=0.882e9,  # 88.2 GFLOP/s of a 205 GFLOP/s roof: 43%
         peak_rounds={"a": [205e9], "b": [204e9]},
     )
@@ -427,7 +452,7 @@ def test_a_part_names_the_verdict_only_when_it_is_more_than_half_the_step(tmp_pa
 
 def _sweep_with_rounds(fastest_ms: list[float], batches=(64, 96, 128, 192)) -> list[dict]:
     """A sweep as 3b records it: each point's rounds (examples/s), its fastest one taking
-    `fastest_ms`, the others 1.02x (too close to flip a verdict), 1.5x and 2x slower; step_ms is
+    `fastest_ms`, the others 1.02x (too close to flip a verdict), 1.5x and 2x slower; fastest_ms is
     the fastest round."""
     points = []
     for batch, ms in zip(batches, fastest_ms):
@@ -435,7 +460,7 @@ def _sweep_with_rounds(fastest_ms: list[float], batches=(64, 96, 128, 192)) -> l
         points.append(
             {
                 "global_batch": batch,
-                "step_ms": ms,
+                "fastest_ms": ms,
                 "rounds": [fastest / 2, fastest, fastest / 1.02, fastest / 1.5],
             }
         )
@@ -516,13 +541,13 @@ def test_a_verdict_needs_the_noise_rule_s_rounds_the_quick_profile_gives_none():
 
 def test_a_step_is_its_fastest_round_like_a_limit(tmp_path):
     """Load only slows a round, so 3b's step is its fastest round, as a limit is: a record whose
-    step_ms is the median round fails, and the verdict is worked out from the fastest."""
+    fastest_ms is the median round fails, and the verdict is worked out from the fastest."""
     sweep = _sweep_with_rounds([10.0, 14.8, 19.5, 29.1])
     record = _limits_record(sweep=sweep, line_tolerance=0.15)
     path = tmp_path / "results.json"
     path.write_text(json.dumps(record))
     assert regime_problems(path) == []
-    sweep[0]["step_ms"] = 15.0  # the median round's time
+    sweep[0]["fastest_ms"] = 15.0  # the median round's time
     path.write_text(json.dumps(record))
     assert regime_problems(path) == [
         "results.json: 15.00 ms per step at a batch of 64, its fastest round gives 10.00"
@@ -977,6 +1002,7 @@ def test_a_starved_low_end_is_labelled_and_a_starved_side_withholds_the_verdict(
         "withheld: an outcome names a side of the ridge, and every bandwidth set ran starved "
         "(1.0 of 2 cores' worth in its fastest round), so the limit may be low"
     )
+    assert verdict.ruled_out(replayed | {"cores": starved, "usable_cpus": 2.0}) == []
     assert verdict.regime(replayed).startswith("undecided: near the ridge or no single part")
 
 
@@ -1004,7 +1030,7 @@ def test_an_undecided_run_says_what_it_rules_out(tmp_path):
     said |= {"ridge": verdict.ridge(both), "limits": verdict.limits_of(both)}
     said |= {"peak_flops": said["limits"]["peak"][0]}
     said |= {"memory_bandwidth": said["limits"]["bandwidth"][0]}
-    sweep = [p | {"step_ms": ms} for p, ms in zip(both["sweep"], verdict.sweep_ms(both))]
+    sweep = [p | {"fastest_ms": ms} for p, ms in zip(both["sweep"], verdict.sweep_ms(both))]
     path.write_text(json.dumps(both | said | {"sweep": sweep}))
     assert regime_problems(path) == []
     path.write_text(json.dumps(both | said | {"sweep": sweep, "ruled_out": ["overhead-bound"]}))
@@ -1035,19 +1061,36 @@ def test_the_rule_never_decides_memory_bandwidth_bound():
 
 def test_a_trend_over_rounds_needs_three_rounds_whose_lines_hold_and_most_rounds():
     """A review's copies stated "more" from one round of five (5 devices) and two of seven (3
-    devices); 3c's rule (`verdict.trend`) now says too few, and needs 3 kept rounds and most of
-    them (4 of 7); the kept rounds' ratios then decide more, less or both."""
+    devices); 3c's rule (`verdict.trend`) says too few, and needs 3 kept rounds and most of
+    them (4 of 7); the kept rounds' slopes then decide by the noise rule (`timing.compare`)."""
     nan = float("nan")
-    assert verdict.trend([5.95, nan, nan, nan, nan]) == (
+    one = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert verdict.trend(one[:5], [5.95, nan, nan, nan, nan]) == (
         "too few rounds' lines hold to say (1 of 5; a trend needs 3 and most rounds)"
     )
-    assert verdict.trend([1.83, nan, 9.09, nan, nan, nan, nan]).startswith("too few")
-    assert verdict.trend([1.2, 1.3, 1.4, nan, nan, nan, nan]).startswith(
+    assert verdict.trend(one, [1.83, nan, 9.09, nan, nan, nan, nan]).startswith("too few")
+    assert verdict.trend(one, [1.2, 1.3, 1.4, nan, nan, nan, nan]).startswith(
         "too few rounds' lines hold to say (3 of 7;"
     )
-    assert verdict.trend([1.2, 1.3, 1.4, 1.1, nan, nan, nan]) == "more"
-    assert verdict.trend([0.8, 0.9, 0.7]) == "less"
-    assert verdict.trend([0.8, 1.3, nan, 1.1, 1.2]) == "more in some rounds, less in others"
+    small = [1.0, 0.95, 1.05, 1.0, 0.9]
+    assert verdict.trend(small[:4] + [nan] * 3, [1.2, 1.3, 1.4, 1.1, nan, nan, nan]).startswith(
+        "more (equal slopes fail to overlap 1 time in 35)"
+    )
+    assert verdict.trend(small, [1.2, 1.3, 1.4, 1.1, 1.25]) == "more"  # 5 rounds: under 1%
+    assert verdict.trend(small[:3], [0.8, 0.85, 0.7]).startswith("less")
+    assert verdict.trend(small, [0.8, 1.3, nan, 1.1, 1.2]).startswith("within noise")
+
+
+def test_a_trend_needs_the_rounds_slopes_apart_not_every_ratio_above_one():
+    """A review's 5-device run: per-round ratios 1.01, 2.89, 7.38, 1.35 and 2.30, every one above
+    1, were called "more"; the rounds' own slopes overlap (a round whose large slope is below
+    another round's small one), so the noise rule says within noise, leaning to more."""
+    small = [3.0, 1.0, 0.5, 2.0, 1.2]
+    large = [r * s for r, s in zip([1.01, 2.89, 7.38, 1.35, 2.30], small)]
+    assert min(b / a for a, b in zip(small, large)) > 1
+    assert verdict.trend(small, large) == (
+        "within noise: the rounds lean to more, but their slopes overlap"
+    )
 
 
 def test_a_many_core_machine_whose_peak_sets_all_read_starved_gets_no_side_of_the_ridge():
@@ -1132,6 +1175,24 @@ def test_the_split_s_flags_fire_only_on_their_own_cause():
         "the machine was busy: other programs used 84% of its cores while the peak was measured, "
         "after the sweep"
     )
+
+
+def test_a_per_example_rate_against_a_peak_on_fewer_cores_is_flagged():
+    """A review's 5-device run printed "225.0 GFLOP/s, 98% of peak" against a peak whose round
+    got 1.0 of 2 cores' worth while the sweep's run got 1.8: flagged, with both figures; not
+    when the peak's round got as many (rounded alike), with no slope, or with no cores read
+    (0: a GPU, or a peak a training run raised); the fastest round of all sets gives it."""
+    flags = verdict.part_flags(0.1, 0.3, 0.0, 0.2, 225e9, 230e9, (1.0, 1.8))
+    assert flags == [
+        "the per-example part's rate is compared with a peak whose round got 1.0 cores' worth, "
+        "the run 1.8: a peak on as many cores may be higher"
+    ]
+    assert verdict.part_flags(0.1, 0.3, 0.0, 0.2, 225e9, 230e9, (1.81, 1.79)) == []
+    assert verdict.part_flags(0.1, 0.3, 0.0, 0.2, 0.0, 230e9, (1.0, 1.8)) == []
+    assert verdict.part_flags(0.1, 0.3, 0.0, 0.2, 225e9, 230e9, (0.0, 1.8)) == []
+    sets = {"section 1": [200e9, 230e9], "section 3": [210e9]}
+    assert verdict.top_cores(sets, {"section 1": [1.9, 1.0], "section 3": [1.8]}) == 1.0
+    assert verdict.top_cores(sets, {}) == 0.0
 
 
 def test_a_run_s_cores_worth_is_its_fastest_round_s():
