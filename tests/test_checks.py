@@ -709,7 +709,7 @@ def test_the_pipeline_read_is_the_one_that_trained_and_a_later_one_is_named(exam
     look = solution_observed(added=(LAST_LOOK,))
     cells = len(look["cells"])
     with pytest.raises(
-        checks.CheckError, match=rf"assigns `train_ds` again \(cell {cells}\) after"
+        checks.CheckError, match=rf"assigns `train_ds` again \(cell \[{cells}\]\) after"
     ):
         checks.assert_pipeline_code(look, "train_ds", "train")
     checks.assert_pipeline_code(look, "test_ds", "test")
@@ -784,7 +784,7 @@ def test_training_on_a_dataset_other_than_train_ds_made_from_its_examples_fails_
         changed = changed.replace(fit, f"fit_model.fit({dataset}, epochs")
         code = solution_observed({fit: changed})
         with pytest.raises(
-            checks.CheckError, match=r"other than `train_ds` \(cell \d+: `fit_model.fit\("
+            checks.CheckError, match=r"other than `train_ds` \(cell \[\d+\]: `fit_model.fit\("
         ):
             checks.assert_pipeline_code(code, "train_ds", "train")
     loop = "strategy.experimental_distribute_dataset(train_ds)"

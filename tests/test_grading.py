@@ -1743,7 +1743,8 @@ def test_assigning_an_attribute_of_an_imported_module_makes_the_facts_untrusted(
             "observed": {"cells": [{"source": "x = 1"}, {"source": code}]},
         }
         tampered = " ".join(checker._facts(job).get("tampered", []))
-        assert "changes a library the grader relies on (cell 2, line" in tampered, (code, tampered)
+        said = "changes a library the grader relies on (cell [2], line"
+        assert said in tampered, (code, tampered)
     for code in (
         "import os\nos.environ['TF_CPP_MIN_LOG_LEVEL'] = '2'",
         "import matplotlib.pyplot as plt\nplt.rcParams['figure.figsize'] = (8, 4)",
@@ -1963,7 +1964,7 @@ def test_honest_attributes_of_objects_and_other_modules_leave_the_facts_trusted(
         "import numpy as np\nnp.asarray = f",
         "import json\nm = json\nm.dumps = f",
     ):
-        assert "changes a library the grader relies on (cell 1, line" in _untrusted(code), code
+        assert "changes a library the grader relies on (cell [1], line" in _untrusted(code), code
 
 
 #: Red team 7a's ways to hand the probe other builtins: swap the namespace its path goes through
@@ -2094,7 +2095,7 @@ def test_code_the_reading_cannot_read_makes_the_facts_untrusted():
         "from pathlib import Path\nPath('helpers.py').write_text(text)",
     ):
         said = _untrusted(code)
-        assert "runs code the grader cannot read as code (cell 1, line" in said, (code, said)
+        assert "runs code the grader cannot read as code (cell [1], line" in said, (code, said)
     for code in (
         'exec(b"import builtins\\nbuiltins.compile = f")',
         'exec(f"import builtins\\nbuiltins.compile = f")',
@@ -2124,7 +2125,7 @@ def test_hooks_internals_and_unknown_modules_make_the_facts_untrusted():
         ("type(m.__spec__).__init__.__globals__['_handle_fromlist'] = f", "__globals__"),
         (
             "path = 'tidy_helpers.py'\nopen(path, 'w').write(text)\nimport tidy_helpers",
-            "runs code the grader cannot read as code (cell 1, line 2: `open(path, 'w')`)",
+            "runs code the grader cannot read as code (cell [1], line 2: `open(path, 'w')`)",
         ),
         ("import os\nopen(os.path.join(d, 'm.py'), 'w')", "runs code the grader cannot read"),
         ("from pathlib import Path\nPath(d, 'm.py').write_text(t)", "cannot read as code"),
@@ -2322,4 +2323,4 @@ def test_a_module_reached_by_other_plain_routes_still_counts():
         "import json\nm = json\nif x:\n    m = 3\nm.dumps = g",
         "import json\nm = 3\ndef f():\n    global m\n    m = json\nf()\nm.dumps = g",
     ):
-        assert "changes a library the grader relies on (cell 1, line" in _untrusted(code), code
+        assert "changes a library the grader relies on (cell [1], line" in _untrusted(code), code

@@ -8,6 +8,7 @@ Run: pytest tests/test_grading_reading.py  (a few seconds, no kernel).
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def test_a_coding_that_changes_the_code_is_marked_and_plain_codings_are_read():
     hidden = '%%writefile tidy_helpers.py\n# -*- coding: unicode_escape -*-\nNOTE = "notes'
     hidden += _escaped('"\n' + SALTER + 'END = "') + '"\n'
     said = _untrusted(hidden, "import tidy_helpers")
-    assert "runs code the grader cannot read as code (cell 1, line 1: `%%writefile" in said, said
+    assert "runs code the grader cannot read as code (cell [1], line 1: `%%writefile" in said, said
     assert "declares the coding unicode-escape" in said, said
     rot = 'exec(b"# coding: rot13\\nvzcbeg wfba")'
     assert "declares the coding rot-13" in _untrusted(rot), _untrusted(rot)
@@ -52,7 +53,7 @@ def test_a_coding_that_changes_the_code_is_marked_and_plain_codings_are_read():
         assert _untrusted(plain, "import helpers") == "", coding
         patched = f"%%writefile helpers.py\n# coding: {coding}\n{SALTER}"
         said = _untrusted(patched, "import helpers")
-        assert "(cell 1, line 6: `hashlib.sha256 = sha256`)" in said, (coding, said)
+        assert "(cell [1], line 6: `hashlib.sha256 = sha256`)" in said, (coding, said)
 
 
 #: Code that runs what the grader never reads (red team 10a finding 4 and its other doors).
@@ -120,7 +121,7 @@ def test_decoders_archives_and_import_paths_are_marked_and_honest_loading_is_not
     `sys.path.insert(0, os.path.abspath(".."))` (the exercise's own line) are not marked."""
     for code in UNREAD:
         said = _untrusted(code)
-        assert "runs code the grader cannot read as code (cell 1, line" in said, (code, said)
+        assert "runs code the grader cannot read as code (cell [1], line" in said, (code, said)
     for code in READ:
         assert _untrusted(code) == "", (code, _untrusted(code))
 
@@ -183,7 +184,9 @@ def test_a_class_changed_through_an_object_is_marked_and_the_notebooks_own_class
     11 before) counts as changing a library, in each spelling; a class the notebook defined,
     named directly, is its own, and reading `type(x)` changes nothing."""
     said = _untrusted(TYPE_ITER)
-    assert "changes a library the grader relies on (cell 1, line 7: `_T.__iter__ = _iter`)" in said
+    assert (
+        "changes a library the grader relies on (cell [1], line 7: `_T.__iter__ = _iter`)" in said
+    )
     for code in (
         "type(train_ds).__iter__ = f",
         "train_ds.__class__.__iter__ = f",
@@ -198,7 +201,7 @@ def test_a_class_changed_through_an_object_is_marked_and_the_notebooks_own_class
         "class Timer:\n    def tick(self):\n        type(self).ticks = 1\nTimer.tick(train_ds)",
     ):
         said = _untrusted(code)
-        assert "changes a library the grader relies on (cell 1, line" in said, (code, said)
+        assert "changes a library the grader relies on (cell [1], line" in said, (code, said)
     for code in (
         "import keras\nclass MyCallback(keras.callbacks.Callback):\n    pass\nMyCallback.x = 1",
         "print(type(train_ds).__name__, train_ds.__class__.__mro__)",
@@ -245,7 +248,7 @@ def test_a_counter_on_the_notebooks_own_class_is_not_marked_and_a_foreign_self_i
         assert _untrusted(code) == "", (code, _untrusted(code))
     for code in FOREIGN_SELF:
         said = _untrusted(code)
-        assert "changes a library the grader relies on (cell 1, line" in said, (code, said)
+        assert "changes a library the grader relies on (cell [1], line" in said, (code, said)
 
 
 #: An archive opened for writing.
@@ -280,7 +283,7 @@ def test_the_working_folder_on_the_path_and_a_zip_of_results_are_not_marked():
         "sys.path.insert(0, 'lib.zip')",
     ):
         said = _untrusted(code)
-        assert "runs code the grader cannot read as code (cell 1, line" in said, (code, said)
+        assert "runs code the grader cannot read as code (cell [1], line" in said, (code, said)
 
 
 #: Red team 11a's other doors to code the reading never sees (12/12 against 11 or 3 before).
@@ -348,14 +351,14 @@ def test_strings_run_as_code_and_commands_that_write_code_are_marked_and_honest_
     `!nvidia-smi`, `!pip install` and a timed function are not marked."""
     for code in STRINGS_AND_COMMANDS:
         said = _untrusted(code)
-        assert "runs code the grader cannot read as code (cell 1, line" in said, (code, said)
+        assert "runs code the grader cannot read as code (cell [1], line" in said, (code, said)
     said = _untrusted("!cp tidy_notes.txt tidy_helpers.py")
-    assert "(cell 1, line 1: `!cp tidy_notes.txt tidy_helpers.py`)" in said, said
+    assert "(cell [1], line 1: `!cp tidy_notes.txt tidy_helpers.py`)" in said, said
     for code in TIMED_AND_LISTED:
         assert _untrusted(code) == "", (code, _untrusted(code))
     literal = "import timeit\ntimeit.timeit('import hashlib\\nhashlib.sha256 = f', number=1)"
     said = _untrusted(literal)
-    assert "changes a library the grader relies on (cell 1, line 2: `hashlib.sha256" in said, said
+    assert "changes a library the grader relies on (cell [1], line 2: `hashlib.sha256" in said, said
 
 
 def test_a_library_class_imported_by_name_or_reached_by_a_getter_is_marked():
@@ -380,7 +383,7 @@ def test_a_library_class_imported_by_name_or_reached_by_a_getter_is_marked():
         "_T = train_ds.__init__.__globals__['_PrefetchDataset']\n_T.__iter__ = f",
     ):
         said = _untrusted(code)
-        assert "changes a library the grader relies on (cell 1, line" in said, (code, said)
+        assert "changes a library the grader relies on (cell [1], line" in said, (code, said)
     for code in (
         "from keras.callbacks import Callback\nclass Mine(Callback):\n    pass\nMine.x = 1",
         "from keras import Model\nclass Net(Model):\n    pass\nnet = Net()\nnet.extra = 1",
@@ -461,7 +464,7 @@ def test_counts_beside_a_getter_or_on_a_new_object_are_not_marked_and_methods_st
         "type(train_ds).count *= 1",
     ):
         said = _untrusted(code)
-        assert "changes a library the grader relies on (cell 1, line" in said, (code, said)
+        assert "changes a library the grader relies on (cell [1], line" in said, (code, said)
 
 
 def test_a_name_bound_once_to_a_strategys_scope_is_read_as_that_scope():
@@ -518,8 +521,10 @@ def _solution(changes: dict[str, str] = {}, added: tuple[str, ...] = ()) -> dict
 
 
 def _cell_of(observed: dict, text: str) -> int:
-    """The number (from 1) of the first observed cell that holds `text`."""
-    return next(i for i, c in enumerate(observed["cells"], 1) if text in c["source"])
+    """The execution count, in a run from the top, of the first observed cell that holds `text`
+    (the code cells that hold code, counted from 1: the number the grader's messages give)."""
+    run = [c for c in observed["cells"] if c["source"].strip()]
+    return next(i for i, c in enumerate(run, 1) if text in c["source"])
 
 
 def test_every_training_call_must_give_train_ds_by_name_and_both_are_required():
@@ -548,7 +553,7 @@ def test_every_training_call_must_give_train_ds_by_name_and_both_are_required():
     ]:
         code = _solution(change)
         cell = _cell_of(code, next(iter(change.values())).split("\n")[0])
-        with pytest.raises(checks.CheckError, match=rf"{words}.*\(cell {cell}: `.*write `"):
+        with pytest.raises(checks.CheckError, match=rf"{words}.*\(cell \[{cell}\]: `.*write `"):
             checks.assert_pipeline_code(code, "train_ds", "train")
     for change, missing in [
         ({LOOP: "iter(train_ds)"}, "experimental_distribute_dataset"),
@@ -580,7 +585,8 @@ def test_a_shuffle_buffer_the_reading_cannot_read_earns_no_point_and_honest_coun
         cell = _cell_of(code, f"train_cached.shuffle({buffer})")
         with pytest.raises(
             checks.CheckError,
-            match=rf"shuffles `train_ds` \(cell {cell}, trained on in cell \d+\) with a buffer the "
+            match=rf"shuffles `train_ds` \(cell \[{cell}\], trained on in cell \[\d+\]\) with a "
+            r"buffer the "
             r"grader cannot read as a number .*write the buffer as a number of thousands",
         ):
             checks.assert_pipeline_code(code, "train_ds", "train")
@@ -641,7 +647,7 @@ def test_an_assignment_to_a_models_optimizer_step_count_is_a_copy():
         with pytest.raises(
             checks.CheckError,
             match=rf"makes `fit_model` with an assignment to its optimizer's step count \(cell "
-            rf"{cell}: .*a copy of a model is not the model trained",
+            rf"\[{cell}\]: .*a copy of a model is not the model trained",
         ):
             checks.assert_created_in_scope(code, "fit_model")
     for line in (
@@ -662,7 +668,8 @@ def test_a_second_load_of_the_training_examples_is_the_training_examples():
     code = _solution({LOOP: f"{LOOP}\n{again.format('train')}train_dist = {distributed}"})
     cell = _cell_of(code, distributed)
     with pytest.raises(
-        checks.CheckError, match=rf"other than `train_ds` \(cell {cell}: `{re.escape(distributed)}"
+        checks.CheckError,
+        match=rf"other than `train_ds` \(cell \[{cell}\]: `{re.escape(distributed)}",
     ):
         checks.assert_pipeline_code(code, "train_ds", "train")
     code = _solution({LOOP: f"{LOOP}\n{again.format('test')}looked = {distributed}"})
@@ -691,3 +698,205 @@ def test_a_train_ds_sliced_from_the_loaded_examples_keeps_the_point():
         else:
             with pytest.raises(checks.CheckError, match=words):
                 checks.assert_pipeline_code(code, "train_ds", "train")
+
+
+def _trained_fit_model(tmp_path: Path) -> dict:
+    """A small model trained 8 optimizer steps and saved as fit_model.keras in `tmp_path`: the
+    probe's facts of it as `fit_model`."""
+    import keras
+    import numpy as np
+
+    from course_tools.grade.core import probe
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+    rng = np.random.default_rng(0)
+    model.fit(rng.random((32, 4)), rng.random((32, 3)), batch_size=8, epochs=2, verbose=0)
+    model.save(tmp_path / "fit_model.keras")
+    checks.clear_cache()
+    return probe.collect({"fit_model": model}, models=["fit_model"])
+
+
+def test_a_written_step_count_costs_what_a_copy_costs_and_the_reading_only_reports(tmp_path):
+    """Red team 17a's assign-steps (weights copied into `fit_model`, then its step count) lost
+    only question 2's scope point, where weights copied in with `set_weights` lose every point
+    resting on `own_model`: `own_model`, given the grader's observations, fails on a written
+    count too, naming the cell. The solution's code passes, and without observations (the
+    solution's own kernel) the check is skipped. The reading reports facts
+    (`TrainingProblem`), never raises: the words are the checks'."""
+    found = _trained_fit_model(tmp_path)
+    anchor = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
+    written = _solution({anchor: f"fit_model.optimizer.iterations.assign(48)\n{anchor}"})
+    cell = _cell_of(written, anchor)
+    with pytest.raises(
+        checks.CheckError,
+        match=rf"writes the optimizer step count of `fit_model` \(cell \[{cell}\]: "
+        r"`fit_model.optimizer.iterations.assign\(48\)`\): .*not the model trained",
+    ):
+        checks.own_model(tmp_path, "fit_model", found, written)
+    checks.own_model(tmp_path, "fit_model", found, _solution())
+    checks.own_model(tmp_path, "fit_model", found)
+    with pytest.raises(checks.CheckError, match="optimizer's step count"):
+        checks.assert_created_in_scope(written, "fit_model")
+    checks.clear_cache()
+    unfit = _solution(
+        {FIT: "print(train_ds, epochs", "single_model.fit(train_ds": "print(train_ds"}
+    )
+    places, problems = reading.Code.of(unfit).training_places("train_ds")
+    assert [p.kind for p in problems] == ["no_fit"], problems
+    assert "checks" not in {
+        node.module.rsplit(".", 1)[-1]
+        for node in ast.walk(ast.parse(Path(reading.__file__).read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+
+
+def test_writes_to_the_optimizers_variables_through_a_loop_are_a_copy_and_reads_are_not():
+    """`for v in fit_model.optimizer.variables: v.assign(...)` wrote the step count past the
+    reading: a write to a variable reached from the model's optimizer through a loop or a
+    comprehension (or given to a function that writes it) is a written count. Reading the count
+    (`int(...)`, the variables' names) and writing another model's or the learning rate are not."""
+    anchor = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
+    for line in (
+        "for v in fit_model.optimizer.variables:\n    v.assign(tf.zeros_like(v) + 48)",
+        "[v.assign(48) for v in fit_model.optimizer.variables if 'iteration' in v.name]",
+        "for i, v in enumerate(fit_model.optimizer.variables):\n    v.assign_add(0 * i)",
+        "held = fit_model.optimizer.variables\nfor v in held:\n    v.assign(48)",
+        "tf.compat.v1.assign(fit_model.optimizer.iterations, 48)",
+        "keras.ops.assign(fit_model.optimizer.iterations, 48)",
+        "fit_model.optimizer.set_weights(one.optimizer.get_weights())",
+    ):
+        code = _solution({anchor: f"{line}\n{anchor}"})
+        cell = _cell_of(code, anchor)
+        assert reading.Code.of(code).step_assignments("fit_model"), line
+        with pytest.raises(checks.CheckError, match=rf"step count \(cell \[{cell}\]: "):
+            checks.assert_created_in_scope(code, "fit_model")
+    for line in (
+        "print(int(fit_model.optimizer.iterations))",
+        "for v in fit_model.optimizer.variables:\n    print(v.name, v.shape)",
+        "fit_model.optimizer.learning_rate.assign(1e-3)",
+        "for v in single_model.optimizer.variables:\n    v.assign(v * 0)",
+        "for w in fit_model.trainable_variables:\n    print(w.shape)",
+    ):
+        code = _solution({anchor: f"{line}\n{anchor}"})
+        assert not reading.Code.of(code).step_assignments("fit_model"), line
+        checks.assert_created_in_scope(code, "fit_model")
+
+
+def test_a_method_name_that_is_not_written_out_fails_question_1_as_unreadable():
+    """Red team 18a's route: `getattr(fit_model, "fi" + "t")(...)` trains on a pipeline of its
+    own beside a decoy `fit_model.fit(train_ds, epochs=0)`. A `getattr` of a model or strategy by
+    a name that is not a constant, `methodcaller`/`attrgetter` by such a name, and a call the
+    reading cannot resolve that is given the training examples fail question 1 saying what to
+    write; `getattr` of a module, or of a model by a written-out name, and calling the model on
+    a batch, pass."""
+    bad = "train_cached.batch(GLOBAL_BATCH)"
+    decoy = "fit_model.fit(train_ds, epochs=0)\n    "
+    for change, words in [
+        ({FIT: f'{decoy}getattr(fit_model, "fi" + "t")({bad}, epochs'}, "not written out"),
+        ({FIT: f'{decoy}k = "fit"\n    getattr(fit_model, k)({bad}, epochs'}, "not written out"),
+        (
+            {FIT: f'{decoy}getattr(globals()["fit_model"], "f" + "it")({bad}, epochs'},
+            "not written out",
+        ),
+        (
+            {
+                FIT: f"{decoy}import operator\n    "
+                f'operator.methodcaller("fi" + "t", {bad})(fit_model'
+            },
+            "not written out",
+        ),
+        (
+            {
+                FIT: f'{decoy}go = vars(type(fit_model))["fi" + "t"]\n    '
+                f"go(fit_model, {bad}, epochs"
+            },
+            "a call the grader cannot follow",
+        ),
+    ]:
+        code = _solution(change)
+        with pytest.raises(checks.CheckError, match=rf"{words} \(cell \[\d+\]: `.*write `"):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+    anchor = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
+    for line in (
+        'rate = getattr(keras.optimizers, "Adam" if True else "SGD")',
+        'print(getattr(fit_model, "name"))',
+        "images, labels = next(iter(train_ds))\nprint(fit_model(images).shape)",
+        "show = lambda ds: print(ds.element_spec)\nshow(train_ds)",
+    ):
+        checks.assert_pipeline_code(_solution({anchor: f"{line}\n{anchor}"}), "train_ds", "train")
+    saved = 'custom_model.save(ARTIFACTS / "custom_model.keras")'
+    wrapped = "tf.function(distributed_train_step)(next(iter(train_dist)))"
+    checks.assert_pipeline_code(_solution({saved: f"{wrapped}\n{saved}"}), "train_ds", "train")
+
+
+def test_the_baselines_own_pipeline_is_question_4s_matter_not_question_1s():
+    """Review s6-revB14 F1: a one-device baseline trained on a correctly shuffled pipeline of
+    its own, not `train_ds`, lost question 1 (whose `train_ds` was right) while question 4,
+    which asks for "the same train_ds", kept its point. Question 4's code check now names its
+    instruction, and question 1 judges `train_ds` and the distributed runs' calls. A baseline
+    that is another name for the distributed model stays question 1's."""
+    own = "single_ds = train_examples.shuffle(5000).batch(GLOBAL_BATCH)\n"
+    single = "single_model.fit(train_ds"
+    code = _solution({single: f"{own}single_model.fit(single_ds"})
+    checks.assert_pipeline_code(code, "train_ds", "train")
+    cell = _cell_of(code, "single_model.fit(single_ds")
+    with pytest.raises(
+        checks.CheckError,
+        match=rf"question 4 asks for the one-device baseline trained on the same `train_ds` .*"
+        rf"\(cell \[{cell}\]: `single_model.fit\(single_ds.*write `single_model.fit\(train_ds",
+    ):
+        checks.assert_baseline_code(code, "single_model", "train_ds")
+    checks.assert_baseline_code(_solution(), "single_model", "train_ds")
+    checks.assert_baseline_code(None, "single_model", "train_ds")
+    with pytest.raises(checks.CheckError, match="finds no `single_model.fit"):
+        checks.assert_baseline_code(
+            _solution({single: "print(train_ds"}), "single_model", "train_ds"
+        )
+    alias = _solution(
+        {"single_model = make_model()": "single_model = fit_model", single: f"{own}{single}"}
+    )
+    checks.assert_pipeline_code(alias, "train_ds", "train")
+    aliased = _solution(
+        {
+            "single_model = make_model()": "single_model = fit_model",
+            single: f"{own}single_model.fit(single_ds",
+        }
+    )
+    with pytest.raises(checks.CheckError, match=r"other than `train_ds` \(cell \[\d+\]: `single"):
+        checks.assert_pipeline_code(aliased, "train_ds", "train")
+
+
+def test_a_cell_number_in_a_message_is_the_cells_execution_count_in_the_executed_notebook():
+    """A student finds the cell a message names: "cell [N]" is the `In [N]` the executed
+    notebook shows beside it (the grader's run numbers the code cells that hold code, an empty
+    one left out; markdown cells are not counted), not the cell's index in the file nor its
+    place among the code cells."""
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_markdown_cell("# Title"),
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell(""),
+        nbformat.v4.new_markdown_cell("Some words."),
+        nbformat.v4.new_code_cell("  \n"),
+        nbformat.v4.new_code_cell(
+            "class Count:\n    def assign(self, value):\n        self.value = value\n\n\n"
+            "class Optimizer:\n    iterations = Count()\n\n\n"
+            "class Model:\n    optimizer = Optimizer()\n\n\nfit_model = Model()"
+        ),
+        nbformat.v4.new_code_cell("print(fit_model.optimizer)"),
+        nbformat.v4.new_code_cell("fit_model.optimizer.iterations.assign(48)"),
+    ]
+    NotebookClient(notebook, timeout=60, kernel_name="python3").execute()
+    shown = {cell.source: cell.get("execution_count") for cell in notebook.cells}
+    observed = {
+        "cells": [{"source": c.source} for c in notebook.cells if c.cell_type == "code"],
+        "files": {},
+    }
+    said = checks.CheckError
+    with pytest.raises(said, match=r"step count \(cell \[(\d+)\]: ") as error:
+        checks.assert_created_in_scope(observed, "fit_model")
+    number = int(re.search(r"cell \[(\d+)\]", str(error.value))[1])
+    assert number == shown[notebook.cells[-1].source] == 4, (number, shown)

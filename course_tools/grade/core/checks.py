@@ -101,6 +101,20 @@ def clear_cache() -> None:
     _cache.clear()
 
 
+def _code(observed: dict) -> reading.Code:
+    """The notebook's code read from `observed` (kept while one submission is checked)."""
+    kept = _cache.get("code")
+    if kept is None or kept[0] is not observed:
+        kept = _cache["code"] = (observed, reading.Code.of(observed))
+    return kept[1]
+
+
+def _cell(number: int) -> str:
+    """How a message names a code cell: by its execution count in the executed notebook,
+    `executed.ipynb` (`In [N]` beside the cell; `reading.Code.cells`)."""
+    return f"cell [{number}]"
+
+
 def _tf():
     from course_utils.quiet import import_tensorflow
 
@@ -296,11 +310,14 @@ def load_model(path: Path) -> keras.Model:
     return _cache[key]
 
 
-def own_model(artifacts: Path, name: str, facts: dict) -> keras.Model:
+def own_model(artifacts: Path, name: str, facts: dict, observed: dict | None = None) -> keras.Model:
     """The saved model `<name>.keras`, checked to be the `<name>` this run trained and kept in
-    memory.
+    memory, and (with the grader's observations) not given its optimizer step count by the
+    notebook's code (`reading.Code.step_assignments`).
 
-    This ties the files to the run: files copied from elsewhere do not match the kernel's own model.
+    This ties the files to the run: files copied from elsewhere do not match the kernel's own model,
+    and a model whose weights were copied in makes no optimizer step of its own (unless its count
+    is written too, which the code shows).
     """
     path = Path(artifacts) / f"{name}.keras"
     if not path.exists():
@@ -342,6 +359,14 @@ def own_model(artifacts: Path, name: str, facts: dict) -> keras.Model:
             f"{name}.keras was saved after {file_steps}: its weights were copied in from another "
             f"model (set_weights, load_weights), which is not the model trained; train {name} "
             "itself and save it"
+        )
+    written = _code(observed).step_assignments(name) if observed is not None else []
+    if written:
+        raise CheckError(
+            f"the notebook's code writes the optimizer step count of `{name}` "
+            f"({_cell(written[0][0])}: `{written[0][1]}`): a count written, like weights "
+            f"copied in (set_weights, load_weights), is not the model trained; train {name} "
+            "itself, leave its optimizer alone, and save it"
         )
     return model
 
@@ -821,13 +846,17 @@ def assert_created_in_scope(observed: dict | None, name: str, *, scoped: bool = 
     the solution's own kernel)."""
     if observed is None:
         return
-    code = reading.Code.of(observed)
+    code = _code(observed)
     inside = code.assigned_in_scope(name)
     if inside is None:
         raise CheckError(f"the notebook's code never assigns `{name}`: keep that name")
     copied = code.copied(name)
     if code.fitted(name) and name in code.savers(f"{name}.keras"):
         copied = [c for c in copied if c not in reading.UNTRAINED_COPIERS]  # trained here
+    copied += [
+        f"an assignment to its optimizer's step count ({_cell(cell)}: `{text}`)"
+        for cell, text in code.step_assignments(name)
+    ]
     if scoped and copied:
         raise CheckError(
             f"the notebook's code makes `{name}` with {copied[0]}: a copy of a model is not the "
@@ -885,13 +914,17 @@ def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
     observations."""
     if observed is None:
         return
-    code = reading.Code.of(observed)
-    places = code.training_places(name) if split == "train" else []
-    elsewhere = code.trainings_elsewhere(name) if split == "train" else []
+    code = _code(observed)
+    places, problems = (
+        code.training_places(name, baseline=BASELINE) if split == "train" else ([], [])
+    )
+    if problems:
+        raise CheckError(_training_message(problems[0], name))
+    elsewhere = code.trainings_elsewhere(name, baseline=BASELINE) if split == "train" else []
     if elsewhere:
         cell, call = elsewhere[0]
         raise CheckError(
-            f"the notebook's code trains on a dataset other than `{name}` (cell {cell}: "
+            f"the notebook's code trains on a dataset other than `{name}` ({_cell(cell)}: "
             f"`{cap_message(call, 120)}`), made from the same examples: the grader reads "
             f"`{name}`, not that one; train on `{name}` itself"
         )
@@ -900,12 +933,93 @@ def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
     if places:
         later = code.assigned_after(name, places[-1])
         if later:
-            cells = ", ".join(map(str, later))
             raise CheckError(
-                f"the notebook's code assigns `{name}` again (cell {cells}) after training on "
+                f"the notebook's code assigns `{name}` again ({_cell(later[0])}"
+                f"{', ...' if len(later) > 1 else ''}) after training on "
                 f"it: the grader reads the `{name}` the notebook ends with, which is not the "
                 "pipeline that trained; give the later dataset another name"
             )
+
+
+#: The exercise's one-device baseline: its training is question 4's (`assert_baseline_code`), not
+#: question 1's.
+BASELINE = "single_model"
+
+#: What question 1's message says to write (`_training_message`).
+PLAIN_CALLS = (
+    "write `model.fit({name}, ...)` and `strategy.experimental_distribute_dataset({name})` as "
+    "plain calls"
+)
+
+
+def _training_message(problem: reading.TrainingProblem, name: str) -> str:
+    """What the student reads for a training call the reading cannot accept (`problem`)."""
+    where = f"{_cell(problem.cell)}: `{problem.code}`"
+    plain = PLAIN_CALLS.format(name=name)
+    both = (
+        "the grader finds no `{call}` in the notebook's code (the exercise trains with fit and "
+        f"with a custom loop, both on `{name}`): write that call with the name `{name}` itself"
+    )
+    write = (
+        f"`{problem.receiver}.fit({name}, ...)`"
+        if problem.receiver
+        else f"`strategy.experimental_distribute_dataset({name})`"
+    )
+    words = {
+        "reached": f"reaches `{problem.code.rsplit('.', 1)[-1]}` without calling it there "
+        f"({where}), so the "
+        f"grader cannot read what it trains on: {plain}",
+        "looked_up": f"looks a training method up by its name ({where}), so the grader cannot "
+        f"read what it trains on: {plain}",
+        "unnamed": f"looks a method of a model or a strategy up by a name that is not written "
+        f"out ({where}), so the grader cannot read which method it calls or what it trains "
+        f"on: call the method by its name ({plain})",
+        "unresolved": f"gives the training examples to a call the grader cannot follow "
+        f"({where}): it cannot tell whether that call trains, nor on what; {plain}",
+        "unpacked": f"gives a training call its dataset through `*`/`**` ({where}), so the "
+        f"grader cannot read what it trains on: write {write} with the name `{name}` itself",
+        "no_dataset": f"gives a training call no dataset the grader can find ({where}), so the "
+        f"grader cannot read what it trains on: write {write} with the name `{name}` itself",
+        "from_function": f"distributes the training examples through a function ({where}), "
+        f"whose pipeline the grader does not read: write {write} instead",
+        "other_dataset": f"trains on a dataset other than `{name}` ({where}): the grader reads "
+        f"`{name}`, not that one; write {write} with the name `{name}` itself",
+        "no_fit": both.format(call=f"model.fit({name}, ...)"),
+        "no_distribute": both.format(call=f"strategy.experimental_distribute_dataset({name})"),
+        "unread_buffer": f"shuffles `{name}` ({_cell(problem.cell)}, trained on in "
+        f"{_cell(problem.trained)}) with a buffer the grader cannot read as a number "
+        f"(`{problem.code}`): write the buffer as a number of thousands (`10_000`) or as the "
+        "count of the training examples (`NUM_TRAIN`, `len(train_examples)`)",
+    }
+    if problem.kind in ("no_fit", "no_distribute"):
+        return words[problem.kind]
+    return f"the notebook's code {words[problem.kind]}"
+
+
+def assert_baseline_code(observed: dict | None, baseline: str, name: str) -> None:
+    """The notebook's code (read by the grader) trains the one-device baseline `baseline` with
+    `baseline.fit(name, ...)`, the bare name of the distributed runs' pipeline, and on nothing
+    else: question 4 compares the runs on the same data (question 1 judges `name` itself and
+    the distributed runs' calls). Skipped without observations."""
+    if observed is None:
+        return
+    others, bare = _code(observed).baseline_fits(baseline, name)
+    asked = (
+        f"question 4 asks for the one-device baseline trained on the same `{name}` as the "
+        "distributed runs"
+    )
+    if others:
+        cell, call = others[0]
+        raise CheckError(
+            f"{asked}, but the notebook's code trains `{baseline}` on something else "
+            f"({_cell(cell)}: `{cap_message(call, 120)}`): write `{baseline}.fit({name}, ...)` "
+            f"with the name `{name}` itself"
+        )
+    if not bare:
+        raise CheckError(
+            f"{asked}: the grader finds no `{baseline}.fit({name}, ...)` in the notebook's "
+            "code; write that call"
+        )
 
 
 def _assert_one_pipeline(code: reading.Code, name: str, split: str, at: tuple | None) -> None:
@@ -969,7 +1083,7 @@ def assert_loss_code(observed: dict | None, function: str = "compute_loss") -> N
     Skipped without observations."""
     if observed is None:
         return
-    calls = reading.Code.of(observed).function_calls(function, follow=True)
+    calls = _code(observed).function_calls(function, follow=True)
     if calls is None:
         raise CheckError(f"the notebook's code does not define `{function}`")
     if "all_reduce" not in calls:

@@ -368,10 +368,25 @@ LOADERS = frozenset({"load", "load_data", "builder"})
 KEPT_EXAMPLES = frozenset({"cache", "map", "prefetch"})
 #: The chain of `tf.data.Dataset.from_tensor_slices(...)` (`Code._slices_loaded`).
 SLICED = ["data", "Dataset", "from_tensor_slices"]
-#: The methods of a variable that write it (`Code._step_assignments`).
+#: The methods of a variable that write it (`Code.step_assignments`).
 STEP_WRITERS = frozenset({"assign", "assign_add", "assign_sub"})
+#: The functions that write a variable given to them (`keras.backend.set_value(v, 12)`).
+VALUE_SETTERS = frozenset(
+    {"set_value", "batch_set_value", "AssignVariableOp", "AssignAddVariableOp",
+     "AssignSubVariableOp", "load_own_variables", "set_weights"}
+)  # fmt: skip
 #: The calls that look a method up by its name (`getattr(model, "fit")`).
 LOOKUPS = frozenset({"getattr", "attrgetter", "methodcaller"})
+#: The methods called only on a model or a strategy (`Code._models_and_strategies`).
+MODEL_METHODS = frozenset(
+    {"fit", "compile", "evaluate", "predict", "save", "save_weights", "load_weights",
+     "train_on_batch", "scope", "run", "experimental_distribute_dataset"}
+)  # fmt: skip
+#: The calls that wrap a function of the notebook's own into one the reading still names
+#: (`tf.function(train_step)(batch)`).
+WRAPPERS = frozenset({"function", "partial"})
+#: The calls that make a model whose name does not say "model" (`keras.Sequential(...)`).
+MODEL_MAKERS = frozenset({"Sequential", "Model", "Functional"})
 
 
 def _shuffle_name(node: ast.AST) -> str:
@@ -440,14 +455,28 @@ def _chain(node: ast.AST) -> tuple[list[str], str, str]:
     return calls, source, ""
 
 
-def _check_error(message: str) -> AssertionError:
-    """A `checks.CheckError` with `message`: what the notebook's code does that the grader
-    cannot read, or reads as not what the exercise asks, said for the student (which cell, what
-    to write instead). The hidden test whose question the reading answers then fails with it,
-    as with any other check. (Imported here: `checks` imports this module.)"""
-    from course_tools.grade.core.checks import CheckError
+@dataclass(frozen=True)
+class TrainingProblem:
+    """A training call (or a way of reaching one) the reading cannot accept as training on the
+    pipeline it reads (`Code.training_places`): a fact, which `checks` words for the student.
 
-    return CheckError(message)
+    `kind` is one of: "reached" (a training method named without being called there, `f =
+    model.fit`), "looked_up" (a training method looked up by a constant name, `getattr(model,
+    "fit")`), "unnamed" (`getattr` of a model or strategy, `attrgetter` or `methodcaller`, by a
+    name that is not a constant), "unresolved" (a call the reading cannot follow, given the
+    training examples: `getattr(m, k)(train_ds)`, `f(train_ds)` with `f` bound by an assignment),
+    "unpacked" (the dataset given through `*`/`**`), "no_dataset", "from_function"
+    (`distribute_datasets_from_function` of the training examples), "other_dataset", "no_fit",
+    "no_distribute" (no such call given the bare name), "unread_buffer" (a shuffle buffer the
+    reading cannot read, `code` its text, `trained` the cell training on it).
+    `cell` is the cell's number as `Code.cells` gives it (its execution count in the executed
+    notebook); `code` the code, cut short; `receiver` what `fit` is called on."""
+
+    kind: str
+    cell: int = 0
+    code: str = ""
+    receiver: str = ""
+    trained: int = 0
 
 
 def _load_marks(node: ast.AST, imported: set[str]) -> set[str]:
@@ -1187,7 +1216,9 @@ class Code:
     """The submission's code cells, parsed."""
 
     trees: list[ast.Module] = field(default_factory=list)
-    #: The number (from 1) of the observed cell each of `trees` was parsed from.
+    #: The number of the observed cell each of `trees` was parsed from: its execution count in
+    #: the executed notebook (`In [N]`), which counts the code cells that hold code, from 1 (the
+    #: grader runs them in order, and the kernel numbers each one it runs).
     cells: list[int] = field(default_factory=list)
     #: {name: the one expression it is bound to} for names bound once (`_fold_buffers`).
     _once: dict = field(default_factory=dict, repr=False)
@@ -1195,11 +1226,12 @@ class Code:
     @classmethod
     def of(cls, observed: dict | None) -> Code:
         """The code of the cells the grader observed (empty without observations)."""
-        code, chars = cls(), 0
-        for number, cell in enumerate((observed or {}).get("cells", []), 1):
+        code, chars, number = cls(), 0, 0
+        for cell in (observed or {}).get("cells", []):
             source = cell.get("source") if isinstance(cell, dict) else None
             if not isinstance(source, str):
                 continue
+            number += bool(source.strip())  # nbclient runs, and numbers, the others only
             chars += len(source)
             if chars > MAX_CHARS:
                 break
@@ -1669,38 +1701,34 @@ class Code:
         marks = self._origins(sliced[-1].args[0], place)
         return any(mark.startswith("<load ") for mark in marks)
 
-    def training_places(self, name: str) -> list[tuple[int, int, int]]:
-        """Where (cell, line, column) the code trains on the pipeline `name`: `model.fit(name,
-        ...)` (or `x=name`) and `strategy.experimental_distribute_dataset(name)`, in order.
+    def training_places(
+        self, name: str, *, baseline: str = ""
+    ) -> tuple[list[tuple[int, int, int]], list[TrainingProblem]]:
+        """Where (cell, line, column) the code trains on the pipeline `name`, in order:
+        `model.fit(name, ...)` (or `x=name`) and `strategy.experimental_distribute_dataset(name)`;
+        and what the reading cannot accept (`TrainingProblem`), first found first.
 
-        Raises `checks.CheckError` naming the cell and what to write instead when a training call
-        does not pass the bare name `name` (`model.fit(other)`, a `*`/`**` argument,
-        `distribute_datasets_from_function` of the training examples), when the code reaches a
-        training method in a way the reading cannot follow (`getattr(model, "fit")`,
-        `f = model.fit`), when it has no `fit(name)` or no
-        `experimental_distribute_dataset(name)` (the exercise asks for both), and when `name`
-        in force at a training call is shuffled only with a buffer the reading cannot read
-        (`Code._fold_buffers`). A `experimental_distribute_dataset` of other examples (the
-        test set) is not training."""
-        places, problems = self._training_calls(name)
+        A problem is a training call not given the bare name `name` (`model.fit(other)`, a
+        `*`/`**` argument, `distribute_datasets_from_function` of the training examples), a
+        training method reached in a way the reading cannot follow (`getattr(model, "fit")`,
+        `f = model.fit`, `getattr(model, "fi" + "t")`, a call it cannot resolve given the
+        training examples), no `fit(name)` or no `experimental_distribute_dataset(name)` (the
+        exercise asks for both), or `name` in force at a training call shuffled only with a
+        buffer the reading cannot read (`Code._fold_buffers`). An
+        `experimental_distribute_dataset` of other examples (the test set) is not training.
+        The `fit` calls of `baseline` (`baseline_fits`) are that model's matter, left out, unless
+        it is bound to another name (`single_model = fit_model`)."""
+        places, problems = self._training_calls(name, self._own_model(baseline))
         found = {kind for kind, _ in places}
-        for kind, call in (
-            ("fit", f"model.fit({name}, ...)"),
-            (
-                "experimental_distribute_dataset",
-                f"strategy.experimental_distribute_dataset({name})",
-            ),
+        for kind, missing in (
+            ("fit", "no_fit"),
+            ("experimental_distribute_dataset", "no_distribute"),
         ):
             if kind not in found:
-                problems.append(
-                    f"the grader finds no `{call}` in the notebook's code (the exercise trains "
-                    f"with fit and with a custom loop, both on `{name}`): write that call with "
-                    f"the name `{name}` itself"
-                )
-        if problems:
-            raise _check_error(problems[0])
+                problems.append(TrainingProblem(missing))
         ordered = sorted(place for _, place in places)
-        numbers = self.cells or list(range(1, len(self.trees) + 1))
+        if problems:
+            return ordered, problems
         for place in ordered:
             methods = self._trace(name, at=place)[0]
             shuffles = [m.removesuffix("?") for m in methods]
@@ -1714,19 +1742,49 @@ class Code:
                 and "shuffle" not in shuffles[:last_batch]
             ):
                 cell, buffer = self._unread_buffer(name)
-                raise _check_error(
-                    f"the notebook's code shuffles `{name}` (cell {cell}, trained on in cell "
-                    f"{numbers[place[0]]}) with a buffer the grader cannot read as a number "
-                    f"(`{buffer}`): write the buffer as a number of "
-                    "thousands (`10_000`) or as the count of the training examples "
-                    "(`NUM_TRAIN`, `len(train_examples)`)"
+                problem = TrainingProblem(
+                    "unread_buffer", cell, buffer, trained=self.cells[place[0]]
                 )
-        return ordered
+                return ordered, [problem]
+        return ordered, []
+
+    def _own_model(self, name: str) -> str:
+        """`name` when every assignment to it makes a model of its own (a call: `make_model()`,
+        `keras.Sequential(...)`), not another name for one (`single_model = fit_model`,
+        `single_model = models[0]`); "" otherwise."""
+        found = self._assignments_in_order(name) if name else []
+        if found and all(isinstance(node.value, ast.Call) for _, node in found):
+            return name
+        return ""
+
+    def baseline_fits(self, baseline: str, name: str) -> tuple[list[tuple[int, str]], bool]:
+        """([(cell, call)] of each `baseline.fit(...)` not given the bare name `name`], whether
+        there is one given it): the one-device baseline's training, which the exercise asks to
+        be on the same `name` as the distributed runs."""
+        others, bare = [], False
+        for index, tree in enumerate(self.trees):
+            for node in ast.walk(tree):
+                if not (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "fit"
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == baseline
+                ):
+                    continue
+                given = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "x")]
+                unpacked = any(isinstance(a, ast.Starred) for a in node.args) or any(
+                    k.arg is None for k in node.keywords
+                )
+                if not unpacked and len(given) == 1 and getattr(given[0], "id", "") == name:
+                    bare = True
+                else:
+                    others.append((self.cells[index], _short(node)))
+        return others, bare
 
     def _unread_buffer(self, name: str) -> tuple[int, str]:
         """(cell, text) of the first shuffle buffer the reading cannot read
         (`Code._fold_buffers`) in the code that makes `name`, else anywhere (for a message)."""
-        numbers = self.cells or list(range(1, len(self.trees) + 1))
         made = self._made_from(name)
         for mine in (True, False):
             for index, tree in enumerate(self.trees):
@@ -1735,48 +1793,114 @@ class Code:
                         continue
                     for sub in ast.walk(node):
                         if getattr(sub, "unread_buffer", None) is not None:
-                            return numbers[index], sub.unread_buffer
+                            return self.cells[index], sub.unread_buffer
         return 0, "?"
 
-    def _training_calls(self, name: str) -> tuple[list[tuple[str, tuple]], list[str]]:
+    def _models_and_strategies(self) -> set[str]:
+        """The names the code uses as a model or a strategy: the strategies it makes, the
+        names a model's or a strategy's method is called on (`m.compile(...)`,
+        `s.scope()`), and the names bound to a call that makes one (`make_model()`,
+        `keras.Sequential(...)`, `keras.models.load_model(...)`)."""
+        found = set(self.strategies())
+        for node in self._walk():
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in MODEL_METHODS
+            ):
+                root = _root(node.func.value)
+                if root is not None:
+                    found.add(root.id)
+            value = getattr(node, "value", None)
+            if isinstance(value, ast.Call):
+                called = _dotted(value.func).split(".")[-1] or getattr(value.func, "attr", "")
+                if "model" in called.lower() or called in MODEL_MAKERS:
+                    found.update(_targets(node))
+        return found
+
+    def _unresolved(self, function: ast.AST, local: set[str], depth: int = 5) -> bool:
+        """The callee `function` is one the reading cannot name: not a name or an attribute
+        (`getattr(m, k)(...)`, `fns[0](...)`), or a name the code binds by an assignment to
+        something else than a call or a lambda (`f = fns[0]`, `f = d["fit"]`, then `f(...)`;
+        `g = f` followed), outside the notebook's own functions' parameters (`local`)."""
+        if isinstance(function, ast.Attribute):
+            return False
+        if (
+            isinstance(function, ast.Call)
+            and _dotted(function.func).split(".")[-1] in WRAPPERS
+            and function.args
+            and isinstance(function.args[0], ast.Name)
+            and function.args[0].id in self._functions()
+        ):
+            return False  # tf.function(train_step)(batch)
+        if not isinstance(function, ast.Name):
+            return True
+        if function.id in local or depth == 0:
+            return depth == 0
+        for _, node in self._assignments_in_order(function.id):
+            value = node.value
+            if isinstance(value, ast.Name):
+                if self._unresolved(value, local, depth - 1):
+                    return True
+            elif not isinstance(value, (ast.Call, ast.Lambda)):
+                return True
+        return False
+
+    def _training_calls(
+        self, name: str, baseline: str = ""
+    ) -> tuple[list[tuple[str, tuple]], list[TrainingProblem]]:
         """([(method, place)] of the training calls given the bare name `name`, [the problem
-        with each other training call, as a message]) (`training_places`)."""
-        numbers = self.cells or list(range(1, len(self.trees) + 1))
+        with each other training call]) (`training_places`); `baseline.fit(...)` left out."""
         training = self._training_names(name)
+        models, imported = self._models_and_strategies(), set(self._imported())
+        parameters = {
+            arg.arg
+            for node in self._walk()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            for arg in ast.walk(node.args)
+            if isinstance(arg, ast.arg)
+        }
         places, problems = [], []
         for index, tree in enumerate(self.trees):
             called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
             for node in ast.walk(tree):
-                where = f"cell {numbers[index]}: `{_short(node)}`"
+                cell, code = self.cells[index], _short(node)
                 if (
                     isinstance(node, ast.Attribute)
                     and node.attr in TRAINERS
                     and id(node) not in called
                 ):
-                    problems.append(
-                        f"the notebook's code reaches `{node.attr}` without calling it there "
-                        f"({where}), so the grader cannot read what it trains on: write "
-                        f"`model.fit({name}, ...)` and "
-                        f"`strategy.experimental_distribute_dataset({name})` as plain calls"
-                    )
+                    problems.append(TrainingProblem("reached", cell, code))
                     continue
                 if not isinstance(node, ast.Call):
                     continue
                 function = node.func
-                looked_up = _dotted(function).split(".")[-1] in LOOKUPS and any(
-                    isinstance(a, ast.Constant) and a.value in TRAINERS for a in node.args
-                )
-                if looked_up:
-                    problems.append(
-                        f"the notebook's code looks a training method up by its name ({where}), "
-                        f"so the grader cannot read what it trains on: write "
-                        f"`model.fit({name}, ...)` and "
-                        f"`strategy.experimental_distribute_dataset({name})` as plain calls"
-                    )
+                place = (index, node.lineno, node.col_offset)
+                lookup = _dotted(function).split(".")[-1]
+                if lookup in LOOKUPS:
+                    named = node.args[1:2] if lookup == "getattr" else node.args[:1]
+                    if any(isinstance(a, ast.Constant) and a.value in TRAINERS for a in named):
+                        problems.append(TrainingProblem("looked_up", cell, code))
+                        continue
+                    owner = _root(node.args[0]) if lookup == "getattr" and node.args else None
+                    if (
+                        named
+                        and not isinstance(named[0], ast.Constant)
+                        and (owner is None or owner.id in models or owner.id not in imported)
+                    ):
+                        problems.append(TrainingProblem("unnamed", cell, code))
+                        continue
+                arguments = [*node.args, *(k.value for k in node.keywords)]
+                if self._unresolved(node.func, parameters) and any(
+                    self._origins(a, place) & training for a in arguments
+                ):
+                    problems.append(TrainingProblem("unresolved", cell, code))
                     continue
                 if not isinstance(function, ast.Attribute) or function.attr not in TRAINERS:
                     continue
                 kind = function.attr
+                if kind == "fit" and baseline and getattr(function.value, "id", "") == baseline:
+                    continue  # the one-device baseline's: `baseline_fits`
                 given = [
                     *node.args[:1],
                     *(k.value for k in node.keywords if k.arg == TRAINERS[kind]),
@@ -1791,44 +1915,28 @@ class Code:
                     and given[0].id == name
                 )
                 if bare and kind != "distribute_datasets_from_function":
-                    places.append((kind, (index, node.lineno, node.col_offset)))
+                    places.append((kind, place))
                     continue
                 if (
                     kind != "fit"
                     and given
                     and not unpacked
-                    and not (
-                        self._origins(given[0], (index, node.lineno, node.col_offset)) & training
-                    )
+                    and not (self._origins(given[0], place) & training)
                 ):
                     continue  # a distributed test set, or a batch of the notebook's own
-                write = (
-                    f"`strategy.experimental_distribute_dataset({name})`"
-                    if kind != "fit"
-                    else f"`{_short(function.value)}.fit({name}, ...)`"
+                receiver = _short(function.value) if kind == "fit" else ""
+                problem = (
+                    "unpacked"
+                    if unpacked
+                    else "no_dataset"
+                    if not given
+                    else "from_function"
+                    if kind == "distribute_datasets_from_function"
+                    else "other_dataset"
                 )
-                if unpacked or not given:
-                    how = (
-                        "gives a training call its dataset through `*`/`**`"
-                        if unpacked
-                        else "gives a training call no dataset the grader can find"
-                    )
-                    problems.append(
-                        f"the notebook's code {how} ({where}), so the grader cannot read what "
-                        f"it trains on: write {write} with the name `{name}` itself"
-                    )
-                elif kind == "distribute_datasets_from_function":
-                    problems.append(
-                        f"the notebook's code distributes the training examples through a "
-                        f"function ({where}), whose pipeline the grader does not read: write "
-                        f"{write} instead"
-                    )
-                else:
-                    problems.append(
-                        f"the notebook's code trains on a dataset other than `{name}` ({where}):"
-                        f" the grader reads `{name}`, not that one; write {write} with the name "
-                        f"`{name}` itself"
-                    )
+                problems.append(TrainingProblem(problem, cell, code, receiver))
+        # the lookup inside `getattr(m, "fit")(...)` names the problem better than the call
+        problems.sort(key=lambda problem: (problem.cell, problem.kind == "unresolved"))
         return places, problems
 
     def _origins(self, node: ast.AST, place: tuple) -> set[str]:
@@ -1887,13 +1995,15 @@ class Code:
                     todo.append(source)
         return names
 
-    def trainings_elsewhere(self, name: str) -> list[tuple[int, str]]:
+    def trainings_elsewhere(self, name: str, *, baseline: str = "") -> list[tuple[int, str]]:
         """(cell, call) of each training call (`model.fit(x)`, `x=`, and
         `strategy.experimental_distribute_dataset(x)`) whose dataset is not the name `name` but
         is made from it (`train_ds.take(-1)`) or from the examples `name` is made from
         (`train_cached.batch(GLOBAL_BATCH)`, or `ds` so made): a pipeline the reading of `name`
-        does not see. A dataset of other examples (`test_ds`) is not one."""
+        does not see. A dataset of other examples (`test_ds`) is not one. The `fit` calls of
+        `baseline` are left out, as in `training_places`."""
         numbers = self.cells or list(range(1, len(self.trees) + 1))
+        baseline = self._own_model(baseline)
         modules = {  # `tf.data.Dataset.from_tensor_slices(...)` starts from `tf`: not examples
             (a.asname or a.name).split(".")[0]
             for node in self._walk()
@@ -1909,6 +2019,8 @@ class Code:
                 keyword = {"fit": "x", "experimental_distribute_dataset": "dataset"}
                 if node.func.attr not in keyword:
                     continue
+                if baseline and getattr(node.func.value, "id", "") == baseline:
+                    continue  # `baseline_fits`
                 given = [
                     *node.args[:1],
                     *(k.value for k in node.keywords if k.arg == keyword[node.func.attr]),
@@ -2007,15 +2119,18 @@ class Code:
                     called = getattr(sub.func, "attr", None) or getattr(sub.func, "id", "")
                     if called in COPIERS:
                         found.append(called)
-        return found + self._step_assignments(name)
+        return found
 
-    def _step_assignments(self, name: str) -> list[str]:
-        """Each assignment to the optimizer step count of model `name`, described for a message:
-        `name.optimizer.iterations.assign(...)` (`assign_add`, `assign_sub`, one through
-        `optimizer.variables`, or through a name bound to `name.optimizer`), and
-        `name.optimizer.iterations = ...`. It makes the count say that a model trained which
-        did not (weights copied in, then the count copied too): a copy, as `set_weights`."""
-        numbers = self.cells or list(range(1, len(self.trees) + 1))
+    def step_assignments(self, name: str) -> list[tuple[int, str]]:
+        """(cell, code) of each write to the optimizer state of model `name`, which holds its
+        step count: `name.optimizer.iterations.assign(...)` (`assign_add`, `assign_sub`,
+        `STEP_WRITERS`), one through `optimizer.variables` or a name bound to `name.optimizer`,
+        one given it as an argument (`tf.compat.v1.assign(name.optimizer.iterations, 12)`,
+        `keras.backend.set_value(...)`), one to a loop's or a comprehension's variable over
+        them (`for v in name.optimizer.variables: v.assign(...)`), and
+        `name.optimizer.iterations = ...`. A count so written says that a model trained which
+        did not (weights copied in, then the count copied too): a copy, as `set_weights`.
+        Reading the count (`int(name.optimizer.iterations)`) writes nothing."""
 
         def optimizer_of(node: ast.AST, *, follow: bool = True) -> bool:
             for sub in ast.walk(node):
@@ -2026,36 +2141,56 @@ class Code:
                     and sub.value.id == name
                 ):
                     return True
-            root = _root(node)
-            if follow and root is not None and root.id != name:
-                found = self._assignments_in_order(root.id)
-                return bool(found) and optimizer_of(found[-1][1].value, follow=False)
+            roots = {s.id for s in ast.walk(node) if isinstance(s, ast.Name)} - {name}
+            for root in roots if follow else ():
+                found = self._assignments_in_order(root)
+                if found and optimizer_of(found[-1][1].value, follow=False):
+                    return True
             return False
+
+        looped: dict[int, set[str]] = {}  # id of a node in a loop over them: its variables
+        for node in self._walk():
+            loops = [node] if isinstance(node, (ast.For, ast.AsyncFor)) else []
+            loops += getattr(node, "generators", [])
+            for loop in loops:
+                if optimizer_of(loop.iter):
+                    bound = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+                    for sub in ast.walk(node):
+                        looped.setdefault(id(sub), set()).update(bound)
+
+        def written(target: ast.AST, inside: ast.AST) -> bool:
+            root = _root(target)
+            if root is not None and root.id in looped.get(id(inside), set()):
+                return True
+            attributes = {a.attr for a in ast.walk(target) if isinstance(a, ast.Attribute)}
+            if (
+                isinstance(inside, ast.Call)
+                and getattr(inside.func, "value", None) is target
+                and inside.func.attr in VALUE_SETTERS
+            ):
+                attributes.add("variables")  # the optimizer, written by its own method
+            return bool(attributes & {"iterations", "variables"}) and optimizer_of(target)
 
         found = []
         for index, tree in enumerate(self.trees):
             for node in ast.walk(tree):
-                if (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in STEP_WRITERS
-                ):
-                    receiver = node.func.value
+                if isinstance(node, ast.Call):
+                    called = getattr(node.func, "attr", None) or getattr(node.func, "id", "")
+                    if called not in STEP_WRITERS | VALUE_SETTERS:
+                        continue
+                    receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+                    targets = [*node.args, *(k.value for k in node.keywords)]
+                    if called in STEP_WRITERS and receiver is not None:
+                        targets.append(receiver)
+                    elif receiver is not None and optimizer_of(receiver):
+                        targets.append(receiver)  # name.optimizer.set_weights(...)
                 elif isinstance(node, (ast.Assign, ast.AugAssign)):
                     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    receiver = next(
-                        (t for t in targets if getattr(t, "attr", "") == "iterations"), None
-                    )
+                    targets = [t for t in targets if getattr(t, "attr", "") == "iterations"]
                 else:
                     continue
-                if receiver is None:
-                    continue
-                attributes = {a.attr for a in ast.walk(receiver) if isinstance(a, ast.Attribute)}
-                if attributes & {"iterations", "variables"} and optimizer_of(receiver):
-                    found.append(
-                        f"an assignment to its optimizer's step count (cell "
-                        f"{numbers[index]}: `{_short(node, 80)}`)"
-                    )
+                if any(written(target, node) for target in targets):
+                    found.append((self.cells[index], _short(node, 80)))
         return found
 
     def function_calls(self, function: str, *, follow: bool = False) -> set[str] | None:
@@ -2170,7 +2305,7 @@ class Code:
 
     def unread_code(self) -> list[str]:
         """Where the code the kernel runs has it run code the grader cannot read as code
-        (`_unread_code`: `exec(SRC)`, runpy, a Python file written by `open`), each as "cell N,
+        (`_unread_code`: `exec(SRC)`, runpy, a Python file written by `open`), each as "cell [N],
         line L: `...`": what that code does, the reading never sees."""
         run = self._run_code()
         assigned: dict[str, list[ast.AST]] = {}
@@ -2210,12 +2345,12 @@ class Code:
                     name, args = _magic(node)
                     shown = f"%%{name} {args[0].value}" if name else ast.unparse(node.func)
                     found.append(
-                        f"cell {number}, line {node.lineno}: `{shown[:80]}` declares the coding "
+                        f"cell [{number}], line {node.lineno}: `{shown[:80]}` declares the coding "
                         f"{coding}, which makes Python read other code than its text shows"
                     )
                 elif _unread_code(node, literals, imports, tars):
                     line = (_as_typed(node) or ast.unparse(node)).splitlines()[0][:80]
-                    found.append(f"cell {number}, line {node.lineno}: `{line}`")
+                    found.append(f"cell [{number}], line {node.lineno}: `{line}`")
         return list(dict.fromkeys(found))
 
     def module_patches(self) -> list[str]:
@@ -2224,7 +2359,7 @@ class Code:
         of one (`m = json`, and as a walrus, a loop over a literal list, a `with ... as`, a
         tuple) (`json.dumps = f`, `tf.distribute.MirroredStrategy = Fake`,
         `setattr(json, "dumps", f)`, `vars(np).update(...)`, `object.__setattr__(np, ...)`,
-        `importlib.import_module("json").dumps = f`), each as "cell N, line L: `...`": with one,
+        `importlib.import_module("json").dumps = f`), each as "cell [N], line L: `...`": with one,
         a library the probe or the course calls may answer for the notebook. A function's
         parameter or local of the same name is not the module (`def f(np): np.x = 1`); a name
         imported from a module relied on is that module's, whatever it is (`from json import
@@ -2272,7 +2407,7 @@ class Code:
             visible = _unless_rebound(known, rebound, where) if top else known
             if _patches(node, visible) and not _sets_data(node, classes):
                 line = ast.unparse(node).splitlines()[0][:80]
-                found.append(f"cell {number}, line {node.lineno}: `{line}`")
+                found.append(f"cell [{number}], line {node.lineno}: `{line}`")
             for child, scope in _children_in_scopes(node, known, modules, aliases):
                 visit(child, scope, number, top=top and scope is known)
 
@@ -2342,7 +2477,7 @@ def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
     """The assignments of an attribute on a class reached through an object, whose class may be
     a library's: `type(train_ds).__iter__ = f`, `x.__class__.m = f`, `setattr(type(x), ...)`,
     an item of `__mro__` or `__bases__`, a name bound to one (`T = type(x)`, `for k in
-    type(x).__mro__:`), each as "cell N, line L: `...`". A class named directly is the
+    type(x).__mro__:`), each as "cell [N], line L: `...`". A class named directly is the
     notebook's own (`EpochTimer.x = 1`); one reached through an object is not, except `self`
     in a method of a class the notebook defines (`type(self).count += 1`, `_own_instances`)."""
     nodes = [(number, n) for number, tree in run for n in ast.walk(tree)]
@@ -2395,7 +2530,7 @@ def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
             )
         if changed:
             line = ast.unparse(node).splitlines()[0][:80]
-            found.append(f"cell {number}, line {node.lineno}: `{line}`")
+            found.append(f"cell [{number}], line {node.lineno}: `{line}`")
     return found
 
 
