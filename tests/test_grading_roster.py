@@ -279,6 +279,33 @@ def test_gradebook_cells_a_spreadsheet_reads_as_formulas_are_quoted(tmp_path):
     )
 
 
+def _feedback(out: Path) -> dict[str, str]:
+    """Moodle's Feedback of each row of `out`'s moodle.csv, which Moodle shows the student."""
+    with open(out / "moodle.csv", newline="") as handle:
+        return {row["Username"]: row["Feedback"] for row in csv.DictReader(handle)}
+
+
+def test_notes_for_the_instructor_reach_the_gradebook_and_nothing_a_student_sees(tmp_path):
+    """A row's notes for the instructor only (whom it ran beside when the grader died) are in
+    gradebook.csv's notes, and neither in the student's report.md nor in Moodle's feedback nor
+    in the Canvas file; its other notes are in all three."""
+    g = Grade("alice", Path("alice.ipynb"), "graded", max_score=1.0)
+    g.results = [CheckResult("q1", "t", 1.0, 1.0)]
+    g.notes = ["graded again, alone"]
+    g.instructor_notes = ["ran beside mallory when the grader's process died (SIGABRT)"]
+    report.save(g, tmp_path / "alice")
+    report.write_gradebook([g], tmp_path / "gradebook.csv", ["q1"])
+    report.write_canvas([g], tmp_path / "canvas.csv", "svhn")
+    report.write_moodle([g], tmp_path / "moodle.csv", "svhn")
+    notes = _gradebook(tmp_path)["alice"]["notes"]
+    assert "graded again, alone" in notes and "ran beside mallory" in notes, notes
+    feedback, text = _feedback(tmp_path)["alice"], (tmp_path / "alice" / "report.md").read_text()
+    assert "graded again, alone" in feedback and "graded again, alone" in text
+    for student_facing in (feedback, text, (tmp_path / "canvas.csv").read_text()):
+        assert "mallory" not in student_facing, student_facing
+    assert report.load(tmp_path / "alice").instructor_notes == g.instructor_notes
+
+
 def _watched(tmp_path: Path, monkeypatch, *, sandboxed: bool) -> tuple[tamper.TamperWatch, Path]:
     package = tmp_path / "course_utils"
     package.mkdir(parents=True)
@@ -393,12 +420,18 @@ def test_a_submission_that_kills_the_grader_is_named_and_the_batch_ends_with_its
     assert (culprit["status"], culprit["score"]) == (supervised.DIED, "0"), culprit
     said = "the grader's process died (SIGABRT) while this submission ran alone"
     assert said in culprit["notes"] and "--regrade" in culprit["notes"], culprit
-    beside = "the grader's process died (SIGABRT) while this submission ran beside"
-    assert f"{beside} honest: graded again, alone" in culprit["notes"], culprit
-    assert (
-        f"{beside} culprit: graded again, alone; that run ended without a death"
-        in (rows["honest"]["notes"])
-    )
+    beside = "the grader's process died (SIGABRT) while this submission ran beside another"
+    assert f"{beside}: graded again, alone" in culprit["notes"], culprit
+    assert "ran beside honest when the grader's process died (SIGABRT)" in culprit["notes"]
+    honest = rows["honest"]["notes"]
+    assert f"{beside}: graded again, alone; that run ended without a death" in honest, honest
+    assert "ran beside culprit when the grader's process died (SIGABRT)" in honest, honest
+    # whom each ran beside is the instructor's: not in what the student sees
+    feedback = _feedback(out)
+    assert f"{beside}: graded again, alone" in feedback["culprit"], feedback
+    for name, other in (("culprit", "honest"), ("honest", "culprit")):
+        assert other not in feedback[name], feedback
+        assert other not in (out / name / "report.md").read_text()
     assert report.escape(said) in (out / "culprit" / "report.md").read_text()
     assert f"culprit: {said}" in err
     for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
@@ -412,15 +445,28 @@ def test_a_submission_that_kills_the_grader_is_named_and_the_batch_ends_with_its
     assert len(killed) == 2 and _gradebook(out) == rows
 
 
-def test_rows_graded_again_alone_after_a_death_say_so_and_how_it_ended(tmp_path, sandboxed, capfd):
+def test_rows_graded_again_alone_after_a_death_say_so_and_how_it_ended(
+    tmp_path, sandboxed, capfd, monkeypatch
+):
     """The grader's process dies once, while the culprit runs beside a bystander (2 at a time),
-    and never again: both run again alone and are graded. Each row, in the gradebook and the
-    report, names the submission it ran beside when the grader died and says that its run alone
-    ended without a death, so an instructor reading the files sees which rows to look at."""
+    and never again: both run again alone and are graded. Each row, in the gradebook, the report
+    and Moodle's feedback, says that it ran beside another when the grader died and that its run
+    alone ended without a death, so an instructor reading the files sees which rows to look at;
+    whom it ran beside is said in the gradebook and on the console only, never in the report
+    or the feedback, which reach the student. The next child starts only after the quota check
+    (the dead child's sandboxes may still hold a quota while they are torn down)."""
     subs, out = tmp_path / "subs", tmp_path / "grades"
     subs.mkdir()
     for name in ("culprit", "bystander"):
         write(notebook_of("import time\ntime.sleep(8)"), subs / f"{name}.ipynb")
+    events: list[str] = []
+    run_child, exhausted_quotas = supervised.run_child, supervised.exhausted_quotas
+    monkeypatch.setattr(
+        supervised, "run_child", lambda argv: events.append("child") or run_child(argv)
+    )
+    monkeypatch.setattr(
+        supervised, "exhausted_quotas", lambda: events.append("quotas") or exhausted_quotas()
+    )
     stop = threading.Event()
     running = out / plan.PLAN_FOLDER / "running"
     killed = abort_graders_running(running, "culprit", stop, beside_only=True)
@@ -431,15 +477,22 @@ def test_rows_graded_again_alone_after_a_death_say_so_and_how_it_ended(tmp_path,
     err = capfd.readouterr().err
     assert code == 0, err
     assert [mark.alone for mark in killed] == [False], killed
-    rows = _gradebook(out)
+    assert events == ["child", "quotas", "child", "child"], events
+    rows, feedback = _gradebook(out), _feedback(out)
     for name, other in (("culprit", "bystander"), ("bystander", "culprit")):
         said = (
-            f"the grader's process died (SIGABRT) while this submission ran beside {other}: "
+            "the grader's process died (SIGABRT) while this submission ran beside another: "
             "graded again, alone; that run ended without a death (this grade)"
         )
         assert rows[name]["status"] != supervised.DIED, rows[name]
         assert said in rows[name]["notes"], rows[name]
-        assert report.escape(said) in (out / name / "report.md").read_text()
+        whom = f"ran beside {other} when the grader's process died (SIGABRT)"
+        assert whom in rows[name]["notes"], rows[name]
+        text = (out / name / "report.md").read_text()
+        assert report.escape(said) in text and other not in text, text
+        assert report.escape(said, markdown=False) in feedback[name], feedback
+        assert other not in feedback[name], feedback
+        assert f"while {name} ran beside {other}: grading it again, alone" in err
         assert f"{name}: graded again, alone, without a death" in err
 
 

@@ -63,6 +63,10 @@ class Grade:
     (`RunOutcome.status`), why a Slurm task gave no result ("task failed", "task timed out",
     "task cancelled"), or "killed the grader" (its grading process died while it ran alone:
     scored 0, `routes.supervised`).
+
+    notes go wherever the grade goes, the student's report and Moodle's feedback included;
+    instructor_notes only into `gradebook.csv` (they name other students: whom a submission ran
+    beside when the grader's process died).
     """
 
     student: str
@@ -71,6 +75,7 @@ class Grade:
     reason: str = ""
     results: list[CheckResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    instructor_notes: list[str] = field(default_factory=list)
     cell_errors: list[str] = field(default_factory=list)
     answers: dict[str, str | None] = field(default_factory=dict)
     seconds: float = 0.0
@@ -189,7 +194,8 @@ def _check_rows(g: Grade) -> list[str]:
 
 
 def write_report(g: Grade, path: Path) -> None:
-    """The student's report: score, each check and why it failed, errors, written answers."""
+    """The student's report: score, each check and why it failed, errors, written answers (never
+    the notes for the instructor only: it may be handed to the student)."""
     lines = [
         f"# {escape(g.student)}: {g.score:g} / {g.max_score:g}",
         "",
@@ -223,13 +229,16 @@ def write_report(g: Grade, path: Path) -> None:
     _write_whole(path, "\n".join(lines) + "\n")
 
 
-def _notes(g: Grade) -> str:
-    return "; ".join(g.notes + ([g.reason] if g.reason else []))
+def _notes(g: Grade, *, instructor: bool = False) -> str:
+    """The row's notes and reason; with `instructor`, the notes for the instructor only too."""
+    notes = g.notes + (g.instructor_notes if instructor else [])
+    return "; ".join(notes + ([g.reason] if g.reason else []))
 
 
 def write_gradebook(grades: list[Grade], path: Path, questions: list[str]) -> None:
-    """One row per submission: score, points per question, status and notes (a cell that a
-    spreadsheet would read as a formula, the student's name included, starts with "'")."""
+    """One row per submission: score, points per question, status and notes, those for the
+    instructor only included (a cell that a spreadsheet would read as a formula, the student's
+    name included, starts with "'"). The instructor's file: it may name other students."""
     questions = sorted(questions, key=natural)
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)
@@ -245,7 +254,7 @@ def write_gradebook(grades: list[Grade], path: Path, questions: list[str]) -> No
                     f"{g.max_score:g}",
                     *[f"{scores.get(q, 0):g}" for q in questions],
                     g.status,
-                    _cell(_notes(g)),
+                    _cell(_notes(g, instructor=True)),
                     f"{g.seconds:.0f}",
                     _cell(f"{g.student}/report.md"),
                 ]
@@ -277,8 +286,8 @@ def write_moodle(grades: list[Grade], path: Path, assignment: str) -> None:
 
     On import, map "Username" (Map from) to the Moodle field that names your students (Map to:
     username, ID number or email), the grade column to the grade item, and "Feedback" to that item's
-    feedback. The grade is the score; the feedback is the status and notes (the report stays with
-    you).
+    feedback. The grade is the score; the feedback, which Moodle shows the student, is the status
+    and notes, never the notes for the instructor only (`Grade.instructor_notes`).
     """
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)

@@ -10,13 +10,16 @@ The grader cannot prevent that without a host uid of the sandbox's own; it survi
 2. Before a submission runs, the child records in `<out>/.batch/running/` that it runs, and
    whether alone (no other submission running or left to start in that child); once its grade
    is saved, that it is done (`RunningMarks`).
-3. When the child dies by a signal, the grades saved are kept; the submissions that ran beside
-   others run again, alone, one child each, and each one's row says so and how its run alone
-   ended (`beside_note`); one that ran ALONE is scored 0 with `died_note` in its report and on
-   the console (its name is the finding), unless a per-user quota is still
-   used up once the dead child's sandboxes are gone (`quotas_left_full`): then the cause is
-   elsewhere (another batch or program of the account) and the row is a grader error that the
-   next run grades again (`elsewhere_note`); the others go on in a new child.
+3. When the child dies by a signal, the grades saved are kept, and, whoever ran, the next
+   child starts once no per-user quota is used up (`quotas_left_full`: the dead child's
+   sandboxes, torn down, free what they held), or after `SETTLE_S`. The submissions that ran
+   beside others run again, alone, one child each, and each one's row says so and how its run
+   alone ended (`beside_note`, naming no one: it reaches the student; whom it ran beside is
+   said on the console and in the gradebook only, `beside_whom`); one that ran ALONE is scored
+   0 with `died_note` in its report and on the console (its name is the finding), unless a
+   per-user quota was still used up then: the cause is elsewhere (another batch or program of
+   the account) and the row is a grader error that the next run grades again
+   (`elsewhere_note`); the others go on in a new child.
    Every death either scores a submission or moves those that ran to the one-at-a-time queue, so
    the restarts are bounded; `MAX_IDLE_DEATHS` deaths with no submission running end the batch,
    the submissions left being grader failures that the next run grades again.
@@ -89,12 +92,24 @@ def died_note(signal_name: str, where: str = "alone") -> str:
 def beside_note(signal_name: str, others: list[str]) -> str:
     """What a submission's row says when the grader died while it ran beside `others` (the
     submissions running in the same process then) and it was graded again, alone: one of them,
-    or a program elsewhere, was the cause."""
-    where = f"beside {', '.join(others)}" if others else "while others were still to start"
+    or a program elsewhere, was the cause. It names none of them: the row's notes reach the
+    student (its report, Moodle's feedback); `beside_whom` is the instructor's.
+
+    >>> beside_note("SIGABRT", ["bob"]).split(": ")[0]
+    "the grader's process died (SIGABRT) while this submission ran beside another"
+    """
+    where = "beside another" if others else "while others were still to start"
     return (
         f"the grader's process died ({signal_name}) while this submission ran {where}: "
         "graded again, alone"
     )
+
+
+def beside_whom(signal_name: str, others: list[str]) -> str:
+    """The note for the instructor only (`Grade.instructor_notes`: the gradebook, never the
+    student's report or an export) naming the submissions `others` a row ran beside when the
+    grader's process died."""
+    return f"ran beside {', '.join(others)} when the grader's process died ({signal_name})"
 
 
 #: Added to `beside_note` when the run alone saved its grade with no death.
@@ -189,11 +204,17 @@ def clear_marks(folder: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def score_died(b: Batch, s: Submission, note: str, notes: list[str] | None = None) -> Grade:
-    """Save a 0 for `s` with `note` (a final grade: only --regrade tries it again) and `notes`
-    (an earlier death it ran beside others in)."""
+def score_died(
+    b: Batch,
+    s: Submission,
+    note: str,
+    notes: list[str] | None = None,
+    whom: list[str] | None = None,
+) -> Grade:
+    """Save a 0 for `s` with `note` (a final grade: only --regrade tries it again), `notes` (an
+    earlier death it ran beside others in) and `whom` (the instructor's notes of that death)."""
     g = Grade(s.student, Path(s.path), DIED, note, max_score=b.parts.max_points)
-    g.notes = list(notes or [])
+    g.notes, g.instructor_notes = list(notes or []), list(whom or [])
     g.results = one_submission.zero_results(b.parts, "not graded: the grader's process died")
     with contextlib.suppress(Exception):  # no key: graded again next time, the row is written
         g.key = b.key(s.path)
@@ -202,10 +223,17 @@ def score_died(b: Batch, s: Submission, note: str, notes: list[str] | None = Non
     return g
 
 
-def grader_failed(b: Batch, s: Submission, reason: str, notes: list[str] | None = None) -> Grade:
-    """Save a grader failure for `s` (the next run grades it again), with `notes`."""
+def grader_failed(
+    b: Batch,
+    s: Submission,
+    reason: str,
+    notes: list[str] | None = None,
+    whom: list[str] | None = None,
+) -> Grade:
+    """Save a grader failure for `s` (the next run grades it again), with `notes` and the
+    instructor's notes `whom`."""
     g = Grade(s.student, Path(s.path), "grader error", reason, max_score=b.parts.max_points)
-    g.notes = list(notes or [])
+    g.notes, g.instructor_notes = list(notes or []), list(whom or [])
     g.results = one_submission.zero_results(b.parts, "not graded: grader error")
     with contextlib.suppress(Exception):  # graded again all the same (a grader failure)
         g.key = b.key(s.path)
@@ -278,12 +306,17 @@ class _Queue:
     rest: list[Submission]
     #: `beside_note` of each submission to run alone because it ran beside others in a death
     beside: dict[str, str] = field(default_factory=dict)
+    #: `beside_whom` of each of those that ran beside another (the instructor's note)
+    whom: dict[str, str] = field(default_factory=dict)
 
 
 def _after_death(b: Batch, queue: _Queue, ran: list[Submission], code: int, folder: Path) -> bool:
     """Sort the submissions `ran` by what the dead child recorded: scored 0 (ran alone), to run
-    alone (ran beside others), back where they were (not started). True when one was running."""
+    alone (ran beside others), back where they were (not started), once no per-user quota is
+    used up (or `SETTLE_S` is over: after any death, so that the next child never starts its
+    kernels while the dead one's sandboxes still hold a quota). True when one was running."""
     name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+    full = quotas_left_full()
     marks = read_marks(folder)
     running = {m.student: m for m in marks.values() if m.state == "running"}
     done = {m.student for m in marks.values() if m.state == "done"}
@@ -295,21 +328,25 @@ def _after_death(b: Batch, queue: _Queue, ran: list[Submission], code: int, fold
     for s in ran:
         mark = running.get(s.student)
         earlier = [queue.beside[s.student]] if s.student in queue.beside else []
+        whom = [queue.whom[s.student]] if s.student in queue.whom else []
         if mark is not None and mark.alone:
-            full = quotas_left_full()
             if full:
                 note = elsewhere_note(name, full)
-                grader_failed(b, s, note, earlier)
+                grader_failed(b, s, note, earlier, whom)
                 print(f"course grade: {report.console(s.student)}: {note}", file=sys.stderr)
             else:
-                score_died(b, s, died_note(name), earlier)
+                score_died(b, s, died_note(name), earlier, whom)
         elif mark is not None:
             queue.alone.append(s)
             others = sorted(other for other in running if other != s.student)
             queue.beside[s.student] = beside_note(name, others)
+            where = "others still to start"
+            if others:
+                queue.whom[s.student] = beside_whom(name, others)
+                where = ", ".join(report.console(other) for other in others)
             print(
                 f"course grade: the grader's process died ({name}) while "
-                f"{report.console(s.student)} ran beside others: grading it again, alone",
+                f"{report.console(s.student)} ran beside {where}: grading it again, alone",
                 file=sys.stderr,
                 flush=True,
             )
@@ -329,6 +366,8 @@ def _note_beside(b: Batch, queue: _Queue, ran: list[Submission], folder: Path) -
         if g is None:
             continue
         g.notes.append(note + NO_DEATH_ALONE)
+        if s.student in queue.whom:
+            g.instructor_notes.append(queue.whom.pop(s.student))
         report.save(g, b.out / s.student)
         del queue.beside[s.student]
         print(
