@@ -669,7 +669,8 @@ def groups(sets: dict[str, list[float]], load: dict[str, float], unit: str) -> s
 def all_reduce_call(fit: dict, gradient_bytes: int, loads: list[float], busy: float) -> str:
     """Notebook 3c's call at the gradients' size between alpha and bytes x beta (`fit`: 3c's
     "alpha", "beta_small", "seconds" and "errors" by size): "too close to call" within the
-    line's worst error of the line's time there; withheld when the machine was busy during a
+    line's worst error of the line's time there (3c's `alpha_or_bytes`, shown in its cells and
+    tested to agree); withheld when the machine was busy during a
     set of rounds (a share of `loads` over `busy`), the line misses a size beyond
     `ALL_REDUCE_TOLERANCE`, or alpha, a fitted intercept, exceeds a measured size's whole time
     beyond the line's worst miss (`alpha_above`: the run contradicts it).

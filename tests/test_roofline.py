@@ -25,6 +25,7 @@ def limits() -> dict:
 @pytest.fixture(scope="module")
 def reduce() -> dict:
     names = (*bench.ALL_REDUCE_CODE, "op_intervals", "time_shares", "category", "CATEGORIES")
+    names += ("alpha_or_bytes",)
     return bench.notebook_code(bench.ALL_REDUCE_NOTEBOOK, names=names)
 
 
@@ -317,3 +318,25 @@ def test_the_cost_of_a_large_byte_is_read_round_by_round(reduce):
     samples[8 << 20][1] *= 3  # round 2: the middle large size far off its range's line
     said = verdict.jump_line("all-reduce", samples, *ranges, less=truth["overhead"])
     assert "rounds 2 left out: a line misses a point or has no slope" in said
+
+
+def test_the_all_reduce_call_is_the_notebook_s_rule_plus_its_withholds(reduce):
+    """3c shows its call (`alpha_or_bytes`: the larger part, only outside the line's error
+    band); `verdict.all_reduce_call`, which the notebook, `course bench` and the artifact check
+    call, must give the same words whenever it does not withhold, at and around the band's
+    edge and on random cases."""
+    from course_utils import verdict
+
+    rng = random.Random(7)
+    cases = [(100e-6, 60e-6, 0.25), (100e-6, 60e-6, 0.2), (60e-6, 100e-6, 0.05), (1e-4, 1e-4, 0)]
+    cases += [
+        (rng.uniform(1e-5, 1e-3), rng.uniform(1e-5, 1e-3), rng.uniform(0, 0.25)) for _ in range(200)
+    ]
+    said = set()
+    for alpha, bytes_part, worst in cases:
+        fit = {"alpha": alpha, "beta_small": bytes_part / 487_720}
+        fit |= {"seconds": {4096: 2 * alpha}, "errors": {4096: worst}}  # no size below alpha
+        call = verdict.all_reduce_call(fit, 487_720, [0.0], busy=0.2)
+        assert call == reduce["alpha_or_bytes"](alpha, bytes_part, worst), (alpha, bytes_part)
+        said.add(call)
+    assert said == {"too close to call", "alpha dominates", "the bytes dominate"}
