@@ -846,32 +846,32 @@ def test_the_in_memory_folders_are_capped_in_files_too(jail_as_root, tmp_path):
 
 
 #: Runs as a throwaway ordinary user: the jail as such a user builds it (a user namespace, no uid
-#: of its own), around MANY_FILES and a try at a user namespace of its own; prints both outputs.
+#: of its own), around each program given (a JSON list), with the folder `hid` of its work folder
+#: hidden (covered), and `hid/inner` too (inside a cover: left to it); prints each one's [return
+#: code, output, error].
 AS_A_USER = r"""
 import json, os, subprocess, sys
 from pathlib import Path
 from course_tools.grade.jail import sandbox
-work, code = Path(sys.argv[1]), sys.argv[2]
+work, programs = Path(sys.argv[1]), json.loads(sys.argv[2])
 sys.executable = sys.argv[3]  # a Python this user may run (the grader's may sit in /root)
 env = {**sandbox.kernel_env(dict(os.environ), work), "PYTHONPATH": sys.argv[4]}
-userns = "import ctypes; c = ctypes.CDLL(None, use_errno=True)"
-userns += "; print(c.unshare(0x10000000), ctypes.get_errno())"
-userns += "; print([l.split()[1] for l in open('/proc/self/status') if l[:6] == 'CapBnd'][0])"
+(work / "hid" / "inner").mkdir(parents=True)
+hidden = [work / "hid", work / "hid" / "inner"]
 outs = []
-for program in (code, userns):
-    argv = sandbox.wrap([sys.executable, "-c", program], writable=[work], cwd=work)
+for program in programs:
+    argv = sandbox.wrap([sys.executable, "-c", program], writable=[work], hidden=hidden, cwd=work)
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     outs.append([done.returncode, done.stdout, done.stderr[-2000:]])
 print(json.dumps(outs))
 """
 
 
-def test_as_an_ordinary_user_the_in_memory_folders_are_capped_in_files_too():
-    """The same 200,000 files as an ordinary user, whose sandbox has no uid of its own and no
-    control group to count the kernel's memory for them: each folder stops at the cap as well,
-    and the sandbox cannot make a user namespace of its own (the filter, loaded after the one
-    the cap needs) nor has any capability in its bounding set. As root, through a throwaway
-    uid; the system's Python runs inside."""
+@contextlib.contextmanager
+def _as_a_user(*programs: str):
+    """Run each of `programs` in the jail an ordinary user gets (`AS_A_USER`), as a throwaway
+    uid, the system's Python inside; yields (the work folder, removed on exit; each one's [return
+    code, output, error]). Skips unless root with a system python3 and a working sandbox."""
     system_python = shutil.which("python3", path="/usr/bin:/bin")
     if not identity.privileged() or system_python is None:
         pytest.skip("needs root (a throwaway uid) and the system's python3")
@@ -885,9 +885,10 @@ def test_as_an_ordinary_user_the_in_memory_folders_are_capped_in_files_too():
         work.mkdir()
         os.chown(work, nobody, nobody)
         top.chmod(0o755)
+        script = [AS_A_USER, str(work), json.dumps(programs), system_python, str(ROOT)]
         done = subprocess.run(
             ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups"]
-            + [sys.executable, "-c", AS_A_USER, str(work), MANY_FILES, system_python, str(ROOT)],
+            + [sys.executable, "-c", *script],
             cwd=ROOT,
             env={**{k: v for k, v in os.environ.items() if k != "TFDS_DATA_DIR"}, "HOME": str(top)},
             capture_output=True,
@@ -895,10 +896,53 @@ def test_as_an_ordinary_user_the_in_memory_folders_are_capped_in_files_too():
             timeout=600,
         )
         assert done.returncode == 0, done.stderr[-2000:]
-        (code, out, err), (_, userns, _) = json.loads(done.stdout)
-        assert code == 0, err
-        _assert_stopped_at_the_inode_cap(json.loads(out.strip().splitlines()[-1]), work)
-        # and no capability to come back to (an empty bounding set, as bubblewrap leaves it)
-        assert userns.split() == ["-1", str(errno.EPERM), "0" * 16], userns
+        yield work, json.loads(done.stdout)
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_as_an_ordinary_user_the_in_memory_folders_are_capped_in_files_too():
+    """The same 200,000 files as an ordinary user, whose sandbox has no uid of its own and no
+    control group to count the kernel's memory for them: each folder stops at the cap as well,
+    and the sandbox cannot make a user namespace of its own (the filter, loaded after the one
+    the cap needs) nor has any capability in its bounding set. As root, through a throwaway
+    uid; the system's Python runs inside."""
+    userns = "import ctypes; c = ctypes.CDLL(None, use_errno=True)"
+    userns += "; print(c.unshare(0x10000000), ctypes.get_errno())"
+    userns += "; print([l.split()[1] for l in open('/proc/self/status') if l[:6] == 'CapBnd'][0])"
+    with _as_a_user(MANY_FILES, userns) as (work, ((code, out, err), (_, userns, _))):
+        assert code == 0, err
+        _assert_stopped_at_the_inode_cap(json.loads(out.strip().splitlines()[-1]), work)
+    # and no capability to come back to (an empty bounding set, as bubblewrap leaves it)
+    assert userns.split() == ["-1", str(errno.EPERM), "0" * 16], userns
+
+
+#: Runs inside the jail: tries to make a file at the top of every mounted folder (and at
+#: /dev/pts/x); prints {folder: its file system's inodes} for those where it could.
+WRITABLE_MOUNTS = r"""
+import json, os
+points = {line.split()[4] for line in open("/proc/self/mountinfo")}
+writable = {}
+for point in sorted(points | {"/dev/pts"}):
+    probe = os.path.join(point, "x")
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except OSError:
+        continue
+    writable[point] = os.statvfs(point).f_files
+    os.unlink(probe)
+print(json.dumps(writable))
+"""
+
+
+def test_as_an_ordinary_user_only_the_work_folder_and_the_capped_folders_are_writable():
+    """As an ordinary user the sandbox's empty folders are the sandbox's uid's own (bubblewrap
+    mounts them in its user namespace): /dev/pts (no pseudo-terminals) and a hidden folder's
+    cover inside the work folder must be read-only, or each is a tmpfs of millions of files the
+    kernel keeps in memory no limit counts. The only folders the submission can write are its
+    work folder and /tmp and /dev/shm, each capped at `memory_folders.INODES` files."""
+    with _as_a_user(WRITABLE_MOUNTS) as (work, ((code, out, err),)):
+        assert code == 0, err
+        writable = json.loads(out.strip().splitlines()[-1])
+        assert sorted(writable) == sorted(["/dev/shm", "/tmp", str(work.resolve())]), writable
+    assert writable["/tmp"] == writable["/dev/shm"] == memory_folders.INODES, writable

@@ -228,6 +228,15 @@ def _tmpfs(folder: str | Path, size_mb: int) -> list[str]:
     return ["--size", str(size_mb * 2**20), "--tmpfs", str(folder)]
 
 
+def _cover(folder: str | Path) -> list[str]:
+    """bwrap options covering `folder` with an empty read-only tmpfs. Read-only also as an
+    ordinary user, to whose uid bubblewrap's tmpfs belongs (in its user namespace): writable, it
+    would hold millions of files (a tmpfs's inodes grow with the host's memory), each about a
+    kilobyte of kernel memory that no limit counts (`memory_folders` caps only /tmp and
+    /dev/shm); `--remount-ro /dev` or `/` does not reach a mount on top of it."""
+    return [*_tmpfs(folder, COVER_MB), "--remount-ro", str(folder)]
+
+
 def _read_only_keep() -> list[Path]:
     """What a sandboxed Python reads besides the system: its installation, the course's packages
     and the prepared datasets."""
@@ -314,11 +323,12 @@ def wrap(  # noqa: PLR0913
         args += ["--ro-bind-try", str(_empty_file()), listing]  # /proc allows no device node
     for folder in MASKED:
         if os.path.isdir(folder):
-            args += [*_tmpfs(folder, COVER_MB), "--remount-ro", folder]
+            args += _cover(folder)
     # --dev's tmpfs (and /dev/shm, a folder of it) has no size limit: read-only, /dev/shm capped;
     # both in-memory folders writable by whoever the sandbox runs as, like a host's
-    # no pseudo-terminals: the host's count of them is shared (a kernel needs none)
-    args += _tmpfs("/dev/pts", COVER_MB)
+    # no pseudo-terminals: the host's count of them is shared (a kernel needs none); read-only,
+    # as every cover (`_cover`)
+    args += _cover("/dev/pts")
     args += ["--remount-ro", "/dev", "--perms", "01777", *_tmpfs("/dev/shm", SHM_MB)]
     args += ["--perms", "01777", *_tmpfs("/tmp", TMP_MB)]
     bound = _read_only_keep() + [Path(p).resolve() for p in read_only]
@@ -332,12 +342,15 @@ def wrap(  # noqa: PLR0913
     for folder in writable:
         args += ["--bind", str(folder), str(folder)]
     seen = bound + writable + [Path(p) for p in SYSTEM_FOLDERS]
-    for path in [*hidden, *course_private()]:
-        path = Path(path).resolve()
+    private = [Path(path).resolve() for path in [*hidden, *course_private()]]
+    covered = [path for path in private if path.is_dir()]
+    for path in private:
         if not any(path.is_relative_to(folder) and path != folder for folder in seen):
             continue  # not in the sandbox at all
+        if any(path.is_relative_to(folder) and path != folder for folder in covered):
+            continue  # inside another cover: empty, and read-only (no mount point made there)
         if path.is_dir():
-            args += _tmpfs(path, COVER_MB)
+            args += _cover(path)
         elif path.is_file():
             args += ["--ro-bind", "/dev/null", str(path)]
     # the sandbox's own root (a tmpfs holding the mount points) read-only: not a place to store
