@@ -848,11 +848,11 @@ def test_the_in_memory_folders_are_capped_in_files_too(jail_as_root, tmp_path):
 #: Runs as a throwaway ordinary user: the jail as such a user builds it (a user namespace, no uid
 #: of its own), around each program given (a JSON list), with the folder `hid` of its work folder
 #: hidden (covered), and `hid/inner` too (inside a cover: left to it); prints each one's [return
-#: code, output, error].
+#: code, output, error], then what `limits.enforced()` says of each limit for this user.
 AS_A_USER = r"""
 import json, os, subprocess, sys
 from pathlib import Path
-from course_tools.grade.jail import sandbox
+from course_tools.grade.jail import limits, sandbox
 work, programs = Path(sys.argv[1]), json.loads(sys.argv[2])
 sys.executable = sys.argv[3]  # a Python this user may run (the grader's may sit in /root)
 env = {**sandbox.kernel_env(dict(os.environ), work), "PYTHONPATH": sys.argv[4]}
@@ -864,6 +864,7 @@ for program in programs:
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     outs.append([done.returncode, done.stdout, done.stderr[-2000:]])
 print(json.dumps(outs))
+print(json.dumps({row.name: [row.held, row.how] for row in limits.enforced()}))
 """
 
 
@@ -871,7 +872,8 @@ print(json.dumps(outs))
 def _as_a_user(*programs: str):
     """Run each of `programs` in the jail an ordinary user gets (`AS_A_USER`), as a throwaway
     uid, the system's Python inside; yields (the work folder, removed on exit; each one's [return
-    code, output, error]). Skips unless root with a system python3 and a working sandbox."""
+    code, output, error]; {limit: [held, how]} of `limits.enforced()` as that user). Skips unless
+    root with a system python3 and a working sandbox."""
     system_python = shutil.which("python3", path="/usr/bin:/bin")
     if not identity.privileged() or system_python is None:
         pytest.skip("needs root (a throwaway uid) and the system's python3")
@@ -896,7 +898,8 @@ def _as_a_user(*programs: str):
             timeout=600,
         )
         assert done.returncode == 0, done.stderr[-2000:]
-        yield work, json.loads(done.stdout)
+        outs, rows = done.stdout.strip().splitlines()[-2:]
+        yield work, json.loads(outs), json.loads(rows)
     finally:
         shutil.rmtree(top, ignore_errors=True)
 
@@ -910,7 +913,7 @@ def test_as_an_ordinary_user_the_in_memory_folders_are_capped_in_files_too():
     userns = "import ctypes; c = ctypes.CDLL(None, use_errno=True)"
     userns += "; print(c.unshare(0x10000000), ctypes.get_errno())"
     userns += "; print([l.split()[1] for l in open('/proc/self/status') if l[:6] == 'CapBnd'][0])"
-    with _as_a_user(MANY_FILES, userns) as (work, ((code, out, err), (_, userns, _))):
+    with _as_a_user(MANY_FILES, userns) as (work, ((code, out, err), (_, userns, _)), _):
         assert code == 0, err
         _assert_stopped_at_the_inode_cap(json.loads(out.strip().splitlines()[-1]), work)
     # and no capability to come back to (an empty bounding set, as bubblewrap leaves it)
@@ -941,8 +944,41 @@ def test_as_an_ordinary_user_only_the_work_folder_and_the_capped_folders_are_wri
     cover inside the work folder must be read-only, or each is a tmpfs of millions of files the
     kernel keeps in memory no limit counts. The only folders the submission can write are its
     work folder and /tmp and /dev/shm, each capped at `memory_folders.INODES` files."""
-    with _as_a_user(WRITABLE_MOUNTS) as (work, ((code, out, err),)):
+    with _as_a_user(WRITABLE_MOUNTS) as (work, ((code, out, err),), _):
         assert code == 0, err
         writable = json.loads(out.strip().splitlines()[-1])
         assert sorted(writable) == sorted(["/dev/shm", "/tmp", str(work.resolve())]), writable
     assert writable["/tmp"] == writable["/dev/shm"] == memory_folders.INODES, writable
+
+
+#: Runs inside the jail: its RLIMIT_NPROC, and how many threads it can start past its own.
+THREADS_STARTED = r"""
+import json, resource, threading
+threading.stack_size(64 * 1024)
+stop, started = threading.Event(), 0
+try:
+    while started < 5_000:
+        threading.Thread(target=stop.wait, daemon=True).start()
+        started += 1
+except RuntimeError:
+    pass
+stop.set()
+print(json.dumps([resource.getrlimit(resource.RLIMIT_NPROC), started]))
+"""
+
+
+def test_as_an_ordinary_user_the_process_limit_is_per_sandbox_and_said_so():
+    """As an ordinary user without a control group, `limits.enforced()` says what holds: each
+    sandbox may have `sandbox.NPROC` tasks of its own (RLIMIT_NPROC, counted in the user
+    namespace the first step makes), so --jobs N sandboxes may hold N times that of the account
+    together; and a sandbox has that limit and starts threads up to it, not past it."""
+    with _as_a_user(THREADS_STARTED) as (_, ((code, out, err),), rows):
+        assert code == 0, err
+        (soft, hard), started = json.loads(out.strip().splitlines()[-1])
+    if rows["memory"][0]:
+        pytest.skip("a control group counts this user's tasks here (pids.max)")
+    held, how = rows["processes"]
+    assert held and f"RLIMIT_NPROC {sandbox.NPROC} per sandbox" in how, how
+    assert f"N x {sandbox.NPROC}" in how and "ulimit -u" in how, how
+    assert soft == hard == sandbox.NPROC
+    assert sandbox.NPROC - 16 < started < sandbox.NPROC, started

@@ -84,9 +84,18 @@ def enforced() -> list[Limit]:
         memory = Limit("memory", held=False, how=how)
         if root and not absent:
             how = f"RLIMIT_NPROC {sandbox.NPROC} of the sandbox's own uid"
+            tasks = Limit("processes", held=has_prlimit, how=how if has_prlimit else "no prlimit")
+        elif not root and memory_folders_capped():
+            # the step's user namespace (`memory_folders`) counts the sandbox's tasks from zero
+            how = (
+                f"RLIMIT_NPROC {sandbox.NPROC} per sandbox, counted in a user namespace of its "
+                f"own: --jobs N sandboxes may hold N x {sandbox.NPROC} tasks of your account "
+                "together, a sum only your own RLIMIT_NPROC (ulimit -u) caps"
+            )
+            tasks = Limit("processes", held=True, how=how)
         else:
             how = f"RLIMIT_NPROC: your tasks now + {sandbox.NPROC} (it counts all of yours)"
-        tasks = Limit("processes", held=has_prlimit, how=how if has_prlimit else "no prlimit")
+            tasks = Limit("processes", held=has_prlimit, how=how if has_prlimit else "no prlimit")
     if workdir.can_cap():
         how = f"a tmpfs: the disk limit, {workdir.INODES:,} inodes, unlinked files counted"
         folder = Limit("work folder", held=True, how=how)
