@@ -372,7 +372,7 @@ def test_a_print_flood_costs_only_its_cell(batch):
     grades, out, _ = batch
     g = grades["flood"]
     assert g.status == "graded", g.reason
-    assert any("outputs cut in cell 0" in note for note in g.notes), g.notes
+    assert any("outputs cut in cell [1]" in note for note in g.notes), g.notes
     executed = (out / "flood" / "executed.ipynb").read_text()
     assert "after the flood" in executed, "the next cell still ran"
     # cut by the output caps, or refused whole at the transport (a flush past `message_kb`)

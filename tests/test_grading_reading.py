@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_tools.grade.core import checker, checks, reading
+from course_tools.grade.core import checker, checks, one_submission, reading
 
 #: Red team 10a's forging helper: it salts `hashlib.sha256`, so a second pass over a pipeline
 #: that repeats its order seems to see other batches.
@@ -871,7 +871,8 @@ def test_a_cell_number_in_a_message_is_the_cells_execution_count_in_the_executed
     """A student finds the cell a message names: "cell [N]" is the `In [N]` the executed
     notebook shows beside it (the grader's run numbers the code cells that hold code, an empty
     one left out; markdown cells are not counted), not the cell's index in the file nor its
-    place among the code cells."""
+    place among the code cells. The runner's notes (a cell's error, its outputs cut) are said
+    the same way in the report."""
     from nbclient import NotebookClient
 
     notebook = nbformat.v4.new_notebook()
@@ -900,3 +901,10 @@ def test_a_cell_number_in_a_message_is_the_cells_execution_count_in_the_executed
         checks.assert_created_in_scope(observed, "fit_model")
     number = int(re.search(r"cell \[(\d+)\]", str(error.value))[1])
     assert number == shown[notebook.cells[-1].source] == 4, (number, shown)
+    # the run's own notes (the runner counts cells by their index in the file) say the same
+    last = len(notebook.cells) - 1
+    said = one_submission._numbered(f"cell {last}: NameError: name 'x' is not defined", notebook)
+    assert said == "cell [4]: NameError: name 'x' is not defined", said
+    assert one_submission._numbered("cell 2 ignored the interrupt", notebook) == (
+        "cell 2 ignored the interrupt"  # an empty cell never runs: it has no number
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 import time
@@ -186,15 +187,18 @@ def _run(
     # its outputs may hold lone surrogates: written escaped
     text = nbformat.writes(outcome.notebook)
     (folder / "executed.ipynb").write_text(text, encoding="utf-8", errors="backslashreplace")
-    g.cell_errors = outcome.cell_errors
+    g.cell_errors = [_numbered(error, outcome.notebook) for error in outcome.cell_errors]
     if outcome.status != "ran":
-        g.status, g.reason = outcome.status, outcome.reason
+        g.status, g.reason = outcome.status, _numbered(outcome.reason, outcome.notebook)
     if outcome.timed_out_cells:
+        timed_out = [_numbered(f"cell {i}", outcome.notebook) for i in outcome.timed_out_cells]
         g.notes.append(
-            f"cell(s) {', '.join(map(str, outcome.timed_out_cells))} ran longer than "
-            f"{batch.limits.cell_timeout} s and were interrupted"
+            f"{', '.join(timed_out)} ran longer than {batch.limits.cell_timeout} s and "
+            "were interrupted"
         )
-    g.notes += [f"outputs cut in {note}" for note in outcome.output_notes]
+    g.notes += [
+        f"outputs cut in {_numbered(note, outcome.notebook)}" for note in outcome.output_notes
+    ]
     if outcome.clock_note:
         g.notes.append(f"the grader's clock of the files: {outcome.clock_note}")
     if outcome.log_dropped:
@@ -206,6 +210,20 @@ def _run(
         g.notes.append(f"the probe could not read the notebook's memory: {probe_error}")
     g.run_seconds, g.peak_mb = outcome.seconds, outcome.peak_mb
     return outcome, facts
+
+
+def _numbered(text: str, notebook) -> str:
+    """`text` with the runner's "cell I" (the cell's index in the file) said as the hidden
+    tests say a cell, "cell [N]": N its execution count, the `In [N]` beside it in
+    `executed.ipynb` (`reading.Code.cells`). A cell that did not run keeps its index."""
+    cells = getattr(notebook, "cells", None) or []
+
+    def count(match: re.Match) -> str:
+        index = int(match[1])
+        number = cells[index].get("execution_count") if index < len(cells) else None
+        return f"cell [{number}]" if isinstance(number, int) else match[0]
+
+    return re.sub(r"\bcell (\d+)\b", count, text or "", count=1)
 
 
 def observations(outcome: RunOutcome) -> dict:

@@ -208,6 +208,10 @@ def write_report(g: Grade, path: Path) -> None:
             f"{g.check_seconds:.0f} s), peak memory {g.peak_mb:.0f} MB; the executed notebook is "
             f"`executed.ipynb`, its files `artifacts/`"
         )
+        lines.append(
+            '- a message\'s "cell [N]" is the code cell shown as `[N]` in `executed.ipynb` '
+            "(its execution count: the code cells that hold code, counted from the top)"
+        )
     lines.append("")
     if g.notes:
         lines += ["## Notes", "", *[f"- {escape(note)}" for note in g.notes], ""]
