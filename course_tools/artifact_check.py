@@ -138,10 +138,17 @@ def conclusion_problems(path: Path) -> list[str]:
 
 def sweep_ms(results: dict) -> list[float]:
     """The sweep's ms per step: notebook 3b's (its record holds the step's intensity) are its
-    points' fastest rounds (`verdict.sweep_ms`); notebook 3's, the medians it recorded."""
+    points' fastest rounds (`verdict.sweep_ms`); notebook 3's, each point's median round
+    (examples per second) worked out again, as `timing.RunResult.step_ms` does, where the point
+    recorded its rounds."""
     if "intensity" in results:
         return verdict.sweep_ms(results)
-    return [point["step_ms"] for point in results["sweep"]]
+    return [
+        1000 * point["global_batch"] / float(np.median(point["rounds"]))
+        if point.get("rounds")
+        else point["step_ms"]
+        for point in results["sweep"]
+    ]
 
 
 def expected_regime(results: dict) -> str | None:
@@ -232,6 +239,16 @@ def regime_problems(path: Path) -> list[str]:
                 f"{path.name}: line_problem {results.get('line_problem')!r}, "
                 f"its sweep says {said!r}"
             )
+        for point, median in zip(results["sweep"], sweep_ms(results)):
+            if not point.get("rounds"):
+                found.append(
+                    f"{path.name}: no rounds recorded at a batch of {point['global_batch']}"
+                )
+            elif not math.isclose(point["step_ms"], median, rel_tol=1e-6):
+                found.append(
+                    f"{path.name}: {point['step_ms']:.2f} ms per step at a batch of "
+                    f"{point['global_batch']}, its median round gives {median:.2f}"
+                )
     regime = expected_regime(results)
     if results["regime"] != regime:
         found.append(f"{path.name}: regime {results['regime']!r}, its sweep says {regime!r}")

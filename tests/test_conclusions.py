@@ -78,6 +78,8 @@ ABOVE_THE_ROOF = (  # both causes: the peak is floored at the fastest run, so on
 def test_the_regime_follows_from_the_sweep(tmp_path, sweep, roofline, regime):
     key = "fastest_ms" if roofline else "step_ms"  # 3b records its fastest rounds, 3 its medians
     points = [{"global_batch": b, key: ms} for b, ms in sweep]
+    if not roofline:  # notebook 3 records each point's rounds (examples/s), its median the step
+        points = [p | {"rounds": [1000 * p["global_batch"] / p[key]] * 3} for p in points]
     results = {"batch": 64, "sweep": points, "flops_per_example": 15e6}
     if roofline:
         results |= {"peak_flops": 150e9, "memory_bandwidth": 10e9, **roofline, **THRESHOLDS}
@@ -803,7 +805,8 @@ def test_the_command_fails_on_a_missing_or_earlier_file_and_names_it(tmp_path):
     notebook = tmp_path / "03b_where_time_goes.ipynb"
     folder = tmp_path / "artifacts" / "03b_where_time_goes"
     folder.mkdir(parents=True)
-    results = {"batch": 64, "sweep": [{"global_batch": b, "step_ms": 10.0} for b in (64, 128)]}
+    sweep = [{"global_batch": b, "step_ms": 10.0, "rounds": [100.0 * b] * 3} for b in (64, 128)]
+    results = {"batch": 64, "sweep": sweep}
     results |= {"line_problem": "", "line_tolerance": verdict.LINE_TOLERANCE}
     path = folder / "conclusions.json"
     speed = timing.record(timing.compare(_run("a", [10, 11, 12]), _run("b", [5, 6, 7])), path)
@@ -1200,3 +1203,29 @@ def test_a_run_s_cores_worth_is_its_fastest_round_s():
     run = timing.RunResult("64/replica", 1.0, 10, rounds=[5.0, 9.0, 7.0], cores=[1.2, 1.3, 1.8])
     assert run.fastest_cores == 1.3
     assert timing.RunResult("gpu", 1.0, 10, rounds=[5.0]).fastest_cores == 0.0
+
+
+def test_notebook_3_s_points_are_their_median_rounds(tmp_path):
+    """Notebook 3 records each sweep point's rounds (examples per second) beside its ms per step:
+    the check works the median round out again, so a point whose step_ms is not its median's, or
+    that recorded no rounds, fails (before, step_ms was compared with itself)."""
+    rounds = {64: [6400.0, 6000.0, 6600.0], 128: [6300.0, 6800.0, 6500.0]}
+    sweep = [
+        {"global_batch": b, "step_ms": 1000 * b / sorted(r)[1], "rounds": r}
+        for b, r in rounds.items()
+    ]
+    results = {"batch": 64, "sweep": sweep, "flops_per_example": 15e6}
+    results |= {"line_problem": "", "line_tolerance": verdict.LINE_TOLERANCE}
+    results |= {"regime": expected_regime(results)}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    assert regime_problems(path) == []
+    sweep[0]["step_ms"] = 1000 * 64 / 6600.0  # the fastest round's, 3b's rule, not 3's
+    path.write_text(json.dumps(results))
+    assert regime_problems(path) == [
+        "results.json: 9.70 ms per step at a batch of 64, its median round gives 10.00"
+    ]
+    del sweep[0]["rounds"]
+    sweep[0]["step_ms"] = 10.0
+    path.write_text(json.dumps(results))
+    assert regime_problems(path) == ["results.json: no rounds recorded at a batch of 64"]

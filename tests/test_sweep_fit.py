@@ -89,11 +89,21 @@ def test_a_fixed_part_below_zero_gives_no_verdict(capsys):
     assert "of a step fixed" not in printed and "would read" not in printed
 
 
+def _point(global_batch: int, step_ms: float) -> dict:
+    """A sweep point as notebook 3 records it: its ms per step and its rounds (examples per
+    second), the median of which gives that ms."""
+    return {
+        "global_batch": global_batch,
+        "step_ms": step_ms,
+        "rounds": [1000 * global_batch / step_ms] * 3,
+    }
+
+
 def test_the_artifact_check_records_no_regime_for_a_fixed_part_below_zero(tmp_path):
     """A record whose sweep's line has a fixed part below zero must hold no regime (None)."""
     from course_tools.artifact_check import expected_regime, regime_problems
 
-    sweep = [{"global_batch": b, "step_ms": ms} for b, ms in STRAIGHT_BELOW_ZERO]
+    sweep = [_point(b, ms) for b, ms in STRAIGHT_BELOW_ZERO]
     said = line_problem(*zip(*STRAIGHT_BELOW_ZERO), LINE_TOLERANCE)
     record = {"replicas": 2, "batch": 128, "sweep": sweep, "line_tolerance": LINE_TOLERANCE}
     record |= {"line_problem": said}
@@ -137,7 +147,7 @@ def test_the_artifact_check_rebuilds_what_is_wrong_with_the_line(tmp_path):
     tolerance; the same record with the line's problem recorded passes."""
     from course_tools.artifact_check import expected_regime, regime_problems
 
-    sweep = [{"global_batch": b, "step_ms": ms} for b, ms in ONE_DEVICE]
+    sweep = [_point(b, ms) for b, ms in ONE_DEVICE]
     record = {"replicas": 1, "batch": 64, "sweep": sweep, "line_tolerance": LINE_TOLERANCE}
     record["regime"] = expected_regime(record)
     said = line_problem([b for b, _ in ONE_DEVICE], [ms for _, ms in ONE_DEVICE], LINE_TOLERANCE)
