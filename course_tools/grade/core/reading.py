@@ -1818,7 +1818,9 @@ class Code:
                     found.update(_targets(node))
         return found
 
-    def _unresolved(self, function: ast.AST, local: set[str], depth: int = 5) -> bool:
+    def _unresolved(
+        self, function: ast.AST, local: set[str], bindings: dict[str, list], depth: int = 5
+    ) -> bool:
         """The callee `function` is one the reading cannot name: not a name or an attribute
         (`getattr(m, k)(...)`, `fns[0](...)`), or a name the code binds by an assignment to
         something else than a call or a lambda (`f = fns[0]`, `f = d["fit"]`, then `f(...)`;
@@ -1837,10 +1839,9 @@ class Code:
             return True
         if function.id in local or depth == 0:
             return depth == 0
-        for _, node in self._assignments_in_order(function.id):
-            value = node.value
+        for value in bindings.get(function.id, []):
             if isinstance(value, ast.Name):
-                if self._unresolved(value, local, depth - 1):
+                if self._unresolved(value, local, bindings, depth - 1):
                     return True
             elif not isinstance(value, (ast.Call, ast.Lambda)):
                 return True
@@ -1852,7 +1853,8 @@ class Code:
         """([(method, place)] of the training calls given the bare name `name`, [the problem
         with each other training call]) (`training_places`); `baseline.fit(...)` left out."""
         training = self._training_names(name)
-        models, imported = self._models_and_strategies(), set(self._imported())
+        models: set[str] | None = None  # `_models_and_strategies`, read when first needed
+        imported = set(self._imported())
         parameters = {
             arg.arg
             for node in self._walk()
@@ -1860,6 +1862,11 @@ class Code:
             for arg in ast.walk(node.args)
             if isinstance(arg, ast.arg)
         }
+        bindings: dict[str, list] = {}  # {name: the values assigned to it}, `_unresolved`
+        for node in self._walk():
+            if getattr(node, "value", None) is not None:
+                for target in _targets(node):
+                    bindings.setdefault(target, []).append(node.value)
         places, problems = [], []
         for index, tree in enumerate(self.trees):
             called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
@@ -1883,6 +1890,8 @@ class Code:
                         problems.append(TrainingProblem("looked_up", cell, code))
                         continue
                     owner = _root(node.args[0]) if lookup == "getattr" and node.args else None
+                    if named and not isinstance(named[0], ast.Constant) and owner is not None:
+                        models = self._models_and_strategies() if models is None else models
                     if (
                         named
                         and not isinstance(named[0], ast.Constant)
@@ -1891,7 +1900,7 @@ class Code:
                         problems.append(TrainingProblem("unnamed", cell, code))
                         continue
                 arguments = [*node.args, *(k.value for k in node.keywords)]
-                if self._unresolved(node.func, parameters) and any(
+                if self._unresolved(node.func, parameters, bindings) and any(
                     self._origins(a, place) & training for a in arguments
                 ):
                     problems.append(TrainingProblem("unresolved", cell, code))
