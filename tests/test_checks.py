@@ -620,7 +620,9 @@ TWO_ORDERSC = (
     "% 2).repeat())).apply(tf.data.experimental.assert_cardinality(train_examples.cardinality()))"
     f".batch(GLOBAL_BATCH).prefetch(tf.data.AUTOTUNE)\n{Q1_TAIL}"
 )
-UNSHUFFLED = f"{Q1_HEAD}train_ds = train_cached.batch(GLOBAL_BATCH).prefetch(tf.data.AUTOTUNE)\n"
+UNSHUFFLED = (
+    f"{Q1_HEAD}train_ds = train_cached.batch(GLOBAL_BATCH).prefetch(tf.data.AUTOTUNE)\n{Q1_TAIL}"
+)
 LATE_SHUFFLE = (
     "train_ds = train_cached.shuffle(10_000).batch(GLOBAL_BATCH).prefetch(tf.data.AUTOTUNE)"
 )

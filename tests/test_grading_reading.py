@@ -575,7 +575,7 @@ def test_a_shuffle_buffer_the_reading_cannot_read_earns_no_point_and_honest_coun
         ("np.int64(512)", ()),
         ("512 if True else 0", ()),
         ("BUFFER", ("BUFFER = 512\nBUFFER = 512",)),
-        ("BUFFER", ("BUFFER, _ = 10_000, 0",)),
+        ("BUFFER", ("BUFFER, _ = BIG, 0",)),
         ("train_examples.take(128).cardinality()", ()),
         ("*[BUFFER]", ("BUFFER = 10_000",)),
         ("len(labels)", ()),
@@ -908,3 +908,156 @@ def test_a_cell_number_in_a_message_is_the_cells_execution_count_in_the_executed
     assert one_submission._numbered("cell 2 ignored the interrupt", notebook) == (
         "cell 2 ignored the interrupt"  # an empty cell never runs: it has no number
     )
+
+
+def test_train_ds_bound_otherwise_than_by_an_assignment_fails_question_1_naming_the_cell():
+    """Red team 18a's shadow and param-shadow give every training call the bare name `train_ds`,
+    bound by a comprehension (or a function's parameter) to an unshuffled pipeline while the
+    global one stays shuffled: the reading read the global one, and so did the probe. A
+    `train_ds` bound by anything but an assignment outside any function (a comprehension's or
+    a loop's variable, `with ... as`, a function's or lambda's parameter, `global`, a local
+    assignment) fails question 1 as unreadable, naming its cell and what to write."""
+    plain = "train_cached.batch(GLOBAL_BATCH)"
+    inline = [
+        f"[fit_model.fit(train_ds, epochs=1) for train_ds in [{plain}]]",
+        f"for train_ds in [{plain}]:\n        fit_model.fit(train_ds, epochs=1)",
+        f"with contextlib.nullcontext({plain}) as train_ds:\n        fit_model.fit(train_ds)",
+        f"(lambda train_ds: fit_model.fit(train_ds, epochs=1))({plain})",
+    ]
+    helpers = [
+        "def train_with_fit(model, train_ds, callbacks):\n"
+        "    return model.fit(train_ds, epochs=EPOCHS, callbacks=callbacks, verbose=2)\n",
+        f"def remake():\n    global train_ds\n    train_ds = {plain}\n",
+        f"def remake():\n    train_ds = {plain}\n    return fit_model.fit(train_ds)\n",
+    ]
+    cases = [({FIT: f"{line}\n    {FIT}"}, (), line) for line in inline]
+    cases += [({}, (helper,), helper) for helper in helpers]
+    for changes, added, line in cases:
+        code = _solution(changes, added)
+        cell = _cell_of(code, line.split("\n")[0])
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"binds `train_ds` otherwise than by an assignment outside any function "
+            rf"\(cell \[{cell}\]: `.*bind `train_ds` only with `train_ds = \.\.\.`",
+        ):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+    # a plain rebinding in a loop's body, or a walrus, is an assignment the reading follows
+    rebound = "for _ in range(1):\n    train_ds = train_ds.prefetch(1)\n"
+    checks.assert_pipeline_code(_solution({}, (rebound,)), "train_ds", "train")
+
+
+def test_a_distributed_dataset_not_tied_to_the_test_examples_is_training_on_it():
+    """Red team 18a's side-load distributes `data.load("svhn_cropped", split="train")` (a second
+    load the reading did not know as the training examples, spelled with a keyword) beside a
+    dummy `experimental_distribute_dataset(train_ds)`: the reading skipped any distributed
+    dataset it could not tie to the training examples. Now one must be tied to the test split's
+    loading, or be a batch of the notebook's own tensors (the loss check's labels), else it
+    fails question 1 as a dataset other than `train_ds`: so do `globals()[...]`, `vars()`,
+    `__import__`, `sys.modules` and a TFRecord file. The solution, a second load of the test
+    split and a batch of zeros pass."""
+    distributed = "strategy.experimental_distribute_dataset(side_ds)"
+    for side in [
+        "data.load('svhn_cropped', split='train').cache().batch(GLOBAL_BATCH)",
+        "globals()['train_cached'].batch(GLOBAL_BATCH)",
+        "vars()['train_' + 'cached'].batch(GLOBAL_BATCH)",
+        "__import__('tensorflow_datasets').load('svhn_cropped', split='train').batch(8)",
+        "sys.modules['__main__'].train_cached.batch(GLOBAL_BATCH)",
+        "tf.data.TFRecordDataset('svhn.tfrecord').batch(GLOBAL_BATCH)",
+        "data.load('svhn_cropped', split=SPLIT).batch(GLOBAL_BATCH)",
+    ]:
+        line = f"side_ds = {side}"
+        code = _solution({LOOP: f"{LOOP}\nimport sys\n{line}\ntrain_dist = {distributed}"})
+        cell = _cell_of(code, line)
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"other than `train_ds` \(cell \[{cell}\]: `{re.escape(distributed)}",
+        ):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+    for side in [
+        "data.load('svhn_cropped', split='test').batch(GLOBAL_BATCH)",
+        "test_ds.take(2)",
+        "tf.data.Dataset.from_tensor_slices(tf.zeros(8)).batch(4)",
+    ]:
+        code = _solution({LOOP: f"{LOOP}\nside_ds = {side}\nlooked = {distributed}"})
+        checks.assert_pipeline_code(code, "train_ds", "train")
+
+
+def test_honest_spellings_of_a_whole_set_buffer_are_read_and_a_helpers_dataset_followed():
+    """Red team 18a's honest-card, honest-slices-len, honest-pick, honest-tuple and
+    honest-helper lost question 1 as unread: TensorFlow's `tf.data.experimental.cardinality`,
+    `len` of arrays taken from the loaded examples in one batch, the course's own
+    `settings.pick(full=..., quick=...)` (read at its smallest argument), a tuple assignment of
+    constants, and a helper whose dataset parameter has another name, called with `train_ds`
+    every time. Each passes; the same forms below 1,000, a `pick` of the notebook's own, and a
+    helper also called with another dataset do not."""
+    arrays = "images, labels = next(iter(train_examples.batch(NUM_TRAIN)))"
+    passing = [
+        ("tf.data.experimental.cardinality(train_examples)", ()),
+        ("len(images)", (arrays,)),
+        ("SHUFFLE_BUFFER", ("SHUFFLE_BUFFER = settings.pick(full=10_000, quick=2_000)",)),
+        ("SHUFFLE_BUFFER", ("SHUFFLE_BUFFER, SEED = 10_000, 42",)),
+        ("BUFFER", ("BUFFER, _ = 10_000, 0",)),
+    ]
+    for buffer, added in passing:
+        code = _solution({SHUFFLED: f"train_cached.shuffle({buffer})"}, added)
+        checks.assert_pipeline_code(code, "train_ds", "train")
+    for buffer, added, words in [
+        ("SHUFFLE_BUFFER", ("SHUFFLE_BUFFER = settings.pick(full=10_000, quick=256)",), "below"),
+        ("SHUFFLE_BUFFER", ("SHUFFLE_BUFFER, SEED = 512, 42",), "below"),
+        (
+            "SHUFFLE_BUFFER",
+            (
+                "class Mine:\n    def pick(self, **sizes):\n        return 8\n",
+                "SHUFFLE_BUFFER = Mine().pick(full=10_000, quick=2_000)",
+            ),
+            "cannot read",
+        ),
+        ("len(images)", ("images, labels = next(iter(train_examples.batch(256)))",), "cannot"),
+    ]:
+        code = _solution({SHUFFLED: f"train_cached.shuffle({buffer})"}, added)
+        with pytest.raises(checks.CheckError, match=f"buffer (the grader )?{words}"):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+    helpers = (
+        "def train_with_fit(model, dataset, callbacks):\n"
+        "    return model.fit(dataset, epochs=EPOCHS, callbacks=callbacks, verbose=2)\n",
+        "def distribute(dataset):\n    return strategy.experimental_distribute_dataset(dataset)\n",
+    )
+    fit = (
+        "fit_model.fit(train_ds, epochs=EPOCHS, callbacks=[fit_clock, fit_checkpoints], verbose=2)"
+    )
+    through = {fit: "train_with_fit(fit_model, train_ds, [fit_clock, fit_checkpoints])"}
+    through[LOOP] = "distribute(dataset=train_ds)"
+    checks.assert_pipeline_code(_solution(through, helpers), "train_ds", "train")
+    other = "train_with_fit(fit_model, train_cached.batch(GLOBAL_BATCH), [])"
+    code = _solution({**through, LOOP: f"distribute(train_ds)\n{other}"}, helpers)
+    with pytest.raises(
+        checks.CheckError, match=r"other than `train_ds` \(cell \[\d+\]: `model.fit"
+    ):
+        checks.assert_pipeline_code(code, "train_ds", "train")
+
+
+def test_the_count_of_the_training_examples_is_the_whole_loaded_split_by_the_builtin_len():
+    """Red team 18a's buf-load shuffles with `len(data.load(..., limit=256))`, a count of any
+    load: the count of the training examples is now the count of the training split loaded
+    whole (no `limit=`, not the test split, a data set loader's and not `json.load`), through
+    the builtin `len` (not one the notebook defines), with the name's assignment in force at the
+    shuffle (not a later one). Each of those fails question 1 as unread; the whole split passes."""
+    for buffer, added in [
+        ("len(data.load('svhn_cropped', 'train', limit=256))", ()),
+        ("len(data.load('svhn_cropped', 'test'))", ()),
+        ("len(data.load('svhn_cropped', 'train[:256]'))", ()),
+        ("len(json.load(open(ARTIFACTS / 'order.json')))", ()),
+        ("len(train_examples)", ("def len(examples):\n    return 128\n",)),
+        ("len(few)", ("few = train_cached.take(256)",)),
+    ]:
+        code = _solution({SHUFFLED: f"train_cached.shuffle({buffer})"}, added)
+        if buffer == "len(few)":  # bound to the whole split only after the shuffle
+            code["cells"].append({"source": "few = data.load('svhn_cropped', 'train')"})
+        with pytest.raises(checks.CheckError, match="a buffer the grader cannot read"):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+    for buffer in (
+        "len(data.load('svhn_cropped', 'train'))",
+        "len(data.load('svhn_cropped', split='train'))",
+    ):
+        code = _solution({SHUFFLED: f"train_cached.shuffle({buffer})"})
+        checks.assert_pipeline_code(code, "train_ds", "train")

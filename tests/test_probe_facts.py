@@ -102,3 +102,51 @@ def test_a_step_counter_of_the_notebooks_own_class_is_not_read_as_distributed(st
     counter.__class__ = Forged
     assert counter.value is mirrored.value
     assert _fact(one_device)["optimizer_replicas"] == 0
+
+
+@pytest.mark.parametrize("swap", ["none", "assign", "compile", "inner"])
+def test_a_model_given_another_models_optimizer_is_not_the_model_trained(strategy, swap, tmp_path):
+    """The checks on those facts: a scoped `fit_model` with the one-device model's weights and
+    optimizer (red team 18a) passes the weights and step-count tie, and now fails both the
+    model's own check (`own_model`: q2's, q4's, q6's points) and the scope check, saying its
+    optimizer was not made with it. The model that trained under the scope, and the one-device
+    baseline with its own optimizer, pass."""
+    from course_tools.grade.core import checks
+
+    replicas = strategy.num_replicas_in_sync
+    if swap == "none":  # the honest run
+        with strategy.scope():
+            fit_model = _model()
+        _fit(fit_model).save(tmp_path / "fit_model.keras")
+        baseline = _fit(_model())
+        baseline.save(tmp_path / "single_model.keras")
+        checks.clear_cache()
+        checks.own_model(tmp_path, "fit_model", {"models": {"fit_model": _fact(fit_model)}})
+        checks.assert_mirrored({"models": {"fit_model": _fact(fit_model)}}, "fit_model", replicas)
+        checks.own_model(tmp_path, "single_model", {"models": {"single_model": _fact(baseline)}})
+        checks.clear_cache()
+        return
+    one_device = _fit(_model())
+    one_device.save(tmp_path / "fit_model.keras")
+    with strategy.scope():
+        adam = keras.optimizers.Adam()
+        fit_model = _model(keras.optimizers.LossScaleOptimizer(adam) if swap == "inner" else adam)
+    fit_model.set_weights(one_device.get_weights())
+    if swap == "assign":
+        fit_model.optimizer = one_device.optimizer
+    elif swap == "compile":
+        fit_model.compile(optimizer=one_device.optimizer, loss="mse")
+    else:
+        fit_model.optimizer.inner_optimizer = one_device.optimizer
+    found = {"models": {"fit_model": _fact(fit_model)}}
+    checks.clear_cache()
+    made = (
+        rf"the optimizer of `fit_model` in the notebook's memory was not made with it: its "
+        rf"variables are mirrored over {replicas} devices?, but its optimizer was made outside "
+        r"any strategy"
+    )
+    with pytest.raises(checks.CheckError, match=made):
+        checks.own_model(tmp_path, "fit_model", found)
+    with pytest.raises(checks.CheckError, match=made):
+        checks.assert_mirrored(found, "fit_model", replicas)
+    checks.clear_cache()

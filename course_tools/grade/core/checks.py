@@ -360,6 +360,7 @@ def own_model(artifacts: Path, name: str, facts: dict, observed: dict | None = N
             f"model (set_weights, load_weights), which is not the model trained; train {name} "
             "itself and save it"
         )
+    _assert_optimizer_made_with(fact, name)
     written = _code(observed).step_assignments(name) if observed is not None else []
     if written:
         raise CheckError(
@@ -369,6 +370,36 @@ def own_model(artifacts: Path, name: str, facts: dict, observed: dict | None = N
             "itself, leave its optimizer alone, and save it"
         )
     return model
+
+
+def _assert_optimizer_made_with(fact: dict, name: str) -> None:
+    """The optimizer whose steps the probe read (`probe.optimizer_replicas`) was made with the
+    model: under the strategy its variables are mirrored by (its step counter mirrored over the
+    same replicas), or outside any for a model made outside any. Another model's optimizer given
+    to it (`model.optimizer = other.optimizer`, `model.compile(optimizer=other.optimizer)`, a
+    LossScaleOptimizer's `inner_optimizer = ...`) counts that model's steps, not this one's."""
+    counted = fact.get("optimizer_replicas")
+    if type(counted) is not int:
+        return  # never compiled, or a count not read (own_model says so)
+    mirrored = fact.get("distributed_variables", 0) > 0
+    expected = fact.get("replicas", 1) if mirrored else 0
+    if counted == expected:
+        return
+    where = (
+        f"mirrored over {tables.count(counted, 'device')}" if counted else "outside any strategy"
+    )
+    made = (
+        f"its variables are mirrored over {tables.count(expected, 'device')}"
+        if mirrored
+        else "its variables are not mirrored"
+    )
+    raise CheckError(
+        f"the optimizer of `{name}` in the notebook's memory was not made with it: {made}, but "
+        f"its optimizer was made {where}, so its step count is another model's (an optimizer "
+        f"given to it afterwards: `{name}.optimizer = ...`, `{name}.compile(optimizer=other"
+        f".optimizer)`); compile {name} with an optimizer of its own, made with the model "
+        "(inside `with strategy.scope():` for a distributed model), and train it"
+    )
 
 
 def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
@@ -393,6 +424,7 @@ def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
             f"{name}'s variables are mirrored over {tables.count(fact['replicas'], 'device')}, "
             f"expected {replicas}"
         )
+    _assert_optimizer_made_with(fact, name)
 
 
 def assert_kernel_trusted(facts: dict) -> None:
@@ -984,6 +1016,12 @@ def _training_message(problem: reading.TrainingProblem, name: str) -> str:
         f"whose pipeline the grader does not read: write {write} instead",
         "other_dataset": f"trains on a dataset other than `{name}` ({where}): the grader reads "
         f"`{name}`, not that one; write {write} with the name `{name}` itself",
+        "bound": f"binds `{name}` otherwise than by an assignment outside any function "
+        f"({where}: a loop's or comprehension's variable, a parameter, `with ... as`, `global`, "
+        "a function's local given to a training call), "
+        f"so the grader cannot tell which pipeline a call given `{name}` trains on: bind "
+        f"`{name}` only with `{name} = ...` outside any function, and give a helper's dataset "
+        "parameter another name",
         "no_fit": both.format(call=f"model.fit({name}, ...)"),
         "no_distribute": both.format(call=f"strategy.experimental_distribute_dataset({name})"),
         "unread_buffer": f"shuffles `{name}` ({_cell(problem.cell)}, trained on in "

@@ -299,28 +299,51 @@ FOLDED_OPERATORS = {
 FOLDED_CALLS = {"int": int, "max": max, "min": min, "abs": abs, "round": round}
 
 
-def _fold(node: ast.AST, names: dict[str, ast.AST], replicas: int, depth: int = 0):
+@dataclass(frozen=True)
+class Folding:
+    """What `_fold` may read beyond arithmetic: `pickers`, the names bound to the course's
+    settings (`settings = course_utils.setup()`), whose `pick(full=..., quick=...)` is read at
+    its smallest; `shadowed`, the builtins of `FOLDED_CALLS` (and `len`) the notebook binds to
+    something else, which are not read."""
+
+    pickers: frozenset[str] = frozenset()
+    shadowed: frozenset[str] = frozenset()
+
+
+def _fold(
+    node: ast.AST,
+    names: dict[str, ast.AST],
+    replicas: int,
+    depth: int = 0,
+    folding: Folding = Folding(),  # noqa: B008 - frozen
+):
     """The number `node` computes when it is constant arithmetic: literals, `+ - * / // % **`,
-    `int`, `max`, `min`, `abs`, `round`, `X.num_replicas_in_sync` (as `replicas`) and the names
-    of `names` ({name: the one expression it is bound to}); None for anything else.
+    `int`, `max`, `min`, `abs`, `round` (the builtins: not those of `shadowed`, which the
+    notebook binds), `X.num_replicas_in_sync` (as `replicas`), `settings.pick(full=...,
+    quick=...)` of the course's settings (`pickers`: the names bound to them) at its smallest,
+    and the names of `names` ({name: the one expression it is bound to}); None for anything
+    else.
 
         _fold(ast.parse("2 ** 9", mode="eval").body, {}, 2)   # 512
     """
     if depth > 20:
         return None
+
+    def fold(inner: ast.AST):
+        return _fold(inner, names, replicas, depth + 1, folding)
+
     if isinstance(node, ast.Constant):
         value = node.value
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     if isinstance(node, ast.Name) and node.id in names:
-        return _fold(names[node.id], names, replicas, depth + 1)
+        return fold(names[node.id])
     if isinstance(node, ast.Attribute) and node.attr == "num_replicas_in_sync":
         return replicas
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _fold(node.operand, names, replicas, depth + 1)
+        value = fold(node.operand)
         return None if value is None else (-value if isinstance(node.op, ast.USub) else value)
     if isinstance(node, ast.BinOp) and type(node.op) in FOLDED_OPERATORS:
-        left = _fold(node.left, names, replicas, depth + 1)
-        right = _fold(node.right, names, replicas, depth + 1)
+        left, right = fold(node.left), fold(node.right)
         if left is None or right is None:
             return None
         try:
@@ -330,11 +353,23 @@ def _fold(node: ast.AST, names: dict[str, ast.AST], replicas: int, depth: int = 
         return value if isinstance(value, (int, float)) and abs(value) < 1e15 else None
     if (
         isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "pick"
+        and getattr(node.func.value, "id", None) in folding.pickers
+        and not node.args
+        and node.keywords
+        and all(k.arg in ("full", "quick", "cpu") for k in node.keywords)
+    ):
+        values = [fold(k.value) for k in node.keywords]  # whichever the profile picks
+        return None if None in values else min(values)
+    if (
+        isinstance(node, ast.Call)
         and getattr(node.func, "id", "") in FOLDED_CALLS
+        and node.func.id not in folding.shadowed
         and node.args
         and not node.keywords
     ):
-        values = [_fold(a, names, replicas, depth + 1) for a in node.args]
+        values = [fold(a) for a in node.args]
         if None in values or (node.func.id not in ("max", "min") and len(values) != 1):
             return None
         try:
@@ -344,12 +379,17 @@ def _fold(node: ast.AST, names: dict[str, ast.AST], replicas: int, depth: int = 
     return None
 
 
-def _folded(node: ast.AST, names: dict[str, ast.AST]) -> ast.AST:
-    """`node` as a literal when it is constant arithmetic (`_fold`), at its smallest over 1 to
-    `MAX_REPLICAS` replicas; `node` itself otherwise (a literal too: `-1` stays as written)."""
+def _folded(
+    node: ast.AST,
+    names: dict[str, ast.AST],
+    folding: Folding = Folding(),  # noqa: B008 - frozen
+) -> ast.AST:
+    """`node` as a literal when it is constant arithmetic (`_fold`, reading what `folding`
+    allows), at its smallest over 1 to `MAX_REPLICAS` replicas; `node` itself otherwise (a
+    literal too: `-1` stays as written)."""
     if isinstance(node, ast.Constant):
         return node
-    values = [_fold(node, names, replicas) for replicas in range(1, MAX_REPLICAS + 1)]
+    values = [_fold(node, names, n, 0, folding) for n in range(1, MAX_REPLICAS + 1)]
     if None in values:
         return node
     return ast.copy_location(ast.Constant(value=min(values)), node)
@@ -387,6 +427,78 @@ MODEL_METHODS = frozenset(
 WRAPPERS = frozenset({"function", "partial"})
 #: The calls that make a model whose name does not say "model" (`keras.Sequential(...)`).
 MODEL_MAKERS = frozenset({"Sequential", "Model", "Functional"})
+
+
+#: Calls that read examples from outside the notebook's code (files, generators): a dataset made
+#: with one is not a batch of the notebook's own (`Code._not_training`).
+READERS = frozenset(
+    {
+        "TFRecordDataset", "TextLineDataset", "FixedLengthRecordDataset", "list_files",
+        "image_dataset_from_directory", "text_dataset_from_directory",
+        "audio_dataset_from_directory", "from_generator", "as_dataset", "snapshot", "open",
+        "fromfile", "loadtxt", "genfromtxt", "read_file", "load_model",
+    }
+)  # fmt: skip
+#: Builtins a batch of the notebook's own may be computed with (`Code._not_training`).
+PLAIN_BUILTINS = frozenset(
+    {"range", "list", "tuple", "len", "int", "float", "min", "max", "sum", "abs", "round", "zip"}
+)
+#: The modules a batch of the notebook's own may be computed with (`Code._not_training`).
+TENSOR_MODULES = ("tensorflow", "numpy", "keras", "course_utils", "tensorflow_datasets")
+
+
+#: The modules whose loaders give a data set's examples (`Code._loaded`).
+DATASET_LOADERS = frozenset({"course_utils", "tensorflow_datasets", "keras", "tensorflow"})
+
+
+def _paired(target: ast.AST, value: ast.AST) -> bool:
+    """`target` and `value` are tuples (or lists) of the same length without `*`: `a, b = 1, 2`."""
+    kinds = (ast.Tuple, ast.List)
+    return (
+        isinstance(target, kinds)
+        and isinstance(value, kinds)
+        and len(target.elts) == len(value.elts)
+        and not any(isinstance(e, ast.Starred) for e in [*target.elts, *value.elts])
+    )
+
+
+def _first_batch(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
+    """(examples, size) for `next(iter(examples.batch(size)))`, else None."""
+    if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "next"):
+        return None
+    inner = node.args[0] if len(node.args) == 1 else None
+    if not (isinstance(inner, ast.Call) and getattr(inner.func, "id", "") == "iter"):
+        return None
+    batched = inner.args[0] if len(inner.args) == 1 else None
+    if not (
+        isinstance(batched, ast.Call)
+        and getattr(batched.func, "attr", "") == "batch"
+        and len(batched.args) == 1
+        and not batched.keywords
+    ):
+        return None
+    return batched.func.value, batched.args[0]
+
+
+def _loader_call(node: ast.AST) -> ast.Call | None:
+    """The loader's call (`LOADERS`) at the start of the chain `node`, if any."""
+    while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in LOADERS
+        ):
+            return node
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return None
+
+
+def _whole_training_split(call: ast.Call) -> bool:
+    """The loader's `call` names the training split whole: `"train"` as a literal, and no
+    `limit=` (nor `**`) that would keep fewer of its examples."""
+    return _split_of(call) == "train" and not any(
+        k.arg is None or k.arg == "limit" for k in call.keywords
+    )
 
 
 def _shuffle_name(node: ast.AST) -> str:
@@ -484,13 +596,26 @@ def _load_marks(node: ast.AST, imported: set[str]) -> set[str]:
     (`data.load("svhn_cropped", "train")`, `LOADERS`), the same for the same call written
     again: `Code._training_calls` knows a second load of the training examples by it."""
     return {
-        f"<load {ast.dump(sub)}>"
+        f"<load {_split_of(sub)!r} {ast.dump(sub)}>"
         for sub in ast.walk(node)
         if isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
         and sub.func.attr in LOADERS
         and getattr(_root(sub.func), "id", None) in imported
     }
+
+
+def _split_of(call: ast.Call) -> str | None:
+    """The split a loader's call names as a literal (`data.load("svhn_cropped", "test")`,
+    `tfds.load(..., split="test")`), else None."""
+    given = [k.value for k in call.keywords if k.arg == "split"] or call.args[1:2]
+    value = getattr(given[0], "value", None) if given else None
+    return value if isinstance(value, str) else None
+
+
+def _test_load(mark: str) -> bool:
+    """`mark` (`_load_marks`) is a load of the test split (`"test"`, `"test[:50%]"`)."""
+    return mark.startswith("<load 'test")
 
 
 def _short(node: ast.AST, limit: int = 100) -> str:
@@ -1222,6 +1347,10 @@ class Code:
     cells: list[int] = field(default_factory=list)
     #: {name: the one expression it is bound to} for names bound once (`_fold_buffers`).
     _once: dict = field(default_factory=dict, repr=False)
+    #: The builtins the reading folds or counts with that the notebook binds (`_fold_buffers`).
+    _shadowed: frozenset = field(default=frozenset(), repr=False)
+    #: What `_fold` may read beyond arithmetic (`_fold_buffers`).
+    _folding: Folding = field(default_factory=Folding, repr=False)
 
     @classmethod
     def of(cls, observed: dict | None) -> Code:
@@ -1258,6 +1387,10 @@ class Code:
                 for target in targets:
                     if isinstance(target, ast.Name):
                         assigned.setdefault(target.id, []).append(node.value)
+                    elif _paired(target, node.value):  # BUFFER, SEED = 10_000, 42
+                        for name, value in zip(target.elts, node.value.elts, strict=True):
+                            if isinstance(name, ast.Name):
+                                assigned.setdefault(name.id, []).append(value)
             elif isinstance(node, ast.arg):
                 other.add(node.arg)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -1272,24 +1405,45 @@ class Code:
             if len(values) == 1 and stores.get(name) == 1 and name not in other
         }
         self._once = once
+        imported = self._imported()
+        self._shadowed = frozenset(self._bound_names() & {*FOLDED_CALLS, "len"})
+        self._folding = Folding(
+            pickers=frozenset(
+                name for name, value in once.items() if self._course_settings(value, imported)
+            ),
+            shadowed=self._shadowed,
+        )
         parameters = self._parameter_buffers(once)
-        for node in self._walk():
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "shuffle":
+        for index, tree in enumerate(self.trees):
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "shuffle"):
+                    continue
                 if node.args:
-                    node.args[0] = _folded(node.args[0], once)
+                    node.args[0] = _folded(node.args[0], once, self._folding)
                 for keyword in node.keywords:
                     if keyword.arg == "buffer_size":
-                        keyword.value = _folded(keyword.value, once)
+                        keyword.value = _folded(keyword.value, once, self._folding)
                 buffer = [
                     *node.args[:1],
                     *(k.value for k in node.keywords if k.arg == "buffer_size"),
                 ]
                 if buffer and not isinstance(buffer[0], ast.Constant):
                     given = parameters.get(id(node))
+                    place = (index, node.lineno, node.col_offset)
                     if given is not None:
                         self._set_buffer(node, given)
-                    elif not self._counts_examples(buffer[0], once):
+                    elif not self._counts_examples(buffer[0], once, at=place):
                         node.unread_buffer = ast.unparse(buffer[0])
+
+    @staticmethod
+    def _course_settings(value: ast.AST, imported: dict[str, str]) -> bool:
+        """`value` calls the course's `course_utils.setup()` (imported as the course's), whose
+        settings' `pick` the reading folds (`_fold`)."""
+        if not isinstance(value, ast.Call):
+            return False
+        root, _, rest = _dotted(value.func).partition(".")
+        path = imported.get(root, "")
+        return (f"{path}.{rest}" if rest else path) == "course_utils.setup"
 
     def _set_buffer(self, call: ast.Call, given: list[ast.AST]) -> None:
         """Read the buffer of `call`, a parameter of the notebook's own function, from the
@@ -1353,58 +1507,102 @@ class Code:
                     )
                     if argument is None:
                         break
-                    given.append(_folded(argument, once))
+                    given.append(_folded(argument, once, self._folding))
                 else:
                     found[id(node)] = given
         return found
 
-    def _counts_examples(self, node: ast.AST, once: dict[str, ast.AST], depth: int = 0) -> bool:
-        """`node` is the count of a loaded split's examples: `len(examples)`,
-        `examples.cardinality()` (in `int(...)`, with `.numpy()`), `info.splits["train"]
-        .num_examples`, or a name bound once to one of them (`NUM_TRAIN`), where `examples` is
-        what an imported module's `load` gave, cached, mapped or prefetched
-        (`Code._loaded`)."""
+    def _counts_examples(
+        self, node: ast.AST, once: dict[str, ast.AST], depth: int = 0, at: tuple | None = None
+    ) -> bool:
+        """`node`, at the place `at` (None: the end of the code), is the count of the whole
+        training split's examples: `len(examples)` (the builtin `len`, not one the notebook
+        binds), `examples.cardinality()` or `tf.data.experimental.cardinality(examples)` (in
+        `int(...)`, with `.numpy()`), `info.splits["train"].num_examples`, or a name bound once
+        to one of them (`NUM_TRAIN`), where `examples` is what a data set loader gave for the
+        training split, whole (`Code._loaded`), or arrays of all of them taken in one batch
+        (`images, labels = next(iter(examples.batch(NUM_TRAIN)))`)."""
         if depth > 10:
             return False
         if isinstance(node, ast.Name) and node.id in once:
-            return self._counts_examples(once[node.id], once, depth + 1)
+            found = self._assignments_in_order(node.id)
+            place = found[0][0] if found else at
+            return self._counts_examples(once[node.id], once, depth + 1, place)
         if isinstance(node, ast.Call) and not node.keywords:
             function = node.func
             if (
                 isinstance(function, ast.Name)
                 and function.id in ("int", "len")
+                and function.id not in self._shadowed
                 and len(node.args) == 1
             ):
                 if function.id == "int":
-                    return self._counts_examples(node.args[0], once, depth + 1)
-                return self._loaded(node.args[0])
+                    return self._counts_examples(node.args[0], once, depth + 1, at)
+                return self._loaded(node.args[0], at, once)
             if isinstance(function, ast.Attribute) and not node.args:
                 if function.attr == "numpy":
-                    return self._counts_examples(function.value, once, depth + 1)
+                    return self._counts_examples(function.value, once, depth + 1, at)
                 if function.attr == "cardinality":
-                    return self._loaded(function.value)
+                    return self._loaded(function.value, at, once)
+            if self._tensorflow_path(function) == "data.experimental.cardinality":
+                return len(node.args) == 1 and self._loaded(node.args[0], at, once)
         if isinstance(node, ast.Attribute) and node.attr == "num_examples":
-            root = node.value
+            root, train = node.value, False
             while isinstance(root, (ast.Attribute, ast.Subscript)):
+                if isinstance(root, ast.Subscript):
+                    train |= getattr(root.slice, "value", None) == "train"
                 root = root.value
-            return self._loaded(root)
+            return train and self._loaded(root, at, once, whole=False)
         return False
 
-    def _loaded(self, node: ast.AST) -> bool:
-        """`node` is what an imported module's loader gave (`data.load(...)`,
-        `tfds.load(...)`, `keras.datasets.mnist.load_data()`, `tfds.builder(...)`), directly or
-        through names bound to it and `cache`, `map`, `prefetch` (which keep every example)."""
+    def _tensorflow_path(self, function: ast.AST) -> str:
+        """The path of `function` inside TensorFlow (`tf.data.experimental.cardinality` ->
+        "data.experimental.cardinality") when its root is TensorFlow imported, else ""."""
+        root, _, rest = _dotted(function).partition(".")
+        return rest if self._imported().get(root) == "tensorflow" else ""
+
+    def _loaded(
+        self,
+        node: ast.AST,
+        at: tuple | None = None,
+        once: dict[str, ast.AST] | None = None,
+        *,
+        whole: bool = True,
+    ) -> bool:
+        """`node`, at `at`, is what a data set loader of the course, TensorFlow Datasets or
+        Keras gave (`data.load("svhn_cropped", "train")`, `tfds.load(...)`, `tfds.builder(...)`;
+        with `whole`, for the training split as a literal `"train"`, without `limit=`),
+        directly or through the names bound to it where it is used (the assignment in force)
+        and `cache`, `map`, `prefetch` (which keep every example); or (with `once`) arrays of
+        all of them taken in one batch, `next(iter(examples.batch(NUM_TRAIN)))`."""
         imported = self._imported()
         for _ in range(20):
+            taken = _first_batch(node)
+            if taken is not None and once is not None:
+                examples, size = taken
+                return self._loaded(examples, at, once) and self._counts_examples(size, once, 1, at)
             calls, source = _calls(node)
+            loader = _loader_call(node)
             if LOADERS & set(calls) and source in imported:
-                return True
+                module = imported[source].split(".")[0]
+                return (
+                    loader is not None
+                    and module in DATASET_LOADERS
+                    and (not whole or _whole_training_split(loader))
+                )
             if not set(calls) <= KEPT_EXAMPLES or not source or source in imported:
                 return False
-            found = self._assignments_in_order(source)
+            found = [
+                (place, n)
+                for place, n in self._assignments_in_order(source)
+                if at is None or place < at
+            ]
             if not found:
                 return False
-            node = found[-1][1].value
+            at, assignment = found[-1]
+            node = assignment.value
+            if not isinstance(node, ast.AST) or source not in _targets(assignment):
+                return False
         return False
 
     def _run_code(self) -> list[tuple[int, ast.Module]]:
@@ -1718,6 +1916,9 @@ class Code:
         `experimental_distribute_dataset` of other examples (the test set) is not training.
         The `fit` calls of `baseline` (`baseline_fits`) are that model's matter, left out, unless
         it is bound to another name (`single_model = fit_model`)."""
+        bound = self.other_bindings(name)
+        if bound:
+            return [], [TrainingProblem("bound", *bound[0])]
         places, problems = self._training_calls(name, self._own_model(baseline))
         found = {kind for kind, _ in places}
         for kind, missing in (
@@ -1926,11 +2127,19 @@ class Code:
                 if bare and kind != "distribute_datasets_from_function":
                     places.append((kind, place))
                     continue
+                passed = (
+                    self._passed_bare(node, given[0], name)
+                    if given and not unpacked and kind != "distribute_datasets_from_function"
+                    else None
+                )
+                if passed:  # a helper's dataset parameter, given `name` at every call
+                    places += [(kind, at) for at in passed]
+                    continue
                 if (
                     kind != "fit"
                     and given
                     and not unpacked
-                    and not (self._origins(given[0], place) & training)
+                    and self._not_training(given[0], place, training)
                 ):
                     continue  # a distributed test set, or a batch of the notebook's own
                 receiver = _short(function.value) if kind == "fit" else ""
@@ -1948,14 +2157,65 @@ class Code:
         problems.sort(key=lambda problem: (problem.cell, problem.kind == "unresolved"))
         return places, problems
 
-    def _origins(self, node: ast.AST, place: tuple) -> set[str]:
+    def _passed_bare(self, call: ast.Call, given: ast.AST, name: str) -> list[tuple] | None:
+        """The places of the calls of the notebook's own function (a `def`) whose parameter
+        `given` is, at the training `call` inside it, when every call of that function gives
+        the bare name `name` for it (by position or keyword) and the function is used in no
+        other way (`def train_with_fit(model, dataset): model.fit(dataset)`, always called with
+        `train_ds`); None otherwise."""
+        if not isinstance(given, ast.Name):
+            return None
+        holders = [  # the defs holding the call, outermost first (ast.walk goes down)
+            function
+            for tree in self.trees
+            for function in ast.walk(tree)
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any(sub is call for sub in ast.walk(function))
+        ]
+        if not holders:
+            return None
+        inner = holders[-1]
+        arguments = inner.args
+        positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
+        if given.id not in positional + [a.arg for a in arguments.kwonlyargs]:
+            return None
+        if any(
+            isinstance(sub, ast.Name) and sub.id == given.id and isinstance(sub.ctx, ast.Store)
+            for sub in ast.walk(inner)
+        ):
+            return None  # rebound inside the helper
+        places, uses = [], 0
+        for index, tree in enumerate(self.trees):
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name) and node.id == inner.name:
+                    uses += 1
+                if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == inner.name):
+                    continue
+                if any(isinstance(a, ast.Starred) for a in node.args) or any(
+                    k.arg is None for k in node.keywords
+                ):
+                    return None
+                keyword = [k.value for k in node.keywords if k.arg == given.id]
+                position = positional.index(given.id) if given.id in positional else len(node.args)
+                value = node.args[position] if position < len(node.args) else None
+                value = keyword[0] if keyword else value
+                if not (isinstance(value, ast.Name) and value.id == name):
+                    return None
+                places.append((index, node.lineno, node.col_offset))
+        if not places or uses != len(places):
+            return None  # never called, or also named otherwise (passed on, bound to a name)
+        return places
+
+    def _origins(self, node: ast.AST, place: tuple, calls: set[str] | None = None) -> set[str]:
         """Every name `node`, at `place`, is computed from: the assignment of each in force
         there (the last one before it), the names that assignment is computed from in turn, and
         the body of a function of the notebook's own that it calls (for `training_places`: does
-        a dataset come from the training examples?)."""
+        a dataset come from the training examples?). With `calls`, the names of the functions
+        and methods called in all that code are added to it."""
         functions, imported = self._functions(), set(self._imported())
         seen = _load_marks(node, imported)
         todo = [(sub.id, place) for sub in ast.walk(node) if isinstance(sub, ast.Name)]
+        code = [node]
         while todo and len(seen) < 400:
             name, before = todo.pop()
             if name in seen:
@@ -1964,14 +2224,139 @@ class Code:
             found = [(at, n) for at, n in self._assignments_in_order(name) if at < before]
             if found:
                 at, assignment = found[-1]
+                code.append(assignment.value)
                 seen |= _load_marks(assignment.value, imported)
                 todo += [(s.id, at) for s in ast.walk(assignment.value) if isinstance(s, ast.Name)]
             if name in functions:
+                code.append(functions[name])
                 seen |= _load_marks(functions[name], imported)
                 todo += [
                     (s.id, before) for s in ast.walk(functions[name]) if isinstance(s, ast.Name)
                 ]
+        if calls is not None:
+            calls.update(
+                _dotted(sub.func).split(".")[-1] or getattr(sub.func, "attr", "")
+                for part in code
+                for sub in ast.walk(part)
+                if isinstance(sub, ast.Call)
+            )
         return seen
+
+    def _not_training(self, node: ast.AST, place: tuple, training: set[str]) -> bool:
+        """The dataset `node` (given to `experimental_distribute_dataset` at `place`) is tied to
+        other examples than the training ones (`training`, `_training_names`): computed from
+        nothing of theirs, and from loads of the test split only (`test_ds`), or from no load
+        at all: a batch of the notebook's own, made of its own tensors (the loss check's
+        labels), through names the notebook binds, a few plain builtins, TensorFlow, NumPy or
+        the course's modules, and no reader of files (`READERS`). Anything else (a second load
+        of the training split spelled otherwise, `globals()["train_cached"]`,
+        `__import__(...)`, a TFRecord file) is not tied, and counts as training on it."""
+        calls: set[str] = set()
+        origins = self._origins(node, place, calls)
+        if origins & training or calls & READERS:
+            return False
+        loads = {mark for mark in origins if mark.startswith("<load ")}
+        if not all(map(_test_load, loads)):
+            return False
+        imported = self._imported()
+        bound = self._bound_names()
+        for name in origins - loads:
+            if name in imported:
+                if imported[name].split(".")[0] not in TENSOR_MODULES:
+                    return False
+            elif name not in bound and name not in PLAIN_BUILTINS:
+                return False
+        return True
+
+    def _bound_names(self) -> set[str]:
+        """Every name the code binds in any way (assigned, a target, a parameter, a def, an
+        import)."""
+        names = set()
+        for node in self._walk():
+            if isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                names.add(node.name)
+            else:
+                bound = _bound_name(node)
+                if bound:
+                    names.add(bound)
+        return names
+
+    def other_bindings(self, name: str) -> list[tuple[int, str]]:
+        """(cell, code) of each binding of `name` other than an assignment outside any function,
+        class or comprehension (`name = ...`, `name: T = ...`, `name += ...`, `(name := ...)`):
+        a `for` or comprehension target, a `with ... as`, a function's or lambda's parameter,
+        `global name`, `except ... as name`, an import, a def, a capture pattern, and an
+        assignment inside a function that gives that local `name` to a training call or to a
+        function of the notebook's own (a local only looked at, `next(iter(name))`, is
+        another variable). The reading resolves a bare `name` at a training call to its
+        assignments outside any function: a call given `name` bound otherwise trains on a
+        pipeline it does not read (a comprehension's variable leaves the global one unchanged
+        for the probe too)."""
+        found = []
+        for index, tree in enumerate(self.trees):
+            allowed: set[int] = set()
+            stack: list[tuple[ast.AST, ast.AST | None, ast.AST]] = [(tree, None, tree)]
+            while stack:
+                node, scoped, shown = stack.pop()
+                shown = node if isinstance(node, ast.stmt) else shown
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+                    local = isinstance(scoped, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    if not scoped or (
+                        local
+                        and not isinstance(node, ast.NamedExpr)
+                        and not self._given_on(scoped, name)
+                    ):
+                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                        allowed |= {
+                            id(sub)
+                            for target in targets
+                            for sub in ast.walk(target)
+                            if isinstance(sub, ast.Name)
+                        }
+                if isinstance(node, ast.arg):
+                    bound = node.arg == name
+                elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                    bound = name in node.names
+                elif isinstance(node, ast.ExceptHandler):
+                    bound = node.name == name
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    bound = any((a.asname or a.name).split(".")[0] == name for a in node.names)
+                elif isinstance(node, ast.Name):
+                    bound = (
+                        node.id == name
+                        and isinstance(node.ctx, ast.Store)
+                        and id(node) not in allowed
+                    )
+                else:
+                    bound = _bound_name(node) == name
+                if bound:
+                    found.append((self.cells[index], _short(shown)))
+                inner = node if isinstance(node, SCOPES) else scoped
+                stack.extend((child, inner, shown) for child in ast.iter_child_nodes(node))
+        return sorted(found)
+
+    def _given_on(self, scope: ast.AST, name: str) -> bool:
+        """Code in `scope` gives `name` to a training call (`TRAINERS`) or to a function of the
+        notebook's own."""
+        functions = self._functions()
+        for node in ast.walk(scope):
+            if not isinstance(node, ast.Call):
+                continue
+            if getattr(node.func, "attr", "") in TRAINERS or getattr(node.func, "id", "") in (
+                functions
+            ):
+                given = [*node.args, *(k.value for k in node.keywords)]
+                if any(
+                    isinstance(sub, ast.Name) and sub.id == name
+                    for value in given
+                    for sub in ast.walk(value)
+                ):
+                    return True
+        return False
 
     def _training_names(self, name: str) -> set[str]:
         """The names the pipeline `name` is made from, through every assignment of each outside
@@ -1996,7 +2381,8 @@ class Code:
             for _, node in self._assignments_in_order(current):
                 if id(node) in local:
                     continue
-                names |= _load_marks(node.value, imported)  # a second load of them is them
+                # a second load of them is them (a load of the test split is not)
+                names |= {m for m in _load_marks(node.value, imported) if not _test_load(m)}
                 _, source, helper = _chain(node.value)
                 if helper in functions:
                     source = _inlined(functions[helper], helper, node.value)[1]
