@@ -1071,13 +1071,16 @@ def test_full_marks_need_the_work(attacks):
     g = grades["cheater"]
     assert g.status == "graded", g.reason
     lost = {r.title: r.message for r in g.results if r.earned < r.points}
-    work = {
-        "one ModelCheckpoint per epoch, the last one holding the final weights": "no lower than",
-        "the custom loop ran under MirroredStrategy with a checkpoint per epoch": "made 0 steps",
-        "a one-device baseline, and verdicts that follow from the runs' own epochs": "0 steps",
+    work = {  # each point lost for the work, by either the file it measures or the code it reads
+        "one ModelCheckpoint per epoch, the last one holding the final weights": (
+            "no lower than",  # the checkpoints, each evaluated
+            "writes the optimizer step count",  # the assignment, read in the code
+        ),
+        "the custom loop ran under MirroredStrategy with a checkpoint per epoch": ("made 0 steps",),
+        "a one-device baseline, and verdicts that follow from the runs' own epochs": ("0 steps",),
     }
-    for title, words in work.items():
-        assert words in lost.get(title, ""), (title, lost.get(title))
+    for title, reasons in work.items():
+        assert any(words in lost.get(title, "") for words in reasons), (title, lost.get(title))
     assert g.score <= 12 - len(work), g.score
 
 
