@@ -82,20 +82,36 @@ def _cpu_seconds() -> tuple[float, float]:
 
 #: cgroup v2's CPU quota for this process's group: "max 100000" (none) or "200000 100000" (2 CPUs).
 CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+#: cgroup v1's (many Docker hosts): the quota "-1" (none) or "200000", its period beside it in
+#: cpu.cfs_period_us ("100000"): 2 CPUs.
+CFS_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+
+
+def _quota() -> float | None:
+    # The CPUs a cgroup quota allows (v2's `CPU_MAX`, else v1's `CFS_QUOTA`), None when neither
+    # sets one or can be read.
+    for read in (
+        lambda: CPU_MAX.read_text().split()[:2],
+        lambda: [CFS_QUOTA.read_text(), CFS_QUOTA.with_name("cpu.cfs_period_us").read_text()],
+    ):
+        try:
+            quota, period = read()
+            if quota.strip() not in ("max", "-1"):
+                return int(quota) / int(period)
+        except (OSError, ValueError):  # not mounted here, or not readable
+            continue
+    return None
 
 
 def usable_cpus() -> float:
     """The CPUs this process may use: those its affinity allows (`os.sched_getaffinity`, where
-    the system has it; else every visible CPU), fewer when a cgroup v2 quota (`CPU_MAX`) is set
-    and can be read."""
+    the system has it; else every visible CPU), fewer when a cgroup quota (v2's `CPU_MAX` or
+    v1's `CFS_QUOTA`) is set and can be read."""
     count = float(
         len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     )
-    try:
-        quota, period = CPU_MAX.read_text().split()[:2]
-        return min(count, int(quota) / int(period)) if quota != "max" else count
-    except (OSError, ValueError):  # no cgroup v2 quota readable: the visible CPUs
-        return count
+    quota = _quota()
+    return count if quota is None else min(count, quota)
 
 
 def cache_sizes() -> dict[str, int]:
@@ -116,7 +132,7 @@ def cache_sizes() -> dict[str, int]:
 
 class Load:
     """The share of the cores this process may use (`usable_cpus`: its affinity, and a cgroup
-    v2 quota when one is set and readable; else the visible CPUs) that everything but this
+    quota, v2 or v1, when one is set and readable; else the visible CPUs) that everything but this
     process used during a `with` block, `others` (0.5: half of them), from the busy times of
     the CPUs in its affinity less this process's own (capped at 1): work on CPUs this process
     cannot use (another job's `taskset` or Slurm cpuset) is not counted.
@@ -145,7 +161,7 @@ class Load:
         # affinity is divided by the quota's CPUs: this assumes others' work there competes with
         # this process for its quota. Where the host's other tenants keep those CPUs busy, the
         # share overstates what slowed this process (towards 1: flagged busy, not measured low).
-        # Not checked on a machine with such a quota (none here has a `cpu.max` below it).
+        # Not checked on a machine with such a quota (none here has one below it).
         cores_seconds = (time.perf_counter() - self.clock) * usable_cpus()
         others = machine - machine_before - (mine - mine_before)
         self.others = min(max(others, 0.0) / cores_seconds, 1.0) if cores_seconds else 0.0

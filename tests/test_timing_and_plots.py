@@ -123,6 +123,7 @@ def test_the_load_is_a_share_of_the_cpus_this_process_may_use(tmp_path, monkeypa
     allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cpu_max = tmp_path / "cpu.max"
     monkeypatch.setattr(timing, "CPU_MAX", cpu_max)
+    monkeypatch.setattr(timing, "CFS_QUOTA", tmp_path / "v1" / "cpu.cfs_quota_us")  # none
     cpu_max.write_text("150000 100000\n")
     assert timing.usable_cpus() == min(allowed, 1.5)
     cpu_max.write_text("max 100000\n")
@@ -137,6 +138,31 @@ def test_the_load_is_a_share_of_the_cpus_this_process_may_use(tmp_path, monkeypa
     with timing.Load() as load:
         subprocess.run([sys.executable, "-c", spin], check=True)
     assert load.others == 1.0, load.others
+
+
+def test_a_cgroup_v1_quota_caps_the_usable_cpus(tmp_path, monkeypatch):
+    """On a cgroup v1 host (many Docker hosts: `docker run --cpus 1.5`), the quota is
+    cpu.cfs_quota_us over cpu.cfs_period_us under /sys/fs/cgroup/cpu: 150000 / 100000 caps the
+    usable CPUs at 1.5; "-1" (no quota), a missing file or a missing period leaves the affinity;
+    a v2 `cpu.max` is read first where both exist."""
+    import os
+
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    v1 = tmp_path / "cpu"
+    v1.mkdir()
+    monkeypatch.setattr(timing, "CPU_MAX", tmp_path / "cpu.max")  # no v2 file
+    monkeypatch.setattr(timing, "CFS_QUOTA", v1 / "cpu.cfs_quota_us")
+    (v1 / "cpu.cfs_quota_us").write_text("150000\n")
+    assert timing.usable_cpus() == allowed  # no period beside it: unreadable
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert timing.usable_cpus() == min(allowed, 1.5)
+    (v1 / "cpu.cfs_quota_us").write_text("50000\n")
+    assert timing.usable_cpus() == 0.5
+    (tmp_path / "cpu.max").write_text("100000 100000\n")  # v2's 1 CPU wins
+    assert timing.usable_cpus() == min(allowed, 1.0)
+    (tmp_path / "cpu.max").unlink()
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    assert timing.usable_cpus() == allowed
 
 
 def test_the_load_counts_only_the_cpus_this_process_may_run_on(monkeypatch, tmp_path):
@@ -166,6 +192,7 @@ def test_the_load_counts_only_the_cpus_this_process_may_run_on(monkeypatch, tmp_
     monkeypatch.setattr(psutil, "Process", lambda: own)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1}, raising=False)
     monkeypatch.setattr(timing, "CPU_MAX", tmp_path / "none")  # no quota
+    monkeypatch.setattr(timing, "CFS_QUOTA", tmp_path / "none either")
     for case, expected in [("cpu 0 busy", 0.0), ("cpu 1 busy", 1.0)]:
         snapshots[:] = [before, after[case]]
         with timing.Load() as load:
