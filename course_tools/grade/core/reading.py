@@ -1634,6 +1634,12 @@ class Code:
 
     def _imported(self) -> dict[str, str]:
         """{name: the module or object it is imported as}, for names only imports bind."""
+        return self._imports
+
+    @cached_property
+    def _imports(self) -> dict[str, str]:
+        """`_imported`, read once: the code does not change, and every call site of a strategy
+        asks again (a walk of every tree each time made the reading quadratic)."""
         imported: dict[str, str] = {}
         bound = set()
         for node in self._walk():
