@@ -963,6 +963,7 @@ def test_a_distributed_dataset_not_tied_to_the_test_examples_is_training_on_it()
         "__import__('tensorflow_datasets').load('svhn_cropped', split='train').batch(8)",
         "sys.modules['__main__'].train_cached.batch(GLOBAL_BATCH)",
         "tf.data.TFRecordDataset('svhn.tfrecord').batch(GLOBAL_BATCH)",
+        "tf.data.Dataset.from_tensors(tf.io.gfile.GFile('x.bin', 'rb').read()).batch(1)",
         "data.load('svhn_cropped', split=SPLIT).batch(GLOBAL_BATCH)",
     ]:
         line = f"side_ds = {side}"

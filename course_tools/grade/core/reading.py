@@ -436,7 +436,8 @@ READERS = frozenset(
         "TFRecordDataset", "TextLineDataset", "FixedLengthRecordDataset", "list_files",
         "image_dataset_from_directory", "text_dataset_from_directory",
         "audio_dataset_from_directory", "from_generator", "as_dataset", "snapshot", "open",
-        "fromfile", "loadtxt", "genfromtxt", "read_file", "load_model",
+        "fromfile", "loadtxt", "genfromtxt", "read_file", "load_model", "GFile", "read",
+        "read_bytes", "read_text", "get_file", "urlopen",
     }
 )  # fmt: skip
 #: Builtins a batch of the notebook's own may be computed with (`Code._not_training`).
