@@ -163,7 +163,8 @@ def _home_page(root: Path, repository: str, pages: list[str]) -> str:
         if path in pages:
             return match[0]
         kind = "tree" if (root / path).is_dir() else "blob"
-        return f"[{text}]({repository}/{kind}/{BRANCH}/{path.rstrip('/')})"
+        anchor = target[len(path) :]  # "#section" or "": GitHub's page keeps the heading anchors
+        return f"[{text}]({repository}/{kind}/{BRANCH}/{path.rstrip('/')}{anchor})"
 
     readme = (root / "README.md").read_text()
     readme = re.sub(r"\[((?:[^\[\]]|\[[^\]]*\]\([^)]*\))*)\]\(([^)\s]+)\)", relink, readme)

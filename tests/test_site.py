@@ -81,6 +81,7 @@ def course(tmp_path_factory) -> Path:
         "Start with [the first lesson](notebooks/01_lesson.ipynb), then "
         "[the exercise](exercises/02_task.ipynb).\n"
         "The [support package](course_utils/) and [its settings](pyproject.toml).\n"
+        "[Grading](course_tools/README.md#the-graders-modules), a section of another page.\n"
         "See [TensorFlow](https://www.tensorflow.org/).\n"
     )
     build = root / "build"
@@ -134,6 +135,8 @@ def test_the_readme_is_the_home_page_with_links_that_resolve(html):
     assert 'href="notebooks/01_lesson.html"' in home
     assert f'href="{REPOSITORY}/tree/main/course_utils"' in home
     assert f'href="{REPOSITORY}/blob/main/pyproject.toml"' in home
+    # a link to a section of a repository file keeps its anchor (GitHub's page has the heading's)
+    assert f'href="{REPOSITORY}/blob/main/course_tools/README.md#the-graders-modules"' in home
 
 
 @needs_chromium
