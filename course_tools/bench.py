@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import contextlib
 import importlib.util
 import json
 import os
@@ -183,24 +182,23 @@ ALL_REDUCE_SMALL = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)
 ALL_REDUCE_LARGE = (4 << 20, 8 << 20, 16 << 20)
 
 
-def measured_limit(measure_set, sets: int = 3, *, load=None, busy=1.0) -> dict:
+def measured_limit(measure_set, sets: int = 3, *, busy: float = 1.0) -> dict:
     """Notebook 3b's rule for one limit: `sets` sets of rounds (`measure_set()` gives one: its
-    rates, or its rates and each round's cores' worth, as 3b's `rates_in_rounds`); load
-    can only slow a round, so the limit is the fastest round of all (a lower bound), and `low`,
-    the fastest round of the other sets, shows how far load alone moved it (the slowest set's
-    when a gap over `verdict.GAP` splits them: `verdict.limit_range`).
-    With `load` (`timing.Load`), each set also records the share of the cores other programs used
-    meanwhile; above `busy` (`timing.BUSY`) during one of the sets that decide the limit and its
-    low end (`verdict.deciding`), the limit is flagged as measured on a busy machine. With the
-    cores' worth, the sets that ran starved (`verdict.starved_sets`) are listed, flagged as 3b's."""
+    rates, or its rates, each round's cores' worth and the share of the cores other programs used
+    during the rounds, as 3b's `rates_in_rounds`); load can only slow a round, so the limit is
+    the fastest round of all (a lower bound), and `low`, the fastest round of the other sets,
+    shows how far load alone moved it (the slowest set's when a gap over `verdict.GAP` splits
+    them: `verdict.limit_range`). With the others' share, above `busy` (`timing.BUSY`) during one
+    of the sets that decide the limit and its low end (`verdict.deciding`), the limit is flagged
+    as measured on a busy machine. With the cores' worth, the sets that ran starved
+    (`verdict.starved_sets`) are listed, flagged as 3b's."""
     taken, others, cores = {}, {}, {}
     for number in range(1, sets + 1):
         label = f"set {number}"
-        with load() if load else contextlib.nullcontext() as measured:
-            got = measure_set()
-        taken[label], cores[label] = got if isinstance(got, tuple) else (got, [])
-        if load:
-            others[label] = measured.others
+        got = measure_set()
+        taken[label], cores[label], *share = got if isinstance(got, tuple) else (got, [])
+        if share:
+            others[label] = share[0]
     value, low = verdict.limit_range(taken)
     limit = {
         "value": value,
@@ -232,15 +230,16 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     rates = limits["rates_in_rounds"]
     gpu = bool(import_tensorflow().config.list_logical_devices("GPU"))
     work, flops = limits["matrix_products"](4096 if gpu else 1024)  # 3b's sizes
-    guard = {"load": timing.Load, "busy": timing.BUSY}  # the load rule 3b and 3c share
+    busy = timing.BUSY  # the load rule 3b and 3c share
 
-    def limit_set(run, amount: float, repeats: int) -> tuple[list[float], list[float]]:
-        got, cores = rates(run, amount, repeats, sizes.rounds)  # rates, each round's cores' worth
-        return got, [] if gpu else cores  # on a GPU the process waits for the device
+    def limit_set(run, amount: float, repeats: int) -> tuple[list[float], list[float], float]:
+        # rates, each round's cores' worth, the others' share of the cores during the rounds
+        got, cores, others = rates(run, amount, repeats, sizes.rounds)
+        return got, [] if gpu else cores, others  # on a GPU the process waits for the device
 
-    peak = measured_limit(lambda: limit_set(work, flops, 3 if quick else 10), **guard)
+    peak = measured_limit(lambda: limit_set(work, flops, 3 if quick else 10), busy=busy)
     add, moved = limits["additions"](limits["addition_megabytes"](64 if quick else 256))
-    bandwidth = measured_limit(lambda: limit_set(add, moved, 2 if quick else 5), **guard)
+    bandwidth = measured_limit(lambda: limit_set(add, moved, 2 if quick else 5), busy=busy)
     byte_sizes = [*ALL_REDUCE_SMALL, *ALL_REDUCE_LARGE]
     loop = reduce["all_reduce_loop"]
     calls = {"loop alone": loop(mirrored, byte_sizes[0], reduce=False)}
@@ -249,9 +248,8 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     shares = []  # as 3c: the share of the cores other programs used during each set of rounds
 
     def reduce_rounds() -> dict:
-        with timing.Load() as load:
-            taken = reduce["seconds_per_run"](calls, repeats, sizes.rounds)
-        shares.append(load.others)
+        taken, others = reduce["seconds_per_run"](calls, repeats, sizes.rounds)
+        shares.append(others)  # during the timed rounds, not the warm-up
         return taken
 
     samples = reduce_rounds()

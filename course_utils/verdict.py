@@ -17,7 +17,8 @@ during each set. One rule, used by the notebook, `course bench` and the artifact
   worst miss; "undecided" names what flips it (`regime`);
 - a set whose fastest round got less than `STARVED` of the usable CPUs' time ran starved
   (`starved_sets`); no side of the ridge rests on a limit whose sets all did (`all_starved`), and
-  a verdict any of whose outcomes names a side is withheld then (the roof's part rests on it);
+  a verdict any of whose outcomes names a side is withheld then (the roof's part rests on it),
+  and so is "no single part dominates" without "below both roofs" (a higher limit can make it);
 - what an undecided run rules out: the outcomes no case produced (`ruled_out`);
 - the step's side of the ridge at every ridge the limits' ranges give, or none from busy or
   starved sets
@@ -65,8 +66,8 @@ GAP = 1.5
 #: CPU seconds over the wall's, `timing.Timer.cores`) ran starved: a round's serial moments
 #: (starting a call, waiting for its last result) cost a few percent, one lost core of two half.
 #: Set on 2 cores; on many, 3b's fixed 1024 x 1024 product may not fill them even when quiet, so
-#: every set reads starved and no side of the ridge is given. An outcome that names no side
-#: ("no single part dominates", "above its roof") can still rest on those low limits.
+#: every set reads starved and no side of the ridge is given, nor "no single part dominates"
+#: without "below both roofs" (`regime`); "above its roof" can still rest on those low limits.
 STARVED = 0.75
 #: Notebook 3c's trend over rounds needs this many rounds whose lines hold, and most rounds.
 TREND_ROUNDS = 3
@@ -378,8 +379,10 @@ def ruled_out(record: dict) -> list[str]:
 def regime(record: dict) -> str:
     """3b's verdict: `withheld` first; else `split` at each of `outcomes`' cases. When these
     differ: "undecided: A or B, with ...", naming every limit (and the step, the count, the fixed
-    part) that any listed outcome needs. An outcome naming a side of the ridge from a limit whose
-    sets all ran starved (`all_starved`) withholds the verdict."""
+    part) that any listed outcome needs. From a limit whose sets all ran starved (`all_starved`:
+    the limit may be low, the roof's part too high), an outcome naming a side of the ridge
+    withholds the verdict, and so does "no single part dominates" unless "below both roofs" (what
+    it can become at a higher limit) is among the outcomes too."""
     reason = withheld(record)
     if reason:
         return reason
@@ -392,6 +395,9 @@ def regime(record: dict) -> str:
     starved = all_starved(record)
     if starved and SIDES & set(found):
         return f"withheld: an outcome names a side of the ridge, and {starved}"
+    if starved and "no single part dominates" in found and "below both roofs" not in found:
+        # a higher limit shrinks the roof's part: the rest can pass half the step
+        return f"withheld: 'no single part dominates' can become 'below both roofs', and {starved}"
     if found == ["above its roof"]:
         return (
             "undecided: the step ran above its roof at both ends of each limit's range, so "
@@ -513,8 +519,8 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     ... # doctest: +NORMALIZE_WHITESPACE
     bandwidth starved in a (the fastest round got 1.0 of 2 cores' worth, under 75%; others
     18%): others under the busy threshold (20%), and at least 32% of the cores sat idle: the
-    work did not spread over the cores; that is not load, and another run can differ; every set
-    was, so no side of the ridge rests on it
+    work did not spread over the cores; probably not load alone, and another run can differ;
+    every set was, so no side of the ridge rests on it
     """
     hungry = starved_sets(sets, cores, usable)
     if not hungry:
@@ -527,15 +533,19 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
         f"{100 * others:.0f}%): "
     )
     if others > busy:
-        note += "other programs took the cores"
+        note += (  # a fork-join op waits for its slowest thread: time-slicing costs it most
+            "other programs took cores, and the work's own threads then waited on each other (a "
+            "parallel op waits for its slowest thread), which can cost it far more than a "
+            "training run in the same rounds"
+        )
     else:
         idle = max(
             0.0, 1 - most / usable - others
         )  # wall time neither this process nor others used
         note += (
             f"others under the busy threshold ({100 * busy:.0f}%), and at least {100 * idle:.0f}% "
-            "of the cores sat idle: the work did not spread over the cores; that is not load, and "
-            "another run can differ"
+            "of the cores sat idle: the work did not spread over the cores; probably not load "
+            "alone, and another run can differ"
         )
     low = min(deciding(sets), key=lambda label: max(sets[label]))  # the low end's set
     if len(hungry) == len(sets):

@@ -284,25 +284,18 @@ def test_no_bare_ridge_from_a_busy_limit_or_one_whose_sets_all_ran_starved():
 
 def test_a_limit_measured_on_a_busy_machine_is_flagged():
     """As in notebook 3b, each set of a limit records the share of the cores other programs used
-    (`timing.Load`); above `timing.BUSY` during one of the two sets that decide the limit (100)
-    and its low end (70), the report flags the limit as low; busy during the slowest set (60),
-    not."""
+    during its rounds (`timing.Load`, from `rates_in_rounds`); above `timing.BUSY` during one of
+    the two sets that decide the limit (100) and its low end (70), the report flags the limit as
+    low; busy during the slowest set (60), not."""
     from course_tools import bench
     from course_utils import timing
 
-    busy, shares = timing.BUSY, iter([])
-
-    class Recorded:  # stands for timing.Load: the share each set saw, in turn
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *error):
-            self.others = next(shares)
+    busy = timing.BUSY
 
     def measure(set_shares: list[float]) -> dict:
-        nonlocal shares
-        shares, sets = iter(set_shares), iter([[100e9], [60e9], [70e9]])
-        return bench.measured_limit(lambda: next(sets), load=Recorded, busy=busy)
+        # each set as `rates_in_rounds` gives it: rates, no cores' worth (a GPU's), others' share
+        sets = iter(zip([[100e9], [60e9], [70e9]], [[], [], []], set_shares))
+        return bench.measured_limit(lambda: next(sets), busy=busy)
 
     limit = measure([0.05, 0.1, 0.6])
     assert limit["others_share"] == {"set 1": 0.05, "set 2": 0.1, "set 3": 0.6}

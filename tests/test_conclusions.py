@@ -953,8 +953,8 @@ def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
         "bandwidth starved in section 1, section 3, after the sweep (the fastest round got "
         "1.0-1.1 of 2 cores' worth, under 75%; others 0%): others under the busy threshold "
         "(20%), and at least 46% of the cores sat idle: the work did not spread over the cores; "
-        "that is not load, and another run can differ; every set was, so no side of the ridge "
-        "rests on it"
+        "probably not load alone, and another run can differ; every set was, so no side of the "
+        "ridge rests on it"
     )
     # others at 18%, under the busy threshold: the note does not say nothing else ran
     some = dict.fromkeys(ALL_SLOW, 0.18)
@@ -978,8 +978,9 @@ def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
     )
     assert verdict.regime(record) == verdict.regime(unrecorded) == regime
     busy = record["loads"] | {"bandwidth": dict.fromkeys(ALL_SLOW, 0.5)}
-    assert "other programs took the cores" in verdict.starved_note(
-        "bandwidth", bandwidth, cores, busy["bandwidth"], 2, 0.2
+    assert (
+        "other programs took cores, and the work's own threads then waited"
+        in verdict.starved_note("bandwidth", bandwidth, cores, busy["bandwidth"], 2, 0.2)
     )
 
 
@@ -1117,6 +1118,28 @@ def test_a_many_core_machine_whose_peak_sets_all_read_starved_gets_no_side_of_th
     # this regime names no side ("below both roofs or no single part dominates"): it stands
     assert verdict.regime(record) == verdict.regime(record | {"cores": {}})
     assert verdict.regime(record).startswith("undecided: below both roofs or no single part")
+
+
+def test_no_single_part_dominates_from_starved_limits_is_withheld_unless_below_both_roofs_is_too():
+    """A starved limit may be low, so the roof's part may be too high: at a higher limit the rest
+    can pass half the step. The review's case: "no single part dominates" at a peak of 300
+    GFLOP/s is "below both roofs" at 450. So a verdict of "no single part dominates" from a
+    limit whose sets all ran starved is withheld; the same record with full cores stands, and an
+    undecided "below both roofs or no single part dominates" (both named) stands starved too."""
+    case = {"intensity": 40, "flops_per_step": 1.2e9, "count_margin": 2, "majority": 0.5}
+    assert verdict.split(case, 10.0, 2.0, 300e9, 30e9) == "no single part dominates"
+    assert verdict.split(case, 10.0, 2.0, 450e9, 30e9) == "below both roofs"
+    record = _replayed_record() | {"count_margin": 1.0, "usable_cpus": 2.0}
+    full = {
+        name: {k: [1.9] * 2 for k in record[f"{name}_rounds"]} for name in ("peak", "bandwidth")
+    }
+    assert verdict.regime(record | {"cores": full}) == "no single part dominates"
+    starved = full | {"peak": {k: [0.8] * 2 for k in record["peak_rounds"]}}
+    assert verdict.regime(record | {"cores": starved}) == (
+        "withheld: 'no single part dominates' can become 'below both roofs', and every peak set "
+        "ran starved (0.8 of 2 cores' worth in its fastest round), so the limit may be low"
+    )
+    assert verdict.ruled_out(record | {"cores": starved}) == []
 
 
 def test_a_set_s_cores_worth_is_one_figure_when_its_ends_round_alike():

@@ -32,8 +32,9 @@ def reduce() -> dict:
 def test_the_peak_of_a_small_product_is_in_a_physical_range(limits):
     work, flops = limits["matrix_products"](256)
     assert flops == 2 * 256**3
-    rates, cores = limits["rates_in_rounds"](work, flops, repeats=3, rounds=2)
+    rates, cores, others = limits["rates_in_rounds"](work, flops, repeats=3, rounds=2)
     assert len(rates) == len(cores) == 2
+    assert 0.0 <= others <= 1.0  # the others' share of the cores during the rounds
     assert 1e8 < max(rates) < 1e15  # from a slow laptop core to a large GPU
     # each round's cores' worth: this process's CPU seconds over the wall's, at most every CPU
     assert all(0 < c <= 1.05 * limits["USABLE"] for c in cores)
@@ -42,7 +43,7 @@ def test_the_peak_of_a_small_product_is_in_a_physical_range(limits):
 def test_the_bandwidth_of_a_small_addition_is_in_a_physical_range(limits):
     work, moved = limits["additions"](8)
     assert moved == 3 * 8e6  # two float32 values read, one written, per element
-    rates, cores = limits["rates_in_rounds"](work, moved, repeats=2, rounds=2)
+    rates, cores, others = limits["rates_in_rounds"](work, moved, repeats=2, rounds=2)
     assert 1e8 < max(rates) < 1e13 and len(cores) == 2
 
 
@@ -164,7 +165,8 @@ def test_the_all_reduce_loop_times_every_size_and_the_loop_alone(python_subproce
         "assert float(calls[1 << 20](tf.constant(3))) == 3 * 2 * 2.0  # each replica's 1 + 1\n"
         "assert float(calls['loop alone'](tf.constant(3))) == 3 * 2 * 1.0  # both replicas' work\n"
         # 5 rounds: under load both of 2 rounds of the loop alone once ran slower than 1 MiB's
-        "samples = code['seconds_per_run'](calls, {'loop alone': 5, 1 << 20: 5}, 5)\n"
+        "samples, others = code['seconds_per_run'](calls, {'loop alone': 5, 1 << 20: 5}, 5)\n"
+        "assert 0.0 <= others <= 1.0\n"
         "assert all(len(s) == 5 and all(0 < x < 1 for x in s) for s in samples.values())\n"
         "assert min(samples[1 << 20]) > min(samples['loop alone']), samples\n"
         "print('ok')\n",

@@ -310,3 +310,62 @@ def test_a_verdict_on_few_rounds_says_how_often_equal_runs_get_it():
     assert "time in" not in noise.sentence  # no decision, no false alarm
     with pytest.raises(ValueError, match="round counts must be positive"):
         timing.false_alarm_rate(0, 3)
+
+
+def _notebook_function(notebook: str, name: str, namespace: dict):
+    """The function `name` as the notebook defines it, run in `namespace` (its globals)."""
+    import ast
+
+    cells = json.loads((ROOT / "notebooks" / notebook).read_text())["cells"]
+    for source in ("".join(c["source"]) for c in cells if c["cell_type"] == "code"):
+        try:
+            body = ast.parse(source).body
+        except SyntaxError:  # a cell with IPython magics: no function of ours
+            continue
+        for node in body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                exec(ast.get_source_segment(source, node), namespace)
+                return namespace[name]
+    raise AssertionError(f"{notebook} defines no {name}")
+
+
+@pytest.mark.parametrize("busy", ["warm-up", "rounds"])
+def test_the_load_that_decides_busy_is_the_timed_rounds_not_the_warm_up(monkeypatch, busy):
+    """3b's `rates_in_rounds` and `measure` and 3c's `seconds_per_run` report the share of the
+    cores others used during their timed rounds only: other programs holding every core through
+    the untimed warm-up (tracing, a third of a second here, most of a real set's window) while
+    the rounds ran alone is not busy (else a quiet set's verdict is withheld), and the reverse,
+    a quiet warm-up before rounds that ran beside a program holding every core, is busy (else a
+    slowed set's verdict is drawn, the warm-up diluting the load below `timing.BUSY`)."""
+    from types import SimpleNamespace
+
+    others_seconds = [0.0]  # other programs' busy CPU seconds, as `timing.Load` reads them
+    monkeypatch.setattr(timing, "_cpu_seconds", lambda: (others_seconds[0], 0.0))
+
+    def work(*_args):  # a warm-up call (the first), then the rounds'
+        seconds, warm_up = (0.3, True) if not calls else (0.02, False)
+        calls.append(1)
+        start = time.perf_counter()
+        time.sleep(seconds)
+        if warm_up == (busy == "warm-up"):  # others hold every usable core meanwhile
+            others_seconds[0] += (time.perf_counter() - start) * timing.usable_cpus()
+        return 0.0
+
+    namespace = {"timing": timing, "tf": SimpleNamespace(constant=lambda value: value)}
+    rates_in_rounds = _notebook_function("03b_where_time_goes.ipynb", "rates_in_rounds", namespace)
+    measure = _notebook_function("03b_where_time_goes.ipynb", "measure", namespace)
+    seconds_per_run = _notebook_function(
+        "03c_allreduce_and_profile.ipynb", "seconds_per_run", namespace
+    )
+    shares = {}
+    calls = []
+    *_, shares["rates_in_rounds"] = rates_in_rounds(work, 1.0, 1, 3)
+    calls.clear()
+    _, shares["measure"] = measure({"run": work}, 1, 3, {"run": 1})
+    calls.clear()
+    _, shares["seconds_per_run"] = seconds_per_run({"loop": work}, {"loop": 1}, 3)
+    for function, share in shares.items():
+        if busy == "warm-up":
+            assert share <= timing.BUSY / 4, (function, share)
+        else:
+            assert share > 0.8, (function, share)
