@@ -527,7 +527,10 @@ def test_the_default_jobs_fit_the_cores_the_devices_and_the_memory(monkeypatch, 
     monkeypatch.setattr(psutil, "virtual_memory", lambda: free)
     assert grading.default_jobs(devices=2, memory_mb=4096)[0] == 2  # memory: 10 GiB / 4 GiB
     assert grading.default_jobs(devices=3, memory_mb=1024)[0] == 2  # cores: 8 / 3
-    assert grading.default_jobs(devices=16, memory_mb=1024)[0] == 1  # at least one
+    jobs, why = grading.default_jobs(devices=16, memory_mb=1024)
+    assert jobs == 1 and why.endswith(
+        "= 10; one at a time all the same, slower than a submission asks for"
+    )
     missing = str(tmp_path / "missing.ipynb")
     grades = tmp_path / "grades"
     assert cli.main(["grade", missing, f"--out={grades}", "--devices=2", "--memory-mb=1024"]) == 2

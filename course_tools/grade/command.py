@@ -57,6 +57,8 @@ def default_jobs(devices: int, memory_mb: int) -> tuple[int, str]:
         f"{cores} cores / {devices} devices per submission = {by_cores}; "
         f"{free_mb:,.0f} MB free / {memory_mb:,} MB per notebook = {by_memory}"
     )
+    if min(by_cores, by_memory) < 1:  # fewer cores or less memory than one submission asks for
+        why += "; one at a time all the same, slower than a submission asks for"
     return max(1, min(by_cores, by_memory)), why
 
 
