@@ -1062,3 +1062,27 @@ def test_the_count_of_the_training_examples_is_the_whole_loaded_split_by_the_bui
     ):
         code = _solution({SHUFFLED: f"train_cached.shuffle({buffer})"})
         checks.assert_pipeline_code(code, "train_ds", "train")
+
+
+def test_a_helper_given_the_baseline_and_train_ds_trains_the_baseline_on_train_ds():
+    """Red team 18a's honest-helper fits every model through `train_with_fit(model, dataset,
+    callbacks)`, the baseline too, always with `train_ds`: question 4 found no
+    `single_model.fit(train_ds)` and failed. A helper of the notebook's own given the baseline
+    and the bare `train_ds` is that call; given the baseline and another dataset, it fails
+    naming the call."""
+    helper = (
+        "def train_with_fit(model, dataset, callbacks):\n"
+        "    return model.fit(dataset, epochs=EPOCHS, callbacks=callbacks, verbose=2)\n"
+    )
+    baseline = "single_model.fit(train_ds, epochs=EPOCHS, callbacks=[single_clock], verbose=2)"
+    for dataset, passes in [("train_ds", True), ("train_cached.batch(GLOBAL_BATCH)", False)]:
+        code = _solution(
+            {baseline: f"train_with_fit(single_model, {dataset}, [single_clock])"}, (helper,)
+        )
+        if passes:
+            checks.assert_baseline_code(code, "single_model", "train_ds")
+        else:
+            with pytest.raises(
+                checks.CheckError, match=r"trains `single_model` on something else \(cell \[\d+\]"
+            ):
+                checks.assert_baseline_code(code, "single_model", "train_ds")

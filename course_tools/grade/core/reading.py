@@ -463,6 +463,17 @@ def _paired(target: ast.AST, value: ast.AST) -> bool:
     )
 
 
+def _argument(call: ast.Call, positional: list[str], parameter: str) -> ast.AST | None:
+    """What `call` gives for `parameter` (by position among `positional`, or by keyword)."""
+    for keyword in call.keywords:
+        if keyword.arg == parameter:
+            return keyword.value
+    if parameter in positional and positional.index(parameter) < len(call.args):
+        value = call.args[positional.index(parameter)]
+        return None if isinstance(value, ast.Starred) else value
+    return None
+
+
 def _first_batch(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
     """(examples, size) for `next(iter(examples.batch(size)))`, else None."""
     if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "next"):
@@ -1988,7 +1999,46 @@ class Code:
                     bare = True
                 else:
                     others.append((self.cells[index], _short(node)))
+        for function in self._functions().values():  # a helper given the baseline
+            for call, dataset in self._helper_fits(function, baseline):
+                if getattr(dataset, "id", None) == name:
+                    bare = True
+                else:
+                    others.append(call)
         return others, bare
+
+    def _helper_fits(
+        self, function: ast.AST, model: str
+    ) -> list[tuple[tuple[int, str], ast.AST | None]]:
+        """[((cell, call), the dataset it gives)] for each call of the notebook's own `function`
+        that gives `model` for a parameter `function` calls `fit` on, with the dataset given for
+        that `fit`'s parameter (`def train_with_fit(model, dataset): model.fit(dataset)`,
+        `train_with_fit(single_model, train_ds)`); None for a dataset that is not a parameter."""
+        arguments = function.args
+        positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
+        parameters = positional + [a.arg for a in arguments.kwonlyargs]
+        fits = [
+            (node.func.value.id, node.args[0] if node.args else None)
+            for node in ast.walk(function)
+            if isinstance(node, ast.Call)
+            and getattr(node.func, "attr", "") == "fit"
+            and getattr(node.func.value, "id", None) in parameters
+        ]
+        found = []
+        for index, tree in enumerate(self.trees):
+            for call in ast.walk(tree):
+                if not (
+                    isinstance(call, ast.Call) and getattr(call.func, "id", "") == function.name
+                ):
+                    continue
+                for receiver, dataset in fits:
+                    if getattr(_argument(call, positional, receiver), "id", None) != model:
+                        continue
+                    given = None
+                    if isinstance(dataset, ast.Name) and dataset.id in parameters:
+                        given = _argument(call, positional, dataset.id)
+                    found.append(((self.cells[index], _short(call)), given))
+        return found
 
     def _unread_buffer(self, name: str) -> tuple[int, str]:
         """(cell, text) of the first shuffle buffer the reading cannot read
