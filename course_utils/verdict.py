@@ -809,17 +809,21 @@ def jump_line(  # noqa: PLR0913 - what, its rounds, 3c's two ranges, its line, i
     each = [b / a for a, b in slopes]
     out = [str(r + 1) for r, ratio in enumerate(each) if np.isnan(ratio)]
     said, kept = (
-        f"{what}: a byte from 4 to 16 MiB costs {best:.2f}x one up to 1 MiB (fastest rounds",
+        f"{what}: a byte from 4 to 16 MiB costs {best:.2f}x one up to 1 MiB (each size's fastest "
+        "round",
         trend(*zip(*slopes)),
     )
     if not kept.startswith("too few"):
         low, high = np.nanmin(each), np.nanmax(each)
         said += f"; each round alone {low:.2f} to {high:.2f}x"
         if not round(low, 2) <= round(best, 2) <= round(high, 2):  # sizes' fastest: unlike rounds
-            kept += "; the fastest rounds' ratio lies outside: they mix rounds"
+            kept += (
+                "; the first ratio lies outside the rounds': the sizes' fastest rounds are "
+                "different rounds, so it is no round's (the trend reads the rounds)"
+            )
     if out:
         kept += f"; rounds {', '.join(out)} left out: a line misses a point or has no slope"
-    return f"{said}: {kept})"
+    return f"{said}); over the rounds: {kept}"
 
 
 def step_share_withheld(  # noqa: PLR0913 - each a reason section 2 withholds for
