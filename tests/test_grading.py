@@ -404,7 +404,7 @@ def test_a_cell_that_ignores_interrupts_gets_the_kernel_killed(tmp_path, sandbox
         **_settings(),
     )
     assert g.status == "killed", (g.status, g.reason)
-    assert "cell 0 ignored the interrupt" in g.reason
+    assert "cell [1] ignored the interrupt" in g.reason
     assert "ignored the interrupt" in (tmp_path / "grades" / "deaf" / "report.md").read_text()
     assert g.run_seconds < 60, "it did not wait for the notebook limit"
 
@@ -1080,7 +1080,10 @@ def test_full_marks_need_the_work(attacks):
             "writes the optimizer step count",  # the assignment, read in the code
         ),
         "the custom loop ran under MirroredStrategy with a checkpoint per epoch": ("made 0 steps",),
-        "a one-device baseline, and verdicts that follow from the runs' own epochs": ("0 steps",),
+        "a one-device baseline, and verdicts that follow from the runs' own epochs": (
+            "0 steps",  # the baseline's optimizer
+            "finds no `single_model.fit(train_ds",  # no baseline trained, read in the code
+        ),
     }
     for title, reasons in work.items():
         assert any(words in lost.get(title, "") for words in reasons), (title, lost.get(title))
