@@ -2415,20 +2415,26 @@ class Code:
                     return True
         return False
 
-    def _training_names(self, name: str) -> set[str]:
-        """The names the pipeline `name` is made from, through every assignment of each outside
-        a function (`train_ds = cached.shuffle(...)...`, `cached = train_examples.cache()`:
-        {'train_ds', 'cached', 'train_examples'}), and a function of the notebook's own that
-        returns a pipeline; imported modules left out."""
-        functions, imported = self._functions(), set(self._imported())
+    @cached_property
+    def _local_nodes(self) -> set[int]:
+        """The ids of the nodes inside a function, lambda or class: a name there is another
+        variable than the notebook's of the same name."""
         scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-        local = {
+        return {
             id(sub)
             for node in self._walk()
             if isinstance(node, scopes)
             for sub in ast.walk(node)
             if sub is not node
         }
+
+    def _training_names(self, name: str) -> set[str]:
+        """The names the pipeline `name` is made from, through every assignment of each outside
+        a function (`train_ds = cached.shuffle(...)...`, `cached = train_examples.cache()`:
+        {'train_ds', 'cached', 'train_examples'}), and a function of the notebook's own that
+        returns a pipeline; imported modules left out."""
+        functions, imported = self._functions(), set(self._imported())
+        local = self._local_nodes
         names, todo = set(), [name]
         while todo and len(names) < 50:
             current = todo.pop()
@@ -2509,14 +2515,7 @@ class Code:
         """The cells (numbered as observed) that assign `name` after `place`, outside any
         function or class (a local of the same name in a `def` is another variable)."""
         numbers = self.cells or list(range(1, len(self.trees) + 1))
-        scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-        local = {
-            id(sub)
-            for node in self._walk()
-            if isinstance(node, scopes)
-            for sub in ast.walk(node)
-            if sub is not node
-        }
+        local = self._local_nodes
         return sorted(
             {
                 numbers[at[0]]
