@@ -800,7 +800,8 @@ def jump_line(  # noqa: PLR0913 - what, its rounds, 3c's two ranges, its line, i
     (`slopes_ratio`), on the sizes' fastest rounds (less `less`, the loop's own cost) and in each
     round alone, a round kept only when its lines pass `tolerance` at their points; the trend
     over the kept rounds' slopes (`trend`, the noise rule), and the rounds left out."""
-    best = slopes_ratio({k: min(s) - less for k, s in samples.items()}, small, large, fit_line)
+    fastest = {k: min(s) - less for k, s in samples.items()}
+    best = slopes_ratio(fastest, small, large, fit_line, tolerance)  # checked, as each round is
     rounds = len(next(iter(samples.values())))
     slopes = [
         _slopes({k: s[r] - less for k, s in samples.items()}, small, large, fit_line, tolerance)
@@ -808,16 +809,22 @@ def jump_line(  # noqa: PLR0913 - what, its rounds, 3c's two ranges, its line, i
     ]
     each = [b / a for a, b in slopes]
     out = [str(r + 1) for r, ratio in enumerate(each) if np.isnan(ratio)]
-    said, kept = (
-        f"{what}: a byte from 4 to 16 MiB costs {best:.2f}x one up to 1 MiB (each size's fastest "
-        "round",
-        trend(*zip(*slopes)),
-    )
+    if np.isnan(best):  # section 2's check failed on the fastest rounds: no figure from them
+        said = (
+            f"{what}: no ratio from each size's fastest round (a line through them misses a point "
+            f"by more than {tolerance:.0%} or has no slope"
+        )
+    else:
+        said = (
+            f"{what}: a byte from 4 to 16 MiB costs {best:.2f}x one up to 1 MiB (each size's "
+            "fastest round"
+        )
+    kept = trend(*zip(*slopes))
     if not kept.startswith("too few"):
         low, high = np.nanmin(each), np.nanmax(each)
         said += f"; each round alone {low:.2f} to {high:.2f}x"
-        if not round(low, 2) <= round(best, 2) <= round(high, 2):  # sizes' fastest: unlike rounds
-            kept += (
+        if not np.isnan(best) and not round(low, 2) <= round(best, 2) <= round(high, 2):
+            kept += (  # the sizes' fastest rounds are unlike any one round
                 "; the first ratio lies outside the rounds': the sizes' fastest rounds are "
                 "different rounds, so it is no round's (the trend reads the rounds)"
             )
