@@ -256,6 +256,17 @@ def _python(source: str) -> ast.Module | None:
         return None
 
 
+def _fit_of(node: ast.AST, name: str) -> bool:
+    """`node` is a call `name.fit(...)`."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "fit"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == name
+    )
+
+
 def _dotted(node: ast.AST) -> str:
     """`a.b.c` for the expression a.b.c ("" for anything else)."""
     parts = []
@@ -1983,13 +1994,7 @@ class Code:
         others, bare = [], False
         for index, tree in enumerate(self.trees):
             for node in ast.walk(tree):
-                if not (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "fit"
-                    and isinstance(node.func.value, ast.Name)
-                    and node.func.value.id == baseline
-                ):
+                if not _fit_of(node, baseline):
                     continue
                 given = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "x")]
                 unpacked = any(isinstance(a, ast.Starred) for a in node.args) or any(
@@ -2549,14 +2554,7 @@ class Code:
 
     def fitted(self, name: str) -> bool:
         """The code calls `name.fit(...)`: it trains the model `name` itself."""
-        return any(
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "fit"
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == name
-            for node in self._walk()
-        )
+        return any(_fit_of(node, name) for node in self._walk())
 
     def copied(self, name: str) -> list[str]:
         """The loaders and copiers (`COPIERS`) an assignment to `name` calls:
