@@ -982,3 +982,36 @@ def test_as_an_ordinary_user_the_process_limit_is_per_sandbox_and_said_so():
     assert f"N x {sandbox.NPROC}" in how and "ulimit -u" in how, how
     assert soft == hard == sandbox.NPROC
     assert sandbox.NPROC - 16 < started < sandbox.NPROC, started
+
+
+def test_a_private_folder_inside_a_bound_one_is_covered_whatever_encloses_it(tmp_path):
+    """A private path (grades) inside a folder the sandbox binds (the data), where a wider private
+    folder (the checkout's build/) encloses that bound one and so gets no cover of its own, as with
+    `TFDS_DATA_DIR=build --out build/grades`: the inner path is still covered (a red team read a
+    classmate's report when it was skipped as "inside another cover" that was never made)."""
+    available, detail = sandbox.status()
+    if not available:
+        require_or_skip("sandbox", f"no grading sandbox: {detail}")
+    build, work = tmp_path / "build", tmp_path / "work"
+    data, grades = build / "data", build / "data" / "grades"
+    grades.mkdir(parents=True)
+    work.mkdir()
+    (data / "train.txt").write_text("examples")
+    (grades / "report.md").write_text("12 / 12")
+    for folder in (tmp_path, build, data, grades, work):
+        folder.chmod(0o777)
+    code = (
+        "import os, sys; d = sys.argv[1]\n"
+        "print(open(os.path.join(d, 'train.txt')).read(), os.listdir(os.path.join(d, 'grades')))"
+    )
+    argv = sandbox.wrap(
+        [sys.executable, "-c", code, str(data)],
+        writable=[work],
+        read_only=[data],
+        hidden=[build, grades],
+        cwd=work,
+    )
+    env = sandbox.kernel_env(dict(os.environ), home=work)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["examples", "[]"], done.stdout  # the data, and no report

@@ -343,10 +343,13 @@ def wrap(  # noqa: PLR0913
         args += ["--bind", str(folder), str(folder)]
     seen = bound + writable + [Path(p) for p in SYSTEM_FOLDERS]
     private = [Path(path).resolve() for path in [*hidden, *course_private()]]
-    covered = [path for path in private if path.is_dir()]
-    for path in private:
-        if not any(path.is_relative_to(folder) and path != folder for folder in seen):
-            continue  # not in the sandbox at all
+    shown = [  # the private paths the binds above bring into the sandbox: each gets a cover
+        path
+        for path in private
+        if any(path.is_relative_to(folder) and path != folder for folder in seen)
+    ]
+    covered = [path for path in shown if path.is_dir()]  # only folders that really get a cover
+    for path in shown:
         if any(path.is_relative_to(folder) and path != folder for folder in covered):
             continue  # inside another cover: empty, and read-only (no mount point made there)
         if path.is_dir():
