@@ -17,6 +17,7 @@ Example, in a fresh kernel (before any TensorFlow op):
 from __future__ import annotations
 
 from course_utils.quiet import import_tensorflow
+from course_utils.settings import check_simulated_devices
 from course_utils.tables import count
 
 tf = import_tensorflow()  # `import tensorflow as tf`, without its start-up log lines
@@ -51,6 +52,7 @@ def simulate_devices(count: int | None) -> list[str]:
 
 
 def _configure_cpus(count: int) -> list[str]:
+    check_simulated_devices(count)  # before any device exists: the set-up cell can run again
     cpu = tf.config.list_physical_devices("CPU")[0]
     current = tf.config.get_logical_device_configuration(cpu)
     if current is not None and len(current) == count:

@@ -4,6 +4,7 @@
   (fewer epochs and examples: minutes per notebook on a laptop) or `quick` (a small test run).
   Default: full with a GPU, cpu without one.
 - COURSE_DEVICES, how many replicas: a whole number. Default: the machine's GPUs, or 2 CPUs.
+  Simulated CPU devices: 1 to 8 (`SIMULATED_DEVICES`), the counts the course is checked at.
 - COURSE_DATA, where the datasets come from: `auto` (default), `tfds` or `synthetic` (`data`).
 
 Example:
@@ -24,6 +25,9 @@ T = TypeVar("T")
 
 PROFILES = ("full", "cpu", "quick")
 DATA_SOURCES = ("auto", "tfds", "synthetic")
+#: How many simulated CPU devices the course accepts: the counts CI runs every notebook at
+#: (.ci/device-sweep). Physical GPUs are not limited: a machine's GPUs are all usable.
+SIMULATED_DEVICES = range(1, 9)
 
 
 class SettingsError(ValueError):
@@ -73,6 +77,26 @@ def read_settings(
     if devices and not (devices.isdigit() and int(devices) >= 1):
         raise SettingsError(f"COURSE_DEVICES={devices!r}: give a whole number, at least 1.")
     return Settings(profile, int(devices) if devices else None, data)
+
+
+def check_simulated_devices(count: int) -> int:
+    """`count` if the course is checked with that many simulated CPU devices, else SettingsError.
+
+    Called by `course_utils.setup()` before TensorFlow starts, so a wrong count costs no restart:
+
+        >>> check_simulated_devices(8)
+        8
+    """
+    low, high = SIMULATED_DEVICES[0], SIMULATED_DEVICES[-1]
+    if count not in SIMULATED_DEVICES:
+        raise SettingsError(
+            f"COURSE_DEVICES={count}: simulate {low} to {high} CPU devices, the counts the course "
+            f"is checked at; with more, runs can fail (a quick-profile test set can be smaller "
+            f"than one global batch, and Keras's fit and evaluate stop on a first batch that does "
+            f"not split into equal slices per replica). Set COURSE_DEVICES to a number from {low} "
+            f"to {high} and run the set-up cell again."
+        )
+    return count
 
 
 def tfds_data_dir(environ: Mapping[str, str] | None = None) -> Path:

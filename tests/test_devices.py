@@ -80,3 +80,24 @@ def test_no_tensorflow_start_up_noise_on_stderr(python_subprocess):
     proc = python_subprocess("import course_utils; course_utils.setup(devices=2, verbose=False)")
     noise = [line for line in proc.stderr.splitlines() if line.strip()]
     assert noise == [], noise
+
+
+def test_more_simulated_devices_than_checked_fail_before_tensorflow_starts(python_subprocess):
+    # COURSE_DEVICES=9 used to start, and notebook 1's fit failed on its first validation batch.
+    proc = python_subprocess(
+        """
+        import os, course_utils
+        from course_utils.settings import SettingsError
+        try:
+            course_utils.setup(verbose=False)
+        except SettingsError as exc:
+            print("ERROR:", exc)
+        os.environ["COURSE_DEVICES"] = "8"            # fixed, the set-up cell runs again
+        s = course_utils.setup(verbose=False)
+        import tensorflow as tf
+        print("N", s.devices, len(tf.config.list_logical_devices("CPU")))
+        """,
+        env={"COURSE_DEVICES": "9"},
+    )
+    assert "ERROR: COURSE_DEVICES=9: simulate 1 to 8 CPU devices" in proc.stdout
+    assert "N 8 8" in proc.stdout  # nothing was lost: no kernel restart needed

@@ -1,6 +1,6 @@
 import pytest
 
-from course_utils.settings import Settings, SettingsError, read_settings
+from course_utils.settings import Settings, SettingsError, check_simulated_devices, read_settings
 
 
 def test_defaults_leave_the_profile_and_devices_to_setup():
@@ -47,3 +47,13 @@ def test_arguments_override_the_environment():
 def test_bad_values_say_what_is_accepted(env, message):
     with pytest.raises(SettingsError, match=message):
         read_settings(env)
+
+
+def test_simulated_devices_are_the_counts_the_course_is_checked_at():
+    assert [check_simulated_devices(n) for n in (1, 8)] == [1, 8]
+    for n in (9, 16):
+        with pytest.raises(SettingsError) as error:
+            check_simulated_devices(n)
+        message = str(error.value)
+        assert f"COURSE_DEVICES={n}:" in message and "1 to 8" in message
+        assert "does not split into equal slices per replica" in message  # why
