@@ -24,6 +24,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -32,6 +33,8 @@ from pathlib import Path
 
 import portpicker
 import psutil
+
+from course_utils import cluster_tf_config
 
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "sinfo")
 #: Set in the daemons' and the jobs' environment (value: the cluster's folder).
@@ -180,6 +183,39 @@ def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
             proc.wait()
 
 
+#: How many ports `srun --resv-ports` may hand out (slurm.conf's MpiParams=ports).
+RESERVED_PORTS = 64
+#: Where that block is chosen: above portpicker's fallback (15000-24999) and below Linux's
+#: ephemeral range (32768 up, /proc/sys/net/ipv4/ip_local_port_range), so that no port a kernel
+#: or portpicker asks the system for, and no outgoing connection's source port, lands in it.
+#: (A block in the ephemeral range made a job's worker fail to bind when a Jupyter kernel of
+#: a test running beside it had taken one of the block's ports.)
+PORT_BLOCKS = range(25000, 32768)
+
+
+def free_port_block(count: int) -> int:
+    """The first port of `count` consecutive ports in PORT_BLOCKS, all free now (TCP, any address),
+    at a random place so that two clusters on one machine rarely try the same block."""
+    ephemeral = cluster_tf_config.ephemeral_ports()
+    stop = min(PORT_BLOCKS.stop, ephemeral.start if ephemeral else PORT_BLOCKS.stop)
+    starts = list(range(PORT_BLOCKS.start, stop - count + 1, count))
+    random.shuffle(starts)
+    for start in starts:
+        if all(port_is_free(port) for port in range(start, start + count)):
+            return start
+    raise RuntimeError(f"no {count} free consecutive ports in {PORT_BLOCKS.start}-{stop - 1}")
+
+
+def port_is_free(port: int) -> bool:
+    """Whether a TCP socket can bind `port` on every address now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
 @contextlib.contextmanager
 def single_node_slurm(folder: Path) -> Iterator[SlurmCluster]:
     """Start munged, slurmctld and slurmd (2 CPUs) in `folder`; yield when the node is idle.
@@ -192,7 +228,8 @@ def single_node_slurm(folder: Path) -> Iterator[SlurmCluster]:
         (folder / sub).mkdir(parents=True, exist_ok=True)
     folder.chmod(0o711)
     (folder / "munge").chmod(0o711)  # munged wants a socket folder others can enter
-    ctld_port, slurmd_port, first_port = (portpicker.pick_unused_port() for _ in range(3))
+    ctld_port, slurmd_port = portpicker.pick_unused_port(), portpicker.pick_unused_port()
+    first_port = free_port_block(RESERVED_PORTS)
     conf = folder / "slurm.conf"
     memory_mb = int(psutil.virtual_memory().total / 2**20 * MEMORY_SHARE)
     constrained = cgroups_missing() is None
@@ -204,7 +241,7 @@ def single_node_slurm(folder: Path) -> Iterator[SlurmCluster]:
             ctld_port=ctld_port,
             slurmd_port=slurmd_port,
             first_port=first_port,
-            last_port=first_port + 63,
+            last_port=first_port + RESERVED_PORTS - 1,
             proctrack="proctrack/cgroup" if constrained else "proctrack/linuxproc",
             task="task/cgroup" if constrained else "task/none",
             select="CR_CPU_Memory" if constrained else "CR_CPU",

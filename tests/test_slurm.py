@@ -224,7 +224,12 @@ def notebook4(cluster, tmp_path_factory) -> Path:
         if slurm_cluster is not None:  # the kernel, and the jobs it submits, use the test cluster
             for name in ("SLURM_CONF", slurm.MARKER):
                 patch.setenv(name, slurm_cluster.env[name])
-        run_notebook_under_nbval(NOTEBOOK, 2, folder)
+        try:
+            run_notebook_under_nbval(NOTEBOOK, 2, folder)
+        except AssertionError as failure:  # the Slurm jobs' own logs say why a job failed
+            logs = sorted(folder.glob("notebooks/artifacts/04_multi_worker/logs/slurm-*"))
+            tails = [f"--- {log.name}:\n{read(log)[-1500:]}" for log in logs]
+            raise AssertionError("\n".join([str(failure), *tails])) from None
     return folder / "notebooks" / "artifacts" / "04_multi_worker"
 
 
