@@ -313,6 +313,8 @@ def test_the_gradebook_has_one_row_per_submission(batch):
         )
         assert sum(float(row[q]) for q in ("q1", "q2", "q3", "q4", "q5", "q6")) == g.score
         assert (out / row["report"]).exists()
+        assert row["to_read"] == ("q5" if float(row["q5"]) else ""), row  # q5 is a written answer
+    assert rows["reduce_mean_wrong_global_batch"]["to_read"] == "q5"
 
 
 # --- hostile submissions --------------------------------------------------------------------------

@@ -306,6 +306,28 @@ def test_notes_for_the_instructor_reach_the_gradebook_and_nothing_a_student_sees
     assert report.load(tmp_path / "alice").instructor_notes == g.instructor_notes
 
 
+def test_a_written_answers_point_given_for_now_is_marked_in_the_gradebook_and_feedback(tmp_path):
+    """A point given to a written answer before anyone read it: gradebook.csv's to_read names its
+    question, Moodle's feedback tells the student it is given for now; a row whose answer got no
+    point (too short), or a check that is not a written answer, is not marked."""
+    answered = Grade("alice", Path("alice.ipynb"), "graded", max_score=2.0)
+    answered.results = [
+        CheckResult("q1", "t", 1.0, 1.0),
+        CheckResult("q5", "a", 1.0, 1.0, manual=True),
+    ]
+    empty = Grade("bob", Path("bob.ipynb"), "graded", max_score=2.0)
+    empty.results = [
+        CheckResult("q1", "t", 1.0, 1.0),
+        CheckResult("q5", "a", 1.0, 0.0, manual=True),
+    ]
+    report.write_gradebook([answered, empty], tmp_path / "gradebook.csv", ["q1", "q5"])
+    report.write_moodle([answered, empty], tmp_path / "moodle.csv", "svhn")
+    rows = _gradebook(tmp_path)
+    assert (rows["alice"]["to_read"], rows["bob"]["to_read"]) == ("q5", "")
+    feedback = _feedback(tmp_path)
+    assert "q5: given for now" in feedback["alice"] and "given for now" not in feedback["bob"]
+
+
 def _watched(tmp_path: Path, monkeypatch, *, sandboxed: bool) -> tuple[tamper.TamperWatch, Path]:
     package = tmp_path / "course_utils"
     package.mkdir(parents=True)

@@ -287,6 +287,12 @@ def run(args: argparse.Namespace) -> int:
         f"Reports: {out}/<student>/report.md   Gradebook: {out / 'gradebook.csv'} "
         f"(for import: {out / 'canvas.csv'}, {out / 'moodle.csv'})"
     )
+    to_read = sum(bool(g.to_read) for g in grades)
+    if to_read:
+        print(
+            f"{to_read} submission(s) hold points given for now for written answers (column "
+            "to_read of gradebook.csv): read them, and correct the scores, before importing"
+        )
     failed = [console(g.student) for g in grades if g.grader_failed]
     if failed:
         print(

@@ -96,6 +96,12 @@ class Grade:
     def score(self) -> float:
         return sum(r.earned for r in self.results)
 
+    @property
+    def to_read(self) -> list[str]:
+        """The questions whose points are given for now: written answers the instructor has yet
+        to read (a point taken back by hand changes the score before any import)."""
+        return sorted({r.question for r in self.results if r.manual and r.earned}, key=natural)
+
     def question_scores(self) -> dict[str, float]:
         scores: dict[str, float] = {}
         for r in self.results:
@@ -247,7 +253,17 @@ def write_gradebook(grades: list[Grade], path: Path, questions: list[str]) -> No
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)
         writer.writerow(
-            ["student", "score", "max_score", *questions, "status", "notes", "seconds", "report"]
+            [
+                "student",
+                "score",
+                "max_score",
+                *questions,
+                "status",
+                "to_read",
+                "notes",
+                "seconds",
+                "report",
+            ]
         )
         for g in grades:
             scores = g.question_scores()
@@ -258,6 +274,7 @@ def write_gradebook(grades: list[Grade], path: Path, questions: list[str]) -> No
                     f"{g.max_score:g}",
                     *[f"{scores.get(q, 0):g}" for q in questions],
                     g.status,
+                    " ".join(g.to_read),
                     _cell(_notes(g, instructor=True)),
                     f"{g.seconds:.0f}",
                     _cell(f"{g.student}/report.md"),
@@ -301,4 +318,6 @@ def write_moodle(grades: list[Grade], path: Path, assignment: str) -> None:
             if _notes(g):
                 # Moodle shows the feedback as HTML
                 feedback += f": {escape(_notes(g), markdown=False)}"
+            if g.to_read:
+                feedback += f" ({', '.join(g.to_read)}: given for now, your answer is read by hand)"
             writer.writerow([_cell(g.student), f"{g.score:g}", feedback])
