@@ -77,6 +77,7 @@ LIMITS_CODE = (
     "matrix_products",
     "additions",
     "addition_megabytes",
+    "matrix_size",
     "make_model",
     "step_count",
 )
@@ -229,7 +230,8 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     quick = sizes.rounds < FULL.rounds
     rates = limits["rates_in_rounds"]
     gpu = bool(import_tensorflow().config.list_logical_devices("GPU"))
-    work, flops = limits["matrix_products"](4096 if gpu else 1024)  # 3b's sizes
+    side = 4096 if gpu else limits["matrix_size"](timing.usable_cpus())  # 3b's sizes
+    work, flops = limits["matrix_products"](side)
     busy = timing.BUSY  # the load rule 3b and 3c share
 
     def limit_set(run, amount: float, repeats: int) -> tuple[list[float], list[float], float]:
@@ -281,10 +283,13 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     model = limits["make_model"]()
     step_flops, step_bytes, _ = limits["step_count"](model, PER_REPLICA_BATCH)
     no_ridge = ridge_withheld({"peak": peak, "bandwidth": bandwidth})
+    bw = bandwidth["value"]
     return {
         "peak_flops": peak["value"],
         "memory_bandwidth": bandwidth["value"],
         "ridge_flop_per_byte": None if no_ridge else peak["value"] / bandwidth["value"],
+        # as 3b: the ridge at each limit's low end against the other's value
+        "ridge_range": None if no_ridge else [peak["low"] / bw, peak["value"] / bandwidth["low"]],
         "ridge_note": no_ridge,
         "limits": {"peak": peak, "bandwidth": bandwidth},
         "all_reduce": all_reduce,
@@ -487,9 +492,7 @@ def report_text(report: dict) -> str:
             "This machine (notebook 3b's roofline figures):",
             f"- peak {machine['peak_flops'] / 1e9:,.1f} GFLOP/s (matrix product), memory "
             f"bandwidth {machine['memory_bandwidth'] / 1e9:,.1f} GB/s, "
-            + (
-                machine.get("ridge_note") or f"ridge {machine['ridge_flop_per_byte']:.1f} FLOP/byte"
-            ),
+            + (machine.get("ridge_note") or ridge_words(machine)),
             *limit_spreads(machine.get("limits", {})),
             all_reduce_line(reduce),
             f"- model at {model['per_replica_batch']}/replica: intensity "
@@ -497,6 +500,19 @@ def report_text(report: dict) -> str:
             f"{model['gradient_bytes'] / 1e6:.2f} MB",
         ]
     return "\n".join(lines)
+
+
+def ridge_words(machine: dict) -> str:
+    """The ridge in words, at the limits' fastest rounds and across their ranges (as 3b prints).
+
+    >>> ridge_words({"ridge_flop_per_byte": 4.6, "ridge_range": [4.5, 7.6]})
+    "ridge 4.6 FLOP/byte at the limits' fastest rounds, 4.5 to 7.6 across their ranges"
+    """
+    said = f"ridge {machine['ridge_flop_per_byte']:.1f} FLOP/byte at the limits' fastest rounds"
+    if machine.get("ridge_range"):  # a report from before the range was saved has none
+        low, high = machine["ridge_range"]
+        said += f", {low:.1f} to {high:.1f} across their ranges"
+    return said
 
 
 def all_reduce_line(reduce: dict) -> str:

@@ -21,8 +21,7 @@ during each set. One rule, used by the notebook, `course bench` and the artifact
   and so is "no single part dominates" without "below both roofs" (a higher limit can make it);
 - what an undecided run rules out: the outcomes no case produced (`ruled_out`);
 - the step's side of the ridge at every ridge the limits' ranges give, or none from busy or
-  starved sets
-  (`ridge_sides`, `ridge`);
+  starved sets (`ridge_sides`, `ridge`);
 - notebook 3c's call between the all-reduce's alpha and its bytes (`all_reduce_call`),
   whether its share of a step can be given (`step_share_withheld`), and whether a byte's cost
   rises over rounds (`trend`).
@@ -65,9 +64,8 @@ GAP = 1.5
 #: A set whose fastest round got less than this share of the usable CPUs' time (this process's
 #: CPU seconds over the wall's, `timing.Timer.cores`) ran starved: a round's serial moments
 #: (starting a call, waiting for its last result) cost a few percent, one lost core of two half.
-#: Set on 2 cores; on many, 3b's fixed 1024 x 1024 product may not fill them even when quiet, so
-#: every set reads starved and no side of the ridge is given, nor "no single part dominates"
-#: without "below both roofs" (`regime`); "above its roof" can still rest on those low limits.
+#: Set on 2 cores (3b's product grows with the CPUs, `matrix_size`, to fill many); from a limit
+#: whose sets all ran starved no side of the ridge is given (`regime`, `ridge`).
 STARVED = 0.75
 #: Notebook 3c's trend over rounds needs this many rounds whose lines hold, and most rounds.
 TREND_ROUNDS = 3
@@ -198,7 +196,8 @@ def split(  # noqa: PLR0913 - the record, the step, its fixed part, two limits, 
     part and the rest when over the majority, else "no single part dominates"; "above its roof"
     when the step ran faster than the roof allows (`ABOVE_ROOF` says why it can). The roof's
     part is read at the counted intensity x `factor` (the count may be off: `COUNT_MARGIN`);
-    its side, at the counted intensity within the margin."""
+    its side, at the counted intensity within the margin. Notebook 3b shows this code; a test
+    keeps the two equal."""
     intensity = record["intensity"]
     slanted = bandwidth * intensity * factor
     roof = record["flops_per_step"] / (step_ms / 1000) / min(peak, slanted)
@@ -216,16 +215,16 @@ def split(  # noqa: PLR0913 - the record, the step, its fixed part, two limits, 
 
 def limits_of(record: dict) -> dict[str, tuple[float, float]]:
     """The two limits (value, low) for all physical devices, from the sets of rounds recorded
-    (the peak at least the fastest training run); a record without rounds gives them as exact."""
+    (a device's peak at least the sweep's best rate over its devices and the one-device run's,
+    `single_flops`); a record without rounds gives them as exact."""
     if "peak_rounds" not in record:
         return {"peak": (record["peak_flops"],) * 2, "bandwidth": (record["memory_bandwidth"],) * 2}
     physical = record["physical_devices"]
-    floor = record["sweep_best_flops"] / physical
+    floor = max(record["sweep_best_flops"] / physical, record.get("single_flops", 0.0))
     peak = limit_range(record["peak_rounds"], floor)
     bandwidth = limit_range(record["bandwidth_rounds"])
     return {
-        "peak": tuple(physical * v for v in peak),
-        "bandwidth": tuple(physical * v for v in bandwidth),
+        k: tuple(physical * v for v in r) for k, r in (("peak", peak), ("bandwidth", bandwidth))
     }
 
 
@@ -240,17 +239,18 @@ def sweep_ms(record: dict) -> list[float]:
 
 
 def peak_measured_low(record: dict) -> str:
-    """Why the peak was measured low: a training run went faster than every round of the peak
-    (its floor would put that run at 100% of its roof, at both ends); "" when none did."""
+    """Why the peak was measured low ("" if not): a training run beat its every round."""
     if "peak_rounds" not in record:
         return ""
-    physical, best = record["physical_devices"], record["sweep_best_flops"]
-    fastest = physical * max(max(rounds) for rounds in record["peak_rounds"].values())
+    physical = record["physical_devices"]
+    best = limits_of(record)["peak"][0] / physical  # a device's floor, when above every round
+    fastest = max(max(rounds) for rounds in record["peak_rounds"].values())
     if best <= fastest:
         return ""
+    each = " a device" if physical > 1 else ""  # the run without a strategy uses one
     return (
-        f"the peak was measured low: a training run went faster ({best / 1e9:,.1f} GFLOP/s, the "
-        f"peak's sets at most {fastest / 1e9:,.1f})"
+        f"the peak was measured low: a training run went faster ({best / 1e9:,.1f} GFLOP/s{each}, "
+        f"the peak's sets at most {fastest / 1e9:,.1f})"
     )
 
 

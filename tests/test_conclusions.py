@@ -287,6 +287,51 @@ def test_a_point_within_the_count_s_margin_of_the_ridge_is_near_the_ridge():
     assert expected_regime(record | {"count_margin": 1}) == "compute-bound"
 
 
+def test_on_4_gpus_the_run_without_a_strategy_floors_one_device_s_peak(tmp_path):
+    """On 4 physical GPUs the sweep's runs use all 4 and the run without a strategy one: a
+    device's peak is at least the sweep's best over 4 and that run's rate. Every peak round is at
+    most 205 GFLOP/s a device (820 for 4); the sweep's best, 400 on 4 devices, is 100 a device,
+    but the run without a strategy reached 250 on one: the peak was measured low (the sweep's
+    best over 4 alone missed it) and the limit is 4 x 250; the record must say so. At 150 the
+    rounds stand, 150 raising only the low end (4 x 150)."""
+    record = _limits_record(physical_devices=4, sweep_best_flops=400e9, single_flops=250e9)
+    assert verdict.limits_of(record)["peak"] == (1000e9, 1000e9)
+    low = "the peak was measured low: a training run went faster (250.0 GFLOP/s a device, the "
+    assert verdict.peak_measured_low(record) == low + "peak's sets at most 205.0)"
+    assert expected_regime(record) == f"withheld: {low}peak's sets at most 205.0)"
+    record |= {"peak_flops": 1000e9, "limits": {"peak": [1000e9] * 2, "bandwidth": [48e9, 47.6e9]}}
+    record |= {"memory_bandwidth": 48e9, "regime": expected_regime(record)}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record))
+    assert regime_problems(path) == []
+    path.write_text(json.dumps(record | {"peak_flops": 820e9}))  # the rounds alone: fails
+    assert regime_problems(path)[0].startswith("results.json: peak_flops 8.2e+11")
+    slower = record | {"single_flops": 150e9}
+    assert verdict.limits_of(slower)["peak"] == (820e9, 600e9)
+    assert verdict.peak_measured_low(slower) == ""
+
+
+def test_the_split_3b_shows_is_the_verdict_module_s():
+    """3b writes out `split`, the rule at one case, and `verdict.regime` applies the package's
+    copy at every case: on random cases reaching every outcome, the two give the same words."""
+    import random
+
+    shown = bench.notebook_code(bench.LIMITS_NOTEBOOK, names=("split",))["split"]
+    rng = random.Random(5)
+    said = set()
+    for _ in range(3000):
+        record = {
+            "intensity": 10 ** rng.uniform(-0.5, 2),
+            "flops_per_step": 10 ** rng.uniform(8, 10),
+        }
+        record |= {"count_margin": rng.choice([1.0, 2.0]), "majority": 0.5}
+        step, fixed = rng.uniform(1, 50), rng.uniform(-5, 40)
+        limits = (10 ** rng.uniform(10.5, 12), 10 ** rng.uniform(9.5, 11), rng.choice([0.5, 1, 2]))
+        assert shown(record, step, fixed, *limits) == verdict.split(record, step, fixed, *limits)
+        said.add(verdict.split(record, step, fixed, *limits))
+    assert said == {*verdict.OUTCOMES, "above its roof"}
+
+
 def test_a_run_faster_than_the_peak_makes_the_peak_at_least_that_fast(tmp_path):
     """Every set's fastest round is at most 205 GFLOP/s, but a training run reached 260: the peak
     is at least 260 at both ends of its range."""
@@ -1097,10 +1142,39 @@ def test_a_trend_needs_the_rounds_slopes_apart_not_every_ratio_above_one():
     )
 
 
+def test_the_product_grows_with_the_cpus_so_that_a_quiet_16_cpu_machine_that_fills_them_decides():
+    """The starved threshold is set on 2 cores, where 3b's product is 1024 x 1024 (this
+    machine's size and timing budget, kept). A fixed size gave a quiet 16-CPU machine about 9
+    cores' worth (a fork-join with too little work per core): every set starved, and any verdict
+    naming a side withheld. 3b's `matrix_size` (section 1, which `course bench` calls too) keeps
+    each CPU's multiply-adds those of 2 CPUs at 1024, within the rounding to 256, so a round's
+    seconds stay about the same; the record of a quiet 16-CPU machine whose sets fill 15 of its
+    16 cores' worth then decides (compute-bound, its side given), where 9 withholds."""
+    size = bench.notebook_code(bench.LIMITS_NOTEBOOK, names=("matrix_size",))["matrix_size"]
+    assert size(1) == size(2) == 1024 and size(16) == 2048
+    for cpus in (3, 4, 8, 12, 16, 32, 64, 128):
+        assert 0.7 < size(cpus) ** 3 / cpus / (1024**3 / 2) < 1.4, (cpus, size(cpus))
+    record = _limits_record(usable_cpus=16.0)
+    sets = {name: record[f"{name}_rounds"] for name in ("peak", "bandwidth")}
+    record["loads"] = {name: dict.fromkeys(rounds, 0.02) for name, rounds in sets.items()}
+
+    def worth(cores: float) -> dict:  # every round of every set got `cores` cores' worth
+        return {
+            name: {k: [cores] * len(r) for k, r in rounds.items()} for name, rounds in sets.items()
+        }
+
+    assert verdict.regime(record | {"cores": worth(15.0)}) == "compute-bound"
+    assert verdict.ridge(record | {"cores": worth(15.0)}).endswith("compute side.")
+    assert verdict.regime(record | {"cores": worth(9.0)}).startswith(
+        "withheld: an outcome names a side of the ridge, and every peak set ran starved (9.0 of 16"
+    )
+    assert verdict.ridge(record | {"cores": worth(9.0)}).startswith("No side of the ridge")
+
+
 def test_a_many_core_machine_whose_peak_sets_all_read_starved_gets_no_side_of_the_ridge():
-    """The starved threshold is set on 2 cores. On a quiet 16-CPU machine whose fixed 1024 x
-    1024 product fills only 9 cores' worth (a fork-join that cannot keep them all busy), every
-    peak set reads starved: the note says others were under the busy threshold and does not
+    """The starved threshold is set on 2 cores. On a quiet 16-CPU machine whose product fills
+    only 9 cores' worth (a fork-join that cannot keep them all busy), every peak set reads
+    starved: the note says others were under the busy threshold and does not
     blame anyone, and no side of the ridge is given (a verdict naming one would be withheld, as
     tested above; this one names none and stands, though "no single part dominates" in it can
     still rest on the low limits: a starved limit raises the roof's part)."""
