@@ -797,7 +797,7 @@ def test_a_method_name_that_is_not_written_out_fails_question_1_as_unreadable():
         ({FIT: f'{decoy}k = "fit"\n    getattr(fit_model, k)({bad}, epochs'}, "not written out"),
         (
             {FIT: f'{decoy}getattr(globals()["fit_model"], "f" + "it")({bad}, epochs'},
-            "not written out",
+            r"through exec/eval/globals\(\)",
         ),
         (
             {
@@ -811,11 +811,11 @@ def test_a_method_name_that_is_not_written_out_fails_question_1_as_unreadable():
                 FIT: f'{decoy}go = vars(type(fit_model))["fi" + "t"]\n    '
                 f"go(fit_model, {bad}, epochs"
             },
-            "a call the grader cannot follow",
+            r"through exec/eval/globals\(\)",
         ),
     ]:
         code = _solution(change)
-        with pytest.raises(checks.CheckError, match=rf"{words} \(cell \[\d+\]: `.*write `"):
+        with pytest.raises(checks.CheckError, match=rf"{words} \(cell \[\d+\]: `.*write "):
             checks.assert_pipeline_code(code, "train_ds", "train")
     anchor = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
     for line in (
@@ -952,8 +952,9 @@ def test_a_distributed_dataset_not_tied_to_the_test_examples_is_training_on_it()
     dummy `experimental_distribute_dataset(train_ds)`: the reading skipped any distributed
     dataset it could not tie to the training examples. Now one must be tied to the test split's
     loading, or be a batch of the notebook's own tensors (the loss check's labels), else it
-    fails question 1 as a dataset other than `train_ds`: so do `globals()[...]`, `vars()`,
-    `__import__`, `sys.modules` and a TFRecord file. The solution, a second load of the test
+    fails question 1 as a dataset other than `train_ds`: so do `__import__` and a TFRecord
+    file (`globals()[...]`, `vars()` and `sys.modules` fail before, as code the grader cannot
+    read). The solution, a second load of the test
     split and a batch of zeros pass."""
     distributed = "strategy.experimental_distribute_dataset(side_ds)"
     for side in [
@@ -969,10 +970,10 @@ def test_a_distributed_dataset_not_tied_to_the_test_examples_is_training_on_it()
         line = f"side_ds = {side}"
         code = _solution({LOOP: f"{LOOP}\nimport sys\n{line}\ntrain_dist = {distributed}"})
         cell = _cell_of(code, line)
-        with pytest.raises(
-            checks.CheckError,
-            match=rf"other than `train_ds` \(cell \[{cell}\]: `{re.escape(distributed)}",
-        ):
+        found = rf"other than `train_ds` \(cell \[{cell}\]: `{re.escape(distributed)}"
+        if re.search(r"globals|vars|sys\.modules", side):  # unreadable before all else
+            found = rf"through exec/eval/globals\(\) \(cell \[{cell}\]: `side_ds = "
+        with pytest.raises(checks.CheckError, match=found):
             checks.assert_pipeline_code(code, "train_ds", "train")
     for side in [
         "data.load('svhn_cropped', split='test').batch(GLOBAL_BATCH)",
@@ -1086,3 +1087,283 @@ def test_a_helper_given_the_baseline_and_train_ds_trains_the_baseline_on_train_d
                 checks.CheckError, match=r"trains `single_model` on something else \(cell \[\d+\]"
             ):
                 checks.assert_baseline_code(code, "single_model", "train_ds")
+
+
+#: Red team 19a's zero-steps: fit_model's own (mirrored) optimizer stepped with zero gradients
+#: until its count is the file's, its weights another model's.
+IDLE = (
+    "with strategy.scope():\n"
+    "    fit_model.optimizer.build(fit_model.trainable_variables)\n\n\n"
+    "@tf.function\ndef idle_step():\n    strategy.run(\n"
+    "        lambda: fit_model.optimizer.apply_gradients(\n"
+    "            zip([tf.zeros_like(v) for v in fit_model.trainable_variables], "
+    "fit_model.trainable_variables)\n        )\n    )\n\n\n"
+    "for _ in range(48):\n    idle_step()\n"
+)
+#: The solution's compile of fit_model, with its optimizer made in the call.
+ADAM = "optimizer=keras.optimizers.Adam(),"
+
+
+def test_steps_of_a_fit_models_optimizer_outside_fit_cost_what_a_copy_costs(tmp_path):
+    """Red team 19a's zero-steps (12/12): the reading saw no write to the step count, yet
+    `apply_gradients` of zeros made it. Reaching a stepping method of the optimizer of a model
+    graded as trained by `fit` (on `fit_model.optimizer`, an alias, the object given to
+    `compile`, inside Keras's LossScaleOptimizer, a helper's parameter, `getattr`, under
+    `strategy.run` in a tf.function) costs what a written count costs: `own_model` and the
+    scope point fail naming the cell. The custom loop's `optimizer.apply_gradients` on its own
+    optimizer, and another model's, do not count."""
+    anchor = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
+    found = _trained_fit_model(tmp_path)
+    zeros = "zip([tf.zeros_like(v) for v in fit_model.trainable_variables], weights)"
+    for changes in [
+        {anchor: f"{IDLE}{anchor}"},
+        {anchor: f"fit_model.optimizer.apply({zeros})\n{anchor}"},
+        {anchor: f"fit_model.optimizer.update_step(g, v, 0.1)\n{anchor}"},
+        {anchor: f"fit_model.optimizer.stateless_apply(state, g, v)\n{anchor}"},
+        {anchor: f"opt = fit_model.optimizer\nopt.apply_gradients({zeros})\n{anchor}"},
+        {anchor: f"step = fit_model.optimizer.apply_gradients\nstep({zeros})\n{anchor}"},
+        {anchor: f'getattr(fit_model.optimizer, "apply_gradients")({zeros})\n{anchor}'},
+        {anchor: f"fit_model.optimizer.inner_optimizer.apply({zeros})\n{anchor}"},
+        {
+            ADAM: "optimizer=fit_adam,",
+            "with strategy.scope():\n    fit_model": "with strategy.scope():\n"
+            "    fit_adam = keras.optimizers.Adam()\n    fit_model",
+            anchor: f"fit_adam.apply_gradients({zeros})\n{anchor}",
+        },
+        {
+            ADAM: "optimizer=keras.optimizers.LossScaleOptimizer(inner),",
+            "with strategy.scope():\n    fit_model": "with strategy.scope():\n"
+            "    inner = keras.optimizers.Adam()\n    fit_model",
+            anchor: f"strategy.run(lambda: inner.apply_gradients({zeros}))\n{anchor}",
+        },
+        {
+            anchor: f"def idle(opt):\n    opt.apply_gradients({zeros})\n\n\n"
+            f"idle(fit_model.optimizer)\n{anchor}"
+        },
+    ]:
+        code = _solution(changes)
+        cell = _cell_of(code, anchor)
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"steps the optimizer of `fit_model` outside fit \(cell \[{cell}\]: `.*"
+            r"train fit_model with fit only",
+        ):
+            checks.own_model(tmp_path, "fit_model", found, code)
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"with steps of its optimizer outside fit \(cell \[{cell}\]: ",
+        ):
+            checks.assert_created_in_scope(code, "fit_model")
+        checks.clear_cache()
+    for line in (
+        "single_model.optimizer.apply_gradients(pairs)",
+        "print(fit_model.optimizer.iterations.numpy(), fit_model.optimizer.learning_rate)",
+        "train_ds.apply(tf.data.experimental.assert_cardinality(NUM_TRAIN))",
+    ):
+        code = _solution({anchor: f"{line}\n{anchor}"})
+        checks.own_model(tmp_path, "fit_model", found, code)
+        checks.assert_created_in_scope(code, "fit_model")
+        checks.clear_cache()
+    solution = _solution()
+    assert reading.Code.of(solution).hand_steps("custom_model") == []
+    checks.assert_created_in_scope(solution, "custom_model")
+    assert reading.Code.of(solution).hand_steps("fit_model") == []
+
+
+def test_a_dynamic_binding_makes_every_point_the_reading_decides_unreadable():
+    """Red team 19a's glob-item, glob-update and exec-str (12/12) bound `train_ds` to an
+    unshuffled pipeline through `globals()` or `exec` for training, then back: the reading
+    never saw the binding. exec, eval, the builtin compile, `globals()`, `vars()`, `locals()`,
+    `__builtins__` and `sys.modules[...]` anywhere now fail every point the reading decides,
+    naming the cell and saying what to write. The solution and the exercise use none but a
+    membership test (`name not in globals()`, `"google.colab" in sys.modules`): they pass."""
+    fit = "with timing.Timer() as fit_timer:"
+    unshuffled = "train_cached.batch(GLOBAL_BATCH)"
+    for line in (
+        f'globals()["train_ds"] = {unshuffled}',
+        f"globals().update(train_ds={unshuffled})",
+        f'exec("train_ds = {unshuffled}")',
+        f'vars()["train_ds"] = {unshuffled}',
+        f'locals()["train_ds"] = {unshuffled}',
+        'eval(compile("train_ds", "<x>", "eval"))',
+        f'__builtins__.exec("train_ds = {unshuffled}")',
+        f'import builtins\nbuiltins.exec("train_ds = {unshuffled}")',
+        f'import sys\nsys.modules["__main__"].train_ds = {unshuffled}',
+        "from builtins import exec as run_code\nrun_code('x = 1')",
+        "namespace = globals()",
+    ):
+        code = _solution({fit: f"{line}\n{fit}"})
+        cell = _cell_of(code, fit)
+        said = rf"cannot read code run through exec/eval/globals\(\) \(cell \[{cell}\]: `"
+        for check in (
+            lambda code=code: checks.assert_pipeline_code(code, "train_ds", "train"),
+            lambda code=code: checks.assert_pipeline_code(code, "test_ds", "test"),
+            lambda code=code: checks.assert_baseline_code(code, "single_model", "train_ds"),
+            lambda code=code: checks.assert_created_in_scope(code, "fit_model"),
+            lambda code=code: checks.assert_loss_code(code),
+        ):
+            with pytest.raises(checks.CheckError, match=rf"{said}.*write the assignment out"):
+                check()
+        checks.clear_cache()
+    exercise = SOLUTION.parent.parent / "exercises" / "05_svhn_exercise.ipynb"
+    for notebook in (SOLUTION, exercise):
+        cells = [
+            {"source": cell.source}
+            for cell in nbformat.read(notebook, as_version=4).cells
+            if cell.cell_type == "code" and "HIDDEN" not in cell.source
+        ]
+        assert "not in globals()" in "".join(c["source"] for c in cells)
+        checks.assert_readable({"cells": cells, "files": {}})
+    checks.assert_pipeline_code(_solution(), "train_ds", "train")
+
+
+#: Red team 19a's decorator, which swaps the dataset a helper is given for an unshuffled one.
+PLAIN = (
+    "def plain(f):\n    return lambda model, ds, callbacks: f(model, "
+    "train_cached.batch(GLOBAL_BATCH), callbacks)\n\n\n"
+)
+TRAIN = (
+    "def train(model, ds, callbacks):\n"
+    "    return model.fit(ds, epochs=EPOCHS, callbacks=callbacks, verbose=2)\n\n\n"
+)
+BASELINE = "single_model.fit(train_ds, epochs=EPOCHS, callbacks=[single_clock], verbose=2)"
+
+
+def test_a_helper_with_a_decorator_or_bound_again_is_not_followed():
+    """Red team 19a's decor-all and decor-base (12/12): `@plain` replaced the followed helper
+    with one that trains on an unshuffled pipeline. A helper with a decorator other than
+    tf.function, or whose name is bound again after its def, is not followed: given the
+    training examples it fails question 1, given the baseline question 4, naming the cell.
+    Undecorated (or `@tf.function`), or the same def written twice, it is followed."""
+    fit = FIT + "=EPOCHS, callbacks=[fit_clock, fit_checkpoints], verbose=2)"
+    call = "train(fit_model, train_ds, [fit_clock, fit_checkpoints])"
+    for helper in (f"{PLAIN}@plain\n{TRAIN}", f"{TRAIN}train = train\n"):
+        code = _solution({fit: call, BASELINE: "train(single_model, train_ds, [single_clock])"})
+        code["cells"].insert(1, {"source": helper})
+        with pytest.raises(
+            checks.CheckError,
+            match=r"gives the training examples to a function the grader does not follow "
+            r"\(cell \[\d+\]: `def train\(...\)`",
+        ):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        with pytest.raises(
+            checks.CheckError,
+            match=r"trains `single_model` through a function the grader does not follow "
+            r"\(cell \[\d+\]: `train\(single_model, train_ds",
+        ):
+            checks.assert_baseline_code(code, "single_model", "train_ds")
+    base = _solution(
+        {BASELINE: "train(single_model, train_ds, [single_clock])"}, (f"{PLAIN}@plain\n{TRAIN}",)
+    )
+    checks.assert_pipeline_code(base, "train_ds", "train")  # the baseline's: question 4's
+    with pytest.raises(checks.CheckError, match="does not follow"):
+        checks.assert_baseline_code(base, "single_model", "train_ds")
+    for helper in (TRAIN, f"@tf.function\n{TRAIN}", f"{TRAIN}{TRAIN}"):
+        code = _solution(
+            {fit: call, BASELINE: "train(single_model, train_ds, [single_clock])"}, (helper,)
+        )
+        checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.assert_baseline_code(code, "single_model", "train_ds")
+
+
+def test_the_custom_loop_must_iterate_the_distributed_train_ds():
+    """Red team 19a's loop-undist (12/12) fed `distributed_train_step` from
+    `train_cached.batch(GLOBAL_BATCH)`, not distributed and not shuffled, and extended-priv
+    from `strategy.extended._experimental_distribute_dataset(...)`: the loop that feeds
+    `strategy.run` (directly, or through the step function) must iterate a distributed
+    dataset, and a private API, or `strategy.extended`, is unreadable. Each fails question 1
+    naming the cell. Iterating `train_dist` by `iter`/`next`, a helper that distributes, and
+    notebook 1's `strategy.extended.worker_devices` pass."""
+    loop = "for batch in train_dist:"
+    for changes, words in [
+        ({loop: "for batch in train_cached.batch(GLOBAL_BATCH):"}, "not distributed"),
+        ({loop: "for batch in train_ds:"}, "not distributed"),
+        (
+            {
+                loop: "it = iter(train_cached.batch(GLOBAL_BATCH))\n        "
+                "for _ in range(len(train_dist)):\n            batch = next(it)"
+            },
+            "not distributed",
+        ),
+        (
+            {
+                "distributed_train_step(batch)": "strategy.reduce('SUM', strategy.run(train_step, "
+                "args=(next(iter(train_ds)),)), axis=None)"
+            },
+            "not distributed",
+        ),
+        (
+            {
+                LOOP: f"{LOOP}\ntrain_dist = strategy.extended._experimental_distribute_dataset("
+                "train_cached.batch(GLOBAL_BATCH), None)"
+            },
+            r"private API \(cell \[\d+\]: `train_dist = strategy.extended._experimental",
+        ),
+        ({LOOP: f"{LOOP}\nprint(train_ds._variant_tensor)"}, "private API"),
+        ({LOOP: f"{LOOP}\nextended = strategy.extended"}, "use the public tf.distribute API"),
+    ]:
+        code = _solution(changes)
+        cell = _cell_of(code, next(iter(changes.values())).split("\n")[-1])
+        with pytest.raises(checks.CheckError, match=words) as raised:
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        assert f"cell [{cell}]" in str(raised.value), (changes, raised.value)
+    for changes in [
+        {loop: "it = iter(train_dist)\n        for _ in range(3):\n            batch = next(it)"},
+        {loop: "for step, batch in enumerate(train_dist):"},
+        {
+            f"train_dist = {LOOP}": "def distribute(ds):\n    return strategy."
+            "experimental_distribute_dataset(ds)\n\n\ntrain_dist = distribute(train_ds)\n"
+            "test_dist = distribute(test_ds)"
+        },
+        {LOOP: f"{LOOP}\nprint(list(strategy.extended.worker_devices))"},
+    ]:
+        checks.assert_pipeline_code(_solution(changes), "train_ds", "train")
+    own = "class Clock:\n    def __init__(self):\n        self._start = 0\n\n    def tick(self):\n"
+    own += "        return self._start\n\n\nmine = Clock()\nprint(mine._start)\n"
+    checks.assert_pipeline_code(_solution({}, (own,)), "train_ds", "train")
+
+
+def test_honest_helpers_named_after_train_ds_or_given_both_splits_pass():
+    """Red team 19a's honest refactors lost question 1: `def distribute(ds)` called with
+    `train_ds` and with `test_ds` (each call is read: one gives the training examples by name,
+    the other the test set), and `def train_with_fit(model, train_ds, callbacks)` always called
+    with the global `train_ds` (a parameter that is the global at every call). Called once with
+    something else, each still fails. A loop over the models for the baseline fails question 4
+    saying what to write."""
+    fit = FIT + "=EPOCHS, callbacks=[fit_clock, fit_checkpoints], verbose=2)"
+    helper = (
+        "def train_with_fit(model, train_ds, callbacks):\n"
+        "    return model.fit(train_ds, epochs=EPOCHS, callbacks=callbacks, verbose=2)\n"
+    )
+    code = _solution({fit: "train_with_fit(fit_model, train_ds, [fit_clock, fit_checkpoints])"})
+    code["cells"].insert(1, {"source": helper})
+    checks.assert_pipeline_code(code, "train_ds", "train")
+    code = _solution(
+        {
+            fit: "train_with_fit(fit_model, train_ds, [fit_clock, fit_checkpoints])",
+            BASELINE: "train_with_fit(single_model, train_cached.batch(64), [single_clock])",
+        },
+        (helper,),
+    )
+    with pytest.raises(checks.CheckError, match="binds `train_ds` otherwise"):
+        checks.assert_pipeline_code(code, "train_ds", "train")
+    distribute = "def distribute(ds):\n    return strategy.experimental_distribute_dataset(ds)\n"
+    for other, passes in [("test_ds", True), ("train_cached.batch(GLOBAL_BATCH)", False)]:
+        code = _solution(
+            {
+                f"train_dist = {LOOP}": f"{distribute}\n\ntrain_dist = distribute(train_ds)\n"
+                f"side = distribute({other})"
+            }
+        )
+        if passes:
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        else:
+            with pytest.raises(checks.CheckError, match="other than `train_ds`"):
+                checks.assert_pipeline_code(code, "train_ds", "train")
+    code = _solution(
+        {BASELINE: "for model in [single_model]:\n    model.fit(train_ds, epochs=EPOCHS)"}
+    )
+    with pytest.raises(
+        checks.CheckError, match=r"finds no `single_model.fit\(train_ds, ...\)`.*write that call"
+    ):
+        checks.assert_baseline_code(code, "single_model", "train_ds")

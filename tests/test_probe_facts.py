@@ -150,3 +150,57 @@ def test_a_model_given_another_models_optimizer_is_not_the_model_trained(strateg
     with pytest.raises(checks.CheckError, match=made):
         checks.assert_mirrored(found, "fit_model", replicas)
     checks.clear_cache()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        keras.optimizers.Adam,
+        keras.optimizers.AdamW,
+        lambda: keras.optimizers.SGD(momentum=0.9),
+        lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam()),
+    ],
+    ids=["adam", "adamw", "sgd-momentum", "loss-scale"],
+)
+def test_steps_of_zero_gradients_leave_every_moment_zero_and_cost_the_model(
+    strategy, make, tmp_path
+):
+    """Red team 19a's zero-steps: a scoped model given another model's weights, its own
+    optimizer stepped with zero gradients until its count is the file's, passed the step-count
+    tie. Such steps leave every moment of Adam (and of its kin) exactly 0, where real steps do
+    not: the probe reads it from the optimizer's public `variables`, and `own_model` fails
+    saying so. A model trained by `fit` passes; SGD without momentum keeps no moment, so
+    nothing is read."""
+    from course_tools.grade.core import checks
+
+    with strategy.scope():
+        trained = _model(make())
+    _fit(trained)
+    assert _fact(trained)["moments_zero"] is False
+    one_device = _fit(_model())
+    with strategy.scope():
+        idle = _model(make())
+        idle.optimizer.build(idle.trainable_variables)
+    idle.set_weights(one_device.get_weights())
+
+    @tf.function
+    def step():
+        strategy.run(
+            lambda: idle.optimizer.apply_gradients(
+                [(tf.zeros_like(v), v) for v in idle.trainable_variables]
+            )
+        )
+
+    for _ in range(4):
+        step()
+    idle.save(tmp_path / "fit_model.keras")
+    fact = _fact(idle)
+    assert fact["optimizer_steps"] == 4 and fact["moments_zero"] is True
+    checks.clear_cache()
+    with pytest.raises(checks.CheckError, match=r"made 4 optimizer steps, but every moment"):
+        checks.own_model(tmp_path, "fit_model", {"models": {"fit_model": fact}})
+    trained.save(tmp_path / "fit_model.keras")
+    checks.clear_cache()
+    checks.own_model(tmp_path, "fit_model", {"models": {"fit_model": _fact(trained)}})
+    checks.clear_cache()
+    assert "moments_zero" not in _fact(_fit(_model(keras.optimizers.SGD())))

@@ -115,6 +115,54 @@ def _cell(number: int) -> str:
     return f"cell [{number}]"
 
 
+#: What the student reads when the code reaches what the reading cannot read
+#: (`reading.Code.unreadable`), by why.
+UNREADABLE = {
+    "dynamic": "it cannot read code run through exec/eval/globals() ({where}): write the "
+    "assignment out",
+    "private": "it cannot read a private API ({where}: a name that starts with `_`, or "
+    "`strategy.extended`): use the public tf.distribute API",
+}
+
+
+def assert_readable(observed: dict | None) -> None:
+    """The notebook's code is code the grader can read (`reading.Code.unreadable`: no exec,
+    eval, `globals()`, `vars()`, `locals()`, `__builtins__`, `sys.modules[...]`, no private
+    API): every point the reading decides rests on it. Skipped without observations."""
+    if observed is None:
+        return
+    found = _code(observed).unreadable()
+    if found:
+        cell, code, why = found[0]
+        where = f"{_cell(cell)}: `{code}`"
+        raise CheckError(
+            "the grader reads your code to check this point; " + UNREADABLE[why].format(where=where)
+        )
+
+
+#: The exercise's model trained by its custom loop, whose optimizer's steps are the loop's
+#: `apply_gradients`: every other model (`fit_model`, `single_model`) is graded as trained by
+#: its `fit`, where its optimizer makes its steps.
+CUSTOM_LOOP_MODEL = "custom_model"
+
+
+def _hand_steps(code: reading.Code, name: str) -> list[str]:
+    """The ways the code changes model `name`'s optimizer state without training it: its step
+    count written (`reading.Code.step_assignments`) and, for a model graded as trained by its
+    `fit` (not `CUSTOM_LOOP_MODEL`), steps of its optimizer outside `fit`
+    (`reading.Code.hand_steps`), each with its cell."""
+    found = [
+        f"an assignment to its optimizer's step count ({_cell(cell)}: `{text}`)"
+        for cell, text in code.step_assignments(name)
+    ]
+    if name != CUSTOM_LOOP_MODEL:
+        found += [
+            f"steps of its optimizer outside fit ({_cell(cell)}: `{text}`)"
+            for cell, text in code.hand_steps(name)
+        ]
+    return found
+
+
 def _tf():
     from course_utils.quiet import import_tensorflow
 
@@ -361,13 +409,30 @@ def own_model(artifacts: Path, name: str, facts: dict, observed: dict | None = N
             "itself and save it"
         )
     _assert_optimizer_made_with(fact, name)
-    written = _code(observed).step_assignments(name) if observed is not None else []
+    if fact.get("moments_zero") is True and kernel_steps:
+        raise CheckError(
+            f"`{name}` in the notebook's memory made {kernel_steps} optimizer steps, but every "
+            "moment its optimizer keeps (Adam's running averages of the gradients) is exactly "
+            "0: steps of zero gradients, which count without training, so its weights came "
+            f"from elsewhere; train {name} itself and save it"
+        )
+    assert_readable(observed)
+    code = _code(observed) if observed is not None else None
+    written = code.step_assignments(name) if code is not None else []
     if written:
         raise CheckError(
             f"the notebook's code writes the optimizer step count of `{name}` "
             f"({_cell(written[0][0])}: `{written[0][1]}`): a count written, like weights "
             f"copied in (set_weights, load_weights), is not the model trained; train {name} "
             "itself, leave its optimizer alone, and save it"
+        )
+    stepped = code.hand_steps(name) if code is not None and name != CUSTOM_LOOP_MODEL else []
+    if stepped:
+        raise CheckError(
+            f"the notebook's code steps the optimizer of `{name}` outside fit "
+            f"({_cell(stepped[0][0])}: `{stepped[0][1]}`): steps made by hand, like weights "
+            f"copied in (set_weights, load_weights) or a step count written, are not the model "
+            f"trained; train {name} with fit only, leave its optimizer alone, and save it"
         )
     return model
 
@@ -878,6 +943,7 @@ def assert_created_in_scope(observed: dict | None, name: str, *, scoped: bool = 
     the solution's own kernel)."""
     if observed is None:
         return
+    assert_readable(observed)
     code = _code(observed)
     inside = code.assigned_in_scope(name)
     if inside is None:
@@ -885,10 +951,7 @@ def assert_created_in_scope(observed: dict | None, name: str, *, scoped: bool = 
     copied = code.copied(name)
     if code.fitted(name) and name in code.savers(f"{name}.keras"):
         copied = [c for c in copied if c not in reading.UNTRAINED_COPIERS]  # trained here
-    copied += [
-        f"an assignment to its optimizer's step count ({_cell(cell)}: `{text}`)"
-        for cell, text in code.step_assignments(name)
-    ]
+    copied += _hand_steps(code, name)
     if scoped and copied:
         raise CheckError(
             f"the notebook's code makes `{name}` with {copied[0]}: a copy of a model is not the "
@@ -946,6 +1009,7 @@ def assert_pipeline_code(observed: dict | None, name: str, split: str) -> None:
     observations."""
     if observed is None:
         return
+    assert_readable(observed)
     code = _code(observed)
     places, problems = (
         code.training_places(name, baseline=BASELINE) if split == "train" else ([], [])
@@ -1012,6 +1076,15 @@ def _training_message(problem: reading.TrainingProblem, name: str) -> str:
         f"grader cannot read what it trains on: write {write} with the name `{name}` itself",
         "no_dataset": f"gives a training call no dataset the grader can find ({where}), so the "
         f"grader cannot read what it trains on: write {write} with the name `{name}` itself",
+        "unfollowed": f"gives the training examples to a function the grader does not "
+        f"follow ({where}: a function with a decorator other than tf.function, or whose name "
+        "is bound again after its def), so it cannot read what that call trains on: write the "
+        f"training call itself, or call a plain def; {plain}",
+        "undistributed": f"feeds `strategy.run` from a dataset that is not distributed, made "
+        f"from the training examples ({where}), so each replica is given whole batches of a "
+        f"pipeline the grader does not read: iterate `train_dist = "
+        f"strategy.experimental_distribute_dataset({name})` in the custom loop (for "
+        "evaluation, a distributed test set)",
         "from_function": f"distributes the training examples through a function ({where}), "
         f"whose pipeline the grader does not read: write {write} instead",
         "other_dataset": f"trains on a dataset other than `{name}` ({where}): the grader reads "
@@ -1041,11 +1114,22 @@ def assert_baseline_code(observed: dict | None, baseline: str, name: str) -> Non
     the distributed runs' calls). Skipped without observations."""
     if observed is None:
         return
+    assert_readable(observed)
     others, bare = _code(observed).baseline_fits(baseline, name)
     asked = (
         f"question 4 asks for the one-device baseline trained on the same `{name}` as the "
         "distributed runs"
     )
+    hidden = _code(observed).unfollowed_calls(baseline)
+    if hidden:
+        cell, call = hidden[0]
+        raise CheckError(
+            f"{asked}, but the notebook's code trains `{baseline}` through a function the "
+            f"grader does not follow ({_cell(cell)}: `{cap_message(call, 120)}`: a function "
+            "with a decorator other than tf.function, or whose name is bound again after its "
+            f"def), so it cannot read what `{baseline}` trains on: write "
+            f"`{baseline}.fit({name}, ...)`, or call a plain def"
+        )
     if others:
         cell, call = others[0]
         raise CheckError(
@@ -1121,6 +1205,7 @@ def assert_loss_code(observed: dict | None, function: str = "compute_loss") -> N
     Skipped without observations."""
     if observed is None:
         return
+    assert_readable(observed)
     calls = _code(observed).function_calls(function, follow=True)
     if calls is None:
         raise CheckError(f"the notebook's code does not define `{function}`")

@@ -159,6 +159,32 @@ def optimizer_replicas(model: Any) -> int | None:
     return len(value.values)
 
 
+#: The endings of the names Keras gives an optimizer's moments, one of each per trained
+#: variable (`adam/dense_kernel_momentum`, `..._velocity`, AMSGrad's `..._velocity_hat`; SGD
+#: with momentum, RMSprop, Nadam, AdamW keep the same): running averages of the gradients.
+MOMENTS = ("_momentum", "_velocity", "_velocity_hat")
+
+
+def moments_zero(model: Any) -> bool | None:
+    """Whether every moment the model's own optimizer (`counted_optimizer`) keeps is exactly
+    0 (`MOMENTS`, read from its public `variables`): a step of real gradients makes them
+    non-zero, while steps of zero gradients leave them 0 (and the weights unchanged) as the
+    count grows; None for an optimizer that keeps none (SGD without momentum) or a model
+    never compiled. ValueError as `counted_optimizer`.
+
+        moments_zero(model)   # False after fit; True after apply_gradients of zeros only
+    """
+    import numpy as np
+
+    optimizer = counted_optimizer(model)
+    if optimizer is None:
+        return None
+    moments = [v for v in optimizer.variables if str(getattr(v, "name", "")).endswith(MOMENTS)]
+    if not moments:
+        return None
+    return all(not np.any(np.asarray(v.numpy())) for v in moments)
+
+
 def checksum(labels: list, *, in_order: bool = True) -> str:
     values = labels if in_order else sorted(labels)
     return hashlib.sha256(",".join(map(str, values)).encode()).hexdigest()[:16]
@@ -371,6 +397,12 @@ def collect(
             if steps is not None:
                 facts["models"][name]["optimizer_steps"] = steps
                 facts["models"][name]["optimizer_replicas"] = optimizer_replicas(model)
+                try:
+                    zero = moments_zero(model)
+                except Exception:  # noqa: BLE001 - the fact only takes a point away
+                    zero = None
+                if zero is not None:
+                    facts["models"][name]["moments_zero"] = zero
     if loss is not None:
         try:
             facts["loss"] = {"ratios": loss_ratios(namespace, *loss)}

@@ -731,6 +731,21 @@ def _path_text(node: ast.AST | None, literals: dict[str, str]) -> str | None:
     return _literal_code(node)
 
 
+def _iterated(node: ast.AST) -> list[ast.AST]:
+    """What a loop over `node` iterates as data: `node`, or the parts of `zip(a, b)` and
+    `enumerate(a)`; nothing for `range(...)` (numbers, whatever they are computed from)."""
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "range":
+        return []
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("zip", "enumerate"):
+        parts = node.args if node.func.id == "zip" else node.args[:1]
+        return [p for part in parts for p in _iterated(part)]
+    return [node]
+
+
+#: The calls that make a distributed dataset (`Code._distributed`).
+DISTRIBUTERS = frozenset({"experimental_distribute_dataset", "distribute_datasets_from_function"})
+
+
 #: The calls that load a module from a file the grader never read as code.
 FILE_LOADERS = frozenset(
     {"SourceFileLoader", "SourcelessFileLoader", "spec_from_file_location", "exec_module",
@@ -1859,11 +1874,64 @@ class Code:
         return sorted(placed, key=lambda item: item[0])
 
     def _functions(self) -> dict[str, ast.FunctionDef]:
+        """{name: def} of the notebook's own functions the reading follows: those not in
+        `unfollowed` (a decorator that can swap what a call is given, or a name bound again)."""
+        unfollowed = self.unfollowed
         return {
             node.name: node
             for node in self._walk()
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name not in unfollowed
         }
+
+    @cached_property
+    def unfollowed(self) -> frozenset[str]:
+        """The names of the notebook's own functions the reading does not follow: a `def` with a
+        decorator other than `tf.function` (which can replace the function, and what its calls
+        are given: `@plain def train(model, ds)` trains on a dataset of the decorator's), or
+        whose name is bound in any other way too (assigned, another `def` or class, imported,
+        a loop's target, declared `global`): which function a call reaches is not read. The
+        same `def` written twice (a cell copied) is one function.
+
+            @tf.function
+            def distributed_train_step(inputs): ...   # followed
+            @plain
+            def train(model, ds): ...                  # 'train' is unfollowed
+        """
+        defs: dict[str, set[str]] = {}
+        others: set[str] = set()
+        decorated: set[str] = set()
+        methods = {  # a class's methods are its attributes, never called by a bare name
+            id(sub) for node in self._walk() if isinstance(node, ast.ClassDef) for sub in node.body
+        }
+        for node in self._walk():
+            if id(node) in methods:
+                continue
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defs.setdefault(node.name, set()).add(ast.dump(node))  # the same def twice: one
+                if any(not self._tf_function(d) for d in node.decorator_list):
+                    decorated.add(node.name)
+            elif isinstance(node, ast.ClassDef):
+                others.add(node.name)
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                others.update(node.names)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                others.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                others.add(node.id)
+            elif _bound_name(node):  # a capture pattern
+                others.add(_bound_name(node))
+        return frozenset(
+            name for name, made in defs.items() if len(made) > 1 or name in others | decorated
+        )
+
+    def _tf_function(self, decorator: ast.AST) -> bool:
+        """`decorator` is `tf.function` or `tf.function(...)` (tf imported as TensorFlow), which
+        compiles the function it is given and calls it with the same arguments."""
+        function = decorator.func if isinstance(decorator, ast.Call) else decorator
+        root, _, rest = _dotted(function).partition(".")
+        path = self._imported().get(root, "")
+        return bool(path) and ".".join(filter(None, [path, rest])) == "tensorflow.function"
 
     def pipeline(self, name: str, depth: int = 20, at: tuple | None = None) -> list[str]:
         """The tf.data methods called to make `name`, first to last, following the names it is
@@ -1956,6 +2024,8 @@ class Code:
         ):
             if kind not in found:
                 problems.append(TrainingProblem(missing))
+        # a loop fed undistributed batches is named after a training call missing or not read
+        problems.sort(key=lambda problem: problem.kind == "undistributed")
         ordered = sorted(place for _, place in places)
         if problems:
             return ordered, problems
@@ -2168,6 +2238,9 @@ class Code:
                 ):
                     problems.append(TrainingProblem("unresolved", cell, code))
                     continue
+                if self._unfollowed_given(node, training, place, baseline):
+                    problems.append(TrainingProblem("unfollowed", cell, code))
+                    continue
                 if not isinstance(function, ast.Attribute) or function.attr not in TRAINERS:
                     continue
                 kind = function.attr
@@ -2186,17 +2259,33 @@ class Code:
                     and isinstance(given[0], ast.Name)
                     and given[0].id == name
                 )
+                receiver = _short(function.value) if kind == "fit" else ""
+                if (
+                    bare
+                    and kind != "distribute_datasets_from_function"
+                    and self._holder(node, given[0]) is not None
+                ):  # a helper's parameter named `name`: the global, given at every call
+                    passed = self._passed_bare(node, given[0], name)
+                    if passed is None:
+                        problems.append(self._helper_problem(node, given[0], cell, code, receiver))
+                    places += [(kind, at) for at in passed or []]
+                    continue
                 if bare and kind != "distribute_datasets_from_function":
                     places.append((kind, place))
                     continue
                 passed = (
-                    self._passed_bare(node, given[0], name)
+                    self._passed_bare(node, given[0], name, None if kind == "fit" else training)
                     if given and not unpacked and kind != "distribute_datasets_from_function"
                     else None
                 )
-                if passed:  # a helper's dataset parameter, given `name` at every call
-                    places += [(kind, at) for at in passed]
+                if passed is not None:  # a helper's dataset parameter, given `name` (or, to
+                    places += [(kind, at) for at in passed]  # distribute, other examples)
                     continue
+                holder = self._holder(node, given[0]) if given and not unpacked else None
+                if holder is not None:  # a helper's parameter, given something else somewhere
+                    if not (baseline and self._only_given(holder.name, baseline)):
+                        problems.append(self._helper_problem(node, given[0], cell, code, receiver))
+                    continue  # a helper only ever given the baseline: question 4's matter
                 if (
                     kind != "fit"
                     and given
@@ -2204,7 +2293,6 @@ class Code:
                     and self._not_training(given[0], place, training)
                 ):
                     continue  # a distributed test set, or a batch of the notebook's own
-                receiver = _short(function.value) if kind == "fit" else ""
                 problem = (
                     "unpacked"
                     if unpacked
@@ -2215,17 +2303,15 @@ class Code:
                     else "other_dataset"
                 )
                 problems.append(TrainingProblem(problem, cell, code, receiver))
+        problems += self._undistributed_feeds(training)
         # the lookup inside `getattr(m, "fit")(...)` names the problem better than the call
         problems.sort(key=lambda problem: (problem.cell, problem.kind == "unresolved"))
         return places, problems
 
-    def _passed_bare(self, call: ast.Call, given: ast.AST, name: str) -> list[tuple] | None:
-        """The places of the calls of the notebook's own function (a `def`) whose parameter
-        `given` is, at the training `call` inside it, when every call of that function gives
-        the bare name `name` for it (by position or keyword) and the function is used in no
-        other way (`def train_with_fit(model, dataset): model.fit(dataset)`, always called with
-        `train_ds`); None otherwise."""
-        if not isinstance(given, ast.Name):
+    def _holder(self, call: ast.AST, parameter: ast.AST) -> ast.FunctionDef | None:
+        """The innermost `def` holding `call` when `parameter` (a Name at `call`) is one of its
+        parameters, not assigned inside it; None otherwise."""
+        if not isinstance(parameter, ast.Name):
             return None
         holders = [  # the defs holding the call, outermost first (ast.walk goes down)
             function
@@ -2239,34 +2325,288 @@ class Code:
         inner = holders[-1]
         arguments = inner.args
         positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
-        if given.id not in positional + [a.arg for a in arguments.kwonlyargs]:
+        if parameter.id not in positional + [a.arg for a in arguments.kwonlyargs]:
             return None
         if any(
-            isinstance(sub, ast.Name) and sub.id == given.id and isinstance(sub.ctx, ast.Store)
+            isinstance(sub, ast.Name) and sub.id == parameter.id and isinstance(sub.ctx, ast.Store)
             for sub in ast.walk(inner)
         ):
             return None  # rebound inside the helper
-        places, uses = [], 0
+        return inner
+
+    def _given_at_calls(
+        self, function: ast.FunctionDef, parameter: str
+    ) -> list[tuple[tuple[int, int, int], ast.AST | None]] | None:
+        """[(place, the argument given for `parameter`)] at each call of the notebook's own
+        `function` (by position or keyword; None when not given), when the function is
+        followed (`unfollowed`), called at least once, and used in no other way (passed on,
+        bound to a name); None otherwise, or when a call gives `*`/`**`."""
+        if function.name in self.unfollowed:
+            return None
+        arguments = function.args
+        positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
+        found, uses = [], 0
         for index, tree in enumerate(self.trees):
             for node in ast.walk(tree):
-                if isinstance(node, ast.Name) and node.id == inner.name:
+                if isinstance(node, ast.Name) and node.id == function.name:
                     uses += 1
-                if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == inner.name):
+                if not (
+                    isinstance(node, ast.Call) and getattr(node.func, "id", "") == function.name
+                ):
                     continue
                 if any(isinstance(a, ast.Starred) for a in node.args) or any(
                     k.arg is None for k in node.keywords
                 ):
                     return None
-                keyword = [k.value for k in node.keywords if k.arg == given.id]
-                position = positional.index(given.id) if given.id in positional else len(node.args)
-                value = node.args[position] if position < len(node.args) else None
-                value = keyword[0] if keyword else value
-                if not (isinstance(value, ast.Name) and value.id == name):
-                    return None
-                places.append((index, node.lineno, node.col_offset))
-        if not places or uses != len(places):
+                found.append(
+                    ((index, node.lineno, node.col_offset), _argument(node, positional, parameter))
+                )
+        if not found or uses != len(found):
             return None  # never called, or also named otherwise (passed on, bound to a name)
+        return found
+
+    def _passed_bare(
+        self, call: ast.Call, given: ast.AST, name: str, training: set[str] | None = None
+    ) -> list[tuple] | None:
+        """The places of the calls of the notebook's own function (a `def`) whose parameter
+        `given` is, at the training `call` inside it, that give the bare name `name` for it (by
+        position or keyword), when every other call gives a dataset of other examples
+        (`_not_training` of `training`: `def distribute(ds)` called with `train_ds` and with
+        `test_ds`; only with `training` given) and the function is used in no other way
+        (`def train_with_fit(model, dataset): model.fit(dataset)`, always called with
+        `train_ds`); None otherwise."""
+        inner = self._holder(call, given)
+        found = self._given_at_calls(inner, given.id) if inner is not None else None
+        if found is None:
+            return None
+        places = []
+        for place, value in found:
+            if isinstance(value, ast.Name) and value.id == name:
+                places.append(place)
+            elif not (
+                training is not None
+                and value is not None
+                and self._not_training(value, place, training)
+            ):
+                return None
         return places
+
+    def _parameter_passes_global(self, function: ast.AST, name: str) -> bool:
+        """`function`, a `def` with a parameter `name` never assigned inside it, is given the
+        bare global `name` for it at every call (`def train_with_fit(model, train_ds, ...)`,
+        always called with `train_ds`): inside it, `name` is the global pipeline."""
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        parameter = ast.Name(id=name, ctx=ast.Load())
+        holder = self._holder(function.body[0], parameter) if function.body else None
+        if holder is not function:
+            return False
+        found = self._given_at_calls(function, name)
+        return bool(found) and all(
+            isinstance(value, ast.Name) and value.id == name for _, value in found
+        )
+
+    def _helper_problem(
+        self, call: ast.Call, given: ast.AST, cell: int, code: str, receiver: str
+    ) -> TrainingProblem:
+        """The problem with a training `call` inside a helper, given the helper's parameter
+        `given`, that the reading cannot resolve to `name` at every call: "unfollowed" for a
+        helper the reading does not follow (`unfollowed`, named by its def), else
+        "other_dataset"."""
+        holder = self._holder(call, given)
+        if holder is not None and holder.name in self.unfollowed:
+            return TrainingProblem("unfollowed", cell, f"def {holder.name}(...)")
+        return TrainingProblem("other_dataset", cell, code, receiver)
+
+    def _only_given(self, function: str, model: str) -> bool:
+        """Every call of `function` (at least one) is given the bare name `model`."""
+        calls = [
+            node
+            for node in self._walk()
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == function
+        ]
+        return bool(calls) and all(
+            any(
+                isinstance(a, ast.Name) and a.id == model
+                for a in [*c.args, *(k.value for k in c.keywords)]
+            )
+            for c in calls
+        )
+
+    def _unfollowed_given(
+        self, call: ast.Call, training: set[str], place: tuple, baseline: str = ""
+    ) -> bool:
+        """`call` calls a function the reading does not follow (`unfollowed`) given the
+        training examples, or gives such a function to a `.run(...)` (`strategy.run(step,
+        args=(batch,))`) with them: what it trains on is not read. A call given the model
+        `baseline` is that model's matter (`unfollowed_calls`)."""
+        arguments = [*call.args, *(k.value for k in call.keywords)]
+        if baseline and any(isinstance(a, ast.Name) and a.id == baseline for a in arguments):
+            return False
+        named = getattr(call.func, "id", "")
+        if named not in self.unfollowed:
+            if getattr(call.func, "attr", "") != "run" or not call.args:
+                return False
+            named, arguments = getattr(call.args[0], "id", ""), arguments[1:]
+            if named not in self.unfollowed:
+                return False
+        return any(self._origins(a, place) & training for a in arguments)
+
+    def _runs_on_strategy(self, node: ast.AST) -> bool:
+        """`node` calls `strategy.run(...)` of a MirroredStrategy the code makes, or of the
+        strategy in force (`tf.distribute.get_strategy().run(...)`)."""
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "run"
+        ):
+            return False
+        owner = node.func.value
+        root = _root(owner)
+        if root is not None and root.id in self._strategy_names:
+            return True
+        return any(
+            isinstance(sub, ast.Call) and _dotted(sub.func).endswith("get_strategy")
+            for sub in ast.walk(owner)
+        )
+
+    @cached_property
+    def _strategy_names(self) -> frozenset[str]:
+        """`strategies`, read once."""
+        return frozenset(self.strategies())
+
+    @cached_property
+    def _step_functions(self) -> frozenset[str]:
+        """The notebook's own functions (followed or not) that call `strategy.run`
+        (`distributed_train_step`), or one of these in turn: a call of one feeds the replicas
+        what it is given."""
+        functions = {
+            node.name: node
+            for node in self._walk()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        steps = {
+            name
+            for name, function in functions.items()
+            if any(self._runs_on_strategy(sub) for sub in ast.walk(function))
+        }
+        while True:
+            more = {
+                name
+                for name, function in functions.items()
+                if name not in steps
+                and any(
+                    isinstance(sub, ast.Call) and getattr(sub.func, "id", "") in steps
+                    for sub in ast.walk(function)
+                )
+            }
+            if not more:
+                return frozenset(steps)
+            steps |= more
+
+    def _feeds(self, node: ast.AST) -> list[ast.AST]:
+        """What `node`, a call, gives the replicas, when it is a call of a step function
+        (`_step_functions`: its arguments) or of `strategy.run` (its `args`/`kwargs`, not the
+        function it runs); [] for any other node."""
+        if not isinstance(node, ast.Call):
+            return []
+        arguments = [*node.args, *(k.value for k in node.keywords)]
+        if getattr(node.func, "id", "") in self._step_functions:
+            return arguments or [node]
+        if self._runs_on_strategy(node):
+            return arguments[1:] or [node]
+        return []
+
+    def _distributed(self, node: ast.AST, place: tuple, depth: int = 0) -> bool:
+        """`node` (at `place`) is a distributed dataset, an iterator over one or an element of
+        one: `strategy.experimental_distribute_dataset(...)` (or
+        `distribute_datasets_from_function`) of a strategy the code makes, a call of a function
+        of the notebook's own that returns one, `iter(...)`, `next(...)` or `enumerate(...)` of
+        one, or a name whose assignment in force there is one."""
+        while (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", "") in ("iter", "next", "enumerate")
+            and node.args
+        ):
+            node = node.args[0]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            root = _root(node.func.value)
+            return (
+                node.func.attr in DISTRIBUTERS
+                and root is not None
+                and root.id in self._strategy_names
+            )
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in self._functions():
+            function = self._functions()[node.func.id]
+            returned = [n.value for n in ast.walk(function) if isinstance(n, ast.Return)]
+            return bool(returned) and all(
+                v is not None and self._distributed(v, place, depth + 1) for v in returned
+            )
+        if isinstance(node, ast.Name) and depth < 10:
+            found = self._assignments_in_order(node.id)
+            before = [(at, n) for at, n in found if at < place] or found
+            if before:
+                at, assignment = before[-1]
+                return self._distributed(assignment.value, at, depth + 1)
+        return False
+
+    def _undistributed_feeds(self, training: set[str]) -> list[TrainingProblem]:
+        """A problem ("undistributed") for each loop that feeds the replicas (a call of a step
+        function or `strategy.run` in its body, `_feeds`) while iterating something that is
+        not a distributed dataset (`_distributed`) and is made from the training examples
+        (`training`): `for batch in train_cached.batch(GLOBAL_BATCH): distributed_train_step(
+        batch)` gives each replica the whole batch of an unshuffled pipeline; and for each
+        such call given, other than through a loop's variable, something made from the
+        training examples that is not distributed (`distributed_train_step(next(it))`, `it =
+        iter(train_cached.batch(...))`). The function a step function runs is not looked into:
+        its parameters are what its callers give it."""
+        problems = []
+        for index, tree in enumerate(self.trees):
+            targets: dict[int, set[str]] = {}  # id of a node in a loop: the loops' variables
+            for node in ast.walk(tree):
+                for loop in [node] if isinstance(node, (ast.For, ast.AsyncFor)) else []:
+                    bound = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+                    for sub in ast.walk(node):
+                        targets.setdefault(id(sub), set()).update(bound)
+                for loop in getattr(node, "generators", []):
+                    bound = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+                    for sub in ast.walk(node):
+                        targets.setdefault(id(sub), set()).update(bound)
+            for node in ast.walk(tree):
+                loops: list[tuple[ast.AST, list[ast.AST]]] = []
+                if isinstance(node, (ast.For, ast.AsyncFor)):
+                    loops.append((node.iter, node.body))
+                elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+                    results = (
+                        [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+                    )
+                    loops += [(g.iter, [*results, *g.ifs]) for g in node.generators]
+                for looped, body in loops:
+                    if not any(self._feeds(sub) for part in body for sub in ast.walk(part)):
+                        continue
+                    for iterated in _iterated(looped):
+                        place = (index, iterated.lineno, iterated.col_offset)
+                        if self._distributed(iterated, place):
+                            continue
+                        if self._origins(iterated, place) & training:
+                            problems.append(
+                                TrainingProblem(
+                                    "undistributed", self.cells[index], _short(iterated)
+                                )
+                            )
+                for fed in self._feeds(node):
+                    place = (index, node.lineno, node.col_offset)
+                    if fed is node or self._distributed(fed, place):
+                        continue
+                    if self._holder(node, fed) is not None:
+                        continue  # a step function's parameter: its callers are read
+                    if isinstance(fed, ast.Name) and fed.id in targets.get(id(node), ()):
+                        continue  # a loop's variable: the loop is read
+                    if self._origins(fed, place) & training:
+                        problems.append(
+                            TrainingProblem("undistributed", self.cells[index], _short(node))
+                        )
+        return problems
 
     def _origins(self, node: ast.AST, place: tuple, calls: set[str] | None = None) -> set[str]:
         """Every name `node`, at `place`, is computed from: the assignment of each in force
@@ -2380,7 +2720,7 @@ class Code:
                             if isinstance(sub, ast.Name)
                         }
                 if isinstance(node, ast.arg):
-                    bound = node.arg == name
+                    bound = node.arg == name and not self._parameter_passes_global(scoped, name)
                 elif isinstance(node, (ast.Global, ast.Nonlocal)):
                     bound = name in node.names
                 elif isinstance(node, ast.ExceptHandler):
@@ -2642,6 +2982,180 @@ class Code:
                     found.append((self.cells[index], _short(node, 80)))
         return found
 
+    def hand_steps(self, name: str) -> list[tuple[int, str]]:
+        """(cell, code) of each place the code reaches a method that steps the optimizer of
+        model `name` (`STEP_METHODS`: `apply_gradients`, `apply`, `minimize`, ...), called or
+        not (`strategy.run(name.optimizer.apply_gradients, ...)`), or looks one up
+        (`getattr(opt, "apply_gradients")`, or by a name not written out): on
+        `name.optimizer` (its `inner_optimizer` too), on a name bound to it, on the optimizer
+        object given to `name.compile(optimizer=...)` (inside Keras's `LossScaleOptimizer`
+        too), and on a parameter of the notebook's own function given one of these. A model
+        trained by its `fit` makes its steps there: steps made by hand (zero gradients leave
+        Adam's weights as they were while the count grows) are a count written, as
+        `step_assignments` are. The custom loop's `optimizer.apply_gradients(...)` steps
+        another optimizer, not counted."""
+
+        def compiled_with(value: ast.AST) -> list[str]:
+            while True:
+                if isinstance(value, ast.NamedExpr):
+                    return [value.target.id] if isinstance(value.target, ast.Name) else []
+                if isinstance(value, ast.Name):
+                    return [value.id]
+                if isinstance(value, ast.Call) and _dotted(value.func).endswith(
+                    "LossScaleOptimizer"
+                ):
+                    inner = _argument(value, ["inner_optimizer"], "inner_optimizer")
+                    if inner is None:
+                        return []
+                    value = inner
+                    continue
+                return []
+
+        held: set[str] = set()
+        for node in self._walk():
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "compile"
+                and getattr(node.func.value, "id", None) == name
+            ):
+                given = _argument(node, ["optimizer"], "optimizer")
+                held.update(compiled_with(given) if given is not None else [])
+
+        def reaches(node: ast.AST, names: set[str]) -> bool:
+            return any(
+                isinstance(sub, ast.Attribute)
+                and sub.attr == "optimizer"
+                and isinstance(sub.value, ast.Name)
+                and sub.value.id == name
+                or isinstance(sub, ast.Name)
+                and sub.id in names
+                for sub in ast.walk(node)
+            )
+
+        for _ in range(5):  # aliases of aliases: opt = fit_model.optimizer; o = opt
+            before = set(held)
+            for node in self._walk():
+                value = getattr(node, "value", None)
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and value:
+                    if reaches(value, held) and not isinstance(value, ast.Call):
+                        held.update(_targets(node))
+            if held == before:
+                break
+        scoped: list[tuple[ast.AST, set[str]]] = [(tree, held) for tree in self.trees]
+        for function in self._functions().values():  # def step(opt): opt.apply_gradients(...)
+            arguments = function.args
+            positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
+            given = {
+                parameter
+                for parameter in positional + [a.arg for a in arguments.kwonlyargs]
+                for _, value in self._given_at_calls(function, parameter) or []
+                if value is not None and reaches(value, held)
+            }
+            if given:
+                scoped.append((function, held | given))
+        found = []
+        for top, names in scoped:
+            index = next(
+                (i for i, tree in enumerate(self.trees) if any(n is top for n in ast.walk(tree))),
+                0,
+            )
+            for node in ast.walk(top):
+                looked = (
+                    isinstance(node, ast.Call)
+                    and _dotted(node.func).split(".")[-1] in LOOKUPS
+                    and node.args
+                )
+                if looked:
+                    named = node.args[1:2] if _dotted(node.func).endswith("getattr") else []
+                    constant = _literal_name(named[0]) if named else None
+                    stepping = constant is None or constant in STEP_METHODS
+                    if stepping and reaches(node.args[0], names):
+                        found.append((self.cells[index], _short(node, 80)))
+                elif (
+                    isinstance(node, ast.Attribute)
+                    and node.attr in STEP_METHODS
+                    and reaches(node.value, names)
+                ):
+                    found.append((self.cells[index], _short(node, 80)))
+        return sorted(set(found))
+
+    def unfollowed_calls(self, name: str) -> list[tuple[int, str]]:
+        """(cell, call) of each call of a function the reading does not follow (`unfollowed`)
+        given the bare name `name`, or `strategy.run` of one given it: what that call does
+        with `name` is not read."""
+        found = []
+        for index, tree in enumerate(self.trees):
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call):
+                    continue
+                called = getattr(node.func, "id", "")
+                if getattr(node.func, "attr", "") == "run" and node.args:
+                    called = getattr(node.args[0], "id", "")
+                given = [*node.args, *(k.value for k in node.keywords)]
+                if called in self.unfollowed and any(
+                    isinstance(a, ast.Name) and a.id == name for a in given
+                ):
+                    found.append((self.cells[index], _short(node)))
+        return found
+
+    def unreadable(self) -> list[tuple[int, str, str]]:
+        """(cell, code, why) of each place the code the kernel runs (`_run_code`) binds names
+        or reaches objects in a way the reading cannot read: `why` is "dynamic" for exec, eval,
+        the builtin compile, `globals()`, `vars()`, `locals()`, `__builtins__` or
+        `sys.modules[...]` (a name bound through them, `globals()["train_ds"] = ...`,
+        `exec("train_ds = ...")`, is no binding the reading sees), "private" for an attribute
+        whose name starts with `_` (`strategy.extended._experimental_distribute_dataset`,
+        `ds._variant_tensor`) or a private TensorFlow module, and for `strategy.extended`
+        (`EXTENDED_READS` aside): a private API the reading does not know. Honest code needs
+        none of them; allowed are a membership test (`"x" in globals()`, `"google.colab" in
+        sys.modules`), `sys.modules.get(...)`, and private attributes of the notebook's own
+        objects (`self._count` in its class's methods, `clock._start` of `clock =
+        EpochClock()`) or of modules other than TensorFlow's and Keras's."""
+        run = self._run_code()
+        imports = _imports(run)
+        bound = self._bound_names()
+        classes = {n.name for _, t in run for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
+        instances = {  # names only ever bound to a new object of a class of the notebook's own
+            target
+            for target, values in self._bindings_by_name().items()
+            if values
+            and all(
+                isinstance(v, ast.Call) and getattr(v.func, "id", "") in classes for v in values
+            )
+        }
+        found = []
+        for number, tree in run:
+            parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+            for node in ast.walk(tree):
+                why = _unreadable_why(node, parents, imports, bound, instances)
+                shown = node
+                while not isinstance(shown, ast.stmt) and id(shown) in parents:
+                    shown = parents[id(shown)]  # the statement: `globals()["x"] = ...`
+                if why:
+                    found.append((number, _short(shown, 80), why))
+        return found
+
+    def _bindings_by_name(self) -> dict[str, list[ast.AST | None]]:
+        """{name: the value of each of its bindings (None for one without a value: a loop's
+        target, a parameter, an import)}."""
+        found: dict[str, list[ast.AST | None]] = {}
+        for node in self._walk():
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+                for target in _targets(node):
+                    found.setdefault(target, []).append(getattr(node, "value", None))
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                found.setdefault(node.id, [])
+            elif isinstance(node, ast.arg):
+                found.setdefault(node.arg, []).append(None)
+        for node in self._walk():  # targets that are no plain assignment: a loop's, a `with`'s
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension, ast.withitem)):
+                target = getattr(node, "target", None) or getattr(node, "optional_vars", None)
+                for sub in ast.walk(target) if target is not None else ():
+                    if isinstance(sub, ast.Name):
+                        found.setdefault(sub.id, []).append(None)
+        return found
+
     def function_calls(self, function: str, *, follow: bool = False) -> set[str] | None:
         """The names of the functions and methods called in `def function`, and the keyword
         arguments given to them as "call:keyword"; None when it is not defined. With `follow`,
@@ -2864,6 +3378,122 @@ class Code:
             for statement in tree.body:
                 visit(statement, modules, number, top=True)
         return list(dict.fromkeys(found + _class_changes(run)))
+
+
+#: The methods of an optimizer that make a step (`Code.hand_steps`).
+STEP_METHODS = frozenset(
+    {"apply_gradients", "apply", "minimize", "update_step", "stateless_apply", "_apply",
+     "_backend_apply_gradients", "_internal_apply_gradients"}
+)  # fmt: skip
+#: The builtins that run code or give a namespace the kernel's names are bound in
+#: (`Code.unreadable`).
+DYNAMIC_NAMES = frozenset({"exec", "eval", "compile", "globals", "vars", "locals", "__builtins__"})
+#: The modules whose private attributes are a private API of the libraries the exercise
+#: teaches (`Code.unreadable`): the notebook's own objects and other modules are its business.
+PRIVATE_API = frozenset({"tensorflow", "keras", "tf_keras", "tensorflow_datasets"})
+#: What of `strategy.extended` the notebooks read (notebook 1 lists the devices): a value, no
+#: method that distributes or runs anything.
+EXTENDED_READS = frozenset(
+    {"worker_devices", "parameter_devices", "should_checkpoint", "should_save_summary",
+     "experimental_require_static_shapes", "experimental_between_graph",
+     "experimental_should_init"}
+)  # fmt: skip
+
+
+def _self_attribute(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """`node` (an attribute) is read on the first parameter of the method of a class defined in
+    the code that holds it (`self._count`)."""
+    root = _root(node)
+    if root is None:
+        return False
+    parent = parents.get(id(node))
+    while parent is not None:
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            holder = parents.get(id(parent))
+            arguments = [*parent.args.posonlyargs, *parent.args.args]
+            return (
+                isinstance(holder, ast.ClassDef) and bool(arguments) and arguments[0].arg == root.id
+            )
+        parent = parents.get(id(parent))
+    return False
+
+
+def _unreadable_why(
+    node: ast.AST,
+    parents: dict[int, ast.AST],
+    imports: dict[str, str],
+    bound: set[str],
+    own: set[str],
+) -> str:
+    """Why the reading cannot read `node` (`Code.unreadable`): "dynamic", "private" or "".
+    `bound`: the names the code binds itself; `own`: those bound only to new objects of its
+    own classes."""
+    parent = parents.get(id(node))
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+        if node.id == "__builtins__":
+            return "dynamic"
+        if node.id in DYNAMIC_NAMES and node.id not in bound:
+            membership = (  # "x" in globals()
+                node.id == "globals"
+                and isinstance(parent, ast.Call)
+                and not parent.args
+                and isinstance(parents.get(id(parent)), ast.Compare)
+                and all(isinstance(o, (ast.In, ast.NotIn)) for o in parents[id(parent)].ops)
+                and parent in parents[id(parent)].comparators
+            )
+            return "" if membership else "dynamic"
+        if imports.get(node.id) == "sys.modules":  # from sys import modules
+            return "dynamic"
+        return ""
+    if isinstance(node, ast.ImportFrom) and (node.module or "") == "builtins":
+        return "dynamic" if {a.name for a in node.names} & (DYNAMIC_NAMES | {"*"}) else ""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+        names = [] if isinstance(node, ast.Import) else [a.name for a in node.names]
+        private = any(
+            (m or "").split(".")[0] in PRIVATE_API
+            and any(p.startswith("_") for p in (m or "").split("."))
+            for m in modules
+        ) or (
+            (modules[0] or "").split(".")[0] in PRIVATE_API
+            and any(n.startswith("_") for n in names)
+        )
+        return "private" if private else ""
+    if isinstance(node, ast.Call):
+        called = _dotted(node.func).split(".")[-1]
+        named = _literal_name(node.args[1]) if called == "getattr" and len(node.args) > 1 else None
+        if named and named.startswith("_") and not named.endswith("__"):
+            return "private"  # getattr(strategy, "_extended")
+        if named == "extended":
+            return "private"
+        return ""
+    if not isinstance(node, ast.Attribute):
+        return ""
+    resolved = _resolved(node, imports)
+    if resolved.startswith("builtins.") and resolved.split(".")[1] in DYNAMIC_NAMES:
+        return "dynamic"  # builtins.exec, builtins.globals
+    if node.attr == "__builtins__":
+        return "dynamic"
+    if resolved == "sys.modules":
+        if isinstance(parent, ast.Compare) and all(
+            isinstance(o, (ast.In, ast.NotIn)) for o in parent.ops
+        ):
+            return ""  # "google.colab" in sys.modules
+        if isinstance(parent, ast.Attribute) and parent.attr == "get":
+            return ""
+        return "dynamic"
+    if node.attr == "extended":
+        read = isinstance(parent, ast.Attribute) and parent.attr in EXTENDED_READS
+        return "" if read else "private"
+    if not node.attr.startswith("_") or node.attr.endswith("__"):
+        return ""
+    root = _root(node)
+    if root is not None and root.id in imports:
+        return "private" if imports[root.id].split(".")[0] in PRIVATE_API else ""
+    directly = isinstance(node.value, ast.Name)  # self._count, not self.model._x
+    if directly and (node.value.id in own or _self_attribute(node, parents)):
+        return ""
+    return "private"
 
 
 def _sets_data(node: ast.AST, classes: set[str]) -> bool:
