@@ -15,7 +15,7 @@ UNEVEN_EXAMPLES = 16 + 16 + 7, so the last global batch of 7 goes 4+3 on 2 repli
   fit             Model.fit with a loss averaged over the GLOBAL batch of each step
                   (`global_batch_mean`): exact parity expected.
   loop            custom loop, per-example loss divided by the step's global batch size
-                  (`compute_loss`, the lines notebook 2 teaches): exact parity expected.
+                  (`replica_loss`, the lines notebook 2 teaches): exact parity expected.
   loop_adam       the same loop with Adam (needs the optimizer built under the scope).
   wrong_mean      custom loop with `reduce_mean` per replica: the classic mistake.
   builtin_uneven  Model.fit with Keras's built-in loss reduction on the uneven data set.
@@ -102,7 +102,7 @@ def run_fit(strategy, loss, num_examples: int, make_optimizer=sgd):
     return model.get_weights()
 
 
-def compute_loss(labels, per_example_loss, regularization_losses):
+def replica_loss(labels, per_example_loss, regularization_losses):
     """One replica's loss, as notebook 2 writes it: the sum over replicas is the global mean."""
     loss = tf.nn.compute_average_loss(
         per_example_loss, global_batch_size=examples_this_step(labels)
@@ -119,7 +119,7 @@ def run_loop(strategy, make_optimizer=sgd, *, wrong_mean: bool = False):
             if wrong_mean:  # the mistake: each replica averages over its own examples only
                 loss = tf.reduce_mean(losses) + tf.add_n(model.losses)
             else:
-                loss = compute_loss(y, losses, model.losses)
+                loss = replica_loss(y, losses, model.losses)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))  # sums across replicas
         return loss
