@@ -1140,6 +1140,12 @@ def test_steps_of_a_fit_models_optimizer_outside_fit_cost_what_a_copy_costs(tmp_
             anchor: f"def idle(opt):\n    opt.apply_gradients({zeros})\n\n\n"
             f"idle(fit_model.optimizer)\n{anchor}"
         },
+        {anchor: f"for m in [fit_model]:\n    m.optimizer.apply_gradients({zeros})\n{anchor}"},
+        {
+            anchor: "class Idle(keras.callbacks.Callback):\n    def on_test_end(self, logs=None):\n"
+            f"        self.model.optimizer.apply_gradients({zeros})\n\n\n"
+            f"fit_model.evaluate(test_ds, callbacks=[Idle()])\n{anchor}"
+        },
     ]:
         code = _solution(changes)
         cell = _cell_of(code, anchor)
@@ -1191,6 +1197,9 @@ def test_a_dynamic_binding_makes_every_point_the_reading_decides_unreadable():
         f'import sys\nsys.modules["__main__"].train_ds = {unshuffled}',
         "from builtins import exec as run_code\nrun_code('x = 1')",
         "namespace = globals()",
+        f"import __main__\n__main__.train_ds = {unshuffled}",
+        f'import sys\nsys.modules.get("__main__").train_ds = {unshuffled}',
+        f'import sys\nsys._getframe(0).f_globals["train_ds"] = {unshuffled}',
     ):
         code = _solution({fit: f"{line}\n{fit}"})
         cell = _cell_of(code, fit)

@@ -2989,7 +2989,9 @@ class Code:
         (`getattr(opt, "apply_gradients")`, or by a name not written out): on
         `name.optimizer` (its `inner_optimizer` too), on a name bound to it, on the optimizer
         object given to `name.compile(optimizer=...)` (inside Keras's `LossScaleOptimizer`
-        too), and on a parameter of the notebook's own function given one of these. A model
+        too), on a parameter of the notebook's own function given one of these, on an alias of
+        the model (`m = fit_model`, `for m in [fit_model]`) and on a callback's `self.model`
+        (the model whose `fit` or `evaluate` runs it). A model
         trained by its `fit` makes its steps there: steps made by hand (zero gradients leave
         Adam's weights as they were while the count grows) are a count written, as
         `step_assignments` are. The custom loop's `optimizer.apply_gradients(...)` steps
@@ -3022,12 +3024,40 @@ class Code:
                 given = _argument(node, ["optimizer"], "optimizer")
                 held.update(compiled_with(given) if given is not None else [])
 
+        models = {name}  # m = fit_model; for m in [fit_model]: ...
+        for _ in range(5):
+            before = set(models)
+            for node in self._walk():
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+                    if isinstance(node.value, ast.Name) and node.value.id in models:
+                        models.update(_targets(node))
+                elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                    items = getattr(node.iter, "elts", [])
+                    if any(isinstance(i, ast.Name) and i.id in models for i in items):
+                        models.update(
+                            n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)
+                        )
+            if models == before:
+                break
+
+        def model_of(node: ast.AST) -> bool:  # fit_model, an alias, a callback's self.model
+            return (
+                isinstance(node, ast.Name)
+                and node.id in models
+                or isinstance(node, ast.Attribute)
+                and node.attr == "model"
+            )
+
         def reaches(node: ast.AST, names: set[str]) -> bool:
             return any(
                 isinstance(sub, ast.Attribute)
                 and sub.attr == "optimizer"
-                and isinstance(sub.value, ast.Name)
-                and sub.value.id == name
+                and model_of(sub.value)
+                or isinstance(sub, ast.Call)  # getattr(fit_model, "optimizer")
+                and _dotted(sub.func).endswith("getattr")
+                and len(sub.args) > 1
+                and model_of(sub.args[0])
+                and _literal_name(sub.args[1]) == "optimizer"
                 or isinstance(sub, ast.Name)
                 and sub.id in names
                 for sub in ast.walk(node)
@@ -3102,19 +3132,19 @@ class Code:
     def unreadable(self) -> list[tuple[int, str, str]]:
         """(cell, code, why) of each place the code the kernel runs (`_run_code`) binds names
         or reaches objects in a way the reading cannot read: `why` is "dynamic" for exec, eval,
-        the builtin compile, `globals()`, `vars()`, `locals()`, `__builtins__` or
-        `sys.modules[...]` (a name bound through them, `globals()["train_ds"] = ...`,
-        `exec("train_ds = ...")`, is no binding the reading sees), "private" for an attribute
+        the builtin compile, `globals()`, `vars()`, `locals()`, `__builtins__`, `sys.modules`,
+        `__main__` or a frame's or function's globals (a name bound through them,
+        `globals()["train_ds"] = ...`, `exec("train_ds = ...")`, is no binding the reading
+        sees), "private" for an attribute
         whose name starts with `_` (`strategy.extended._experimental_distribute_dataset`,
         `ds._variant_tensor`) or a private TensorFlow module, and for `strategy.extended`
         (`EXTENDED_READS` aside): a private API the reading does not know. Honest code needs
         none of them; allowed are a membership test (`"x" in globals()`, `"google.colab" in
-        sys.modules`), `sys.modules.get(...)`, and private attributes of the notebook's own
+        sys.modules`) and private attributes of the notebook's own
         objects (`self._count` in its class's methods, `clock._start` of `clock =
         EpochClock()`) or of modules other than TensorFlow's and Keras's."""
         run = self._run_code()
         imports = _imports(run)
-        bound = self._bound_names()
         classes = {n.name for _, t in run for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
         instances = {  # names only ever bound to a new object of a class of the notebook's own
             target
@@ -3128,7 +3158,7 @@ class Code:
         for number, tree in run:
             parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
             for node in ast.walk(tree):
-                why = _unreadable_why(node, parents, imports, bound, instances)
+                why = _unreadable_why(node, parents, imports, instances)
                 shown = node
                 while not isinstance(shown, ast.stmt) and id(shown) in parents:
                     shown = parents[id(shown)]  # the statement: `globals()["x"] = ...`
@@ -3388,6 +3418,9 @@ STEP_METHODS = frozenset(
 #: The builtins that run code or give a namespace the kernel's names are bound in
 #: (`Code.unreadable`).
 DYNAMIC_NAMES = frozenset({"exec", "eval", "compile", "globals", "vars", "locals", "__builtins__"})
+#: The attributes that give a namespace of the kernel's: a module's builtins, a frame's or a
+#: function's globals (`f.__globals__["train_ds"] = ...`).
+FRAME_NAMESPACES = frozenset({"__builtins__", "f_globals", "f_locals", "f_builtins", "__globals__"})
 #: The modules whose private attributes are a private API of the libraries the exercise
 #: teaches (`Code.unreadable`): the notebook's own objects and other modules are its business.
 PRIVATE_API = frozenset({"tensorflow", "keras", "tf_keras", "tensorflow_datasets"})
@@ -3422,17 +3455,15 @@ def _unreadable_why(
     node: ast.AST,
     parents: dict[int, ast.AST],
     imports: dict[str, str],
-    bound: set[str],
     own: set[str],
 ) -> str:
     """Why the reading cannot read `node` (`Code.unreadable`): "dynamic", "private" or "".
-    `bound`: the names the code binds itself; `own`: those bound only to new objects of its
-    own classes."""
+    `own`: the names bound only to new objects of the notebook's own classes."""
     parent = parents.get(id(node))
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
         if node.id == "__builtins__":
             return "dynamic"
-        if node.id in DYNAMIC_NAMES and node.id not in bound:
+        if node.id in DYNAMIC_NAMES:
             membership = (  # "x" in globals()
                 node.id == "globals"
                 and isinstance(parent, ast.Call)
@@ -3447,6 +3478,16 @@ def _unreadable_why(
         return ""
     if isinstance(node, ast.ImportFrom) and (node.module or "") == "builtins":
         return "dynamic" if {a.name for a in node.names} & (DYNAMIC_NAMES | {"*"}) else ""
+    if isinstance(node, ast.Import) and any(a.name == "__main__" for a in node.names):
+        return "dynamic"  # import __main__; __main__.train_ds = ...
+    if isinstance(node, ast.ImportFrom) and node.module == "__main__":
+        return "dynamic"
+    if (
+        isinstance(node, ast.Constant)
+        and node.value == "__main__"
+        and isinstance(parent, (ast.Call, ast.Subscript))
+    ):
+        return "dynamic"  # importlib.import_module("__main__"), sys.modules["__main__"]
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
         names = [] if isinstance(node, ast.Import) else [a.name for a in node.names]
@@ -3472,15 +3513,13 @@ def _unreadable_why(
     resolved = _resolved(node, imports)
     if resolved.startswith("builtins.") and resolved.split(".")[1] in DYNAMIC_NAMES:
         return "dynamic"  # builtins.exec, builtins.globals
-    if node.attr == "__builtins__":
+    if node.attr in FRAME_NAMESPACES:
         return "dynamic"
     if resolved == "sys.modules":
         if isinstance(parent, ast.Compare) and all(
             isinstance(o, (ast.In, ast.NotIn)) for o in parent.ops
         ):
             return ""  # "google.colab" in sys.modules
-        if isinstance(parent, ast.Attribute) and parent.attr == "get":
-            return ""
         return "dynamic"
     if node.attr == "extended":
         read = isinstance(parent, ast.Attribute) and parent.attr in EXTENDED_READS
