@@ -114,20 +114,22 @@ def usable_cpus() -> float:
     return count if quota is None else min(count, quota)
 
 
-def cache_sizes() -> dict[str, int]:
-    """Each cache of the first CPU in bytes, as Linux lists them under /sys ({} elsewhere):
-    notebooks 3b and 3c size their tensors at several times the largest.
+def cache_sizes(cpus: Path = Path("/sys/devices/system/cpu")) -> dict[str, int]:
+    """Each level of cache in bytes over every CPU, as Linux lists them in /sys ({} elsewhere),
+    a cache CPUs share (one `shared_cpu_list`) counted once: the largest is at least the whole
+    last level, several L3 domains too. Notebooks 3b and 3c size tensors at several times it.
 
     >>> all(size > 0 for size in cache_sizes().values())
     True
     """
-    caches = {}
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
-        size = (index / "size").read_text().strip()  # "48K", "32768K"
-        units = {"K": 1 << 10, "M": 1 << 20}
-        caches[f"L{level} {kind.lower()}"] = int(size.rstrip("KM")) * units.get(size[-1], 1)
-    return caches
+    found = {}  # (level and type, the CPUs that share it): bytes, so each cache counts once
+    for index in cpus.glob("cpu[0-9]*/cache/index[0-9]*"):
+        level, kind, size, sharing = (
+            (index / f).read_text().strip() for f in ("level", "type", "size", "shared_cpu_list")
+        )
+        shift = {"K": 10, "M": 20}.get(size[-1], 0)  # "48K", "32768K"
+        found[f"L{level} {kind.lower()}", sharing] = int(size.rstrip("KM")) << shift
+    return {name: sum(v for (n, _), v in found.items() if n == name) for name, _ in sorted(found)}
 
 
 class Load:

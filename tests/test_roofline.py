@@ -270,7 +270,8 @@ def test_tf_data_events_in_a_trace_count_as_input_pipeline(reduce, tmp_path):
 def test_loss_scaling_under_mirrored_strategy_needs_the_workaround(python_subprocess):
     """Keras's LossScaleOptimizer under MirroredStrategy (merge_call) keeps replica 0's check:
     a loss infinite on replica 1 only turns the weights to -inf. 3b's ReplicaSafeLossScale
-    skips that step and halves the scale, as Keras does for replica 0. (If a Keras release fixes
+    skips that step and halves the scale, as Keras does for replica 0, and leaves a None gradient
+    alone as Keras does. (If a Keras release fixes
     the flaw, the first assertion fails: then 3b's text must change.)"""
     proc = python_subprocess(
         "import course_utils; course_utils.setup(devices=2, verbose=False)\n"
@@ -293,14 +294,28 @@ def test_loss_scaling_under_mirrored_strategy_needs_the_workaround(python_subpro
         "    return round(float(w.numpy()[0]), 4), float(optimizer.dynamic_scale.numpy())\n"
         "plain, safe = keras.optimizers.LossScaleOptimizer, code['ReplicaSafeLossScale']\n"
         "print('plain', step(plain, 0), step(plain, 1))\n"
-        "print('safe', step(safe, 0), step(safe, 1), step(safe, 5))\n",
+        "print('safe', step(safe, 0), step(safe, 1), step(safe, 5))\n"
+        "def unused(optimizer_class):  # u: no gradient (None), which Keras's class skips\n"
+        "    with strategy.scope():\n"
+        "        w, u = keras.Variable(tf.ones([3])), keras.Variable(tf.ones([3]))\n"
+        "        optimizer = optimizer_class(keras.optimizers.SGD(0.1))\n"
+        "        optimizer.build([w, u])\n"
+        "    def replica_step():\n"
+        "        with tf.GradientTape() as tape:\n"
+        "            scaled = optimizer.scale_loss(tf.reduce_sum(w * w))\n"
+        "        optimizer.apply_gradients(zip(tape.gradient(scaled, [w, u]), [w, u]))\n"
+        "    tf.function(lambda: strategy.run(replica_step))()\n"
+        "    return round(float(w.numpy()[0]), 4), float(u.numpy()[0])\n"
+        "print('unused', unused(plain), unused(safe))\n",
         env={"COURSE_DATA": "synthetic"},
     )
-    lines = dict(line.split(" ", 1) for line in proc.stdout.strip().splitlines()[-2:])
+    lines = dict(line.split(" ", 1) for line in proc.stdout.strip().splitlines()[-3:])
     inf = float("inf")
     assert lines["plain"] == f"{(1.0, 16384.0)} {(-inf, 32768.0)}"  # replica 1's inf missed
     # skipped and halved wherever the inf is; with none, SGD's step on the summed gradients
     assert lines["safe"] == f"{(1.0, 16384.0)} {(1.0, 16384.0)} {(0.6, 32768.0)}"
+    # a variable without a gradient: w steps as above, u is left alone, as with Keras's class
+    assert lines["unused"] == f"{(0.6, 1.0)} {(0.6, 1.0)}"
 
 
 def test_the_cost_of_a_large_byte_is_read_round_by_round(reduce):

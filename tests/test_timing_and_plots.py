@@ -369,3 +369,21 @@ def test_the_load_that_decides_busy_is_the_timed_rounds_not_the_warm_up(monkeypa
             assert share <= timing.BUSY / 4, (function, share)
         else:
             assert share > 0.8, (function, share)
+
+
+def test_cache_sizes_count_every_l3_domain_once(tmp_path):
+    # Four CPUs in two L3 domains (0-1 and 2-3), each CPU with its own L1: the last level is
+    # both domains' L3 together, not cpu0's slice; a shared cache is not counted per CPU.
+    def cache(cpu, index, shared, **fields):
+        folder = tmp_path / f"cpu{cpu}" / "cache" / f"index{index}"
+        folder.mkdir(parents=True)
+        for name, text in (fields | {"shared_cpu_list": shared}).items():
+            (folder / name).write_text(f"{text}\n")
+
+    for cpu in range(4):
+        cache(cpu, 0, cpu, level=1, type="Data", size="48K")
+        cache(cpu, 3, "0-1" if cpu < 2 else "2-3", level=3, type="Unified", size="32768K")
+    (tmp_path / "cpufreq").mkdir()  # not a CPU
+    sizes = timing.cache_sizes(tmp_path)
+    assert sizes == {"L1 data": 4 * 48 << 10, "L3 unified": 2 * 32 << 20}
+    assert timing.cache_sizes(tmp_path / "absent") == {}
