@@ -535,7 +535,7 @@ def run_notebook(
     try:
         with client.setup_kernel(env=env, cwd=str(cwd)):
             pid = km.provisioner.pid
-            _run_watched(client, pid, options, outcome, cancel=cancel)
+            _run_watched(client, pid, options, outcome, cancel=cancel, cwd=cwd)
     # The kernel did not start, or talking to it failed.
     except Exception as exc:
         if outcome.status == "ran":
@@ -582,7 +582,9 @@ class FileClock(threading.Thread):
     every `interval` seconds, without following links or recursion. What it keeps is bounded
     whatever the kernel does (renaming a tree over and over): a file gone from the latest look is
     forgotten, and a path longer than `max_name` characters is not tracked; `untracked()` says
-    what was left out.
+    what was left out. within: a folder above `folder` (the work folder) from which it is reached
+    without following a link (`files.walk`): a kernel that swaps a folder for a link never makes
+    the clock list a host folder.
 
     Example:
 
@@ -590,17 +592,24 @@ class FileClock(threading.Thread):
         ...; clock.stop(); print(clock.times)  # {"fit_ckpt/ckpt_1.weights.h5": {...}}
     """
 
-    def __init__(
+    #: The seconds `stop` waits for a look under way (a folder of a hung network file system
+    #: blocks it): past them the times are those of the looks before, and `untracked` says so.
+    STOP_WAIT_S = 10.0
+
+    # PLR0913: the folder, its clock, its pace, its caps and where it is reached from
+    def __init__(  # noqa: PLR0913
         self,
         folder: Path,
         started: float,
         interval: float = 0.1,
         max_files: int = 2000,
         max_name: int = 1024,
+        within: Path | None = None,
     ) -> None:
         super().__init__(daemon=True)
         self.folder, self.started, self.interval = folder, started, interval
-        self.max_files, self.max_name = max_files, max_name
+        self.max_files, self.max_name, self.within = max_files, max_name, within
+        self.hung = False  # whether `stop` gave up waiting for a look
         self.cell = -1
         self.times: dict[str, dict] = {}
         self._state: dict[str, tuple] = {}
@@ -611,7 +620,9 @@ class FileClock(threading.Thread):
     def look(self) -> None:
         now = round(time.monotonic() - self.started, 3)
         present, entries, long_names = set(), 0, 0
-        for entry in files.walk(self.folder, max_entries=self.max_files):
+        times = dict(self.times)  # a new dict each look: `stop` may leave one under way
+        walk = files.walk(self.folder, max_entries=self.max_files, within=self.within)
+        for entry in walk:
             entries += 1
             if entry.kind != "a regular file":
                 continue
@@ -619,19 +630,16 @@ class FileClock(threading.Thread):
             if len(name) > self.max_name:
                 long_names += 1
                 continue
-            try:
-                info = os.lstat(entry.path)
-            except OSError:
-                continue
             present.add(name)
-            state = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            state = (entry.inode, entry.size, entry.mtime_ns, entry.ctime_ns)
             if self._state.get(name) != state:
                 self._state[name] = state
-                seen = self.times.get(name, {}).get("seen", now)
-                self.times[name] = {"seen": seen, "changed": now, "cell": self.cell}
-        for name in self.times.keys() - present:  # gone (removed, renamed): forgotten
-            del self.times[name]
+                seen = times.get(name, {}).get("seen", now)
+                times[name] = {"seen": seen, "changed": now, "cell": self.cell}
+        for name in times.keys() - present:  # gone (removed, renamed): forgotten
+            del times[name]
             self._state.pop(name, None)
+        self.times = times
         self.long_names = max(self.long_names, long_names)
         self.full = self.full or entries >= self.max_files
 
@@ -646,6 +654,11 @@ class FileClock(threading.Thread):
             parts.append(
                 f"{self.long_names:,} files with paths over {self.max_name:,} characters not timed"
             )
+        if self.hung:
+            parts.append(
+                f"a look at the files did not end within {self.STOP_WAIT_S:g} s of the end: "
+                "the times are those seen before"
+            )
         return "; ".join(parts)
 
     def run(self) -> None:
@@ -654,8 +667,14 @@ class FileClock(threading.Thread):
                 self.look()
 
     def stop(self) -> None:
+        """End the looks, then look once more; a look still under way after `STOP_WAIT_S` is
+        left behind (a daemon thread: it ends with the look, or with the process), with no last
+        look, and `untracked` says so."""
         self.stopped.set()
-        self.join()
+        self.join(self.STOP_WAIT_S)
+        if self.is_alive():
+            self.hung = True  # `times` stays what it is: a look replaces it, never changes it
+            return
         with contextlib.suppress(Exception):
             self.look()
 
@@ -821,15 +840,17 @@ class DiskWatch(threading.Thread):
                 return
 
 
-def _run_watched(
+def _run_watched(  # noqa: PLR0913 - and the kernel's folder, the clock's start
     client: _CappedClient,
     pid: int,
     options: RunOptions,
     outcome: RunOutcome,
     *,
     cancel: threading.Event | None,
+    cwd: Path,
 ) -> None:
-    """Run the cells (then the extra code) while a Watchdog holds the kernel to its limits."""
+    """Run the cells (then the extra code) while a Watchdog holds the kernel to its limits; the
+    clock's folder, when inside `cwd` (the kernel's), is reached from it (`FileClock`)."""
     limits = options.limits
     dog = Watchdog(pid, limits.memory_mb, limits.timeout, what="the notebook", cancel=cancel)
     disk = None
@@ -838,7 +859,9 @@ def _run_watched(
         disk.start()
     client.started = time.monotonic()
     if options.clock_folder is not None:
-        client.clock = FileClock(options.clock_folder, client.started)
+        folder = Path(options.clock_folder)
+        within = Path(cwd) if folder.is_relative_to(cwd) else None
+        client.clock = FileClock(folder, client.started, within=within)
         client.clock.start()
     client.watch = MessageWatch(client.km.context, dog, pid, limits.message_kb)
     client.watch.attach(client.kc)

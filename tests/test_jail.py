@@ -137,7 +137,8 @@ def _run_jailed(code: str, *args: str, work: Path, read_only=(), cgroup=None, ti
 
 def test_no_host_wide_write_and_no_core_dump_route_from_inside(jail_as_root, tmp_path):
     grades = tmp_path / "grades"
-    grades.mkdir(mode=0o700)  # private on the host: the jail's uid may still read it
+    grades.mkdir()
+    grades.chmod(0o755)  # the jail's uid reads what every account may (a private folder: never)
     (grades / "gradebook.csv").write_text("alice,0\n")
     secret = grades / "secret"
     secret.write_text("root only")
@@ -564,6 +565,7 @@ def test_the_check_process_runs_in_a_control_group_of_its_own(cgroups_here, tmp_
         solution_path=tmp_path / "solution.ipynb",
         limits=Limits(memory_mb=1024),
     )
+    (tmp_path / "base").mkdir(mode=0o700)  # the batch's work folder (`tempfile.mkdtemp`)
     checks = plan.start_checks(batch, tmp_path / "base")
     try:
         assert checks.cgroup is not None

@@ -118,7 +118,7 @@ def copy_regular(source: Path, target: Path, limit: int) -> int:
 @dataclass(frozen=True)
 class Entry:
     """One entry of a walked tree: its path, its path under the top, what it is (`kind`), its
-    size and blocks (from lstat: a link is never followed)."""
+    size, blocks, times and inode (from lstat: a link is never followed)."""
 
     path: Path
     relative: Path
@@ -126,55 +126,118 @@ class Entry:
     size: int
     blocks: int
     mtime_ns: int
+    inode: int = 0
+    ctime_ns: int = 0
 
 
 class TreeTooLarge(Exception):
     """`walk` stopped at its depth or entry cap; the message says which."""
 
 
-def walk(
-    top: Path, *, max_depth: int | None = None, max_entries: int | None = None, strict: bool = False
+def walk(  # noqa: PLR0913 - the tree, its caps, and where it must be reached from
+    top: Path,
+    *,
+    max_depth: int | None = None,
+    max_entries: int | None = None,
+    strict: bool = False,
+    within: Path | None = None,
 ) -> Iterator[Entry]:
     """Every entry under `top` (not `top` itself), folders before their contents, names sorted,
     without following links and without recursion (a stack: any depth is safe). It enters at most
     `max_depth` levels and yields at most `max_entries` (default: `MAX_DEPTH`, `MAX_ENTRIES`);
     past a cap it stops, raising TreeTooLarge when `strict`, and it reads no more of a folder than
     the cap allows (a folder past it is sorted by the names read). A folder that cannot be listed
-    is skipped."""
+    is skipped. within: a folder above `top`, from which `top` is reached one name at a time
+    without following a link (else `top` is opened by its path; a link as its last name is not
+    followed either).
+
+    Each folder is listed through a descriptor (`O_NOFOLLOW`) checked to be the folder that was
+    seen in its parent's listing (device and inode): a folder swapped for a link, or a parent
+    swapped, between the two is skipped, never listed where the link leads."""
     max_depth = MAX_DEPTH if max_depth is None else max_depth
     max_entries = MAX_ENTRIES if max_entries is None else max_entries
-    stack: list[tuple[Path, Path, int]] = [(Path(top), Path(), 0)]
+    try:
+        fd: int | None = _open_top(Path(top), within)
+    except OSError:
+        return
+    stack: list[tuple[Path, Path, int, tuple[int, int]]] = [(Path(top), Path(), 0, _identity(fd))]
     count = 0
     while stack:
-        folder, relative, depth = stack.pop()
+        folder, relative, depth, expected = stack.pop()
+        if fd is None:
+            fd = _open_same(folder, expected)
+            if fd is None:
+                continue
         try:
-            with os.scandir(folder) as listing:
-                # no more than the cap allows is read: a folder of millions is not listed whole
-                entries = list(itertools.islice(listing, max_entries - count + 1))
-        except OSError:
-            continue
-        entries.sort(key=lambda e: e.name, reverse=True)
-        below = []
-        for entry in reversed(entries):
             try:
-                info = entry.stat(follow_symlinks=False)
+                with os.scandir(fd) as listing:
+                    # no more than the cap allows is read: a folder of millions is not listed whole
+                    names = [e.name for e in itertools.islice(listing, max_entries - count + 1)]
             except OSError:
                 continue
-            count += 1
-            if count > max_entries:
-                if strict:
-                    raise TreeTooLarge(f"more than {max_entries:,} files and folders")
-                return
-            path, name = Path(entry.path), relative / entry.name
-            what = kind(info.st_mode)
-            yield Entry(path, name, what, info.st_size, info.st_blocks, info.st_mtime_ns)
-            if stat.S_ISDIR(info.st_mode):
-                if depth + 1 >= max_depth:
-                    if strict:
-                        raise TreeTooLarge(f"folders deeper than {max_depth} levels")
+            names.sort()
+            below = []
+            for name in names:
+                try:
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except OSError:
                     continue
-                below.append((path, name, depth + 1))
-        stack.extend(reversed(below))
+                count += 1
+                if count > max_entries:
+                    if strict:
+                        raise TreeTooLarge(f"more than {max_entries:,} files and folders")
+                    return
+                path, inside = folder / name, relative / name
+                what = kind(info.st_mode)
+                yield Entry(
+                    path,
+                    inside,
+                    what,
+                    info.st_size,
+                    info.st_blocks,
+                    info.st_mtime_ns,
+                    info.st_ino,
+                    info.st_ctime_ns,
+                )
+                if stat.S_ISDIR(info.st_mode):
+                    if depth + 1 >= max_depth:
+                        if strict:
+                            raise TreeTooLarge(f"folders deeper than {max_depth} levels")
+                        continue
+                    below.append((path, inside, depth + 1, (info.st_dev, info.st_ino)))
+            stack.extend(reversed(below))
+        finally:
+            os.close(fd)
+            fd = None
+
+
+def _open_top(top: Path, within: Path | None) -> int:
+    """A descriptor on the folder `top`: reached from `within` one name at a time without
+    following a link when given, else by its path (a link as its last name not followed)."""
+    if within is None:
+        return os.open(top, _DIR_FLAGS)
+    fd = os.open(within, _DIR_FLAGS)
+    try:
+        for name in top.relative_to(within).parts:
+            inner = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_same(folder: Path, expected: tuple[int, int]) -> int | None:
+    """A descriptor on `folder` if it is still the folder of that (device, inode), else None."""
+    try:
+        fd = os.open(folder, _DIR_FLAGS)
+    except OSError:
+        return None
+    if _identity(fd) != expected:
+        os.close(fd)
+        return None
+    return fd
 
 
 class LostWay(OSError):

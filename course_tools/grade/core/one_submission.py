@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 
 from course_tools import colab, exercise
-from course_tools.grade.core import files, notebooks, reading, report, submission
+from course_tools.grade.core import files, notebooks, reading, report, staging, submission
 from course_tools.grade.core.checker import CheckProcess, CheckVerdict
 from course_tools.grade.core.checks import ARTIFACTS_NAME
 from course_tools.grade.core.plan import CHECK_TIMEOUT_S, NOTEBOOK_MB, Batch
@@ -76,7 +76,7 @@ def copy_artifacts(
     if not source.is_dir():
         return notes
     budget = limit_mb * 2**20
-    total = copied = skipped = too_large = 0
+    total = copied = skipped = too_large = failed = 0
     for entry in files.walk(source, max_entries=limit_files * 10):
         if entry.kind == "a folder":
             continue
@@ -103,18 +103,30 @@ def copy_artifacts(
                     f"artifacts copied may take {limit_mb} MB in all"
                 )
             continue
-        (target / entry.relative).parent.mkdir(parents=True, exist_ok=True)
         try:
+            # a path the grades' file system refuses (too long there, a name it forbids)
+            (target / entry.relative).parent.mkdir(parents=True, exist_ok=True)
             # its times too: kept for the instructor
             total += files.copy_regular(entry.path, target / entry.relative, budget - total)
             copied += 1
-        except OSError as exc:  # changed since the walk (a kernel's orphan cannot: all killed)
-            notes.append(f"artifact {entry.relative} not copied: {exc}")
+        except OSError as exc:  # or changed since the walk (a kernel's orphan cannot: all killed)
+            failed += 1
+            if failed <= MAX_NOTES:  # the reason without the paths (the grades' are the host's)
+                why = exc.strerror or type(exc).__name__
+                notes.append(f"artifact {_shown(entry.relative)} not copied: {why}")
     if skipped > MAX_NOTES:
         notes.append(f"... and {skipped - MAX_NOTES} more artifacts that are not regular files")
     if too_large > MAX_NOTES:
         notes.append(f"... and {too_large - MAX_NOTES} more artifacts too large to copy")
+    if failed > MAX_NOTES:
+        notes.append(f"... and {failed - MAX_NOTES} more artifacts not copied")
     return notes
+
+
+def _shown(relative: Path, limit: int = 200) -> str:
+    """An artifact's path under the artifacts folder, for a note: its end when it is long."""
+    text = str(relative)
+    return text if len(text) <= limit else f"...{text[-limit:]}"
 
 
 def zero_results(parts: exercise.SolutionParts, message: str = "") -> list[CheckResult]:
@@ -310,7 +322,14 @@ def _grade_notebook(batch: Batch, submission: Submission, where: Workspace) -> G
         raise Cancelled("grading stopped while this submission ran")
     started = time.monotonic()
     artifacts = batch.out / g.student / "artifacts"
-    verdicts = checks.run(artifacts, facts, parts.tests, CHECK_TIMEOUT_S, observations(outcome))
+    if batch.sandboxed:  # the check process sees this copy at `artifacts` (`plan.start_checks`)
+        staged = staging.folder(where.base) / g.student
+        staging.put(artifacts, staged / "artifacts")
+    try:
+        verdicts = checks.run(artifacts, facts, parts.tests, CHECK_TIMEOUT_S, observations(outcome))
+    finally:
+        if batch.sandboxed:
+            staging.clear(staged)
     g.check_seconds = time.monotonic() - started
     _score(g, parts, verdicts)
     return g

@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 
 from course_tools import exercise
-from course_tools.grade.core import files, notebooks, report
+from course_tools.grade.core import files, notebooks, report, staging
 from course_tools.grade.core.checker import CheckProcess
 from course_tools.grade.core.checks import DATASET
 from course_tools.grade.core.report import Grade
@@ -210,8 +210,9 @@ def prepare(
 
 
 def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> CheckProcess:
-    """The batch's check process, sandboxed: it reads the grades, never the work folders. Its
-    log is `log_name` in the grades folder (a path under it: one per Slurm task)."""
+    """The batch's check process, sandboxed: it reads the artifacts staged for it in `base`
+    (`staging`) at the grades' path, never the grades themselves or the work folders. Its log is
+    `log_name` in the grades folder (a path under it: one per Slurm task)."""
     env = {**os.environ, **batch.settings.env()}
     wrap = group = None
     if batch.sandboxed:
@@ -222,7 +223,9 @@ def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> Chec
         def wrap(argv: list[str]) -> list[str]:
             return sandbox.wrap(
                 argv,
-                read_only=[batch.out],
+                # the grades' path shows the staged artifacts: readable to its own uid
+                # whatever the grades' modes, which stay the instructor's (`staging`)
+                views={batch.out: staging.folder(base)},
                 hidden=[base, batch.solution_path],
                 cwd=batch.out,
                 cgroup=group,

@@ -25,7 +25,6 @@ import pwd
 import resource
 import secrets
 import shutil
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,15 +65,6 @@ def user_tasks() -> int:
             except OSError:
                 continue
     return count
-
-
-def let_enter(folder: Path) -> None:
-    """Let every user enter `folder` (search permission, o+x: not list it), so that a sandbox's
-    uid can read what it is given in a folder made 0700 (a grades folder made private). Inside
-    the sandbox its parents are bubblewrap's (0755); on the host they keep their modes."""
-    mode = folder.stat().st_mode
-    if not mode & stat.S_IXOTH:
-        folder.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
 
 
 def fresh_uid() -> int:

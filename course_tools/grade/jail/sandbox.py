@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 
@@ -296,6 +296,7 @@ def wrap(  # noqa: PLR0913
     *,
     writable: Sequence[Path] = (),
     read_only: Sequence[Path] = (),
+    views: Mapping[Path, Path] | None = None,
     hidden: Sequence[Path] = (),
     cwd: Path | None = None,
     cgroup: Cgroup | None = None,
@@ -304,8 +305,10 @@ def wrap(  # noqa: PLR0913
     """`argv` prefixed with the bwrap command line of the sandbox described in this module.
 
     writable: folders bound read-write (the submission's work folder), at the same path.
-    read_only: folders bound read-only (the grades, for the check process); run as root, one
-    that others cannot enter gets their search permission (`identity.let_enter`).
+    read_only: folders bound read-only, at the same path; their modes are the host's (the
+    sandbox's own uid reads only what every account may), and never changed.
+    views: folders bound read-only at another path, {path in the sandbox: host folder} (the
+    check process sees the staged copy of the artifacts at the grades' path: `staging`).
     hidden: folders that must look empty, and files that must read as empty, should they lie
     inside a bound folder (other submissions' work folders, the grades, the solution with its
     hidden tests). `course_private()` is always among them.
@@ -333,29 +336,37 @@ def wrap(  # noqa: PLR0913
     args += ["--perms", "01777", *_tmpfs("/tmp", TMP_MB)]
     bound = _read_only_keep() + [Path(p).resolve() for p in read_only]
     writable = [Path(p).resolve() for p in writable]
-    if uid is not None:
-        for folder in read_only:
-            identity.let_enter(Path(folder))
-    args += _parents(bound + writable)
+    shown_as = {
+        Path(where).resolve(): Path(host).resolve() for where, host in (views or {}).items()
+    }
+    args += _parents(bound + writable + list(shown_as))
     for folder in bound:
         args += ["--ro-bind", str(folder), str(folder)]
     for folder in writable:
         args += ["--bind", str(folder), str(folder)]
-    seen = bound + writable + [Path(p) for p in SYSTEM_FOLDERS]
+    for where, host in shown_as.items():
+        args += ["--ro-bind", str(host), str(where)]
+    # (host folder, where the sandbox sees it) of every bind
+    seen = [(p, p) for p in [*bound, *writable, *map(Path, SYSTEM_FOLDERS)]]
+    seen += [(host, where) for where, host in shown_as.items()]
     private = [Path(path).resolve() for path in [*hidden, *course_private()]]
-    shown = [  # the private paths the binds above bring into the sandbox: each gets a cover
-        path
-        for path in private
-        if any(path.is_relative_to(folder) and path != folder for folder in seen)
-    ]
-    covered = [path for path in shown if path.is_dir()]  # only folders that really get a cover
-    for path in shown:
-        if any(path.is_relative_to(folder) and path != folder for folder in covered):
+    shown = list(  # where the binds above bring private paths into the sandbox: each a cover
+        dict.fromkeys(
+            (path, where / path.relative_to(host))
+            for path in private
+            for host, where in seen
+            if path.is_relative_to(host) and path != host
+        )
+    )
+    # only folders that really get a cover
+    covered = [inside for path, inside in shown if path.is_dir()]
+    for path, inside in shown:
+        if any(inside.is_relative_to(folder) and inside != folder for folder in covered):
             continue  # inside another cover: empty, and read-only (no mount point made there)
         if path.is_dir():
-            args += _cover(path)
+            args += _cover(inside)
         elif path.is_file():
-            args += ["--ro-bind", "/dev/null", str(path)]
+            args += ["--ro-bind", "/dev/null", str(inside)]
     # the sandbox's own root (a tmpfs holding the mount points) read-only: not a place to store
     # data out of the memory limit's sight
     args += ["--remount-ro", "/"]

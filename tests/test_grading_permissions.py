@@ -1,0 +1,272 @@
+"""The grader and the host's file permissions and paths, as root the way CI, a container or a
+Slurm node runs it:
+
+- under a root umask of 077 the check process (a uid of its own) reads what it must through a
+  staged copy (`staging`), and a grades folder the instructor made private stays private: its
+  mode and its files' modes are never changed (one batch, run by `course grade` in a process
+  with that umask: the completed exercise scores full marks);
+- an artifact path too long for the grades folder (but fine under the work folder) is a note in
+  a graded row, not a grader error, and the note holds no host path (the same batch, whose
+  `--out` is long; and `copy_artifacts` directly);
+- the grader's walks never list a folder that a submission swapped for a link between the
+  lstat and the listing (`files.walk`, `FileClock`), and `FileClock.stop` does not wait for a
+  look that hangs.
+
+Run: pytest tests/test_grading_permissions.py (the batch about 2 minutes on 2 cores; the rest
+a few seconds).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from grading_submissions import ENV, SOLUTION, completed_exercise, notebook_of, write
+from helpers import require_or_skip
+
+from course_tools import runner
+from course_tools.grade.core import files, one_submission, staging
+from course_tools.grade.jail import identity, sandbox
+
+#: Makes its artifacts' deepest path 4,090 characters long whatever the work folder's path is
+#: (PATH_MAX is 4,096), so that it cannot be copied under a longer grades folder.
+DEEP_CELL = """
+import os
+top = os.path.join(os.environ["COURSE_ARTIFACTS"], "05_svhn")
+os.makedirs(top, exist_ok=True)
+path = top
+while len(path) + 201 + 2 <= 4090:
+    path = os.path.join(path, "d" * 200)
+last = 4090 - len(path) - 3
+if last > 0:
+    path = os.path.join(path, "e" * last)
+os.makedirs(path)
+with open(os.path.join(path, "f"), "w") as handle:
+    handle.write("x")
+open(os.path.join(top, "short.txt"), "w").write("kept")
+print(len(os.path.join(path, "f")))
+"""
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+# --- one root batch under umask 077 ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def private_batch(tmp_path_factory):
+    """`course grade` as root under umask 077 into a long `--out` made 0700 beforehand, holding
+    a file of the instructor's (0640): the completed exercise and the deep submission."""
+    if not sandbox.status()[0]:
+        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
+    if not identity.privileged():
+        pytest.skip("the check process gets a uid of its own only as root")
+    where = tmp_path_factory.mktemp("private")
+    subs = where / "subs"
+    subs.mkdir()
+    write(completed_exercise(), subs / "honest.ipynb")
+    write(notebook_of(DEEP_CELL), subs / "deep.ipynb")
+    out = where / ("grades-of-the-distributed-training-course-" * 3)
+    out.mkdir(mode=0o700)
+    out.chmod(0o700)
+    mine = out / "instructor-notes.txt"
+    mine.write_text("private\n")
+    mine.chmod(0o640)
+    command = [
+        str(Path(sys.executable).with_name("course")),
+        "grade",
+        str(subs),
+        f"--out={out}",
+        f"--solution={SOLUTION}",
+        f"--profile={ENV['COURSE_PROFILE']}",
+        f"--devices={ENV['COURSE_DEVICES']}",
+        f"--data={ENV['COURSE_DATA']}",
+        "--jobs=2",
+    ]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        preexec_fn=lambda: os.umask(0o077),  # the grader's umask, as a hardened host's root
+        check=False,
+    )
+    rows = {row["student"]: row for row in csv.DictReader((out / "gradebook.csv").open())}
+    return {"done": done, "out": out, "mine": mine, "rows": rows}
+
+
+def test_under_umask_077_the_completed_exercise_scores_full_marks(private_batch):
+    done, rows = private_batch["done"], private_batch["rows"]
+    assert done.returncode == 0, done.stderr[-3000:]
+    honest = rows["honest"]
+    assert honest["status"] == "graded", honest
+    assert honest["score"] == honest["max_score"] == "12", honest
+
+
+def test_a_private_grades_folder_keeps_its_mode_and_its_files_theirs(private_batch):
+    out, mine = private_batch["out"], private_batch["mine"]
+    assert _mode(out) == 0o700, oct(_mode(out))
+    assert _mode(mine) == 0o640, oct(_mode(mine))
+    # what the grader wrote is as the umask made it: nothing opened to other accounts
+    wider = [
+        f"{path.relative_to(out)} {oct(_mode(path))}"
+        for path in [out, *out.rglob("*")]
+        if path != mine and _mode(path) & 0o077
+    ]
+    assert not wider, wider
+
+
+def test_an_artifact_path_too_long_for_the_grades_is_a_note_of_a_graded_row(private_batch):
+    out, rows = private_batch["out"], private_batch["rows"]
+    deep = rows["deep"]
+    assert deep["status"] == "graded", deep
+    assert "not copied: File name too long" in deep["notes"], deep["notes"]
+    assert (out / "deep" / "artifacts" / "short.txt").read_text() == "kept"
+    moodle = (out / "moodle.csv").read_text()
+    assert "File name too long" in moodle
+    assert str(out) not in moodle, "the grades' host path reached the student's feedback"
+
+
+# --- the pieces, directly -------------------------------------------------------------------
+
+
+def test_copy_artifacts_notes_a_path_the_grades_refuse_and_copies_the_rest(tmp_path):
+    work = tmp_path / "w"
+    source = work / "artifacts" / "05_svhn"
+    deep = source
+    while len(str(deep)) + 201 < 3800:
+        deep = deep / ("d" * 200)
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("x")
+    (source / "short.txt").write_text("kept")
+    target = tmp_path / ("t" * 250) / ("u" * 250) / "artifacts"  # 500 characters longer
+    notes = one_submission.copy_artifacts(source, target, within=work)
+    assert (target / "short.txt").read_text() == "kept"
+    assert len(notes) == 1, notes
+    assert notes[0].endswith("not copied: File name too long"), notes
+    assert str(tmp_path) not in notes[0]
+
+
+def test_staged_artifacts_are_readable_to_any_uid_whatever_the_umask(tmp_path):
+    source = tmp_path / "grades" / "alice" / "artifacts"
+    (source / "fit_ckpt").mkdir(parents=True)
+    (source / "fit_ckpt" / "ckpt_1.weights.h5").write_bytes(b"w" * 10)
+    os.utime(source / "fit_ckpt" / "ckpt_1.weights.h5", ns=(1, 1_000_000_000))
+    (source / "results.json").write_text("{}")
+    os.symlink("/etc/passwd", source / "link")
+    base = tmp_path / "base"
+    base.mkdir(mode=0o700)
+    old = os.umask(0o077)
+    try:
+        stage = staging.folder(base)
+        staging.put(source, stage / "alice" / "artifacts")
+    finally:
+        os.umask(old)
+    staged = stage / "alice" / "artifacts"
+    assert _mode(stage) == _mode(stage / "alice") == _mode(staged) == 0o755
+    assert _mode(staged / "fit_ckpt") == 0o755
+    assert _mode(staged / "results.json") == _mode(staged / "fit_ckpt" / "ckpt_1.weights.h5")
+    assert _mode(staged / "results.json") == 0o644
+    assert os.stat(staged / "fit_ckpt" / "ckpt_1.weights.h5").st_mtime_ns == 1_000_000_000
+    assert not (staged / "link").exists() and not (staged / "link").is_symlink()
+    assert _mode(base) == 0o700, "the work folder stays closed to other accounts"
+    staging.clear(stage / "alice")
+    assert not (stage / "alice").exists()
+
+
+def test_the_sandbox_never_changes_the_mode_of_a_folder_it_binds(tmp_path):
+    if not sandbox.status()[0]:
+        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
+    grades = tmp_path / "grades"
+    grades.mkdir(mode=0o700)
+    grades.chmod(0o700)
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    sandbox.wrap(["true"], read_only=[grades])
+    assert _mode(grades) == 0o700, "a private folder was opened to other accounts"
+    argv = sandbox.wrap(["true"], views={tmp_path / "seen": stage})
+    at = argv.index(str(stage))
+    assert argv[at - 1 : at + 2] == ["--ro-bind", str(stage), str((tmp_path / "seen").resolve())]
+
+
+# --- walks over a folder swapped for a link --------------------------------------------------
+
+
+def _host_folder(tmp_path: Path) -> Path:
+    host = tmp_path / "host"
+    (host / "inner").mkdir(parents=True)
+    (host / "host-secret").write_text("host")
+    (host / "inner" / "host-secret-2").write_text("host")
+    return host
+
+
+@pytest.mark.parametrize("swapped", ["the folder", "its parent"])
+def test_a_walk_never_lists_a_folder_swapped_for_a_link(tmp_path, swapped):
+    """The swap happens between the walk's lstat of a folder (it is yielded) and its listing,
+    deterministically: the old walk listed the host folder through the link."""
+    host = _host_folder(tmp_path)
+    top = tmp_path / "top"
+    (top / "a" / "inner").mkdir(parents=True)
+    (top / "a" / "inner" / "own").write_text("own")
+    names = []
+    for entry in files.walk(top):
+        names.append(entry.relative.as_posix())
+        if swapped == "the folder" and entry.relative == Path("a"):
+            # "a" was seen as a folder: it becomes a link to the host's
+            (top / "a").rename(top / "a-moved")
+            (top / "a").symlink_to(host)
+        if swapped == "its parent" and entry.relative == Path("a/inner"):
+            (top / "a").rename(top / "a-moved")
+            (top / "a").symlink_to(host)  # host/inner exists: a real folder at that path
+    assert not [n for n in names if "host-secret" in n], names
+    assert names[0] == "a", names
+
+
+def test_the_file_clock_never_times_a_host_folder_behind_a_link(tmp_path):
+    """A kernel replaces its artifacts folder with a link to a host folder holding a folder of
+    the clock's name (another submission's work folder, say): the clock sees nothing there."""
+    host = tmp_path / "other"
+    (host / "05_svhn").mkdir(parents=True)
+    (host / "05_svhn" / "their-model.keras").write_text("theirs")
+    work = tmp_path / "work"
+    (work / "artifacts" / "05_svhn").mkdir(parents=True)
+    (work / "artifacts" / "05_svhn" / "mine.json").write_text("{}")
+    clock = runner.FileClock(work / "artifacts" / "05_svhn", time.monotonic(), within=work)
+    clock.look()
+    assert set(clock.times) == {"mine.json"}
+    (work / "artifacts").rename(work / "moved")
+    (work / "artifacts").symlink_to(host)
+    clock.look()
+    assert clock.times == {}, clock.times
+
+
+def test_the_file_clock_stops_without_waiting_for_a_hung_look(tmp_path, monkeypatch):
+    release = threading.Event()
+
+    def hung_walk(*args, **kwargs):
+        release.wait(60)  # a folder of a hung network file system
+        return iter(())
+
+    (tmp_path / "a.txt").write_text("a")
+    clock = runner.FileClock(tmp_path, time.monotonic(), interval=0.01)
+    clock.look()
+    monkeypatch.setattr(runner.FileClock, "STOP_WAIT_S", 0.5)
+    monkeypatch.setattr(runner.files, "walk", hung_walk)
+    clock.start()
+    time.sleep(0.2)  # a look is under way, and hangs
+    started = time.monotonic()
+    clock.stop()
+    waited, times, note = time.monotonic() - started, clock.times, clock.untracked()
+    release.set()
+    assert waited < 5, waited
+    assert set(times) == {"a.txt"}, "the times seen before the hung look are kept"
+    assert "did not end within 0.5 s" in note
