@@ -231,6 +231,20 @@ def test_a_walk_never_lists_a_folder_swapped_for_a_link(tmp_path, swapped):
     assert names[0] == "a", names
 
 
+def test_a_walk_follows_a_link_given_as_its_top_and_no_other(tmp_path):
+    """The instructor's link to the submissions is theirs: followed; links inside are not."""
+    host = _host_folder(tmp_path)
+    (tmp_path / "given").symlink_to(host)
+    (host / "inner" / "back").symlink_to(host)
+    names = {entry.relative.as_posix(): entry.kind for entry in files.walk(tmp_path / "given")}
+    assert names == {
+        "host-secret": "a regular file",
+        "inner": "a folder",
+        "inner/back": "a symbolic link",
+        "inner/host-secret-2": "a regular file",
+    }
+
+
 def test_the_file_clock_never_times_a_host_folder_behind_a_link(tmp_path):
     """A kernel replaces its artifacts folder with a link to a host folder holding a folder of
     the clock's name (another submission's work folder, say): the clock sees nothing there."""

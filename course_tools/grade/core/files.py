@@ -148,8 +148,8 @@ def walk(  # noqa: PLR0913 - the tree, its caps, and where it must be reached fr
     past a cap it stops, raising TreeTooLarge when `strict`, and it reads no more of a folder than
     the cap allows (a folder past it is sorted by the names read). A folder that cannot be listed
     is skipped. within: a folder above `top`, from which `top` is reached one name at a time
-    without following a link (else `top` is opened by its path; a link as its last name is not
-    followed either).
+    without following a link; else `top` is opened by its path, as the caller names it (an
+    instructor's link to the submissions is followed).
 
     Each folder is listed through a descriptor (`O_NOFOLLOW`) checked to be the folder that was
     seen in its parent's listing (device and inode): a folder swapped for a link, or a parent
@@ -213,9 +213,9 @@ def walk(  # noqa: PLR0913 - the tree, its caps, and where it must be reached fr
 
 def _open_top(top: Path, within: Path | None) -> int:
     """A descriptor on the folder `top`: reached from `within` one name at a time without
-    following a link when given, else by its path (a link as its last name not followed)."""
+    following a link when given, else by its path."""
     if within is None:
-        return os.open(top, _DIR_FLAGS)
+        return os.open(top, _DIR_FLAGS & ~os.O_NOFOLLOW)
     fd = os.open(within, _DIR_FLAGS)
     try:
         for name in top.relative_to(within).parts:
