@@ -29,7 +29,8 @@ follows from the numbers it recorded beside it.
   dominates" (or the bytes, or too close to call within the line's worst error) must follow,
   withheld as in 3b when other programs used more than `timing.BUSY` of the cores during a set
   of its rounds; the all-reduce's share of a step withheld then too, when the line misses a size
-  beyond the tolerance, or when the step's own rounds were busy.
+  beyond the tolerance, or when the step's own rounds were busy; the step's time, a share given
+  and the addition's cost of a large byte re-derived from their own rounds.
 
 Example:
     $ .venv/bin/python -m course_tools.artifact_check notebooks/03_single_vs_distributed.ipynb
@@ -294,6 +295,17 @@ def load_problems(path: Path) -> list[str]:
     return found
 
 
+LINES = ("small", "large")  # 3c's two ranges of sizes, a line through each
+
+
+def fit_line(sizes: list, seconds: list) -> tuple[float, float]:
+    """(intercept, beta) through (size, seconds), each residual weighted by 1 / time (relative
+    errors), as notebook 3c's own `fit_line`, written again here."""
+    y = np.asarray(seconds, dtype=float)
+    intercept, beta = np.polyfit(np.asarray(sizes, dtype=float), y, 1, w=1 / y)[::-1]
+    return float(intercept), float(beta)
+
+
 def all_reduce_fit(results: dict) -> dict:
     """Notebook 3c's line, fitted again from its rounds with code of its own: each size's time is
     its fastest round less the loop's fastest; a line through the small sizes (alpha, beta) and
@@ -302,10 +314,7 @@ def all_reduce_fit(results: dict) -> dict:
     rounds = {key: value for key, value in results["samples"].items() if key != "loop alone"}
     overhead = min(results["samples"]["loop alone"])
     seconds = {int(size): min(value) - overhead for size, value in rounds.items()}
-    fitted = {}
-    for part in ("small", "large"):
-        y = np.array([seconds[size] for size in results[part]])
-        fitted[part] = np.polyfit(np.array(results[part], dtype=float), y, 1, w=1 / y)[::-1]
+    fitted = {part: fit_line(results[part], [seconds[s] for s in results[part]]) for part in LINES}
 
     def line(size: int) -> float:
         intercept, beta = fitted["small" if size <= max(results["small"]) else "large"]
@@ -357,6 +366,35 @@ def step_share_problems(results: dict, name: str) -> list[str]:
     return found
 
 
+def step_and_addition_problems(results: dict, name: str) -> list[str]:
+    """Notebook 3c's step and addition, from their rounds: the step's time is its rounds'
+    fastest (`step_rounds`), a share of it given is the line's time at the gradients' size over
+    that time, and the addition's printed cost of a large byte (`add_line`, none with one
+    replica) is what its rounds give (`verdict.jump_line` on this module's `fit_line`)."""
+    missing = [k for k in ("step_rounds", "add_samples", "add_line") if k not in results]
+    if missing:
+        return [f"{name}: {', '.join(missing)} not recorded"]
+    found, fastest = [], min(results["step_rounds"])
+    if not math.isclose(results["fastest_ms"], fastest, rel_tol=1e-9):
+        found.append(
+            f"{name}: step {results['fastest_ms']:.3f} ms, its rounds' fastest {fastest:.3f}"
+        )
+    if results["step_share"] is not None and results["replicas"] > 1:  # 1: step_share_problems
+        fit, size = all_reduce_fit(results), results["gradient_bytes"]
+        share = (1 + fit["errors"][size]) * fit["seconds"][size] * 1000 / fastest  # line / step
+        if not math.isclose(results["step_share"], share, rel_tol=1e-6):
+            found.append(
+                f"{name}: step share {results['step_share']:.4f}, its rounds give {share:.4f}"
+            )
+    samples, said = {int(size): t for size, t in results["add_samples"].items()}, None
+    if samples:  # none with one replica
+        ranges = (results["small"], results["large"], fit_line, verdict.ALL_REDUCE_TOLERANCE)
+        said = verdict.jump_line("addition over the same bytes", samples, *ranges)
+    if results["add_line"] != said:
+        found.append(f"{name}: addition {results['add_line']!r} printed, its rounds give {said!r}")
+    return found
+
+
 def all_reduce_problems(path: Path) -> list[str]:
     """Notebook 3c's all-reduce at `path`: the recorded line must be the one its rounds give, a
     measured size beyond the stated tolerance of it must have been flagged, and "alpha dominates"
@@ -370,7 +408,9 @@ def all_reduce_problems(path: Path) -> list[str]:
     if results["replicas"] == 1 and "alpha" in results:
         return [f"{path.name}: a line fitted with one replica"]
     found = [f"{path.name}: {p}" for p in threshold_problems(results, ALL_REDUCE_THRESHOLDS)]
-    found += step_share_problems(results, path.name)
+    found += step_share_problems(results, path.name) + step_and_addition_problems(
+        results, path.name
+    )
     tolerance, flagged = verdict.ALL_REDUCE_TOLERANCE, results.get("flagged", False)
     if results["replicas"] == 1:
         overhead = min(results["samples"]["loop alone"])

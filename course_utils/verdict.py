@@ -533,15 +533,13 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
         f"{100 * others:.0f}%): "
     )
     if others > busy:
-        note += (  # a fork-join op waits for its slowest thread: time-slicing costs it most
-            "other programs took cores, and the work's own threads then waited on each other (a "
-            "parallel op waits for its slowest thread), which can cost it far more than a "
-            "training run in the same rounds"
+        note += (  # measured: the others' share; thread waits are not
+            "other programs took cores; the work's threads may then have waited on each other (a "
+            "parallel op waits for its slowest thread: not measured here), which can cost it far "
+            "more than a training run in the same rounds"
         )
     else:
-        idle = max(
-            0.0, 1 - most / usable - others
-        )  # wall time neither this process nor others used
+        idle = max(0.0, 1 - most / usable - others)  # wall time nobody's CPU seconds filled
         note += (
             f"others under the busy threshold ({100 * busy:.0f}%), and at least {100 * idle:.0f}% "
             "of the cores sat idle: the work did not spread over the cores; probably not load "

@@ -21,6 +21,7 @@ sweep apply them right after each run, and the tests below check the checkers.
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import time
@@ -604,6 +605,10 @@ def test_a_step_is_its_fastest_round_like_a_limit(tmp_path):
 SMALL, LARGE = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20], [4 << 20, 8 << 20, 16 << 20]
 
 
+#: 3c's step with one replica: its rounds, and no addition (nothing is sent).
+ONE_REPLICA_STEP = {"step_rounds": [9.0], "fastest_ms": 9.0, "add_samples": {}, "add_line": None}
+
+
 def _all_reduce_results(
     scale: dict[int, float] | None = None, alpha: float = 80e-6, beta: float = 250e-12
 ) -> dict:
@@ -616,7 +621,16 @@ def _all_reduce_results(
         samples[size] = [(20e-6 + alpha + size * slope) * scale.get(size, 1) * f for f in (1, 1.1)]
     code = bench.notebook_code(bench.ALL_REDUCE_NOTEBOOK, names=bench.ALL_REDUCE_CODE)
     fit = code["fit_all_reduce"](samples, SMALL, LARGE)
+    noise = random.Random(3)  # 3 rounds of each size, within 4%; a byte 1.6x beyond 1 MiB
+    cost = {s: 30e-6 + 6 * s / 20e9 * (1.6 if s in LARGE else 1) for s in [*SMALL, *LARGE]}
+    adds = {s: [t * noise.uniform(1, 1.04) for _ in range(3)] for s, t in cost.items()}
+    ranges = (SMALL, LARGE, code["fit_line"], 0.25)
     return {
+        "step_rounds": [25.0, 26.0],
+        "fastest_ms": 25.0,
+        "add_samples": {str(k): v for k, v in adds.items()},
+        "add_line": verdict.jump_line("addition over the same bytes", adds, *ranges),
+        "add_load": 0.05,
         "replicas": 2,
         "gradient_bytes": 487_720,
         "small": SMALL,
@@ -632,7 +646,7 @@ def _all_reduce_results(
         "loads": [0.05],
         "flagged": False,
         "step_load": 0.05,
-        "step_share": 0.02,
+        "step_share": 1000 * fit["line"](487_720) / 25.0,  # the line's time over the step's
     } | ALL_REDUCE_THRESHOLDS
 
 
@@ -676,7 +690,7 @@ def test_with_one_replica_every_size_takes_the_loop_s_time_or_is_flagged(tmp_pat
     per call, so that the call's own cost weighs more) fails unless the run flagged it."""
     samples = {"loop alone": [6e-6, 6.5e-6], str(4 << 10): [6.1e-6], str(16 << 20): [8.4e-6]}
     record = {"replicas": 1, "samples": samples, "flagged": False, "loads": [0.0]}
-    record |= {"step_load": 0.0, "step_share": None} | ALL_REDUCE_THRESHOLDS
+    record |= {"step_load": 0.0, "step_share": None} | ALL_REDUCE_THRESHOLDS | ONE_REPLICA_STEP
     path = tmp_path / "results.json"
     path.write_text(json.dumps(record))
     assert all_reduce_problems(path) == [
@@ -695,7 +709,7 @@ def test_the_all_reduce_s_share_of_a_step_is_withheld_on_a_busy_machine(tmp_path
     while others used 45% of the cores (above `timing.BUSY`, 20%) fails, withheld (null) passes,
     and so does a share measured quietly; with one replica no share may be given."""
     path = tmp_path / "results.json"
-    busy = _all_reduce_results() | {"step_load": 0.45, "step_share": 0.3}
+    busy = _all_reduce_results() | {"step_load": 0.45}  # its share: its line over its step
     path.write_text(json.dumps(busy))
     assert all_reduce_problems(path) == [
         "results.json: a share of a step given while other programs used 45% of the cores "
@@ -707,6 +721,7 @@ def test_the_all_reduce_s_share_of_a_step_is_withheld_on_a_busy_machine(tmp_path
     assert all_reduce_problems(path) == []
     samples = {"loop alone": [6e-6], str(4 << 10): [6.1e-6]}
     one = {"replicas": 1, "samples": samples, "step_load": 0.0, "loads": [0.0], "flagged": False}
+    one |= ONE_REPLICA_STEP
     path.write_text(json.dumps(one | ALL_REDUCE_THRESHOLDS | {"step_share": 0.1}))
     assert all_reduce_problems(path) == ["results.json: a share of a step given with one replica"]
 
@@ -721,7 +736,7 @@ def test_no_share_of_a_step_from_a_line_measured_busy_or_flagged(tmp_path):
         "all-reduce's rounds)"
     )
     busy_line = _all_reduce_results() | {"loads": [0.30], "step_load": 0.03, "dominates": withheld}
-    path.write_text(json.dumps(busy_line | {"step_share": 0.0152}))
+    path.write_text(json.dumps(busy_line))
     assert all_reduce_problems(path) == [
         "results.json: a share of a step given from a line measured while other programs used "
         "30% of the cores"
@@ -1024,7 +1039,8 @@ def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
     assert verdict.regime(record) == verdict.regime(unrecorded) == regime
     busy = record["loads"] | {"bandwidth": dict.fromkeys(ALL_SLOW, 0.5)}
     assert (
-        "other programs took cores, and the work's own threads then waited"
+        "other programs took cores; the work's threads may then have waited on each other (a "
+        "parallel op waits for its slowest thread: not measured here)"
         in verdict.starved_note("bandwidth", bandwidth, cores, busy["bandwidth"], 2, 0.2)
     )
 
@@ -1326,3 +1342,28 @@ def test_notebook_3_s_points_are_their_median_rounds(tmp_path):
     sweep[0]["step_ms"] = 10.0
     path.write_text(json.dumps(results))
     assert regime_problems(path) == ["results.json: no rounds recorded at a batch of 64"]
+
+
+def test_3c_s_step_its_share_and_the_addition_are_read_again_from_their_rounds(tmp_path):
+    """3c records the step's rounds and the addition's: a step time that is not its rounds'
+    fastest, a share of it that is not the line's time over that, and an addition's cost of a
+    large byte its rounds do not give each fail with a line of their own; so does a record
+    without them."""
+    path = tmp_path / "results.json"
+    record = _all_reduce_results()
+    assert " costs 1.59x" in record["add_line"] and "over the rounds: more (" in record["add_line"]
+    path.write_text(json.dumps(record))
+    assert all_reduce_problems(path) == []
+    share = record["step_share"]
+    told = record["add_line"].replace("rounds: more", "rounds: less")
+    path.write_text(json.dumps(record | {"fastest_ms": 26.0, "step_share": 2 * share}))
+    assert all_reduce_problems(path) == [
+        "results.json: step 26.000 ms, its rounds' fastest 25.000",
+        f"results.json: step share {2 * share:.4f}, its rounds give {share:.4f}",
+    ]
+    path.write_text(json.dumps(record | {"add_line": told}))
+    assert all_reduce_problems(path) == [
+        f"results.json: addition {told!r} printed, its rounds give {record['add_line']!r}"
+    ]
+    path.write_text(json.dumps({k: v for k, v in record.items() if k != "add_samples"}))
+    assert all_reduce_problems(path) == ["results.json: add_samples not recorded"]
