@@ -466,6 +466,38 @@ def speed_problems(path: Path) -> list[str]:
     return []
 
 
+def fit_gap_problems(path: Path) -> list[str]:
+    """Notebook 3's cell that sets `fit` beside the loop at one step a call: the sweep line's
+    fixed part it compares with (`fixed_ms`) worked out again from the sweep, and the gap
+    (`fit_minus_loop_ms`) from the two runs' median rounds where their verdict was recorded."""
+    results = json.loads(Path(path).read_text())
+    if "fixed_ms" not in results:
+        return [f"{path.name}: fixed_ms not recorded"]
+    batches = [point["global_batch"] for point in results["sweep"]]
+    _, fixed_ms, _ = verdict.sweep_line(batches, sweep_ms(results))
+    found = []
+    if not math.isclose(results["fixed_ms"], fixed_ms, rel_tol=1e-6, abs_tol=1e-9):
+        found.append(
+            f"{path.name}: fixed_ms {results['fixed_ms']:.3f}, its sweep gives {fixed_ms:.3f}"
+        )
+    conclusions = path.parent / "conclusions.json"
+    records = json.loads(conclusions.read_text()) if conclusions.exists() else []
+    for record in records:
+        if record["a"].endswith("1 step/call") and record["b"].endswith("+ fit"):
+            ms = [
+                1000 * results["batch"] / float(np.median(record[k]))
+                for k in ("b_samples", "a_samples")
+            ]
+            if not math.isclose(
+                results["fit_minus_loop_ms"], ms[0] - ms[1], rel_tol=1e-6, abs_tol=1e-6
+            ):
+                found.append(
+                    f"{path.name}: fit_minus_loop_ms {results['fit_minus_loop_ms']:.3f}, "
+                    f"the recorded rounds give {ms[0] - ms[1]:.3f}"
+                )
+    return found
+
+
 def cross_check_problems(path: Path) -> list[str]:
     """Notebook 3's cross-check: `noisy_cross_check` must be what `cross_check_moved` (section 2's
     loop against its repeat in the sweep) gives at `verdict.LINE_TOLERANCE`, the code's own."""
@@ -498,6 +530,7 @@ def problems(notebook: Path, since: float = 0.0) -> list[str]:
     if notebook.stem == "03_single_vs_distributed" and (folder / "results.json").exists():
         found += load_problems(folder / "results.json")
         found += cross_check_problems(folder / "results.json")
+        found += fit_gap_problems(folder / "results.json")
     if notebook.stem == "03b_where_time_goes" and (folder / "results.json").exists():
         found += speed_problems(folder / "results.json")
     if notebook.stem in ALL_REDUCE_NOTEBOOKS and (folder / "results.json").exists():

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from course_utils import verdict
 from course_utils.verdict import LINE_TOLERANCE, line_problem
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_single_vs_distributed.ipynb"
@@ -293,3 +294,27 @@ def test_every_batch_of_the_notebook_has_a_whole_step_at_any_device_count(replic
 def test_more_devices_than_the_training_images_allow_stop_at_the_first_cell_saying_what_to_do():
     with pytest.raises(ValueError, match="set COURSE_DEVICES to at most 234 and restart"):
         sizes_cell(235)
+
+
+def test_the_artifact_check_works_out_the_fit_gap_and_fixed_part_again(tmp_path):
+    """Notebook 3's cell 44 sets fit's gap over the loop at one step a call beside the sweep
+    line's fixed part: both are recorded, and a record whose fixed part or gap its own sweep and
+    rounds contradict fails, naming the field."""
+    from course_tools.artifact_check import fit_gap_problems, sweep_ms
+
+    sweep = [_point(b, ms) for b, ms in FOUR_DEVICES]
+    batches = [b for b, _ in FOUR_DEVICES]
+    _, fixed_ms, _ = verdict.sweep_line(batches, sweep_ms({"sweep": sweep}))
+    loop, fit = [12_000.0, 12_500.0, 11_800.0], [10_000.0, 10_400.0, 9_900.0]
+    gap = 1000 * 256 / 10_000.0 - 1000 * 256 / 12_000.0
+    record = {"batch": 256, "sweep": sweep, "fixed_ms": fixed_ms, "fit_minus_loop_ms": gap}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(record))
+    verdicts = [{"a": "Mirrored + loop, 1 step/call", "b": "Mirrored + fit"}]
+    (tmp_path / "conclusions.json").write_text(
+        json.dumps([verdicts[0] | {"a_samples": loop, "b_samples": fit}])
+    )
+    assert fit_gap_problems(path) == []
+    path.write_text(json.dumps(record | {"fixed_ms": fixed_ms + 1, "fit_minus_loop_ms": -gap}))
+    problems = fit_gap_problems(path)
+    assert [p.split(" ")[1] for p in problems] == ["fixed_ms", "fit_minus_loop_ms"], problems
