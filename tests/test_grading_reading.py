@@ -1308,6 +1308,20 @@ def test_the_custom_loop_must_iterate_the_distributed_train_ds():
             },
             r"private API \(cell \[\d+\]: `train_dist = strategy.extended._experimental",
         ),
+        (
+            {
+                loop: "step = lambda b: strategy.run(train_step, args=(b,))\n        "
+                "for batch in train_cached.batch(GLOBAL_BATCH):\n            step(batch)"
+            },
+            "not distributed",
+        ),
+        (
+            {
+                loop: "for batch in train_ds:\n            "
+                "tf.function(distributed_train_step)(batch)"
+            },
+            "not distributed",
+        ),
         ({LOOP: f"{LOOP}\nprint(train_ds._variant_tensor)"}, "private API"),
         ({LOOP: f"{LOOP}\nextended = strategy.extended"}, "use the public tf.distribute API"),
     ]:

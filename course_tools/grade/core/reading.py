@@ -2478,26 +2478,35 @@ class Code:
     @cached_property
     def _step_functions(self) -> frozenset[str]:
         """The notebook's own functions (followed or not) that call `strategy.run`
-        (`distributed_train_step`), or one of these in turn: a call of one feeds the replicas
-        what it is given."""
-        functions = {
-            node.name: node
-            for node in self._walk()
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        }
+        (`distributed_train_step`), or one of these in turn, and the names assigned a lambda
+        or a wrapper of one (`step = lambda b: strategy.run(...)`, `step =
+        tf.function(distributed_train_step)`): a call of one feeds the replicas what it is
+        given."""
+        candidates: dict[str, list[ast.AST]] = {}
+        for node in self._walk():
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                candidates.setdefault(node.name, []).append(node)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and (
+                isinstance(node.value, ast.Lambda)
+                or isinstance(node.value, ast.Call)
+                and _dotted(node.value.func).split(".")[-1] in WRAPPERS
+            ):
+                for target in _targets(node):
+                    candidates.setdefault(target, []).append(node.value)
         steps = {
             name
-            for name, function in functions.items()
-            if any(self._runs_on_strategy(sub) for sub in ast.walk(function))
+            for name, nodes in candidates.items()
+            if any(self._runs_on_strategy(sub) for node in nodes for sub in ast.walk(node))
         }
         while True:
             more = {
                 name
-                for name, function in functions.items()
+                for name, nodes in candidates.items()
                 if name not in steps
                 and any(
-                    isinstance(sub, ast.Call) and getattr(sub.func, "id", "") in steps
-                    for sub in ast.walk(function)
+                    isinstance(sub, ast.Name) and sub.id in steps
+                    for node in nodes
+                    for sub in ast.walk(node)
                 )
             }
             if not more:
@@ -2511,7 +2520,8 @@ class Code:
         if not isinstance(node, ast.Call):
             return []
         arguments = [*node.args, *(k.value for k in node.keywords)]
-        if getattr(node.func, "id", "") in self._step_functions:
+        called = {n.id for n in ast.walk(node.func) if isinstance(n, ast.Name)}
+        if called & self._step_functions:  # step(batch), tf.function(step)(batch)
             return arguments or [node]
         if self._runs_on_strategy(node):
             return arguments[1:] or [node]
