@@ -12,8 +12,11 @@ Slurm node runs it:
   lstat and the listing (`files.walk`, `FileClock`), and `FileClock.stop` does not wait for a
   look that hangs.
 
-Run: pytest tests/test_grading_permissions.py (the batch about 2 minutes on 2 cores; the rest
-a few seconds).
+Also on Slurm: the same honest submission as a job array under umask 077 (tests/slurm.py's
+single-node cluster).
+
+Run: pytest tests/test_grading_permissions.py (about 3 minutes on 2 cores: the two batches; the
+rest a few seconds).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
+import slurm
 from grading_submissions import ENV, SOLUTION, completed_exercise, notebook_of, write
 from helpers import require_or_skip
 
@@ -134,6 +138,46 @@ def test_an_artifact_path_too_long_for_the_grades_is_a_note_of_a_graded_row(priv
     moodle = (out / "moodle.csv").read_text()
     assert "File name too long" in moodle
     assert str(out) not in moodle, "the grades' host path reached the student's feedback"
+
+
+def test_on_slurm_under_umask_077_full_marks_and_a_private_grades_folder_kept(tmp_path):
+    """The same as a Slurm job array, as root: sbatch passes the submitter's umask to the tasks,
+    whose check processes read the copy staged in their own node-local folder."""
+    require_or_skip("slurm", slurm.missing_programs())
+    if not sandbox.status()[0]:
+        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
+    if not identity.privileged():
+        pytest.skip("the check process gets a uid of its own only as root")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    write(completed_exercise(), subs / "honest.ipynb")
+    out = tmp_path / "grades"
+    out.mkdir(mode=0o700)
+    out.chmod(0o700)
+    with slurm.single_node_slurm(tmp_path / "slurm") as cluster:
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).with_name("course")),
+                "grade",
+                str(subs),
+                f"--out={out}",
+                "--slurm",
+                "--cpus-per-task=1",
+                f"--profile={ENV['COURSE_PROFILE']}",
+                f"--devices={ENV['COURSE_DEVICES']}",
+                f"--data={ENV['COURSE_DATA']}",
+            ],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            preexec_fn=lambda: os.umask(0o077),
+            check=False,
+        )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    row = next(csv.DictReader((out / "gradebook.csv").open()))  # one notebook: its folder's name
+    assert (row["student"], row["status"], row["score"]) == ("subs", "graded", "12"), row
+    assert _mode(out) == 0o700, oct(_mode(out))
 
 
 # --- the pieces, directly -------------------------------------------------------------------
