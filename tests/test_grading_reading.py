@@ -1141,6 +1141,7 @@ def test_steps_of_a_fit_models_optimizer_outside_fit_cost_what_a_copy_costs(tmp_
             f"idle(fit_model.optimizer)\n{anchor}"
         },
         {anchor: f"for m in [fit_model]:\n    m.optimizer.apply_gradients({zeros})\n{anchor}"},
+        {anchor: f"o = (lambda: fit_model.optimizer)()\no.apply_gradients({zeros})\n{anchor}"},
         {
             anchor: "class Idle(keras.callbacks.Callback):\n    def on_test_end(self, logs=None):\n"
             f"        self.model.optimizer.apply_gradients({zeros})\n\n\n"
@@ -1224,6 +1225,10 @@ def test_a_dynamic_binding_makes_every_point_the_reading_decides_unreadable():
         assert "not in globals()" in "".join(c["source"] for c in cells)
         checks.assert_readable({"cells": cells, "files": {}})
     checks.assert_pipeline_code(_solution(), "train_ds", "train")
+    honest = (
+        "from re import compile\nDIGITS = compile(r'[0-9]+')\nprint('google.colab' in sys.modules)"
+    )
+    checks.assert_readable(_solution({}, (f"import sys\n{honest}",)))
 
 
 #: Red team 19a's decorator, which swaps the dataset a helper is given for an unshuffled one.
@@ -1332,6 +1337,11 @@ def test_the_custom_loop_must_iterate_the_distributed_train_ds():
         assert f"cell [{cell}]" in str(raised.value), (changes, raised.value)
     for changes in [
         {loop: "it = iter(train_dist)\n        for _ in range(3):\n            batch = next(it)"},
+        {
+            loop: "for images, labels in train_dist:\n            "
+            "strategy.run(train_step, args=((images, labels),))\n            "
+            "batch = (images, labels)"
+        },
         {loop: "for step, batch in enumerate(train_dist):"},
         {
             f"train_dist = {LOOP}": "def distribute(ds):\n    return strategy."

@@ -2604,14 +2604,28 @@ class Code:
                                     "undistributed", self.cells[index], _short(iterated)
                                 )
                             )
-                for fed in self._feeds(node):
+                fed_parts = [f for f in self._feeds(node) if f is not node]
+                while any(isinstance(f, (ast.Tuple, ast.List, ast.Starred)) for f in fed_parts):
+                    fed_parts = [  # args=(images, labels): each part
+                        p
+                        for f in fed_parts
+                        for p in (
+                            f.elts
+                            if isinstance(f, (ast.Tuple, ast.List))
+                            else [f.value]
+                            if isinstance(f, ast.Starred)
+                            else [f]
+                        )
+                    ]
+                for fed in fed_parts:
                     place = (index, node.lineno, node.col_offset)
-                    if fed is node or self._distributed(fed, place):
+                    if self._distributed(fed, place):
                         continue
                     if self._holder(node, fed) is not None:
                         continue  # a step function's parameter: its callers are read
-                    if isinstance(fed, ast.Name) and fed.id in targets.get(id(node), ()):
-                        continue  # a loop's variable: the loop is read
+                    root = _root(fed)
+                    if root is not None and root.id in targets.get(id(node), ()):
+                        continue  # a loop's variable (batch, batch[0]): the loop is read
                     if self._origins(fed, place) & training:
                         problems.append(
                             TrainingProblem("undistributed", self.cells[index], _short(node))
@@ -3073,12 +3087,21 @@ class Code:
                 for sub in ast.walk(node)
             )
 
+        own = {  # a call of these can give the optimizer back: (lambda: opt)(), get_opt()
+            n.name for n in self._walk() if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+
+        def gives(value: ast.AST) -> bool:  # not int(...), a library's call, `.numpy()`
+            return not isinstance(value, ast.Call) or (
+                isinstance(value.func, ast.Lambda) or getattr(value.func, "id", "") in own
+            )
+
         for _ in range(5):  # aliases of aliases: opt = fit_model.optimizer; o = opt
             before = set(held)
             for node in self._walk():
                 value = getattr(node, "value", None)
                 if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and value:
-                    if reaches(value, held) and not isinstance(value, ast.Call):
+                    if reaches(value, held) and gives(value):
                         held.update(_targets(node))
             if held == before:
                 break
@@ -3473,7 +3496,8 @@ def _unreadable_why(
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
         if node.id == "__builtins__":
             return "dynamic"
-        if node.id in DYNAMIC_NAMES:
+        imported = imports.get(node.id, "builtins.")
+        if node.id in DYNAMIC_NAMES and imported.startswith("builtins."):  # not re's compile
             membership = (  # "x" in globals()
                 node.id == "globals"
                 and isinstance(parent, ast.Call)
