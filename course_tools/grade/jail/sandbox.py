@@ -5,10 +5,11 @@ notebook and its probe inside one).
 A sandboxed process sees only what it needs, read-only: the system's programs and libraries
 (`SYSTEM_FOLDERS`, and from /etc only `SYSTEM_ETC`: no keys, no other services' configuration),
 the Python installation, the course's two packages and the prepared datasets. Nothing else of the
-host exists in it: not the submissions, not the grades (but for the check process, which reads
-them), not the home folders, /srv, /mnt, /var or the course checkout's solutions/ and history. It
-writes only to its own work folder and a private /tmp (in memory, capped like /dev/shm in bytes,
-`TMP_MB`, `SHM_MB`, and in files, `memory_folders`; /dev is read-only), has no network
+host exists in it: not the submissions, not the grades (the check process reads a copy of the
+artifacts, shown at their path: `wrap`'s views), not the home folders, /srv, /mnt, /var or the
+course checkout's solutions/ and history. It writes only to its own work folder and a private
+/tmp (in memory, capped like /dev/shm in bytes, `TMP_MB`, `SHM_MB`, and in files,
+`memory_folders`; /dev is read-only), has no network
 (`--unshare-net`: not even the loopback of the host), lives in its own PID namespace
 (everything it starts dies with it, and it cannot see or signal the grader or other
 submissions), keeps no capabilities (so root inside cannot remount anything
