@@ -1210,13 +1210,14 @@ def test_links_fifos_and_devices_are_reported_in_their_own_row(attacks):
 
 def test_a_probe_answered_by_the_notebook_earns_nothing(attacks):
     """Its own `exec` and `compile` answer the probe with made-up facts (models "mirrored" that do
-    not exist): the points rest on what the grader reads itself (the code assigns no model), and
-    the code that binds the probe's names marks the kernel's facts untrusted."""
+    not exist): the points rest on what the grader reads itself, which refuses code that binds or
+    runs `exec` (the reading cannot follow it), and the code that binds the probe's names marks the
+    kernel's facts untrusted."""
     grades, out = _grades(attacks)
     g = grades["capture"]
     assert g.score == 0, {r.title: r.earned for r in g.results if r.earned}
     mirrored = failed(g)["fit_model was trained under MirroredStrategy"]
-    assert "never assigns `fit_model`" in mirrored, mirrored
+    assert "cannot read code run through exec" in mirrored and "cell [1]" in mirrored, mirrored
 
 
 def test_hdf5_external_storage_in_a_model_is_refused(attacks):
