@@ -242,6 +242,38 @@ def test_the_sandbox_never_changes_the_mode_of_a_folder_it_binds(tmp_path):
     assert argv[at - 1 : at + 2] == ["--ro-bind", str(stage), str((tmp_path / "seen").resolve())]
 
 
+def test_a_view_at_a_folder_holding_the_checkout_or_the_data_hides_neither(tmp_path, monkeypatch):
+    """An --out that holds the course checkout (`--out` at its parent) or the datasets
+    (TFDS_DATA_DIR inside it): the check process, shown the staged artifacts there, still
+    imports the course's packages and lists the data folder (it could not start before)."""
+    if not sandbox.status()[0]:
+        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
+    data = tmp_path / "course" / "tfds"
+    (data / "svhn_cropped").mkdir(parents=True)
+    (data / "svhn_cropped").chmod(0o755)
+    for folder in (tmp_path / "course", data):
+        folder.chmod(0o755)
+    monkeypatch.setenv("TFDS_DATA_DIR", str(data))
+    stage = tmp_path / "stage"
+    (stage / "alice" / "artifacts").mkdir(parents=True)
+    (stage / "alice" / "artifacts" / "results.json").write_text("{}")
+    for folder in (tmp_path, stage, stage / "alice", stage / "alice" / "artifacts"):
+        folder.chmod(0o755)
+    (stage / "alice" / "artifacts" / "results.json").chmod(0o644)
+    code = (
+        "import os, sys, course_utils, course_tools.grade.core.checker\n"
+        "print(os.listdir(os.environ['TFDS_DATA_DIR']), os.listdir(sys.argv[1]))"
+    )
+    for out in (tmp_path / "course", sandbox.PACKAGE_ROOT.parent):
+        argv = sandbox.wrap(
+            [sys.executable, "-c", code, str(out / "alice" / "artifacts")], views={out: stage}
+        )
+        env = sandbox.kernel_env(dict(os.environ), home=Path("/tmp"))
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, (out, done.stderr[-2000:])
+        assert done.stdout.split() == ["['svhn_cropped']", "['results.json']"], done.stdout
+
+
 # --- walks over a folder swapped for a link --------------------------------------------------
 
 

@@ -323,8 +323,10 @@ def _grade_notebook(batch: Batch, submission: Submission, where: Workspace) -> G
     started = time.monotonic()
     artifacts = batch.out / g.student / "artifacts"
     if batch.sandboxed:  # the check process sees this copy at `artifacts` (`plan.start_checks`)
-        staged = staging.folder(where.base) / g.student
-        staging.put(artifacts, staged / "artifacts")
+        # only its artifacts: <student> may also hold a mount point of the check process's
+        # (`sandbox._in_order`: an --out that holds the course checkout)
+        staged = staging.folder(where.base) / g.student / "artifacts"
+        staging.put(artifacts, staged)
     try:
         verdicts = checks.run(artifacts, facts, parts.tests, CHECK_TIMEOUT_S, observations(outcome))
     finally:

@@ -292,6 +292,26 @@ def _parents(folders: Sequence[Path]) -> list[str]:
     return args
 
 
+def _in_order(
+    binds: list[tuple[str, Path, Path]], views: Mapping[Path, Path]
+) -> list[tuple[str, Path, Path]]:
+    """`binds` (option, host folder, where) in mount order: a folder before the folders inside
+    it, so a view (say the grades' path, when `--out` holds the course checkout or the datasets)
+    never covers what is bound inside it. A bind inside a view needs its mount point in the
+    view's host folder (read-only in the sandbox): made here, 0755, when missing."""
+    for _, _, target in binds:
+        for where, host in views.items():
+            if target != where and target.is_relative_to(where):
+                point = host / target.relative_to(where)
+                missing = [point, *point.parents]
+                missing = missing[: missing.index(host)] if host in missing else []
+                for folder in reversed(missing):
+                    if not folder.is_dir():
+                        folder.mkdir()
+                        os.chmod(folder, 0o755)  # whatever the umask: bubblewrap enters it
+    return sorted(binds, key=lambda bind: len(bind[2].parts))
+
+
 def wrap(  # noqa: PLR0913
     argv: Sequence[str],
     *,
@@ -309,7 +329,8 @@ def wrap(  # noqa: PLR0913
     read_only: folders bound read-only, at the same path; their modes are the host's (the
     sandbox's own uid reads only what every account may), and never changed.
     views: folders bound read-only at another path, {path in the sandbox: host folder} (the
-    check process sees the staged copy of the artifacts at the grades' path: `staging`).
+    check process sees the staged copy of the artifacts at the grades' path: `staging`); what
+    else is bound inside one stays visible there (`_in_order`).
     hidden: folders that must look empty, and files that must read as empty, should they lie
     inside a bound folder (other submissions' work folders, the grades, the solution with its
     hidden tests). `course_private()` is always among them.
@@ -341,12 +362,11 @@ def wrap(  # noqa: PLR0913
         Path(where).resolve(): Path(host).resolve() for where, host in (views or {}).items()
     }
     args += _parents(bound + writable + list(shown_as))
-    for folder in bound:
-        args += ["--ro-bind", str(folder), str(folder)]
-    for folder in writable:
-        args += ["--bind", str(folder), str(folder)]
-    for where, host in shown_as.items():
-        args += ["--ro-bind", str(host), str(where)]
+    binds = [("--ro-bind", folder, folder) for folder in bound]
+    binds += [("--bind", folder, folder) for folder in writable]
+    binds += [("--ro-bind", host, where) for where, host in shown_as.items()]
+    for option, host, target in _in_order(binds, shown_as):
+        args += [option, str(host), str(target)]
     # (host folder, where the sandbox sees it) of every bind
     seen = [(p, p) for p in [*bound, *writable, *map(Path, SYSTEM_FOLDERS)]]
     seen += [(host, where) for where, host in shown_as.items()]
