@@ -274,6 +274,72 @@ def test_a_view_at_a_folder_holding_the_checkout_or_the_data_hides_neither(tmp_p
         assert done.stdout.split() == ["['svhn_cropped']", "['results.json']"], done.stdout
 
 
+def _closed_copy(where: Path) -> Path:
+    """The course's packages copied as a clone under a root umask of 027 leaves them: folders
+    0750, files 0640 (no access for other accounts)."""
+    import shutil
+
+    ck = where / "ck"
+    for name in sandbox.COURSE_PACKAGES:
+        shutil.copytree(
+            sandbox.PACKAGE_ROOT / name, ck / name, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    for top, _folders, names in os.walk(ck):
+        os.chmod(top, 0o750)
+        for name in names:
+            os.chmod(os.path.join(top, name), 0o640)
+    return ck
+
+
+def test_a_checkout_the_sandboxs_uid_cannot_read_stops_the_batch_before_a_row(tmp_path):
+    """Run as root from a checkout made under umask 027, `course grade` stops with exit code 2
+    and a message naming the unreadable folder and the fix, before writing anything (every
+    submission scored 1/12 "graded" before); once opened with that fix, the check passes."""
+    if not sandbox.status()[0]:
+        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
+    if not identity.privileged():
+        pytest.skip("the sandbox gets a uid of its own only as root")
+    ck = _closed_copy(tmp_path)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    write(completed_exercise(), subs / "honest.ipynb")
+    out = tmp_path / "grades"
+    env = {**os.environ, "PYTHONPATH": str(ck)}
+    command = [sys.executable, "-m", "course_tools.cli", "grade", str(subs), f"--out={out}"]
+    command += [f"--solution={SOLUTION}", "--data=synthetic", "--jobs=1"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ck, timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert f"cannot read {ck}/course_" in done.stderr, done.stderr
+    assert f"chmod -R o+rX {ck}/course_" in done.stderr, done.stderr
+    assert not out.exists(), "nothing is written before the check"
+    subprocess.run(["chmod", "-R", "o+rX", str(ck)], check=True)
+    code = "import os\nfrom course_tools.grade.jail import readable\nreadable.check(os.environ)"
+    opened = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ck, timeout=300
+    )
+    assert opened.returncode == 0, opened.stderr[-2000:]
+
+
+def test_a_data_folder_the_sandboxs_uid_cannot_read_is_named_with_the_fix(tmp_path, monkeypatch):
+    if not sandbox.status()[0]:
+        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
+    if not identity.privileged():
+        pytest.skip("the sandbox gets a uid of its own only as root")
+    from course_tools.grade.jail import readable
+
+    data = tmp_path / "tfds"
+    (data / "svhn_cropped").mkdir(parents=True)
+    data.chmod(0o755)
+    (data / "svhn_cropped").chmod(0o750)  # made by root under umask 027
+    monkeypatch.setenv("TFDS_DATA_DIR", str(data))  # what the sandbox binds, and lists
+    with pytest.raises(readable.Unreadable, match="chmod -R o\\+rX") as refused:
+        readable.check(os.environ)
+    assert f"cannot read {data / 'svhn_cropped'} " in str(refused.value)
+    assert f"o+rX {data} " in str(refused.value)
+    (data / "svhn_cropped").chmod(0o755)
+    readable.check(os.environ)
+
+
 # --- walks over a folder swapped for a link --------------------------------------------------
 
 

@@ -30,7 +30,7 @@ from course_tools.grade.core.checks import DATASET
 from course_tools.grade.core.report import Grade
 from course_tools.grade.core.roster import Submission, several_notebooks
 from course_tools.grade.jail import limits as jail_limits
-from course_tools.grade.jail import sandbox
+from course_tools.grade.jail import readable, sandbox
 from course_tools.paths import PACKAGE_ROOT
 from course_tools.runner import Limits
 
@@ -193,6 +193,8 @@ def prepare(
         )
     if sandboxed:
         sandbox.require()
+        # before anything is written: run as root, can the sandbox's own uid read the course?
+        readable.check({**os.environ, **settings.env()})
     solution_path = Path(solution).resolve()
     batch = Batch(
         out=Path(out).resolve(),
