@@ -36,7 +36,9 @@ from grading_submissions import ENV, SOLUTION, completed_exercise, notebook_of, 
 from helpers import require_or_skip
 
 from course_tools import runner
-from course_tools.grade.core import files, one_submission, staging
+from course_tools.exercise import HiddenTest
+from course_tools.grade.core import checker, files, one_submission, staging
+from course_tools.grade.core.plan import GradingSettings
 from course_tools.grade.jail import identity, sandbox
 
 #: Makes its artifacts' deepest path 4,090 characters long whatever the work folder's path is
@@ -338,6 +340,72 @@ def test_a_data_folder_the_sandboxs_uid_cannot_read_is_named_with_the_fix(tmp_pa
     assert f"o+rX {data} " in str(refused.value)
     (data / "svhn_cropped").chmod(0o755)
     readable.check(os.environ)
+
+
+#: A check process that cannot start: it fails to import what it runs (as when its uid cannot
+#: read the course), before it reads any job.
+NOT_STARTING = "import no_such_module_of_the_grader"
+#: One that starts, then dies on the first job it reads (a file that crashes TensorFlow).
+DIES_ON_A_JOB = (
+    f"import sys\nprint({checker.READY!r}, flush=True)\nsys.stdin.readline()\nsys.exit(3)"
+)
+
+
+def _checks(tmp_path: Path, code: str) -> checker.CheckProcess:
+    return checker.CheckProcess(
+        dict(os.environ),
+        cwd=tmp_path,
+        log_path=tmp_path / "checks.log",
+        wrap=lambda argv: [sys.executable, "-c", code],
+    )
+
+
+def test_a_check_process_that_cannot_start_is_the_graders_failure(tmp_path):
+    """A check process that ends before it is ready raises (a grader error: `grade_one`), with
+    its log's last line; one that dies on a job it read fails that job's tests (the files')."""
+    tests = [HiddenTest(question="1", title="one", points=1, source="pass", cell_index=0)] * 2
+    process = _checks(tmp_path, NOT_STARTING)
+    try:
+        with pytest.raises(checker.CheckStartError, match="could not start") as failed:
+            process.run(tmp_path / "alice", {}, tests, timeout=60)
+    finally:
+        process.close()
+    assert "No module named 'no_such_module_of_the_grader'" in str(failed.value)
+    process = _checks(tmp_path, DIES_ON_A_JOB)
+    try:
+        verdicts = process.run(tmp_path / "bob", {}, tests, timeout=60)
+    finally:
+        process.close()
+    assert [passed for passed, _ in verdicts] == [False, False]
+    assert "crashed while reading these files" in verdicts[0][1]
+
+
+def test_a_batch_whose_check_process_cannot_start_gives_grader_errors(tmp_path, monkeypatch):
+    """Every row a "grader error" (exit code 1 in `course grade`), never "graded" zeros that
+    blame the submission (1/12 "graded", exit code 0, before)."""
+    from course_tools.grade.routes import batch as grading_batch
+
+    def start_checks(b, base, log_name="checks.log"):
+        process = _checks(b.out, NOT_STARTING)
+        process.start()
+        return process
+
+    monkeypatch.setattr(grading_batch, "start_checks", start_checks)
+    notebook = write(notebook_of("x = 1"), tmp_path / "alice.ipynb")
+    settings = GradingSettings(
+        profile=ENV["COURSE_PROFILE"], devices=int(ENV["COURSE_DEVICES"]), data=ENV["COURSE_DATA"]
+    )
+    (grade,) = grading_batch.grade(
+        [notebook],
+        tmp_path / "grades",
+        solution=SOLUTION,
+        settings=settings,
+        limits=runner.Limits(cell_timeout=60, timeout=300),
+        progress=False,
+        sandboxed=False,
+    )
+    assert grade.status == "grader error" and grade.grader_failed, grade
+    assert "could not start" in grade.reason and "no_such_module_of_the_grader" in grade.reason
 
 
 # --- walks over a folder swapped for a link --------------------------------------------------

@@ -47,6 +47,14 @@ ANSWER_CHARS = 100 * 6 * (MESSAGE_CHARS + 100)
 #: What `CheckProcess._read` queues for a longer line (then it reads no more: the process is
 #: restarted).
 TOO_LONG = "too long"
+#: The check process's first line, once it has imported the course and TensorFlow and before it
+#: reads a job: a process that ends before it could not start, whatever the submission.
+READY = '"ready"'
+
+
+class CheckStartError(RuntimeError):
+    """The check process ended before it was ready (the grader's failure, never a submission's:
+    it had read no job yet); the message ends with the last line of its log."""
 
 
 def _facts(job: dict) -> dict:
@@ -118,6 +126,7 @@ def main() -> None:
     settings = course_utils.setup(verbose=False)
     import keras
 
+    results_out.write(READY + "\n")
     for line in sys.stdin:
         clear_cache()
         results = _run_tests(json.loads(line), settings)
@@ -147,6 +156,7 @@ class CheckProcess:
         self.env, self.cwd, self.log_path = env, cwd, log_path
         self.memory_mb, self.wrap, self.cgroup = memory_mb, wrap, cgroup
         self.process: subprocess.Popen | None = None
+        self.ready = False  # the current process has said `READY` (or answered)
         self.lines: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
         self.closed = False
@@ -168,6 +178,7 @@ class CheckProcess:
         self.log = CappedLog(self.process.stderr, self.log_path, LOG_BYTES, append=True)
         self.log.start()
         self.lines = queue.Queue()
+        self.ready = False
         threading.Thread(target=self._read, args=(self.process, self.lines), daemon=True).start()
 
     @staticmethod
@@ -197,6 +208,10 @@ class CheckProcess:
                 self.process.stdin.write(json.dumps(job) + "\n")
                 self.process.stdin.flush()
                 line = self.lines.get(timeout=timeout + 5)
+                if line is not None and line.strip() == READY:
+                    self.ready = True
+                    line = self.lines.get(timeout=timeout + 5)
+                self.ready = self.ready or line is not None
         except queue.Empty:
             line, why = None, f"the grader's tests took longer than {timeout:.0f} s on these files"
         except (BrokenPipeError, OSError):
@@ -235,14 +250,31 @@ class CheckProcess:
             }
             line, why = self._ask(job, timeout)
             if line is None:
+                ready = self.ready
                 self.stop()
                 log = (
                     self.log_path.relative_to(self.cwd)
                     if self.log_path.is_relative_to(self.cwd)
                     else self.log_path
                 )
+                if not ready:  # it never read these files: the grader's failure, not theirs
+                    raise CheckStartError(
+                        f"the grader's check process could not start ({self._last_logged()}; "
+                        f"details: {log})"
+                    )
                 return [(False, f"{why} (details: {log})")] * len(tests)
             return [(r["passed"], r["message"]) for r in json.loads(line)]
+
+    def _last_logged(self) -> str:
+        """The last line of the check log (why a process could not start), at most 300
+        characters."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+                lines = log.read().decode("utf-8", "replace").strip().splitlines()
+        except OSError as exc:
+            return f"its log cannot be read: {exc.strerror}"
+        return lines[-1][:300] if lines else "it printed nothing"
 
     def stop(self) -> None:
         """Kill the process (`run` starts a new one)."""
