@@ -37,7 +37,7 @@ from helpers import require_or_skip
 
 from course_tools import runner
 from course_tools.exercise import HiddenTest
-from course_tools.grade.core import checker, files, one_submission, staging
+from course_tools.grade.core import checker, files, one_submission, plan, staging
 from course_tools.grade.core.plan import GradingSettings
 from course_tools.grade.jail import identity, sandbox
 
@@ -131,6 +131,36 @@ def test_a_private_grades_folder_keeps_its_mode_and_its_files_theirs(private_bat
     assert not wider, wider
 
 
+def test_the_solutions_copy_for_the_tasks_is_gone_after_the_batch(private_batch):
+    out = private_batch["out"]
+    assert (out / plan.PLAN_FOLDER / "plan.json").is_file()
+    assert not (out / plan.PLAN_FOLDER / plan.SOLUTION_COPY).exists(), "the hidden tests stayed"
+
+
+def test_the_solutions_copy_is_private_whatever_the_umask(tmp_path):
+    """Under a umask of 022 too, the copy of the solution (its hidden tests) that the tasks read
+    is 0600; `forget_solution` removes it."""
+    solution = tmp_path / "solution.ipynb"
+    solution.write_bytes(SOLUTION.read_bytes())
+    b = plan.Batch(
+        out=tmp_path / "grades",
+        solution_path=solution,
+        solution_bytes=solution.read_bytes(),
+        settings=GradingSettings(),
+        limits=runner.Limits(),
+    )
+    old = os.umask(0o022)
+    try:
+        saved = b.save_plan([])
+    finally:
+        os.umask(old)
+    copy = saved.parent / plan.SOLUTION_COPY
+    assert _mode(copy) == 0o600, oct(_mode(copy))
+    assert plan.load_plan(saved)[0].solution_bytes == solution.read_bytes()
+    b.forget_solution()
+    assert not copy.exists() and saved.is_file()
+
+
 def test_an_artifact_path_too_long_for_the_grades_is_a_note_of_a_graded_row(private_batch):
     out, rows = private_batch["out"], private_batch["rows"]
     deep = rows["deep"]
@@ -180,6 +210,7 @@ def test_on_slurm_under_umask_077_full_marks_and_a_private_grades_folder_kept(tm
     row = next(csv.DictReader((out / "gradebook.csv").open()))  # one notebook: its folder's name
     assert (row["student"], row["status"], row["score"]) == ("subs", "graded", "12"), row
     assert _mode(out) == 0o700, oct(_mode(out))
+    assert not (out / plan.PLAN_FOLDER / plan.SOLUTION_COPY).exists(), "the hidden tests stayed"
 
 
 # --- the pieces, directly -------------------------------------------------------------------

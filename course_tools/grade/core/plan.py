@@ -40,6 +40,8 @@ DEFAULT_SOLUTION = "solutions/05_svhn_solution.ipynb"
 CHECK_TIMEOUT_S = 300
 #: Where a batch keeps its plan (for Slurm tasks) under the grades folder.
 PLAN_FOLDER = ".batch"
+#: The solution's copy in it, which the tasks read (only while the batch runs).
+SOLUTION_COPY = "solution.ipynb"
 #: The largest notebook read, in MB (the exercise's executed solution takes about 0.12 MB; a
 #: submission with long outputs a few MB). Parsing one costs more (`notebooks.MAX_VALUES`).
 NOTEBOOK_MB = 16
@@ -116,7 +118,14 @@ class Batch:
         """Write the batch (with a copy of the solution) where a Slurm task reads it back."""
         folder = self.out / PLAN_FOLDER
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "solution.ipynb").write_bytes(self.solution_bytes)
+        # the hidden tests: 0600 whatever the umask (the tasks run as this user), removed when
+        # the batch ends (`forget_solution`)
+        solution = folder / SOLUTION_COPY
+        solution.unlink(missing_ok=True)
+        handle = os.open(solution, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(handle, "wb") as copy:
+            os.fchmod(handle, 0o600)
+            copy.write(self.solution_bytes)
         plan = {
             "out": str(self.out),
             "solution_path": str(self.solution_path),
@@ -129,6 +138,10 @@ class Batch:
         (folder / "plan.json").write_text(json.dumps(plan, indent=1))
         return folder / "plan.json"
 
+    def forget_solution(self) -> None:
+        """Remove the solution's copy `save_plan` wrote (the batch has ended)."""
+        (self.out / PLAN_FOLDER / SOLUTION_COPY).unlink(missing_ok=True)
+
 
 def load_plan(path: Path) -> tuple[Batch, list[Submission]]:
     """The batch and submissions `Batch.save_plan` wrote."""
@@ -136,7 +149,7 @@ def load_plan(path: Path) -> tuple[Batch, list[Submission]]:
     batch = Batch(
         out=Path(plan["out"]),
         solution_path=Path(plan["solution_path"]),
-        solution_bytes=(Path(path).parent / "solution.ipynb").read_bytes(),
+        solution_bytes=(Path(path).parent / SOLUTION_COPY).read_bytes(),
         settings=GradingSettings(**plan["settings"]),
         limits=Limits(**plan["limits"]),
         sandboxed=plan["sandboxed"],

@@ -335,6 +335,8 @@ def grade(
                 # this array may run on unwatched
                 _cancel_after(exc, b, submissions=submissions, todo=todo, job=job)
                 raise
+            finally:
+                b.forget_solution()  # every task has ended (or was cancelled)
     grades = _all_grades(b, submissions, todo, states, job)
     write_gradebooks(b, grades)
     return grades

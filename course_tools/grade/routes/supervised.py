@@ -416,6 +416,7 @@ def grade(
                     break
     finally:
         clear_marks(folder)
+        b.forget_solution()
         found = saved_grades(b, submissions)
         grades = [found[s.student] for s in submissions if s.student in found]
         write_gradebooks(b, grades)
