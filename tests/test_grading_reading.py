@@ -1400,3 +1400,63 @@ def test_honest_helpers_named_after_train_ds_or_given_both_splits_pass():
         checks.CheckError, match=r"finds no `single_model.fit\(train_ds, ...\)`.*write that call"
     ):
         checks.assert_baseline_code(code, "single_model", "train_ds")
+
+
+#: fit_model compiled with an optimizer named `optimizer`, the custom loop's own name for its
+#: optimizer (red team 21a's honest-optname), and the baseline compiled the same way.
+FIT_COMPILE = (
+    "    fit_model = make_model()\n"
+    "    fit_model.compile(\n        optimizer=keras.optimizers.Adam(),"
+)
+FIT_NAMED = (
+    "    fit_model = make_model()\n    optimizer = keras.optimizers.Adam()\n"
+    "    fit_model.compile(\n        optimizer=optimizer,"
+)
+BASE_COMPILE = (
+    "single_model = make_model()\nsingle_model.compile(\n    optimizer=keras.optimizers.Adam(),"
+)
+BASE_NAMED = (
+    "single_model = make_model()\noptimizer = keras.optimizers.Adam()\n"
+    "single_model.compile(\n    optimizer=optimizer,"
+)
+
+
+def test_a_name_holds_fit_models_optimizer_only_until_it_is_bound_again(tmp_path):
+    """Red team 21a's honest-optname (7/12) compiled fit_model with `optimizer = Adam()`, then
+    bound `optimizer` again for the custom loop, as the exercise does: the loop's
+    `optimizer.apply_gradients` was charged to fit_model (and to the baseline compiled the same
+    way after the loop ran). A name holds the compiled optimizer from the compile to its next
+    plain binding, read where the code runs (a function's body where its name is used): the
+    honest notebook passes every check that reads steps; the same name stepped before it is
+    bound again (at the top, in a function or a lambda called there, past an `if False:`
+    binding) still fails naming the cell."""
+    found = _trained_fit_model(tmp_path)
+    for changes in ({FIT_COMPILE: FIT_NAMED}, {BASE_COMPILE: BASE_NAMED}):
+        code = _solution({FIT_COMPILE: FIT_NAMED, BASE_COMPILE: BASE_NAMED} | changes)
+        for model in ("fit_model", "single_model", "custom_model"):
+            assert reading.Code.of(code).hand_steps(model) == [], (changes, model)
+        checks.own_model(tmp_path, "fit_model", found, code)
+        checks.assert_created_in_scope(code, "fit_model")
+        checks.assert_created_in_scope(code, "custom_model")
+        checks.assert_created_in_scope(code, "single_model", scoped=False)
+        checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.assert_baseline_code(code, "single_model", "train_ds")
+        checks.clear_cache()
+    anchor = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
+    zeros = "zip([tf.zeros_like(v) for v in weights], weights)"
+    for forged in (
+        f"optimizer.apply_gradients({zeros})",
+        f"def idle():\n    optimizer.apply_gradients({zeros})\n\n\nidle()",
+        f"idle = lambda: optimizer.apply_gradients({zeros})\nidle()",
+        f"strategy.run(lambda: optimizer.apply_gradients({zeros}))",
+        f"if False:\n    optimizer = None\noptimizer.apply_gradients({zeros})",
+    ):
+        code = _solution({FIT_COMPILE: FIT_NAMED, anchor: f"{forged}\n{anchor}"})
+        cell = _cell_of(code, anchor)
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"steps the optimizer of `fit_model` outside fit \(cell \[{cell}\]: "
+            r"`optimizer.apply_gradients`",
+        ):
+            checks.own_model(tmp_path, "fit_model", found, code)
+        checks.clear_cache()

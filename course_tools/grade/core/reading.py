@@ -1374,6 +1374,95 @@ COPIERS = ("load_model", "clone_model", "copy", "deepcopy", "from_config", "mode
 UNTRAINED_COPIERS = frozenset({"clone_model"})
 
 
+SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+class _Places:
+    """Where code runs, in the order of the cells: a node's place (cell, line, column), the
+    places a function's body runs from (where its name is used: `strategy.run(train_step)`
+    inside `distributed_train_step`, called in the loop's cell), and the plain bindings of a
+    name at the top of a cell (`optimizer = keras.optimizers.Adam()`, under a `with` too).
+
+        places = _Places(trees)
+        places.runs(node)  # [(4, 12, 8)]: the cell, line and column of the call that runs it
+    """
+
+    def __init__(self, trees: list[ast.Module]):
+        self.trees = trees
+        self.parents: dict[int, ast.AST] = {}
+        self.tree_of: dict[int, int] = {}
+        self.loads: dict[str, list[ast.Name]] = {}
+        self._rebound: dict[str, list[tuple[int, int, int]]] = {}
+        for index, tree in enumerate(trees):
+            for node in ast.walk(tree):
+                self.tree_of[id(node)] = index
+                for child in ast.iter_child_nodes(node):
+                    self.parents[id(child)] = node
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    self.loads.setdefault(node.id, []).append(node)
+
+    def at(self, node: ast.AST) -> tuple[int, int, int]:
+        return (self.tree_of.get(id(node), 0), getattr(node, "lineno", 0), node.col_offset)
+
+    def _scope(self, node: ast.AST) -> ast.AST | None:
+        parent = self.parents.get(id(node))
+        while parent is not None and not isinstance(parent, SCOPE_NODES):
+            parent = self.parents.get(id(parent))
+        return parent
+
+    def _inside(self, node: ast.AST, scope: ast.AST) -> bool:
+        while node is not None:
+            if node is scope:
+                return True
+            node = self.parents.get(id(node))
+        return False
+
+    def runs(self, node: ast.AST, depth: int = 0) -> list[tuple[int, int, int]]:
+        """The places the code of `node` runs from: its own at the top of a cell; in a
+        function, every place its name is used (a decorator other than `tf.function`, or no
+        use, adds the def's own place); an inline lambda runs where it is written."""
+        scope = self._scope(node)
+        if scope is None or depth > 8:
+            return [self.at(node)]
+        if isinstance(scope, ast.Lambda):
+            parent = self.parents.get(id(scope))
+            names = _targets(parent) if isinstance(parent, (ast.Assign, ast.NamedExpr)) else []
+        else:
+            names = [scope.name]
+        uses = [
+            use
+            for name in names
+            for use in self.loads.get(name, [])
+            if not self._inside(use, scope)
+        ]
+        found = [place for use in uses for place in self.runs(use, depth + 1)]
+        decorated = any(
+            _dotted(d).split(".")[-1] != "function" for d in getattr(scope, "decorator_list", [])
+        )
+        if not uses or decorated:
+            found += self.runs(scope, depth + 1)
+        return found
+
+    def rebound(self, name: str) -> list[tuple[int, int, int]]:
+        """The places of the plain assignments to `name` at the top of a cell (under `with`
+        only: one under `if`, `for` or `try` may not run)."""
+        if name in self._rebound:
+            return self._rebound[name]
+        found = self._rebound[name] = []
+        for index, tree in enumerate(self.trees):
+            todo = list(tree.body)
+            while todo:
+                statement = todo.pop()
+                if isinstance(statement, (ast.With, ast.AsyncWith)):
+                    todo += statement.body
+                elif isinstance(statement, (ast.Assign, ast.AnnAssign)) and name in _targets(
+                    statement
+                ):
+                    if statement.value is not None:
+                        found.append((index, statement.lineno, statement.col_offset))
+        return found
+
+
 @dataclass
 class Code:
     """The submission's code cells, parsed."""
@@ -3037,7 +3126,9 @@ class Code:
                     continue
                 return []
 
+        places = _Places(self.trees)
         held: set[str] = set()
+        holding: dict[str, list[tuple]] = {}  # name: places from which it holds the optimizer
         for node in self._walk():
             if (
                 isinstance(node, ast.Call)
@@ -3046,7 +3137,9 @@ class Code:
                 and getattr(node.func.value, "id", None) == name
             ):
                 given = _argument(node, ["optimizer"], "optimizer")
-                held.update(compiled_with(given) if given is not None else [])
+                for compiled in compiled_with(given) if given is not None else []:
+                    held.add(compiled)
+                    holding.setdefault(compiled, []).append(places.at(node))
 
         models = {name}  # m = fit_model; for m in [fit_model]: ...
         for _ in range(5):
@@ -3072,7 +3165,19 @@ class Code:
                 and node.attr == "model"
             )
 
-        def reaches(node: ast.AST, names: set[str]) -> bool:
+        def in_force(held_name: str, at: tuple | None) -> bool:
+            """`held_name` holds the optimizer at `at`: bound to it (compile's object, an alias)
+            before `at` and not bound again to another object in between (the custom loop's
+            `optimizer = keras.optimizers.Adam()` after fit_model compiled with `optimizer`)."""
+            if at is None or held_name not in holding:
+                return True
+            again = places.rebound(held_name)
+            return any(
+                start < at and not any(start < other < at for other in again)
+                for start in holding[held_name]
+            )
+
+        def reaches(node: ast.AST, names: set[str], at: tuple | None = None) -> bool:
             return any(
                 isinstance(sub, ast.Attribute)
                 and sub.attr == "optimizer"
@@ -3084,8 +3189,12 @@ class Code:
                 and _literal_name(sub.args[1]) == "optimizer"
                 or isinstance(sub, ast.Name)
                 and sub.id in names
+                and in_force(sub.id, at)
                 for sub in ast.walk(node)
             )
+
+        def reached(node: ast.AST, names: set[str]) -> bool:  # where the code of `node` runs
+            return any(reaches(node, names, at) for at in places.runs(node))
 
         own = {  # a call of these can give the optimizer back: (lambda: opt)(), get_opt()
             n.name for n in self._walk() if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -3101,8 +3210,13 @@ class Code:
             for node in self._walk():
                 value = getattr(node, "value", None)
                 if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and value:
-                    if reaches(value, held) and gives(value):
-                        held.update(_targets(node))
+                    if reached(value, held) and gives(value):
+                        for target in _targets(node):
+                            held.add(target)
+                            if target in holding:  # an alias again: holds from here
+                                start = places.at(node)
+                                if start not in holding[target]:
+                                    holding[target].append(start)
             if held == before:
                 break
         scoped: list[tuple[ast.AST, set[str]]] = [(tree, held) for tree in self.trees]
@@ -3113,7 +3227,7 @@ class Code:
                 parameter
                 for parameter in positional + [a.arg for a in arguments.kwonlyargs]
                 for _, value in self._given_at_calls(function, parameter) or []
-                if value is not None and reaches(value, held)
+                if value is not None and reached(value, held)
             }
             if given:
                 scoped.append((function, held | given))
@@ -3133,12 +3247,12 @@ class Code:
                     named = node.args[1:2] if _dotted(node.func).endswith("getattr") else []
                     constant = _literal_name(named[0]) if named else None
                     stepping = constant is None or constant in STEP_METHODS
-                    if stepping and reaches(node.args[0], names):
+                    if stepping and reached(node.args[0], names):
                         found.append((self.cells[index], _short(node, 80)))
                 elif (
                     isinstance(node, ast.Attribute)
                     and node.attr in STEP_METHODS
-                    and reaches(node.value, names)
+                    and reached(node.value, names)
                 ):
                     found.append((self.cells[index], _short(node, 80)))
         return sorted(set(found))
