@@ -307,9 +307,9 @@ def test_a_view_at_a_folder_holding_the_checkout_or_the_data_hides_neither(tmp_p
         assert done.stdout.split() == ["['svhn_cropped']", "['results.json']"], done.stdout
 
 
-def _closed_copy(where: Path) -> Path:
-    """The course's packages copied as a clone under a root umask of 027 leaves them: folders
-    0750, files 0640 (no access for other accounts)."""
+def _copy_of_the_course(where: Path, *, closed: bool) -> Path:
+    """The course's packages copied to where/ck; `closed`: as a clone under a root umask of 027
+    leaves them (folders 0750, files 0640: no access for other accounts), else 0755 and 0644."""
     import shutil
 
     ck = where / "ck"
@@ -318,10 +318,33 @@ def _closed_copy(where: Path) -> Path:
             sandbox.PACKAGE_ROOT / name, ck / name, ignore=shutil.ignore_patterns("__pycache__")
         )
     for top, _folders, names in os.walk(ck):
-        os.chmod(top, 0o750)
+        os.chmod(top, 0o750 if closed else 0o755)
         for name in names:
-            os.chmod(os.path.join(top, name), 0o640)
+            os.chmod(os.path.join(top, name), 0o640 if closed else 0o644)
     return ck
+
+
+def test_an_out_holding_the_checkout_and_the_data_folder_scores_full_marks(tmp_path):
+    """`course grade --out <folder>` run from a checkout in that folder, its TFDS_DATA_DIR there
+    too: the completed exercise scores 12/12 (1/12 "graded" when the grades' view covered them)."""
+    if not sandbox.status()[0]:
+        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
+    course = tmp_path / "course"
+    ck = _copy_of_the_course(course, closed=False)
+    (course / "tfds").mkdir()
+    for folder in (tmp_path, course, course / "tfds"):
+        folder.chmod(0o755)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    write(completed_exercise(), subs / "honest.ipynb")
+    env = {**os.environ, "PYTHONPATH": str(ck), "TFDS_DATA_DIR": str(course / "tfds")}
+    command = [sys.executable, "-m", "course_tools.cli", "grade", str(subs), f"--out={course}"]
+    command += [f"--solution={SOLUTION}", f"--profile={ENV['COURSE_PROFILE']}"]
+    command += [f"--devices={ENV['COURSE_DEVICES']}", f"--data={ENV['COURSE_DATA']}", "--jobs=1"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ck, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    row = next(csv.DictReader((course / "gradebook.csv").open()))
+    assert (row["student"], row["status"], row["score"]) == ("subs", "graded", "12"), row
 
 
 def test_a_checkout_the_sandboxs_uid_cannot_read_stops_the_batch_before_a_row(tmp_path):
@@ -332,7 +355,7 @@ def test_a_checkout_the_sandboxs_uid_cannot_read_stops_the_batch_before_a_row(tm
         require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
     if not identity.privileged():
         pytest.skip("the sandbox gets a uid of its own only as root")
-    ck = _closed_copy(tmp_path)
+    ck = _copy_of_the_course(tmp_path, closed=True)
     subs = tmp_path / "subs"
     subs.mkdir()
     write(completed_exercise(), subs / "honest.ipynb")
