@@ -159,6 +159,14 @@ def check_jail() -> None:
 
     for limit in limits.enforced():
         row(f"jail {limit.name}", limit.how if limit.held else f"NOT ENFORCED: {limit.how}")
+    from course_tools.grade.core.plan import GradingSettings
+    from course_tools.grade.jail import readable
+
+    try:  # what `course grade` checks first, as root
+        readable.check({**os.environ, **GradingSettings().env()})
+        row("jail reads the course", "yes: the packages, Python and the datasets")
+    except readable.Unreadable as exc:
+        row("jail reads the course", f"NO: {exc}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -368,6 +368,10 @@ def test_a_checkout_the_sandboxs_uid_cannot_read_stops_the_batch_before_a_row(tm
     assert f"cannot read {ck}/course_" in done.stderr, done.stderr
     assert f"chmod -R o+rX {ck}/course_" in done.stderr, done.stderr
     assert not out.exists(), "nothing is written before the check"
+    doctor = [sys.executable, "-m", "course_tools.cli", "doctor"]
+    told = subprocess.run(doctor, capture_output=True, text=True, env=env, cwd=ck, timeout=300)
+    (reads,) = [line for line in told.stdout.splitlines() if "jail reads the course" in line]
+    assert "NO: " in reads and f"chmod -R o+rX {ck}/course_" in reads, reads
     subprocess.run(["chmod", "-R", "o+rX", str(ck)], check=True)
     code = "import os\nfrom course_tools.grade.jail import readable\nreadable.check(os.environ)"
     opened = subprocess.run(

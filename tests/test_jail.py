@@ -393,6 +393,8 @@ def test_doctor_and_grade_say_what_the_jail_enforces_here(jail_as_root):
     )
     for row in rows.values():
         assert f"jail {row.name}" in doctor.stdout, doctor.stdout
+    (reads,) = [line for line in doctor.stdout.splitlines() if "jail reads the course" in line]
+    assert "yes" in reads, reads
 
 
 def test_an_ordinary_user_is_told_the_per_user_quotas_are_shared(monkeypatch):
