@@ -10,13 +10,17 @@ Slurm node runs it:
   `--out` is long; and `copy_artifacts` directly);
 - the grader's walks never list a folder that a submission swapped for a link between the
   lstat and the listing (`files.walk`, `FileClock`), and `FileClock.stop` does not wait for a
-  look that hangs.
+  look that hangs;
+- an `--out` that holds the checkout and the datasets hides neither from the check process;
+  a checkout or data folder the sandbox's uid cannot read stops `course grade` before anything
+  is written (`readable`), and a check process that cannot start is a grader error;
+- the solution's copy for the tasks is 0600 and gone after the batch.
 
 Also on Slurm: the same honest submission as a job array under umask 077 (tests/slurm.py's
 single-node cluster).
 
-Run: pytest tests/test_grading_permissions.py (about 3 minutes on 2 cores: the two batches; the
-rest a few seconds).
+Run: pytest tests/test_grading_permissions.py (about 4 minutes on 2 cores: the three batches;
+the rest a few seconds each).
 """
 
 from __future__ import annotations
