@@ -367,11 +367,13 @@ def step_share_problems(results: dict, name: str) -> list[str]:
 
 
 def step_and_addition_problems(results: dict, name: str) -> list[str]:
-    """Notebook 3c's step and addition, from their rounds: the step's time is its rounds'
-    fastest (`step_rounds`), a share of it given is the line's time at the gradients' size over
-    that time, and the addition's printed cost of a large byte (`add_line`, none with one
-    replica) is what its rounds give (`verdict.jump_line` on this module's `fit_line`)."""
-    missing = [k for k in ("step_rounds", "add_samples", "add_line") if k not in results]
+    """Notebook 3c's step and its costs of a large byte, from their rounds: the step's time is
+    its rounds' fastest (`step_rounds`), a share of it given is the line's time at the gradients'
+    size over that time, and the all-reduce's and the addition's printed costs of a large byte
+    (`reduce_line`, `add_line`, none with one replica) are what their rounds and loads give
+    (`verdict.jump_line` on this module's `fit_line`: no trend above `timing.BUSY`)."""
+    needed = ("step_rounds", "add_samples", "add_line", "add_load", "reduce_line")
+    missing = [k for k in needed if k not in results]
     if missing:
         return [f"{name}: {', '.join(missing)} not recorded"]
     found, fastest = [], min(results["step_rounds"])
@@ -386,12 +388,20 @@ def step_and_addition_problems(results: dict, name: str) -> list[str]:
             found.append(
                 f"{name}: step share {results['step_share']:.4f}, its rounds give {share:.4f}"
             )
-    samples, said = {int(size): t for size, t in results["add_samples"].items()}, None
-    if samples:  # none with one replica
+    samples = {int(size): t for size, t in results["add_samples"].items()}
+    said = {"add_line": None, "reduce_line": None}  # none with one replica
+    if samples:
         ranges = (results["small"], results["large"], fit_line, verdict.ALL_REDUCE_TOLERANCE)
-        said = verdict.jump_line("addition over the same bytes", samples, *ranges)
-    if results["add_line"] != said:
-        found.append(f"{name}: addition {results['add_line']!r} printed, its rounds give {said!r}")
+        reduce = {int(k): t for k, t in results["samples"].items() if k != "loop alone"}
+        reduce = {k: t for k, t in reduce.items() if k in ranges[0] or k in ranges[1]}
+        load = max(results.get("loads", []), default=0.0)  # missing: step_share_problems
+        less = min(results["samples"]["loop alone"])
+        said["reduce_line"] = verdict.jump_line("all-reduce", reduce, ranges, load=load, less=less)
+        what = "addition over the same bytes"
+        said["add_line"] = verdict.jump_line(what, samples, ranges, load=results["add_load"])
+    for key, what in (("reduce_line", "all-reduce"), ("add_line", "addition")):
+        if results[key] != said[key]:
+            found.append(f"{name}: {what} {results[key]!r} printed, its rounds give {said[key]!r}")
     return found
 
 

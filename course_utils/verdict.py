@@ -40,6 +40,7 @@ import itertools
 
 import numpy as np
 
+from course_utils import timing
 from course_utils.tables import count
 
 #: The counted intensity may be off by this factor either way: within it, a point is near the ridge.
@@ -277,8 +278,7 @@ def withheld(record: dict) -> str:
 
 
 def _ranges(record: dict) -> tuple[dict, dict, dict, dict, float]:
-    # (limits, steps, the count's factors, the fixed part's values, the line's worst miss):
-    # what `regime` works each case out at.
+    # What `regime` works each case out at: limits, steps, count factors, fixed parts, worst miss.
     batches = [p["global_batch"] for p in record["sweep"]]
     times = sweep_ms(record)
     _, fixed_ms, worst = sweep_line(batches, times)
@@ -746,12 +746,10 @@ def trend(small: list[float], large: list[float]) -> str:
     >>> trend([1.0, nan, nan, nan, nan], [5.95, nan, nan, nan, nan])
     "too few rounds' lines hold to say (1 of 5; a trend needs 3 and most rounds)"
     >>> trend([1.0, 1.1, 0.9, 1.0], [1.6, 1.5, 1.7, 1.4])
-    'more (equal slopes fail to overlap 1 time in 35)'
+    'more (independent rounds of equal slopes fail to overlap 1 time in 35)'
     >>> trend([1.0, 1.1, 0.9, 1.0], [1.01, 2.9, 7.4, 1.4])
     'within noise: the rounds lean to more, but their slopes overlap'
     """
-    from course_utils import timing  # the noise rule's own module
-
     kept = [i for i, pair in enumerate(zip(small, large)) if not np.isnan(pair).any()]
     if len(kept) < max(TREND_ROUNDS, len(small) // 2 + 1):
         return (
@@ -766,7 +764,8 @@ def trend(small: list[float], large: list[float]) -> str:
     if said.word != "within noise":
         word = "more" if said.word == "faster" else "less"  # a higher slope: more per byte
         if said.false_alarm >= timing.FEW_ROUNDS_RATE:
-            word += f" (equal slopes fail to overlap 1 time in {1 / said.false_alarm:.0f})"
+            word += " (independent rounds of equal slopes fail to overlap 1 time in "
+            word += f"{1 / said.false_alarm:.0f})"
         return word
     lean = "more" if said.speed_ratio > 1 else "less"
     return f"within noise: the rounds lean to {lean}, but their slopes overlap"
@@ -791,19 +790,18 @@ def slopes_ratio(times: dict, small: list, large: list, fit_line, tolerance: flo
     return large_slope / small_slope
 
 
-def jump_line(  # noqa: PLR0913 - what, its rounds, 3c's two ranges, its line, its check, its less
-    what: str, samples: dict, small: list, large: list, fit_line, tolerance: float, less=0.0
-) -> str:
-    """Notebook 3c's cost of a byte from its `large` range against its `small` one
-    (`slopes_ratio`), on the sizes' fastest rounds (less `less`, the loop's own cost) and in each
-    round alone, a round kept only when its lines pass `tolerance` at their points; the trend
-    over the kept rounds' slopes (`trend`, the noise rule), and the rounds left out."""
+def jump_line(what: str, samples: dict, ranges: tuple, *, load: float, less: float = 0.0) -> str:
+    """Notebook 3c's cost of a byte from its large range against its small one (`slopes_ratio`;
+    `ranges`: small sizes, large sizes, 3c's `fit_line`, its tolerance) on the sizes' fastest
+    rounds (less `less`, the loop's cost) and each round alone, kept when its lines pass the
+    tolerance; the trend over the kept rounds' slopes (`trend`), withheld as 3b's comparison when
+    others used over `timing.BUSY` of the cores during the rounds (`load`); the rounds left out."""
+    small, large, fit_line, tolerance = ranges
     fastest = {k: min(s) - less for k, s in samples.items()}
     best = slopes_ratio(fastest, small, large, fit_line, tolerance)  # checked, as each round is
-    rounds = len(next(iter(samples.values())))
     slopes = [
         _slopes({k: s[r] - less for k, s in samples.items()}, small, large, fit_line, tolerance)
-        for r in range(rounds)
+        for r in range(len(next(iter(samples.values()))))
     ]
     each = [b / a for a, b in slopes]
     out = [str(r + 1) for r, ratio in enumerate(each) if np.isnan(ratio)]
@@ -821,7 +819,9 @@ def jump_line(  # noqa: PLR0913 - what, its rounds, 3c's two ranges, its line, i
     if not kept.startswith("too few"):
         low, high = np.nanmin(each), np.nanmax(each)
         said += f"; each round alone {low:.2f} to {high:.2f}x"
-        if not np.isnan(best) and not round(low, 2) <= round(best, 2) <= round(high, 2):
+        if load > timing.BUSY:  # a load on some rounds only can make a trend: none from them
+            kept = f"withheld: the machine was busy (others {100 * load:.0f}%)"
+        elif not np.isnan(best) and not round(low, 2) <= round(best, 2) <= round(high, 2):
             kept += (  # the sizes' fastest rounds are unlike any one round
                 "; the first ratio lies outside the rounds': the sizes' fastest rounds are "
                 "different rounds, so it is no round's (the trend reads the rounds)"

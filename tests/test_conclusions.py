@@ -607,6 +607,7 @@ SMALL, LARGE = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20], [4 << 20, 8 <<
 
 #: 3c's step with one replica: its rounds, and no addition (nothing is sent).
 ONE_REPLICA_STEP = {"step_rounds": [9.0], "fastest_ms": 9.0, "add_samples": {}, "add_line": None}
+ONE_REPLICA_STEP |= {"add_load": 0.05, "reduce_line": None}
 
 
 def _all_reduce_results(
@@ -625,11 +626,13 @@ def _all_reduce_results(
     cost = {s: 30e-6 + 6 * s / 20e9 * (1.6 if s in LARGE else 1) for s in [*SMALL, *LARGE]}
     adds = {s: [t * noise.uniform(1, 1.04) for _ in range(3)] for s, t in cost.items()}
     ranges = (SMALL, LARGE, code["fit_line"], 0.25)
+    reduce = {s: samples[s] for s in [*SMALL, *LARGE]}
     return {
         "step_rounds": [25.0, 26.0],
         "fastest_ms": 25.0,
         "add_samples": {str(k): v for k, v in adds.items()},
-        "add_line": verdict.jump_line("addition over the same bytes", adds, *ranges),
+        "add_line": verdict.jump_line("addition over the same bytes", adds, ranges, load=0.05),
+        "reduce_line": verdict.jump_line("all-reduce", reduce, ranges, load=0.05, less=20e-6),
         "add_load": 0.05,
         "replicas": 2,
         "gradient_bytes": 487_720,
@@ -1139,7 +1142,7 @@ def test_a_trend_over_rounds_needs_three_rounds_whose_lines_hold_and_most_rounds
     )
     small = [1.0, 0.95, 1.05, 1.0, 0.9]
     assert verdict.trend(small[:4] + [nan] * 3, [1.2, 1.3, 1.4, 1.1, nan, nan, nan]).startswith(
-        "more (equal slopes fail to overlap 1 time in 35)"
+        "more (independent rounds of equal slopes fail to overlap 1 time in 35)"
     )
     assert verdict.trend(small, [1.2, 1.3, 1.4, 1.1, 1.25]) == "more"  # 5 rounds: under 1%
     assert verdict.trend(small[:3], [0.8, 0.85, 0.7]).startswith("less")
@@ -1367,3 +1370,27 @@ def test_3c_s_step_its_share_and_the_addition_are_read_again_from_their_rounds(t
     ]
     path.write_text(json.dumps({k: v for k, v in record.items() if k != "add_samples"}))
     assert all_reduce_problems(path) == ["results.json: add_samples not recorded"]
+
+
+def test_3c_s_trends_over_the_rounds_are_withheld_on_a_busy_machine(tmp_path):
+    """3c draws no verdict above `timing.BUSY` of the cores (section 1's rule, as 3b): its trend
+    over the rounds (the noise rule) is withheld then, its ratios kept; a record stating a trend
+    from busy rounds fails, the all-reduce's as the addition's (a review found "more" printed
+    at 65%, with a flag only), and so does a record without the all-reduce's line."""
+    path = tmp_path / "results.json"
+    record = _all_reduce_results()
+    quiet = record["add_line"]
+    withheld = quiet.split("); over")[0] + "); over the rounds: withheld: the machine was busy"
+    path.write_text(json.dumps(record | {"add_load": 0.65}))
+    assert all_reduce_problems(path) == [
+        f"results.json: addition {quiet!r} printed, its rounds give {withheld + ' (others 65%)'!r}"
+    ]
+    path.write_text(json.dumps(record | {"add_load": 0.65, "add_line": withheld + " (others 65%)"}))
+    assert all_reduce_problems(path) == []
+    told = record["reduce_line"] + "; more"  # a trend the record's rounds do not give
+    path.write_text(json.dumps(record | {"reduce_line": told}))
+    assert all_reduce_problems(path) == [
+        f"results.json: all-reduce {told!r} printed, its rounds give {record['reduce_line']!r}"
+    ]
+    path.write_text(json.dumps({k: v for k, v in record.items() if k != "reduce_line"}))
+    assert all_reduce_problems(path) == ["results.json: reduce_line not recorded"]
