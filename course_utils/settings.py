@@ -25,8 +25,9 @@ T = TypeVar("T")
 
 PROFILES = ("full", "cpu", "quick")
 DATA_SOURCES = ("auto", "tfds", "synthetic")
-#: How many simulated CPU devices the course accepts: the counts CI runs every notebook at
-#: (.ci/device-sweep). Physical GPUs are not limited: a machine's GPUs are all usable.
+#: How many simulated CPU devices the course accepts: the counts the course is checked at (CI's
+#: device sweep, .ci/device-sweep, runs the notebooks at them in the quick profile).
+#: Physical GPUs are not limited: a machine's GPUs are all usable.
 SIMULATED_DEVICES = range(1, 9)
 
 
@@ -93,8 +94,9 @@ def check_simulated_devices(count: int) -> int:
             f"COURSE_DEVICES={count}: simulate {low} to {high} CPU devices, the counts the course "
             f"is checked at; with more, runs can fail (a quick-profile test set can be smaller "
             f"than one global batch, and Keras's fit and evaluate stop on a first batch that does "
-            f"not split into equal slices per replica). Set COURSE_DEVICES to a number from {low} "
-            f"to {high} and run the set-up cell again."
+            f"not split into equal slices per replica). Set it to a number from {low} to {high} "
+            f'(os.environ["COURSE_DEVICES"] = "{high}" at the top of the set-up cell, or in the '
+            f"shell that starts Jupyter) and run the set-up cell again."
         )
     return count
 
