@@ -1460,3 +1460,72 @@ def test_a_name_holds_fit_models_optimizer_only_until_it_is_bound_again(tmp_path
         ):
             checks.own_model(tmp_path, "fit_model", found, code)
         checks.clear_cache()
+
+
+FIT_CELL = "### BEGIN SOLUTION\nwith strategy.scope():\n    fit_model = make_model()"
+BASE_CELL = "### BEGIN SOLUTION\nsingle_model = make_model()"
+UNSHUFFLED = "_keep = train_ds\ntrain_ds = train_cached.batch(GLOBAL_BATCH)\n"
+
+
+def test_the_code_of_a_time_capture_or_timeit_cell_is_read_and_other_python_magics_are_not(
+    tmp_path,
+):
+    """Red team 21a's magic-rebind and magic-steps (12/12): the code of a `%%time` cell runs in
+    the kernel, yet no point-giving reading saw it; an honest `%%time` on the fit or baseline
+    cell lost 1 to 2 points ('never assigns fit_model'). The code of `%%time`, `%%capture`,
+    `%%timeit` cells (and an explicit `run_cell_magic` of one) and of `%time`/`%timeit` lines
+    is read as the cell's code: the honest timings pass, the forgeries fail as their plain
+    versions do. Another cell magic that runs Python (`%%python`, `%%script python3`,
+    `%%prun`) makes the reading's points unreadable, naming the cell; `%%writefile` and
+    `%%bash` do not."""
+    found = _trained_fit_model(tmp_path)
+    for magic in ("%%time\n", "%%capture\n", "%%timeit -n1 -r1\n", "%%capture out\n%%time\n"):
+        code = _solution({FIT_CELL: magic + FIT_CELL, BASE_CELL: magic + BASE_CELL})
+        checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.assert_created_in_scope(code, "fit_model")
+        checks.assert_baseline_code(code, "single_model", "train_ds")
+        checks.own_model(tmp_path, "fit_model", found, code)
+        checks.clear_cache()
+    timed = "    %time fit_model.fit(train_ds, epochs"
+    checks.assert_pipeline_code(_solution({f"    {FIT}": timed}), "train_ds", "train")
+    restore = "train_ds = _keep\n"
+    for rebind, back in [
+        *[
+            (magic + UNSHUFFLED, magic + restore)
+            for magic in ("%%time\n", "%%capture\n", "%%timeit -n1 -r1\n")
+        ],
+        (
+            f"get_ipython().run_cell_magic('capture', '', {UNSHUFFLED!r})",
+            f"get_ipython().run_cell_magic('capture', '', {restore!r})",
+        ),
+    ]:
+        code = _solution()
+        cells = code["cells"]
+        at = next(i for i, c in enumerate(cells) if BASE_CELL in c["source"])
+        cells.insert(at, {"source": back})
+        at = next(i for i, c in enumerate(cells) if FIT_CELL in c["source"])
+        cells.insert(at, {"source": rebind})
+        with pytest.raises(checks.CheckError, match="does not shuffle `train_ds`"):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.clear_cache()
+    anchor = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
+    for magic in ("%%time\n", "%%capture\n", "%%timeit -n1 -r1\n"):
+        code = _solution()
+        at = _cell_of(code, anchor)
+        code["cells"].insert(at, {"source": magic + IDLE})
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"steps the optimizer of `fit_model` outside fit \(cell \[{at + 1}\]: ",
+        ):
+            checks.own_model(tmp_path, "fit_model", found, code)
+        checks.clear_cache()
+    for cell in ("%%python\nx = 1\n", "%%script python3\nx = 1\n", "%%prun\nx = 1\n"):
+        code = _solution({}, (cell,))
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"cannot read the Python a cell magic runs \(cell \[{_cell_of(code, cell)}\]",
+        ):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.clear_cache()
+    for cell in ("%%writefile helper.py\nx = 1\n", "%%bash\nls\n", "%%html\n<b>x</b>\n"):
+        checks.assert_readable(_solution({}, (cell,)))

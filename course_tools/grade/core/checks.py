@@ -122,6 +122,8 @@ UNREADABLE = {
     "assignment out",
     "private": "it cannot read a private API ({where}: a name that starts with `_`, or "
     "`strategy.extended`): use the public tf.distribute API",
+    "magic": "it cannot read the Python a cell magic runs ({where}): put that code in a plain "
+    "cell (`%%time` and `%%capture` cells are read)",
 }
 
 

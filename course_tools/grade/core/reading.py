@@ -247,13 +247,87 @@ def _changed_coding(node: ast.AST) -> str:
     return coding if text is None else ""
 
 
-def _python(source: str) -> ast.Module | None:
+def _python(source: str, depth: int = 0) -> ast.Module | None:
+    """`source` (a cell, magics and all) as IPython runs it, parsed; the code of a `%%time`,
+    `%%capture` or `%%timeit` cell and of a `%time` or `%timeit` line is read as the code it
+    runs (`_MagicBodies`). None when it does not parse."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     try:
-        return ast.parse(TransformerManager().transform_cell(source))
+        tree = ast.parse(TransformerManager().transform_cell(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    if depth < 3:
+        tree = _MagicBodies(depth).visit(tree)
+        ast.fix_missing_locations(tree)
+    return tree
+
+
+#: The magics that run their cell's (or line's) Python in the kernel's namespace, read as that
+#: code: `%%time`, `%%capture`, `%%timeit` (its first line's setup too), `%time`, `%timeit`.
+READ_MAGICS = frozenset({"time", "timeit", "capture"})
+#: The cell magics whose body is not Python the kernel runs: a file written, markup, a shell
+#: (a shell that runs Python is `_runs_command`'s). Any other cell magic (`%%python`,
+#: `%%script python`, `%%prun`, one the notebook registers) runs code the reading cannot read.
+NOT_PYTHON_CELL_MAGICS = frozenset(
+    {"writefile", "file", "html", "markdown", "latex", "svg", "javascript", "js", "bash", "sh",
+     "perl", "ruby", "script"}
+)  # fmt: skip
+#: `%timeit`'s options (IPython's "n:r:tcp:qo"): what follows them is the statement.
+TIMEIT_OPTIONS = re.compile(r"^(?:\s*-(?:[nrp]\s*\d+|[tcqo]+)(?=\s|$))*\s*")
+
+
+class _MagicBodies(ast.NodeTransformer):
+    """A `%%time`/`%%capture`/`%%timeit` cell, or a `%time`/`%timeit` line, as the code it runs:
+    IPython's transformer writes `get_ipython().run_cell_magic("time", "", "<the cell>")`,
+    whose string the reading would never see as code (its bindings, steps and fits ran).
+    `%%capture out` binds `out` (to IPython's CapturedIO, a name the reading cannot follow).
+
+        _python("%%time\ntrain_ds = other")  # read as `train_ds = other`, at line 2
+    """
+
+    def __init__(self, depth: int):
+        self.depth = depth
+
+    def _parsed(self, text: str, lines: int) -> list[ast.stmt] | None:
+        tree = _python(text, self.depth + 1)
+        if tree is None:
+            return None
+        ast.increment_lineno(tree, lines)
+        return tree.body
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST | list[ast.stmt]:
+        name, args = _magic(node.value)
+        texts = [a.value if isinstance(a, ast.Constant) else None for a in args]
+        if name not in READ_MAGICS or not texts or not all(isinstance(t, str) for t in texts):
+            return self.generic_visit(node)
+        cell = node.value.func.attr == "run_cell_magic"
+        line = texts[0]
+        if name == "timeit":
+            line = TIMEIT_OPTIONS.sub("", line, count=1)
+        body: list[ast.stmt] = []
+        if cell and name == "capture":
+            output = [w for w in line.split() if not w.startswith("-")]
+            if output:
+                body += self._parsed(f"{output[0]} = CapturedIO()", node.lineno - 1) or []
+        elif cell and name == "timeit" and line.strip():
+            body += self._parsed(line.strip(), node.lineno - 1) or []  # the setup line
+        code = texts[-1] if cell else line
+        parsed = self._parsed(code, node.lineno if cell else node.lineno - 1)
+        if parsed is None or (cell and len(texts) < 2) or (not cell and name == "capture"):
+            return self.generic_visit(node)
+        return body + parsed or ast.Pass()
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:  # y = %time f(): the expression's value
+        name, args = _magic(node)
+        text = args[0].value if args and isinstance(args[0], ast.Constant) else None
+        if name in ("time", "timeit") and node.func.attr == "run_line_magic":
+            if isinstance(text, str):
+                statement = TIMEIT_OPTIONS.sub("", text, count=1) if name == "timeit" else text
+                parsed = self._parsed(statement, node.lineno - 1)
+                if parsed and len(parsed) == 1 and isinstance(parsed[0], ast.Expr):
+                    return parsed[0].value
+        return self.generic_visit(node)
 
 
 def _fit_of(node: ast.AST, name: str) -> bool:
@@ -3604,7 +3678,8 @@ def _unreadable_why(
     imports: dict[str, str],
     own: set[str],
 ) -> str:
-    """Why the reading cannot read `node` (`Code.unreadable`): "dynamic", "private" or "".
+    """Why the reading cannot read `node` (`Code.unreadable`): "dynamic", "private", "magic"
+    (a cell magic that runs Python the reading does not read) or "".
     `own`: the names bound only to new objects of the notebook's own classes."""
     parent = parents.get(id(node))
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
@@ -3649,6 +3724,13 @@ def _unreadable_why(
         )
         return "private" if private else ""
     if isinstance(node, ast.Call):
+        magic, given = _magic(node)
+        if magic and getattr(node.func, "attr", "") == "run_cell_magic":
+            line = given[0].value if given and isinstance(given[0], ast.Constant) else None
+            python = not isinstance(line, str) or "python" in line or "py" in line.split()
+            if magic not in READ_MAGICS | NOT_PYTHON_CELL_MAGICS or magic == "script" and python:
+                return "magic"  # %%python, %%script python, %%prun: Python run past the reading
+            return ""
         called = _dotted(node.func).split(".")[-1]
         named = _literal_name(node.args[1]) if called == "getattr" and len(node.args) > 1 else None
         if named and named.startswith("_") and not named.endswith("__"):
