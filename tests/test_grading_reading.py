@@ -1529,3 +1529,51 @@ def test_the_code_of_a_time_capture_or_timeit_cell_is_read_and_other_python_magi
         checks.clear_cache()
     for cell in ("%%writefile helper.py\nx = 1\n", "%%bash\nls\n", "%%html\n<b>x</b>\n"):
         checks.assert_readable(_solution({}, (cell,)))
+
+
+TRAINER = (
+    "class Trainer:\n    def __init__(self, model):\n        self.model = model\n\n"
+    "    def step(self, gradients):\n        self.model.optimizer.apply_gradients(\n"
+    "            zip(gradients, self.model.trainable_variables)\n        )\n\n\n"
+)
+LOOP_STEP = "    optimizer.apply_gradients(zip(gradients, custom_model.trainable_variables))"
+
+
+def test_a_class_of_the_custom_loops_own_holding_its_model_is_not_a_callback(tmp_path):
+    """Red team 21a's honest-trainer (7/12): the custom loop stepped through a small class
+    (`self.model.optimizer.apply_gradients`, made with `custom_model`), and any `X.model` was
+    read as a callback's, charged to fit_model and the baseline. `self.model` is a model fit
+    runs only in a Keras callback's methods (any spelling of its base, a subclass of the
+    notebook's own callback); a class made with fit_model given (`Trainer(fit_model)`) still
+    steps fit_model's optimizer, and so does a callback's `self.model`."""
+    found = _trained_fit_model(tmp_path)
+    built = "optimizer.build(custom_model.trainable_variables)"
+    honest = {
+        built: f"{built}\n    custom_model.compile(optimizer=optimizer)",
+        "def train_step(inputs):": f"{TRAINER}trainer = Trainer(custom_model)\n\n\n"
+        "def train_step(inputs):",
+        LOOP_STEP: "    trainer.step(gradients)",
+    }
+    code = _solution(honest)
+    for model in ("fit_model", "single_model"):
+        assert reading.Code.of(code).hand_steps(model) == [], model
+    checks.own_model(tmp_path, "fit_model", found, code)
+    checks.assert_created_in_scope(code, "fit_model")
+    checks.assert_created_in_scope(code, "single_model", scoped=False)
+    anchor = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
+    zeros = "zip([tf.zeros_like(v) for v in weights], weights)"
+    for forged in (
+        f"{TRAINER}Trainer(fit_model).step(zeros)",
+        f"{TRAINER.replace('self.model', 'self.net')}Trainer(model=fit_model).step(zeros)",
+        "from keras.callbacks import Callback\n\n\nclass Idle(Callback):\n"
+        f"    def on_test_end(self, logs=None):\n        self.model.optimizer.apply({zeros})\n"
+        "\n\nclass Later(Idle):\n    pass\n\n\nfit_model.evaluate(test_ds, callbacks=[Later()])",
+    ):
+        code = _solution({anchor: f"{forged}\n{anchor}"})
+        cell = _cell_of(code, anchor)
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"steps the optimizer of `fit_model` outside fit \(cell \[{cell}\]",
+        ):
+            checks.own_model(tmp_path, "fit_model", found, code)
+        checks.clear_cache()

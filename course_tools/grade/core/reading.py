@@ -3231,13 +3231,10 @@ class Code:
             if models == before:
                 break
 
+        holders = self._model_holders(models)
+
         def model_of(node: ast.AST) -> bool:  # fit_model, an alias, a callback's self.model
-            return (
-                isinstance(node, ast.Name)
-                and node.id in models
-                or isinstance(node, ast.Attribute)
-                and node.attr == "model"
-            )
+            return isinstance(node, ast.Name) and node.id in models or id(node) in holders
 
         def in_force(held_name: str, at: tuple | None) -> bool:
             """`held_name` holds the optimizer at `at`: bound to it (compile's object, an alias)
@@ -3330,6 +3327,53 @@ class Code:
                 ):
                     found.append((self.cells[index], _short(node, 80)))
         return sorted(set(found))
+
+    def _callback_classes(self) -> set[str]:
+        """The notebook's classes that derive from a Keras callback (`keras.callbacks.Callback`,
+        `tf.keras.callbacks.Callback`, `Callback` imported from there, another such class of the
+        notebook's own)."""
+        classes = [n for n in self._walk() if isinstance(n, ast.ClassDef)]
+        found: set[str] = set()
+        for _ in range(5):
+            before = set(found)
+            for node in classes:
+                for base in node.bases:
+                    dotted = _resolved(base, self._imports) or _dotted(base)
+                    if "callbacks" in dotted.split(".")[:-1] or dotted in found:
+                        found.add(node.name)
+            if found == before:
+                break
+        return found
+
+    def _model_holders(self, models: set[str]) -> set[int]:
+        """The ids of the attributes that hold one of `models` in a class's methods: a Keras
+        callback's `self.model` (the model whose fit or evaluate runs it), and any `self.x` of a
+        class made with one of `models` given (`Trainer(fit_model)`). A class of the custom
+        loop's own, made with its own model, holds none of them."""
+        callbacks = self._callback_classes()
+        given = {
+            node.func.id
+            for node in self._walk()
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and any(
+                isinstance(sub, ast.Name) and sub.id in models
+                for value in [*node.args, *(k.value for k in node.keywords)]
+                for sub in ast.walk(value)
+            )
+        }
+        found = set()
+        for node in self._walk():
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for sub in ast.walk(node):
+                if not isinstance(sub, ast.Attribute):
+                    continue
+                if node.name in callbacks and sub.attr == "model":
+                    found.add(id(sub))
+                elif node.name in given and isinstance(sub.value, ast.Name):
+                    found.add(id(sub))  # self.net, whatever the name
+        return found
 
     def unfollowed_calls(self, name: str) -> list[tuple[int, str]]:
         """(cell, call) of each call of a function the reading does not follow (`unfollowed`)
