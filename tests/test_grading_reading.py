@@ -1577,3 +1577,25 @@ def test_a_class_of_the_custom_loops_own_holding_its_model_is_not_a_callback(tmp
         ):
             checks.own_model(tmp_path, "fit_model", found, code)
         checks.clear_cache()
+
+
+def test_a_progress_bar_or_a_slice_of_the_distributed_dataset_is_the_distributed_dataset():
+    """Red team 21a's honest-tqdm (11/12): `for batch in tqdm(train_dist)` lost question 1 as
+    'not distributed'. A known wrapper that yields its argument's elements (tqdm's, from
+    tqdm, tqdm.auto or tqdm.notebook; `itertools.islice`; `enumerate`) of the distributed
+    dataset iterates it; the same wrapper of the undistributed pipeline still fails."""
+    loop = "for batch in train_dist:"
+    for wrapped in (
+        "from tqdm.auto import tqdm\n        for batch in tqdm(train_dist, desc='epoch'):",
+        "import tqdm\n        for batch in tqdm.tqdm(train_dist):",
+        "from tqdm import tqdm\n        for step, batch in enumerate(tqdm(train_dist)):",
+        "import itertools\n        for batch in itertools.islice(train_dist, None):",
+        "for step, batch in enumerate(train_dist, start=1):",
+    ):
+        checks.assert_pipeline_code(_solution({loop: wrapped}), "train_ds", "train")
+    for wrapped in (
+        "from tqdm.auto import tqdm\n        for batch in tqdm(train_cached.batch(GLOBAL_BATCH)):",
+        "import itertools\n        for batch in itertools.islice(train_ds, None):",
+    ):
+        with pytest.raises(checks.CheckError, match="not distributed"):
+            checks.assert_pipeline_code(_solution({loop: wrapped}), "train_ds", "train")

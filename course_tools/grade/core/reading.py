@@ -816,6 +816,11 @@ def _iterated(node: ast.AST) -> list[ast.AST]:
     return [node]
 
 
+#: Library calls that yield their first argument's elements as they are (a progress bar, a
+#: slice): iterating one of a distributed dataset iterates the distributed dataset.
+ORDER_KEEPERS = frozenset(
+    {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "itertools.islice"}
+)
 #: The calls that make a distributed dataset (`Code._distributed`).
 DISTRIBUTERS = frozenset({"experimental_distribute_dataset", "distribute_datasets_from_function"})
 
@@ -2695,10 +2700,15 @@ class Code:
         one: `strategy.experimental_distribute_dataset(...)` (or
         `distribute_datasets_from_function`) of a strategy the code makes, a call of a function
         of the notebook's own that returns one, `iter(...)`, `next(...)` or `enumerate(...)` of
-        one, or a name whose assignment in force there is one."""
+        one (or a progress bar or slice of one: `ORDER_KEEPERS`, `tqdm(train_dist)`), or a name
+        whose assignment in force there is one."""
         while (
             isinstance(node, ast.Call)
-            and getattr(node.func, "id", "") in ("iter", "next", "enumerate")
+            and (
+                getattr(node.func, "id", "") in ("iter", "next", "enumerate")
+                and getattr(node.func, "id", "") not in self._imports
+                or _resolved(node.func, self._imports) in ORDER_KEEPERS
+            )
             and node.args
         ):
             node = node.args[0]
