@@ -439,14 +439,14 @@ def regime(record: dict) -> str:
 
 
 def set_gap(sets: dict[str, list[float]]) -> float:
-    """The widest ratio between two sets' fastest rounds, neighbours in order of rate (1.0 with
-    one set): over `GAP`, the sets ran under different conditions, whatever their loads say.
+    """The span of the sets' fastest rounds, fastest set over slowest (1.0 with one set): over
+    `GAP`, the sets ran under different conditions, however close the sets between them lie.
 
     >>> round(set_gap({"a": [108.0, 81.0], "b": [67.0], "c": [69.5, 60.8]}), 2)
-    1.55
+    1.61
     """
-    tops = sorted(max(rounds) for rounds in sets.values())
-    return max((b / a for a, b in zip(tops, tops[1:])), default=1.0)
+    tops = [max(rounds) for rounds in sets.values()] or [1.0]
+    return max(tops) / min(tops)
 
 
 def starved_sets(
@@ -649,11 +649,11 @@ def all_starved(record: dict) -> str:
 
 def groups(sets: dict[str, list[float]], load: dict[str, float], unit: str) -> str:
     """The sets in order of their fastest round, split at the widest gap between neighbours'
-    fastest rounds when it exceeds `GAP` (a set's slow rounds cannot bridge it); each group with
-    its rounds' span and its sets' loads (others' share).
+    fastest rounds when the sets' span (`set_gap`) exceeds `GAP` (a set's slow rounds cannot
+    bridge it); each group with its rounds' span and its sets' loads (others' share).
 
     >>> groups({"a": [100e9, 98e9]}, {"a": 0.05}, "FLOP/s")
-    'one group, 2 rounds at 98.0-100.0 GFLOP/s (others 5%), no gap above 1.5x between sets'
+    "one group, 2 rounds at 98.0-100.0 GFLOP/s (others 5%), the sets' fastest within 1.5x"
     """
     order = sorted(sets, key=lambda label: max(sets[label]))
     tops = [max(sets[label]) for label in order]
@@ -666,11 +666,11 @@ def groups(sets: dict[str, list[float]], load: dict[str, float], unit: str) -> s
         return f"{count(len(rates), 'round')} at {span} G{unit} (others {shares})"
 
     if set_gap(sets) <= GAP:
-        return f"one group, {group(order)}, no gap above {GAP}x between sets"
+        return f"one group, {group(order)}, the sets' fastest within {GAP}x"
     cut = gaps.index(max(gaps)) + 1
     return (
-        f"two groups, {group(order[:cut])} and {group(order[cut:])} ({max(gaps):.2f}x gap "
-        "between the sets' fastest rounds)"
+        f"two groups, {group(order[:cut])} and {group(order[cut:])} (the sets' fastest rounds "
+        f"span {set_gap(sets):.2f}x, split at the widest gap, {max(gaps):.2f}x)"
     )
 
 

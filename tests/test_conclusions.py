@@ -109,7 +109,7 @@ def _limits_record(**changes) -> dict:
             "peak_flops": 205e9,
             "memory_bandwidth": 12e9,
             "limits": {"peak": [205e9, 150e9], "bandwidth": [12e9, 11.9e9]},
-            "peak_rounds": {"section 1": [120e9, 124e9], "section 3": [200e9, 205e9], "c": [150e9]},
+            "peak_rounds": {"section 1": [140e9, 144e9], "section 3": [200e9, 205e9], "c": [150e9]},
             "bandwidth_rounds": {"section 1": [11.5e9, 12e9], "section 3": [11.2e9, 11.9e9]},
             "sweep_best_flops": 120e9,
             "regime": "compute-bound",
@@ -174,7 +174,7 @@ def test_a_set_below_a_gap_is_inside_the_limit_s_range():
         "undecided: below both roofs or compute-bound or no single part dominates, with the "
         "peak between 94.2 and 228.2 GFLOP/s (2.42x)"
     )
-    close = sets | {"section 1": [61.8e9, 150e9]}  # 1.49x: no gap, the two fastest decide
+    close = sets | {"section 1": [61.8e9, 155e9]}  # a 1.47x span: the two fastest decide
     assert expected_regime(record | {"peak_rounds": close}) == "below both roofs"
     # the flagged set's load decides too: busy there, no verdict
     loads = {"peak": dict.fromkeys(sets, 0.05) | {"section 1": 0.84}}
@@ -374,9 +374,10 @@ def test_one_rule_takes_a_limit_for_the_notebook_bench_and_the_check():
     slowest set's across a gap over 1.5x), both at least the floor; 3b's cells and `course
     bench` call this rule (no copy of it is left)."""
     cases = [
-        ({"a": [120.0, 124.0], "b": [200.0, 205.0], "c": [150.0]}, 0.0, (205.0, 150.0)),
+        ({"a": [140.0, 144.0], "b": [200.0, 205.0], "c": [150.0]}, 0.0, (205.0, 150.0)),
         ({"a": [104.6], "b": [64.3], "c": [61.9], "d": [50.8]}, 0.0, (104.6, 50.8)),
-        ({"a": [104.6], "b": [74.3], "c": [61.9]}, 0.0, (104.6, 74.3)),  # 1.41x and 1.20x
+        ({"a": [104.6], "b": [74.3], "c": [61.9]}, 0.0, (104.6, 61.9)),  # steps 1.4x, span 1.7x
+        ({"a": [104.6], "b": [74.3], "c": [71.9]}, 0.0, (104.6, 74.3)),  # a 1.45x span
         ({"a": [200.0, 204.0], "b": [205.0]}, 260.0, (260.0, 260.0)),
         ({"a": [200.0], "b": [205.0]}, 202.0, (205.0, 202.0)),
         ({"a": [100.0]}, 0.0, (100.0, 100.0)),
@@ -945,14 +946,29 @@ def test_sets_that_disagree_are_two_groups_whatever_one_slow_round_bridges():
         "after the sweep": [69.5e9, 66e9],
     }
     load = {"section 1": 0.0, "section 3": 0.01, "after the sweep": 0.03}
-    assert verdict.set_gap(sets) == pytest.approx(108.1 / 69.5)
+    assert verdict.set_gap(sets) == pytest.approx(108.1 / 67.3)
     assert verdict.groups(sets, load, "B/s") == (
         "two groups, 4 rounds at 60.8-69.5 GB/s (others 1%, 3%) and 3 rounds at 81.1-108.1 GB/s "
-        "(others 0%) (1.56x gap between the sets' fastest rounds)"
+        "(others 0%) (the sets' fastest rounds span 1.61x, split at the widest gap, 1.56x)"
     )
     sets["section 1"] = [68.0e9, 65.1e9]
     assert verdict.set_gap(sets) < verdict.GAP
     assert verdict.groups(sets, load, "B/s").startswith("one group, 6 rounds at 60.8-69.5")
+
+
+def test_sets_spanning_more_than_the_gap_are_flagged_however_evenly_they_step():
+    """The peak at 3 devices under load: sets at 159.1, 234.4 and 341.3 GFLOP/s, neighbours 1.47x
+    and 1.46x apart but 2.15x from slowest to fastest. Sets that far apart ran under different
+    conditions: flagged, two groups, and the slowest set's 159.1 is the low end."""
+    sets = {"section 1": [234.4e9, 200e9], "section 3": [341.3e9], "after the sweep": [159.1e9]}
+    load = {"section 1": 0.4, "section 3": 0.3, "after the sweep": 0.5}
+    assert verdict.set_gap(sets) == pytest.approx(341.3 / 159.1)
+    assert verdict.set_gap(sets) > verdict.GAP
+    assert limit_range(sets) == (341.3e9, 159.1e9)
+    assert verdict.groups(sets, load, "FLOP/s") == (
+        "two groups, 1 round at 159.1 GFLOP/s (others 50%) and 3 rounds at 200.0-341.3 GFLOP/s "
+        "(others 40%, 30%) (the sets' fastest rounds span 2.15x, split at the widest gap, 1.47x)"
+    )
 
 
 def _quiet_record(bandwidth: dict[str, list[float]], cores: dict[str, list[float]]) -> dict:
