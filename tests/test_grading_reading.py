@@ -1599,3 +1599,48 @@ def test_a_progress_bar_or_a_slice_of_the_distributed_dataset_is_the_distributed
     ):
         with pytest.raises(checks.CheckError, match="not distributed"):
             checks.assert_pipeline_code(_solution({loop: wrapped}), "train_ds", "train")
+
+
+def test_a_model_given_to_a_helper_a_with_alias_train_on_batch_a_rate_or_a_restore_step_it(
+    tmp_path,
+):
+    """Red team 21a's model-param, with-lr0, tob-lr0 and ckpt-restore (12/12 from weights
+    trained on one device): a helper given fit_model that steps `model.optimizer`, an optimizer
+    bound by `with ... as o` (or a loop's or a default's), `fit_model.train_on_batch`, its
+    optimizer's learning rate set to 0 (its steps then move no weight but fill Adam's moments)
+    and a `tf.train.Checkpoint` of its optimizer read or restored each cost what a written
+    count costs, naming the cell. Reading the rate, a rate to train with, and the solution's
+    restore of the custom loop's checkpoint into another model do not."""
+    found = _trained_fit_model(tmp_path)
+    anchor = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
+    zeros = "zip([tf.ones_like(v) for v in weights], weights)"
+    for forged in (
+        f"def idle_steps(model, count):\n    for _ in range(count):\n"
+        f"        model.optimizer.apply_gradients({zeros})\n\n\nidle_steps(fit_model, 48)",
+        "import contextlib\n\nwith contextlib.nullcontext(fit_model.optimizer) as o:\n"
+        f"    o.apply_gradients({zeros})",
+        f"for o in (fit_model.optimizer,):\n    o.apply_gradients({zeros})",
+        f"def st(o=fit_model.optimizer):\n    o.apply_gradients({zeros})\n\n\nst()",
+        "xb, yb = next(iter(train_ds))\nfit_model.train_on_batch(xb, yb)",
+        "fit_model.optimizer.learning_rate.assign(0.0)",
+        "fit_model.optimizer.learning_rate = 0.0",
+        'tf.train.Checkpoint(optimizer=fit_model.optimizer).read("/tmp/opt/ckpt")',
+        'saved = tf.train.Checkpoint(optimizer=fit_model.optimizer)\nsaved.restore("/tmp/o")',
+    ):
+        code = _solution({anchor: f"{forged}\n{anchor}"})
+        cell = _cell_of(code, anchor)
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"steps the optimizer of `fit_model` outside fit \(cell \[{cell}\]",
+        ):
+            checks.own_model(tmp_path, "fit_model", found, code)
+        checks.clear_cache()
+    for line in (
+        "print(float(fit_model.optimizer.learning_rate))",
+        "single_model.optimizer.learning_rate.assign(0.0)",
+        "fit_model.optimizer.learning_rate.assign(1e-4)",
+    ):
+        code = _solution({anchor: f"{line}\n{anchor}"})
+        checks.own_model(tmp_path, "fit_model", found, code)
+        checks.clear_cache()
+    assert reading.Code.of(_solution()).hand_steps("fit_model") == []

@@ -3290,6 +3290,12 @@ class Code:
             before = set(held)
             for node in self._walk():
                 value = getattr(node, "value", None)
+                if isinstance(node, ast.withitem) and node.optional_vars is not None:
+                    if reached(node.context_expr, held):  # with nullcontext(opt) as o
+                        held.update(_bound_targets(node.optional_vars))
+                elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                    if reached(node.iter, held):  # for o in (fit_model.optimizer,)
+                        held.update(_bound_targets(node.target))
                 if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and value:
                     if reached(value, held) and gives(value):
                         for target in _targets(node):
@@ -3300,6 +3306,25 @@ class Code:
                                     holding[target].append(start)
             if held == before:
                 break
+
+        def restored(node: ast.AST) -> ast.AST | None:
+            """The `tf.train.Checkpoint(...)` (whose arguments it reads into) of which `node`
+            calls `read` or `restore` (on the call, or a name bound to one)."""
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("read", "restore")
+            ):
+                return None
+            made = node.func.value
+            if isinstance(made, ast.Name):  # the assignment in force there
+                at = places.at(node)
+                found = [n for place, n in self._assignments_in_order(made.id) if place < at]
+                made = found[-1].value if found else made
+            if isinstance(made, ast.Call) and _dotted(made.func).endswith("Checkpoint"):
+                return made
+            return None
+
         scoped: list[tuple[ast.AST, set[str]]] = [(tree, held) for tree in self.trees]
         for function in self._functions().values():  # def step(opt): opt.apply_gradients(...)
             arguments = function.args
@@ -3308,8 +3333,21 @@ class Code:
                 parameter
                 for parameter in positional + [a.arg for a in arguments.kwonlyargs]
                 for _, value in self._given_at_calls(function, parameter) or []
-                if value is not None and reached(value, held)
+                if value is not None
+                and (reached(value, held) or model_of(value))  # idle_steps(fit_model, 48)
             }
+            given.update(  # def step(o=fit_model.optimizer)
+                parameter
+                for parameter, d in zip(
+                    [
+                        *positional[len(positional) - len(arguments.defaults) :],
+                        *(a.arg for a in arguments.kwonlyargs),
+                    ],
+                    [*arguments.defaults, *arguments.kw_defaults],
+                    strict=False,
+                )
+                if d is not None and (reached(d, held) or model_of(d))
+            )
             if given:
                 scoped.append((function, held | given))
         found = []
@@ -3335,6 +3373,16 @@ class Code:
                     and node.attr in STEP_METHODS
                     and reached(node.value, names)
                 ):
+                    found.append((self.cells[index], _short(node, 80)))
+                elif (
+                    isinstance(node, ast.Attribute)
+                    and node.attr in MODEL_STEPS
+                    and (model_of(node.value) or reached(node.value, names))
+                ):
+                    found.append((self.cells[index], _short(node, 80)))  # train_on_batch
+                elif _rate_written(node) is not None and reached(_rate_written(node), names):
+                    found.append((self.cells[index], _short(node, 80)))  # learning rate 0
+                elif restored(node) and reached(restored(node), names):
                     found.append((self.cells[index], _short(node, 80)))
         return sorted(set(found))
 
@@ -3690,6 +3738,49 @@ STEP_METHODS = frozenset(
     {"apply_gradients", "apply", "minimize", "update_step", "stateless_apply", "_apply",
      "_backend_apply_gradients", "_internal_apply_gradients"}
 )  # fmt: skip
+#: The methods of a model that step its optimizer outside `fit` (`fit_model.train_on_batch`).
+MODEL_STEPS = frozenset({"train_on_batch", "train_step", "train_function", "make_train_function"})
+
+
+def _rate_written(node: ast.AST) -> ast.AST | None:
+    """The optimizer whose learning rate `node` sets to a literal too small to move a weight
+    (`opt.learning_rate.assign(0.0)`, `opt.learning_rate = 0`, `opt.lr = 1e-9`: `TINY_RATE`):
+    its steps then leave the weights as they are while its moments and count grow. A rate
+    an optimizer trains with (`assign(1e-3)`) or one from a name is not such a write."""
+
+    def tiny(value: ast.AST | None) -> bool:
+        sign = 1
+        if isinstance(value, ast.UnaryOp) and isinstance(value.op, (ast.USub, ast.UAdd)):
+            sign, value = (-1 if isinstance(value.op, ast.USub) else 1), value.operand
+        number = getattr(value, "value", None) if isinstance(value, ast.Constant) else None
+        real = isinstance(number, (int, float)) and not isinstance(number, bool)
+        return real and sign * number < TINY_RATE
+
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+        target = node.func.value
+        if node.func.attr == "assign" and getattr(target, "attr", "") in RATES:
+            return target.value if tiny(node.args[0]) else None
+    if isinstance(node, ast.Assign) and tiny(node.value):
+        for target in node.targets:
+            if isinstance(target, ast.Attribute) and target.attr in RATES:
+                return target.value
+    return None
+
+
+#: A learning rate below this moves no float32 weight of the exercise's size by a step of
+#: Adam (each step moves a weight by about the rate).
+TINY_RATE = 1e-6
+
+
+#: An optimizer's learning rate, by its names.
+RATES = frozenset({"learning_rate", "lr"})
+
+
+def _bound_targets(node: ast.AST) -> list[str]:
+    """The plain names a `for`'s or `with`'s target binds."""
+    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+
+
 #: The builtins that run code or give a namespace the kernel's names are bound in
 #: (`Code.unreadable`).
 DYNAMIC_NAMES = frozenset({"exec", "eval", "compile", "globals", "vars", "locals", "__builtins__"})
