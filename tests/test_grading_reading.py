@@ -1644,3 +1644,28 @@ def test_a_model_given_to_a_helper_a_with_alias_train_on_batch_a_rate_or_a_resto
         checks.own_model(tmp_path, "fit_model", found, code)
         checks.clear_cache()
     assert reading.Code.of(_solution()).hand_steps("fit_model") == []
+
+
+def test_a_list_filled_from_the_training_pipeline_is_that_pipeline():
+    """Red team 21a's loop-append (12/12): the custom loop iterated a list filled by `.append`
+    in a loop over `train_cached.batch(GLOBAL_BATCH)` (undistributed, unshuffled); the reading
+    followed only `plain_batches = []`. What is put into a container (`append`, `extend`, an
+    item set, `+=`, and what the loop around that iterates) is part of what it is made from:
+    the loop fails question 1 as 'not distributed', naming the cell."""
+    loop = "for batch in train_dist:"
+    filled = (
+        "plain_batches = []\nfor b in train_cached.batch(GLOBAL_BATCH):\n"
+        "    plain_batches.append(b)\n"
+    )
+    for fill, fed in [
+        (filled, "for batch in plain_batches:"),
+        (filled.replace(".append(b)", ".extend([b])"), "for batch in plain_batches:"),
+        (
+            "kept = {}\nfor i, b in enumerate(train_ds):\n    kept[i] = b\n",
+            "for batch in kept.values():",
+        ),
+    ]:
+        code = _solution({LOOP: f"{LOOP}\n{fill}", loop: fed})
+        cell = _cell_of(code, fed)
+        with pytest.raises(checks.CheckError, match=rf"not distributed.*cell \[{cell}\]"):
+            checks.assert_pipeline_code(code, "train_ds", "train")

@@ -2826,6 +2826,11 @@ class Code:
                 code.append(assignment.value)
                 seen |= _load_marks(assignment.value, imported)
                 todo += [(s.id, at) for s in ast.walk(assignment.value) if isinstance(s, ast.Name)]
+            for at, value in self._filled[name] if name in self._filled else []:
+                if at < before:  # batches.append(b), in a loop over the training pipeline
+                    code.append(value)
+                    seen |= _load_marks(value, imported)
+                    todo += [(s.id, at) for s in ast.walk(value) if isinstance(s, ast.Name)]
             if name in functions:
                 code.append(functions[name])
                 seen |= _load_marks(functions[name], imported)
@@ -2840,6 +2845,40 @@ class Code:
                 if isinstance(sub, ast.Call)
             )
         return seen
+
+    @cached_property
+    def _filled(self) -> dict[str, list[tuple[tuple, ast.AST]]]:
+        """{name: (place, value) of each thing put into the container `name` is bound to}:
+        `name.append(x)` (`extend`, `insert`, `add`, `update`), `name[i] = x`, `name += x`,
+        and, when that happens in a loop, what the loop iterates (`for b in ds: out.append(b)`
+        fills `out` from `ds`)."""
+        filled: dict[str, list[tuple[tuple, ast.AST]]] = {}
+        places = _Places(self.trees)
+        for node in self._walk():
+            values: list[ast.AST] = []
+            name = ""
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in FILLERS
+                and isinstance(node.func.value, ast.Name)
+            ):
+                name, values = node.func.value.id, [*node.args, *(k.value for k in node.keywords)]
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                        name, values = target.value.id, [node.value]
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                name, values = node.target.id, [node.value]
+            if not name:
+                continue
+            parent = places.parents.get(id(node))
+            while parent is not None:
+                if isinstance(parent, (ast.For, ast.AsyncFor)):
+                    values.append(parent.iter)
+                parent = places.parents.get(id(parent))
+            filled.setdefault(name, []).extend((places.at(node), v) for v in values)
+        return filled
 
     def _not_training(self, node: ast.AST, place: tuple, training: set[str]) -> bool:
         """The dataset `node` (given to `experimental_distribute_dataset` at `place`) is tied to
@@ -3738,6 +3777,8 @@ STEP_METHODS = frozenset(
     {"apply_gradients", "apply", "minimize", "update_step", "stateless_apply", "_apply",
      "_backend_apply_gradients", "_internal_apply_gradients"}
 )  # fmt: skip
+#: The methods that put something into a container (`Code._filled`).
+FILLERS = frozenset({"append", "extend", "insert", "add", "update", "__setitem__"})
 #: The methods of a model that step its optimizer outside `fit` (`fit_model.train_on_batch`).
 MODEL_STEPS = frozenset({"train_on_batch", "train_step", "train_function", "make_train_function"})
 
