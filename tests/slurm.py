@@ -183,6 +183,8 @@ def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
             proc.wait()
 
 
+#: The longest path of a Unix socket on Linux (sun_path's 108 bytes, less the final NUL).
+SOCKET_PATH_MAX = 107
 #: How many ports `srun --resv-ports` may hand out (slurm.conf's MpiParams=ports).
 RESERVED_PORTS = 64
 #: Where that block is chosen: above portpicker's fallback (15000-24999) and below Linux's
@@ -224,6 +226,14 @@ def single_node_slurm(folder: Path) -> Iterator[SlurmCluster]:
     order, and a RuntimeError is raised if any process of the cluster is still alive.
     """
     folder = Path(folder).resolve()
+    # slurmstepd listens on <spool>/localhost_<job>.<step> (".4294967291" for a batch step): a path
+    # past Linux's 107 bytes for a Unix socket kills the step and Slurm holds the job forever
+    longest = len(f"{folder}/spool/localhost_{2**25}.4294967291")
+    if longest > SOCKET_PATH_MAX:
+        raise RuntimeError(
+            f"the test cluster's folder {folder} is too long for slurmd's sockets ({longest} > "
+            f"{SOCKET_PATH_MAX} bytes): give single_node_slurm a shorter folder"
+        )
     for sub in ("munge", "state", "spool", "log"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     folder.chmod(0o711)

@@ -176,7 +176,9 @@ def test_an_artifact_path_too_long_for_the_grades_is_a_note_of_a_graded_row(priv
     assert str(out) not in moodle, "the grades' host path reached the student's feedback"
 
 
-def test_on_slurm_under_umask_077_full_marks_and_a_private_grades_folder_kept(tmp_path):
+def test_on_slurm_under_umask_077_full_marks_and_a_private_grades_folder_kept(
+    tmp_path, tmp_path_factory
+):
     """The same as a Slurm job array, as root: sbatch passes the submitter's umask to the tasks,
     whose check processes read the copy staged in their own node-local folder."""
     require_or_skip("slurm", slurm.missing_programs())
@@ -190,7 +192,8 @@ def test_on_slurm_under_umask_077_full_marks_and_a_private_grades_folder_kept(tm
     out = tmp_path / "grades"
     out.mkdir(mode=0o700)
     out.chmod(0o700)
-    with slurm.single_node_slurm(tmp_path / "slurm") as cluster:
+    # the cluster in a short folder: slurmd's socket paths must stay under 108 bytes
+    with slurm.single_node_slurm(tmp_path_factory.mktemp("slurm")) as cluster:
         done = subprocess.run(
             [
                 str(Path(sys.executable).with_name("course")),

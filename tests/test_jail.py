@@ -422,14 +422,17 @@ print(json.dumps({"task": task, "inside": inside.stdout, "group": str(group.fold
 """
 
 
-def test_slurm_constrains_its_tasks_and_the_jail_still_holds_inside_one(jail_as_root, tmp_path):
+def test_slurm_constrains_its_tasks_and_the_jail_still_holds_inside_one(
+    jail_as_root, tmp_path, tmp_path_factory
+):
     import slurm
 
     require_or_skip("slurm", slurm.missing_programs())
     why = slurm.cgroups_missing()
     if why:
         pytest.skip(f"Slurm's cgroup plugins cannot run here: {why}")
-    with slurm.single_node_slurm(tmp_path / "slurm") as cluster:
+    # the cluster in a short folder: slurmd's socket paths must stay under 108 bytes
+    with slurm.single_node_slurm(tmp_path_factory.mktemp("slurm")) as cluster:
         hog = subprocess.run(
             ["srun", "--mem=200M", sys.executable, "-c", MEMFD],
             env={**cluster.env, "MB": "400"},
