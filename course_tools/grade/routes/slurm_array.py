@@ -17,7 +17,9 @@ its result.json (done) or the exit code its batch script wrote (failed).
 A task that dies, times out or is cancelled still gets a gradebook row, with the reason and its
 Slurm log. A re-run grades only the submissions without a result (everything with --regrade).
 Ctrl-C, SIGTERM, SIGHUP or an error while waiting cancels the array (`scancel`) and waits until
-Slurm has ended every task.
+Slurm has ended every task. So does a task that will not start by itself (`never_starts`: held
+after a failed launch or by `scontrol hold`, or never startable as submitted), which would
+otherwise keep the wait going forever: the error names the task, Slurm's reason and what to do.
 
 Example:
 
@@ -71,6 +73,18 @@ ENDINGS = {
     "NODE_FAIL": ("task failed", "the node running the Slurm task failed"),
     "PREEMPTED": ("task failed", "the Slurm task was preempted"),
 }
+#: Why Slurm will never start a pending task as it was submitted (squeue's reason codes, Slurm's
+#: `job_state_reason.c`): its dependency failed, its constraints, account or QOS are invalid, or
+#: it asks for more than a per-job limit of its partition, QOS or association allows.
+NEVER_STARTS = {
+    "DependencyNeverSatisfied",
+    "BadConstraints",
+    "InvalidAccount",
+    "InvalidQOS",
+    "AccountNotAllowed",
+    "QOSNotAllowed",
+    "PartitionTimeLimit",
+}
 #: Seconds between two looks at the queue.
 POLL_S = 2.0
 #: Seconds a task may take beyond the notebook and check limits (start-up, copying files).
@@ -79,6 +93,11 @@ TASK_MARGIN_S = 180
 
 class SlurmError(RuntimeError):
     """Slurm refused or failed a command; the message has its error."""
+
+
+class TaskStuck(SlurmError):
+    """A task of the array is held, or Slurm will never start it; the message says which task,
+    Slurm's reason and what to do."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +206,72 @@ def _from_squeue(job: str) -> dict[int, str]:
     return states
 
 
+def pending_reasons(job: str) -> dict[int, str]:
+    """Why each pending task of `job` waits, as squeue says it: Slurm's reason code (Resources,
+    JobHeldUser, ...) or, where slurmctld set one, its description ("launch failed requeued
+    held" after a failed launch)."""
+    proc = _slurm("squeue", "-h", "-r", "-t", "PENDING", "-j", job, "-o", "%K|%r", check=False)
+    reasons = {}
+    for line in proc.stdout.splitlines():
+        index, _, reason = line.partition("|")
+        if index.isdigit():
+            reasons[int(index)] = reason.strip()
+    return reasons
+
+
+def never_starts(reason: str) -> str | None:
+    """What to do about a pending task that waits for `reason` (`pending_reasons`), when it will
+    not start by itself: held (its priority is 0 until someone runs `scontrol release`: after a
+    failed launch Slurm holds it so, and `scontrol hold` or `sbatch --hold` do), or never
+    startable as submitted (`NEVER_STARTS`, a per-job limit); None while it may start."""
+    if "launch failed" in reason or "env retrieval failed" in reason:
+        return (
+            "Slurm could not launch it on its node (a failing Prolog, a spool path too long for "
+            "slurmstepd's socket, a file system the node cannot reach) and holds it until "
+            "`scontrol release`: read that node's slurmd log (SlurmdLogFile in `scontrol show "
+            "config`) and slurmctld's, fix the cause (a node the failure drained comes back with "
+            "`scontrol update NodeName=<node> State=RESUME`)"
+        )
+    if reason in ("JobHeldAdmin", "JobHeldUser") or "held" in reason or "special exit" in reason:
+        return (
+            "it was held (`scontrol hold`, `sbatch --hold`, or requeued held) and would wait "
+            "until `scontrol release`: do not hold a grading array"
+        )
+    per_job = reason.startswith(("QOSMax", "AssocMax", "QOSMin")) and "PerUser" not in reason
+    if reason in NEVER_STARTS or per_job:
+        return (
+            "Slurm will not start it as submitted (see the JOB REASON CODES of `man squeue`): "
+            "change --time, --partition, --mem or --sbatch-arg (account, QOS), or ask the "
+            "cluster's admins"
+        )
+    return None
+
+
+def stuck_tasks(job: str, states: dict[int, str]) -> dict[int, tuple[str, str]]:
+    """The pending tasks of `job` that will not start by themselves: {index: (Slurm's reason,
+    what to do)} (squeue is asked only when a task is pending)."""
+    if "PENDING" not in states.values():
+        return {}
+    stuck = {}
+    for index, reason in pending_reasons(job).items():
+        advice = never_starts(reason)
+        if advice is not None and states.get(index) == "PENDING":
+            stuck[index] = (reason, advice)
+    return stuck
+
+
+def stuck_message(job: str, todo: list[Submission], stuck: dict[int, tuple[str, str]]) -> str:
+    """The error of a batch with stuck tasks: which, Slurm's reason, what to do."""
+    index, (reason, advice) = min(stuck.items())
+    others = f" (and {len(stuck) - 1} more task(s))" if len(stuck) > 1 else ""
+    student = report.console(todo[index].student)
+    return (
+        f"Slurm job {job}: task {index} ({student}){others} cannot start, squeue says "
+        f"'{reason}'; {advice}. The array was cancelled and the gradebook holds what finished: "
+        "run the same command again to grade the rest"
+    )
+
+
 def _from_sacct(job: str) -> dict[int, str]:
     if shutil.which("sacct") is None:
         return {}
@@ -266,7 +351,8 @@ def _counts(b: Batch, submissions: list[Submission], states: dict[int, str]) -> 
 
 
 def wait(b: Batch, submissions: list[Submission], job: str, *, progress: bool) -> dict[int, str]:
-    """Poll Slurm until no task is pending or running; print the counts when they change."""
+    """Poll Slurm until no task is pending or running; print the counts when they change.
+    TaskStuck when a task is held or will never start (`never_starts`)."""
     logs, shown, failures = b.out / PLAN_FOLDER, None, 0
     while True:
         try:
@@ -286,6 +372,9 @@ def wait(b: Batch, submissions: list[Submission], job: str, *, progress: bool) -
             shown = line
         if not any(state in ACTIVE for state in states.values()):
             return states
+        stuck = stuck_tasks(job, states)
+        if stuck:  # a held task would keep this loop, and the array, waiting forever
+            raise TaskStuck(stuck_message(job, submissions, stuck))
         time.sleep(POLL_S)
 
 
@@ -380,6 +469,8 @@ def _cancel_after(
         why = "Ctrl-C"
     elif isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:
         why = signal.Signals(exc.code - 128).name
+    elif isinstance(exc, TaskStuck):
+        why = "a task cannot start"  # the error, printed next, says which and why
     else:
         why = f"{type(exc).__name__}: {report.console(exc)}"
     print(f"Cancelling Slurm job {job} ({why}) ...", file=sys.stderr, flush=True)
