@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 import slurm
-from grading_submissions import ENV, notebook_of, write
+from grading_submissions import ENV, SOLUTION, notebook_of, write
 from helpers import require_or_skip
 
 from course_tools.grade.core import plan as grading_plan
-from course_tools.grade.core import report
+from course_tools.grade.core import report, roster
 from course_tools.grade.jail import sandbox
 from course_tools.grade.routes import slurm_array
+from course_tools.runner import Limits
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -171,3 +172,23 @@ def test_held_and_never_startable_reasons_end_the_wait(reason):
 )
 def test_a_task_that_may_still_start_is_waited_for(reason):
     assert slurm_array.never_starts(reason) is None
+
+
+def test_a_task_started_after_its_batch_ended_grades_nothing_and_says_so(tmp_path):
+    """A late task (its array cancelled, or Slurm could not confirm that every task ended) finds
+    the solution's copy removed: it saves no grade, never a 0, and says why; a re-run grades it
+    (no Slurm needed: the task's command itself, as its script runs it)."""
+    settings = grading_plan.GradingSettings(
+        ENV["COURSE_PROFILE"], int(ENV["COURSE_DEVICES"]), ENV["COURSE_DATA"]
+    )
+    b = grading_plan.prepare(tmp_path / "grades", SOLUTION, settings, Limits())
+    submissions = [roster.Submission("dan", write(notebook_of("print(1)"), tmp_path / "dan.ipynb"))]
+    plan = b.save_plan(submissions)
+    b.forget_solution()  # as at the end of the cancelled batch
+    task = [sys.executable, "-m", slurm_array.TASK_MODULE, str(plan), "0"]
+    done = subprocess.run(task, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "has ended" in done.stderr and "run the same command again" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert report.load(b.out / "dan") is None
+    assert grading_plan.to_grade(b, submissions, regrade=False) == submissions

@@ -49,6 +49,7 @@ from course_tools.grade.core import files, one_submission, report, roster, tampe
 from course_tools.grade.core.plan import (
     CHECK_TIMEOUT_S,
     PLAN_FOLDER,
+    SOLUTION_COPY,
     Batch,
     load_plan,
     saved_grades,
@@ -526,6 +527,24 @@ def died_on_node(signal_name: str, attempts: int, full: list[str]) -> str:
     )
 
 
+def load_task(plan: Path) -> tuple[Batch, list[Submission]]:
+    """`load_plan` inside a task; SystemExit(1) with a clear line when the solution's copy is gone:
+    the batch ended before the task started (an array cancelled, or Slurm could not confirm that
+    every task ended): no grade is saved, so the next run grades the submission."""
+    try:
+        return load_plan(plan)
+    except FileNotFoundError as exc:
+        if Path(exc.filename or "").name != SOLUTION_COPY:
+            raise
+        print(
+            f"course grade: the batch of {plan} has ended (its solution copy {exc.filename} is "
+            "removed when the array ends or is cancelled): this task grades nothing; run the same "
+            "command again to grade its submission",
+            file=sys.stderr,
+        )
+        raise SystemExit(1) from None
+
+
 def run_task(plan: Path, index: int) -> int:
     """Inside a Slurm task: grade submission `index` of the plan in a child process
     (`grade_task`), supervised as `supervised` supervises a local batch: when the child dies by
@@ -534,7 +553,7 @@ def run_task(plan: Path, index: int) -> int:
     it is a grader error with `died_on_node`, never a 0: a task is never alone on its node, and
     other jobs of yours there share the same quotas. The child's exit code otherwise (SIGTERM
     from scancel or the time limit reaches the child too: it cleans up and exits 143)."""
-    b, submissions = load_plan(plan)
+    b, submissions = load_task(plan)
     submission = submissions[index]
     folder = plan.parent / f"running-{index}"
     stopped: list[int] = []
@@ -582,7 +601,7 @@ def run_task(plan: Path, index: int) -> int:
 def grade_task(plan: Path, index: int) -> int:
     """The child of `run_task`: grade submission `index` of the plan and save its grade."""
     supervised.die_with_parent()
-    b, submissions = load_plan(plan)
+    b, submissions = load_task(plan)
     submission = submissions[index]
     marks = supervised.RunningMarks(plan.parent / f"running-{index}", 1)
     checks = None
