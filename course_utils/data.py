@@ -181,14 +181,32 @@ def import_tfds():
 
 
 def tfds_builder(name: str):
-    """The tensorflow-datasets builder of `name`. For SVHN without a prepared `svhn_cropped`: one
-    that downloads only train and test (235 MiB instead of 1.5 GiB: tfds's own also fetches the
-    531,131-image `extra` split, which the course does not use)."""
+    """The tensorflow-datasets builder of `name`. For SVHN: one that downloads only train and test
+    (235 MiB instead of 1.5 GiB: tfds's own also fetches the 531,131-image `extra` split, which
+    the course does not use); a prepared `svhn_cropped` reads the same either way."""
+    # tfds 4.9 leaves an empty /tmp/tmpXXXXXXXXtfds folder each time it builds the builder of a
+    # dataset not prepared yet (DatasetInfo.initialize_from_bucket makes it before it finds its
+    # GCS bucket disabled), and no argument of tfds.builder skips that: such a builder is built
+    # once per process and data folder. One of a prepared dataset (no folder) is built afresh,
+    # so that it reads the splits another process may have prepared since.
+    key = (name, str(tfds_data_dir()))
+    builder = _not_prepared.get(key)
+    if builder is None or builder.is_prepared():
+        builder = _build(name)
+        _not_prepared.pop(key, None)
+        if not builder.is_prepared():
+            _not_prepared[key] = builder
+    return builder
+
+
+_not_prepared: dict[tuple[str, str], object] = {}  # (name, data folder): its builder
+
+
+def _build(name: str):
     tfds = import_tfds()
-    builder = tfds.builder(name)
-    if name != "svhn_cropped" or builder.is_prepared():
-        return builder
-    svhn_cropped = type(builder)
+    if name != "svhn_cropped":
+        return tfds.builder(name)
+    svhn_cropped = tfds.builder_cls(name)
 
     # skip_registration: tfds registers each builder class by name, once.
     class SvhnCroppedTrainTest(svhn_cropped, skip_registration=True):

@@ -2,6 +2,7 @@
 mocking."""
 
 import re
+import tempfile
 import time
 
 import numpy as np
@@ -183,6 +184,21 @@ def test_svhn_downloads_only_train_and_test(monkeypatch, tmp_path):
         builder.info.features["image"].shape == (32, 32, 3)
         and builder.info.features["label"].num_classes == 10
     )
+
+
+def test_a_dataset_not_prepared_gets_one_tfds_builder_per_process(monkeypatch, tmp_path):
+    """tfds leaves an empty tmp*tfds folder in the temporary folder for each builder of a dataset
+    not prepared (DatasetInfo.initialize_from_bucket): checks and loads repeated in one process
+    leave one per dataset, not one per call (the course's runs and tests left ~1,000 a day)."""
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "data"))
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    for _ in range(3):
+        for name in ("mnist", "svhn_cropped"):
+            assert not data.is_prepared(name)
+            assert data.tfds_builder(name) is data.tfds_builder(name)
+    assert len(list(temporary.glob("tmp*tfds"))) == 2
 
 
 def test_a_broken_tensorflow_datasets_falls_back_with_the_reason(monkeypatch, capsys):
