@@ -78,6 +78,12 @@ def grade(cluster, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def notes(out: Path) -> dict[str, str]:
+    """{student: notes} of the gradebook."""
+    with open(out / "gradebook.csv") as handle:
+        return {row["student"]: row["notes"] for row in csv.DictReader(handle)}
+
+
 def gradebook(out: Path) -> dict[str, tuple[str, str]]:
     """{student: (status, score)} of the gradebook."""
     with open(out / "gradebook.csv") as handle:
@@ -89,9 +95,9 @@ def test_a_task_held_after_a_failed_launch_cancels_the_array_and_a_rerun_grades_
 ):
     """One task at a time: the first launch passes and is graded, the second fails in the Prolog
     and Slurm holds it. The grader cancels the array and says which task, why and what to do
-    (exit 2, as when Slurm fails it); the finished row stays. Once the cause is gone (the Prolog
-    passes, the drained node resumed) the same command grades the held one, with a solution
-    copy of its own (the cancelled batch removed its copy)."""
+    (exit 1, as for a killed task); the finished row stays, the held one's says why. Once the
+    cause is gone (the Prolog passes, the drained node resumed) the same command grades the held
+    one, with a solution copy of its own (the cancelled batch removed its copy)."""
     folder = tmp_path / "submissions"
     folder.mkdir()
     for name in ("ann", "bob"):
@@ -99,13 +105,15 @@ def test_a_task_held_after_a_failed_launch_cancels_the_array_and_a_rerun_grades_
     out = tmp_path / "grades"
     done = grade(cluster, str(folder), f"--out={out}")
     said = done.stdout + done.stderr
-    assert done.returncode == 2, said
+    assert done.returncode == 1, said
     rows = gradebook(out)
     (held,) = [student for student, (status, _) in rows.items() if status == "task cancelled"]
     (graded,) = [student for student, (status, _) in rows.items() if status == "graded"]
     index = sorted(rows).index(held)
     assert f"task {index} ({held}) cannot start, squeue says 'launch failed requeued held'" in said
     assert "slurmd log" in said and "scontrol release" in said and "run the same command" in said
+    assert f"the grader failed on 1 submission(s) ({held})" in said, said
+    assert "squeue: 'launch failed requeued held'" in notes(out)[held], notes(out)[held]
     assert cluster.jobs() == [], "the held task is still in squeue"
     assert not (out / grading_plan.PLAN_FOLDER / grading_plan.SOLUTION_COPY).exists()
     assert report.load(out / graded) is not None and report.load(out / held) is None
@@ -127,10 +135,11 @@ def test_a_task_submitted_held_cancels_the_array(cluster, tmp_path):
     out = tmp_path / "grades"
     done = grade(cluster, str(submission), f"--out={out}", "--sbatch-arg=--hold")
     said = done.stdout + done.stderr
-    assert done.returncode == 2, said
+    assert done.returncode == 1, said
     assert "task 0 (cat) cannot start, squeue says 'JobHeldUser'" in said, said
     assert "scontrol release" in said and "Cancelling Slurm job" in said, said
     assert gradebook(out) == {"cat": ("task cancelled", "0")}
+    assert "squeue: 'JobHeldUser'" in notes(out)["cat"], notes(out)
     assert cluster.jobs() == []
 
 

@@ -19,7 +19,8 @@ Slurm log. A re-run grades only the submissions without a result (everything wit
 Ctrl-C, SIGTERM, SIGHUP or an error while waiting cancels the array (`scancel`) and waits until
 Slurm has ended every task. So does a task that will not start by itself (`never_starts`: held
 after a failed launch or by `scontrol hold`, or never startable as submitted), which would
-otherwise keep the wait going forever: the error names the task, Slurm's reason and what to do.
+otherwise keep the wait going forever: the error names the task, Slurm's reason and what to do,
+and the task's row says why it has no grade.
 
 Example:
 
@@ -97,8 +98,12 @@ class SlurmError(RuntimeError):
 
 
 class TaskStuck(SlurmError):
-    """A task of the array is held, or Slurm will never start it; the message says which task,
-    Slurm's reason and what to do."""
+    """Tasks of the array are held, or Slurm will never start them: `stuck` is {index: (Slurm's
+    reason, what to do)}; the message says which task, the reason and what to do."""
+
+    def __init__(self, message: str, stuck: dict[int, tuple[str, str]]):
+        super().__init__(message)
+        self.stuck = stuck
 
 
 @dataclass(frozen=True)
@@ -268,7 +273,7 @@ def stuck_message(job: str, todo: list[Submission], stuck: dict[int, tuple[str, 
     student = report.console(todo[index].student)
     return (
         f"Slurm job {job}: task {index} ({student}){others} cannot start, squeue says "
-        f"'{reason}'; {advice}. The array was cancelled and the gradebook holds what finished: "
+        f"'{reason}'; {advice}. The array is cancelled and the gradebook holds what finished: "
         "run the same command again to grade the rest"
     )
 
@@ -305,9 +310,13 @@ def task_states(job: str, logs: Path, count: int) -> dict[int, str]:
     return states
 
 
-def _ended_reason(state: str, logs: Path, job: str, index: int) -> tuple[str, str]:
+def _ended_reason(
+    state: str, logs: Path, job: str, index: int, held: str | None = None
+) -> tuple[str, str]:
     log = f"{PLAN_FOLDER}/slurm-{job}_{index}.out"
     status, reason = ENDINGS.get(state, ("task failed", f"the Slurm task ended {state}"))
+    if held is not None:  # cancelled by the grader: Slurm would not start it
+        reason = f"Slurm would not start the task (squeue: '{held}'), so the array was cancelled"
     exit_file = logs / f"exit-{index}"
     if exit_file.exists() and state not in ENDINGS:
         code = int(exit_file.read_text().strip() or 1)
@@ -316,9 +325,16 @@ def _ended_reason(state: str, logs: Path, job: str, index: int) -> tuple[str, st
     return status, f"{reason} before it saved a grade (its log: {log}); run again to grade it"
 
 
-def collect(b: Batch, submissions: list[Submission], states: dict[int, str], job: str) -> list:
+def collect(
+    b: Batch,
+    submissions: list[Submission],
+    states: dict[int, str],
+    job: str,
+    held: dict[int, str] | None = None,
+) -> list:
     """A grade for every submission: its saved result, or a row saying why its task gave none
-    (a grader failure saved before this array's plan is an earlier run's, not this task's)."""
+    (a grader failure saved before this array's plan is an earlier run's, not this task's;
+    `held`: Slurm's reason for each task that was cancelled because it would not start)."""
     logs = b.out / PLAN_FOLDER
     found = saved_grades(b, submissions)
     submitted = (logs / "plan.json").stat().st_mtime if (logs / "plan.json").exists() else 0
@@ -328,7 +344,8 @@ def collect(b: Batch, submissions: list[Submission], states: dict[int, str], job
         result = b.out / s.student / report.RESULT_NAME
         earlier = g is not None and g.grader_failed and result.stat().st_mtime < submitted
         if g is None or g.key != b.key(s.path) or earlier:
-            status, reason = _ended_reason(states.get(index, "UNKNOWN"), logs, job, index)
+            state = states.get(index, "UNKNOWN")
+            status, reason = _ended_reason(state, logs, job, index, (held or {}).get(index))
             g = Grade(s.student, s.path, status, reason, max_score=b.parts.max_points)
             g.results = one_submission.zero_results(b.parts, f"not graded: {status}")
             report.write_report(g, b.out / s.student / "report.md")
@@ -375,7 +392,7 @@ def wait(b: Batch, submissions: list[Submission], job: str, *, progress: bool) -
             return states
         stuck = stuck_tasks(job, states)
         if stuck:  # a held task would keep this loop, and the array, waiting forever
-            raise TaskStuck(stuck_message(job, submissions, stuck))
+            raise TaskStuck(stuck_message(job, submissions, stuck), stuck)
         time.sleep(POLL_S)
 
 
@@ -403,13 +420,16 @@ def grade(
     """Grade the submissions in `paths` as one Slurm job array; write the reports, gradebook.csv
     and its exports like `batch.grade` (the local route). Ctrl-C, SIGTERM, SIGHUP or any error
     while waiting cancels the array, writes the gradebook of what finished and raises
-    (KeyboardInterrupt, SystemExit with 128 + the signal, or the error)."""
+    (KeyboardInterrupt, SystemExit with 128 + the signal, or the error). A task that will not
+    start (`never_starts`) cancels it too, with the error printed: the tasks without a grade get
+    rows that say why (grader failures, graded again by the next run), as a killed task's."""
     why = missing()
     if why:
         raise SlurmError(why)
     submissions = roster.collect_submissions(paths)
     todo = to_grade(b, submissions, regrade=regrade)
     states: dict[int, str] = {}
+    held: dict[int, str] = {}
     job = ""
     if todo:
         with _signals_raise():
@@ -419,7 +439,13 @@ def grade(
                     print(
                         f"Submitted Slurm job {job}: {len(todo)} of {len(submissions)} submissions"
                     )
-                states = wait(b, todo, job, progress=progress)
+                try:
+                    states = wait(b, todo, job, progress=progress)
+                except TaskStuck as stuck:
+                    print(f"course grade: {report.console(stuck)}", file=sys.stderr, flush=True)
+                    print(f"Cancelling Slurm job {job} ...", file=sys.stderr, flush=True)
+                    states = cancel(job, logs, len(todo))
+                    held = {index: reason for index, (reason, _) in stuck.stuck.items()}
             except BaseException as exc:
                 # Ctrl-C, SIGTERM/SIGHUP (a closed session), Slurm or any other error: no task of
                 # this array may run on unwatched
@@ -427,7 +453,7 @@ def grade(
                 raise
             finally:
                 b.forget_solution()  # every task has ended (or was cancelled)
-    grades = _all_grades(b, submissions, todo, states, job)
+    grades = _all_grades(b, submissions, collect(b, todo, states, job, held))
     write_gradebooks(b, grades)
     return grades
 
@@ -470,14 +496,12 @@ def _cancel_after(
         why = "Ctrl-C"
     elif isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:
         why = signal.Signals(exc.code - 128).name
-    elif isinstance(exc, TaskStuck):
-        why = "a task cannot start"  # the error, printed next, says which and why
     else:
         why = f"{type(exc).__name__}: {report.console(exc)}"
     print(f"Cancelling Slurm job {job} ({why}) ...", file=sys.stderr, flush=True)
     try:
         states = cancel(job, logs, len(todo))
-        write_gradebooks(b, _all_grades(b, submissions, todo, states, job))
+        write_gradebooks(b, _all_grades(b, submissions, collect(b, todo, states, job)))
     except Exception as error:
         print(
             f"Could not confirm that Slurm job {job} ended ({report.console(error)}): check with "
@@ -487,12 +511,12 @@ def _cancel_after(
         )
 
 
-def _all_grades(
-    b: Batch, submissions: list[Submission], todo: list[Submission], states: dict, job: str
-) -> list[Grade]:
-    ran = {g.student: g for g in collect(b, todo, states, job)}
+def _all_grades(b: Batch, submissions: list[Submission], ran: list[Grade]) -> list[Grade]:
+    """The grade of every submission: `ran` (`collect`'s, for those this array graded), else the
+    one saved before."""
+    graded = {g.student: g for g in ran}
     saved = saved_grades(b, submissions)
-    return [ran.get(s.student) or saved[s.student] for s in submissions]
+    return [graded.get(s.student) or saved[s.student] for s in submissions]
 
 
 def remove_work(folder: Path) -> list[str]:
