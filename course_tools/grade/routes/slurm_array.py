@@ -62,6 +62,7 @@ from course_tools.grade.core.report import Grade
 from course_tools.grade.core.roster import Submission
 from course_tools.grade.jail import workdir as jail_workdir
 from course_tools.grade.routes import batch, supervised
+from course_utils import tables
 
 #: What a task runs (`python -m`): `run_task`, and its child `grade_task`.
 TASK_MODULE = "course_tools.grade.routes.slurm_array"
@@ -269,7 +270,7 @@ def stuck_tasks(job: str, states: dict[int, str]) -> dict[int, tuple[str, str]]:
 def stuck_message(job: str, todo: list[Submission], stuck: dict[int, tuple[str, str]]) -> str:
     """The error of a batch with stuck tasks: which, Slurm's reason, what to do."""
     index, (reason, advice) = min(stuck.items())
-    others = f" (and {len(stuck) - 1} more task(s))" if len(stuck) > 1 else ""
+    others = f" (and {tables.count(len(stuck) - 1, 'more task')})" if len(stuck) > 1 else ""
     student = report.console(todo[index].student)
     return (
         f"Slurm job {job}: task {index} ({student}){others} cannot start, squeue says "
