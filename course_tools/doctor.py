@@ -127,8 +127,9 @@ def check_data(settings) -> list[str]:
 
 
 def leftover_workers() -> list[psutil.Process]:
-    """LocalCluster workers still running although the process that started them is gone (a
-    crashed kernel whose guard was killed too): found by the MARKER in their environment."""
+    """Cluster workers still running although the process that started them is gone (a crashed
+    kernel, whose guard was killed too): found by cluster.MARKER in their environment, which
+    LocalCluster sets, and notebook 4 on the workers it starts by hand."""
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error, ValueError):

@@ -40,6 +40,7 @@ POLL_SECONDS = 0.05
 #: Between SIGTERM and SIGKILL when the cluster is stopped (seconds).
 STOP_GRACE_SECONDS = 3.0
 #: In each worker's environment: the pid that started it (`course doctor` finds orphans by it).
+#: Workers started by hand (notebook 4) can carry it too.
 MARKER = "COURSE_CLUSTER_PARENT"
 
 # On the workers' PYTHONPATH, so that they (and the guard) import this package.
