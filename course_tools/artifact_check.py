@@ -9,9 +9,11 @@ follows from the numbers it recorded beside it.
 - `results.json` of notebooks 3 and 3b: the regime they printed (overhead-, per-example-,
   memory-bandwidth- or compute-bound, below both roofs, no single part dominating, undecided or
   withheld) is derived again from the batch sweep (and 3b's measured roofline) they recorded,
-  3b's by `course_utils.verdict`, the rule its cells call; 3b's recorded limits and step times
-  must be the ones its rounds give, and its mixed-precision speed withheld on a busy machine
-  (and then absent from conclusions.json);
+  3b's by re-running `course_utils.verdict.regime`, the rule its cells call, on the numbers it
+  recorded (this confirms the record, not the rule: the unit tests check the rule); 3b's recorded
+  limits and step times must be the ones its rounds give, its mixed-precision speed withheld on
+  a busy machine (and then absent from conclusions.json), and each pair of section 4's models
+  given the lean its split gives (scipy's exact binomial test), none with a model at chance;
   what it says an undecided run rules out, and its side of the ridge (none from busy sets or
   from a limit whose sets all ran starved), must be what its numbers give.
 - Notebook 3's load rule (`load_problems`), section 2's and 3b's: other programs above
@@ -48,6 +50,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import binomtest
 
 from course_tools import output_check
 from course_utils import timing, verdict
@@ -476,6 +479,31 @@ def speed_problems(path: Path) -> list[str]:
     return []
 
 
+def lean_problems(path: Path) -> list[str]:
+    """Notebook 3b's section 4: each pair's lean (`leans`: the `fit` and the loop pair) worked out
+    again from its split (images only the mixed-precision model gets right, only float32's) and
+    its accuracies on `test_images` images: none when a model is not above chance (0.1 + 3 x
+    sqrt(0.1 x 0.9 / n)), else the side the split favours when scipy's exact binomial test at
+    1/2 gives under 5%, "no lean beyond the noise" otherwise."""
+    results = json.loads(Path(path).read_text())
+    if "leans" not in results or "test_images" not in results:
+        return [f"{path.name}: section 4's leans or its number of test images not recorded"]
+    chance = 0.1 + 3 * math.sqrt(0.1 * 0.9 / results["test_images"])
+    found = []
+    for pair, said in results["leans"].items():
+        (mixed, float32), accuracy = said["only"], said["accuracy"]
+        policy = next(name for name in accuracy if name != "float32")
+        p = binomtest(min(mixed, float32), mixed + float32).pvalue if mixed + float32 else 1.0
+        lean = f"leans to {policy if mixed > float32 else 'float32'}"
+        if min(accuracy.values()) <= chance:
+            lean = "no comparison (a model at chance level)"
+        elif p >= 0.05:
+            lean = "no lean beyond the noise"
+        if said["lean"] != lean:
+            found.append(f"{path.name}: the {pair} pair {said['lean']!r}, its split gives {lean!r}")
+    return found
+
+
 def fit_gap_problems(path: Path) -> list[str]:
     """Notebook 3's cell that sets `fit` beside the loop at one step a call: the sweep line's
     fixed part it compares with (`fixed_ms`) worked out again from the sweep, and the gap
@@ -543,6 +571,7 @@ def problems(notebook: Path, since: float = 0.0) -> list[str]:
         found += fit_gap_problems(folder / "results.json")
     if notebook.stem == "03b_where_time_goes" and (folder / "results.json").exists():
         found += speed_problems(folder / "results.json")
+        found += lean_problems(folder / "results.json")
     if notebook.stem in ALL_REDUCE_NOTEBOOKS and (folder / "results.json").exists():
         found += all_reduce_problems(folder / "results.json")
     return found

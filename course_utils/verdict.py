@@ -142,8 +142,7 @@ def busy_words(share: float, name: str, label: str) -> str:
     """
     return (
         f"the machine was busy: other programs used {100 * share:.0f}% of its cores while "
-        f"{while_busy(name, label)}: what ran then ran slow. Run again on a quiet machine; no "
-        "verdict is drawn from this run."
+        f"{while_busy(name, label)}: no verdict from this run (run again on a quiet machine)"
     )
 
 
@@ -510,17 +509,16 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     usable: float,
     busy: float,
 ) -> str:
-    """What a limit's starved sets (`starved_sets`) say, "" when none ran starved: which, what
+    """What a limit's starved sets (`starved_sets`) say, "" when none ran starved: how many, what
     their fastest rounds got, where the rest went (others, when their load was over `busy`; else
     the share of the cores that sat idle at least: the work did not spread over them), and
     whether the low end or every set is one.
 
     >>> print(starved_note("bandwidth", {"a": [60.0]}, {"a": [1.0]}, {"a": 0.18}, 2.0, 0.2))
     ... # doctest: +NORMALIZE_WHITESPACE
-    bandwidth starved in a (the fastest round got 1.0 of 2 cores' worth, under 75%; others
-    18%): others under the busy threshold (20%), and at least 32% of the cores sat idle: the
-    work did not spread over the cores; probably not load alone, and another run can differ;
-    every set was, so no side of the ridge rests on it
+    bandwidth in 1 of 1 set (1.0 of 2 cores' worth; others 18%): others under 20%, at least 32%
+    of the cores idle (the work did not spread over them); every set, so no side of the ridge
+    rests on it
     """
     hungry = starved_sets(sets, cores, usable)
     if not hungry:
@@ -528,26 +526,20 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     others = max(loads.get(label, 0.0) for label in hungry)
     most = max(cores[label][sets[label].index(max(sets[label]))] for label in hungry)
     note = (
-        f"{name} starved in {', '.join(hungry)} (the fastest round got "
-        f"{_fastest_cores(sets, cores, hungry, usable)}, under {100 * STARVED:.0f}%; others "
-        f"{100 * others:.0f}%): "
+        f"{name} in {len(hungry)} of {count(len(sets), 'set')} "
+        f"({_fastest_cores(sets, cores, hungry, usable)}; others {100 * others:.0f}%): "
     )
-    if others > busy:
-        note += (  # measured: the others' share; thread waits are not
-            "other programs took cores; the work's threads may then have waited on each other (a "
-            "parallel op waits for its slowest thread: not measured here), which can cost it far "
-            "more than a training run in the same rounds"
-        )
+    if others > busy:  # measured: the others' share; thread waits are not (the notebook says)
+        note += "others took cores"
     else:
         idle = max(0.0, 1 - most / usable - others)  # wall time nobody's CPU seconds filled
         note += (
-            f"others under the busy threshold ({100 * busy:.0f}%), and at least {100 * idle:.0f}% "
-            "of the cores sat idle: the work did not spread over the cores; probably not load "
-            "alone, and another run can differ"
+            f"others under {100 * busy:.0f}%, at least {100 * idle:.0f}% of the cores idle (the "
+            "work did not spread over them)"
         )
     low = min(deciding(sets), key=lambda label: max(sets[label]))  # the low end's set
     if len(hungry) == len(sets):
-        return f"{note}; every set was, so no side of the ridge rests on it"
+        return f"{note}; every set, so no side of the ridge rests on it"
     return f"{note}; the low end is one of them" if low in hungry else note
 
 
@@ -575,21 +567,21 @@ def limit_words(  # noqa: PLR0913 - a limit's name, its sets, floor, devices, un
     )
 
 
-def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, its slope, the peak, cores
+def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, the per-example rate, peak, cores
     fixed: float,
     roof: float,
     sweep_load: float,
     busy: float,
-    slope: float,
+    per_example_rate: float,
     peak: float,
     worths: tuple[float, float] = (0.0, 0.0),
 ) -> list[str]:
     """3b's flags on the split of a step: the fixed part and the roof's part (shares of the step)
     overlapping, the sweep run on a busy machine (`sweep_load` over `busy`), the per-example
-    part's rate (`slope`, FLOP/s; 0 when the line gives none) above the peak, or compared with
-    a peak whose round got fewer cores' worth than the run (`worths`: the peak's fastest round's,
-    `top_cores`, and the run's; 0 for the peak's when not read: a GPU, or a peak a training run
-    raised).
+    part's rate (`per_example_rate`, FLOP/s; 0 when the line gives none) above the peak, or
+    compared with a peak whose round got fewer cores' worth than the run (`worths`: the peak's
+    fastest round's, `top_cores`, and the run's; 0 for the peak's when not read: a GPU, or a
+    peak a training run raised).
 
     >>> part_flags(0.3, 0.4, 0.05, 0.2, 90e9, 100e9)
     []
@@ -608,13 +600,13 @@ def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, its slope, the p
             f"the sweep ran on a busy machine (others {100 * sweep_load:.0f}%): its line and "
             "these parts come from its slowed step times"
         )
-    if slope > peak:
+    if per_example_rate > peak:
         flags.append(
-            "the slope runs above the peak: the peak was measured low, or the slope (the time "
-            "one more example adds) is not a computation's rate"
+            "the per-example part's rate runs above the peak: the peak was measured low, or the "
+            "rate (from the time one more example adds) is not a computation's"
         )
     peak_got, run_got = worths
-    if slope and peak_got and round(peak_got, 1) < round(run_got, 1):
+    if per_example_rate and peak_got and round(peak_got, 1) < round(run_got, 1):
         flags.append(
             f"the per-example part's rate is compared with a peak whose round got {peak_got:.1f} "
             f"cores' worth, the run {run_got:.1f}: a peak on as many cores may be higher"
@@ -645,33 +637,6 @@ def all_starved(record: dict) -> str:
                 " in its fastest round), so the limit may be low"
             )
     return " and ".join(said)
-
-
-def groups(sets: dict[str, list[float]], load: dict[str, float], unit: str) -> str:
-    """The sets in order of their fastest round, split at the widest gap between neighbours'
-    fastest rounds when the sets' span (`set_gap`) exceeds `GAP` (a set's slow rounds cannot
-    bridge it); each group with its rounds' span and its sets' loads (others' share).
-
-    >>> groups({"a": [100e9, 98e9]}, {"a": 0.05}, "FLOP/s")
-    "one group, 2 rounds at 98.0-100.0 GFLOP/s (others 5%), the sets' fastest within 1.5x"
-    """
-    order = sorted(sets, key=lambda label: max(sets[label]))
-    tops = [max(sets[label]) for label in order]
-    gaps = [b / a for a, b in zip(tops, tops[1:])]
-
-    def group(labels: list[str]) -> str:
-        rates = sorted(r / 1e9 for label in labels for r in sets[label])
-        span = f"{rates[0]:,.1f}" if len(rates) == 1 else f"{rates[0]:,.1f}-{rates[-1]:,.1f}"
-        shares = ", ".join(f"{100 * load[label]:.0f}%" for label in labels)
-        return f"{count(len(rates), 'round')} at {span} G{unit} (others {shares})"
-
-    if set_gap(sets) <= GAP:
-        return f"one group, {group(order)}, the sets' fastest within {GAP}x"
-    cut = gaps.index(max(gaps)) + 1
-    return (
-        f"two groups, {group(order[:cut])} and {group(order[cut:])} (the sets' fastest rounds "
-        f"span {set_gap(sets):.2f}x, split at the widest gap, {max(gaps):.2f}x)"
-    )
 
 
 def all_reduce_call(fit: dict, gradient_bytes: int, loads: list[float], busy: float) -> str:
@@ -866,11 +831,11 @@ def step_share_withheld(  # noqa: PLR0913 - each a reason section 2 withholds fo
     return next((reason for reason, holds in reasons if holds), "")
 
 
-def ridge_sides(intensity: float, limits: dict, load: float, busy: float, starved: str = "") -> str:
+def ridge_sides(intensity: float, limits: dict, load: float, busy: float, low: str = "") -> str:
     """The step's side of the ridge at every ridge the limits' ranges give (`limits`: name to
     (value, low)), in words; none when `load`, the most other programs used of the cores during
-    a limit's deciding set, is over `busy`, or when a limit's sets all ran starved (`starved`, the
-    reason: `all_starved`): a limit may be measured low.
+    a limit's deciding set, is over `busy`, or when `low` says why a limit may be measured low
+    (a limit's sets all starved, `all_starved`; a training run beat the peak, `peak_measured_low`).
 
     >>> print(ridge_sides(50.0, {"peak": (200e9, 150e9), "bandwidth": (10e9, 9e9)}, 0.1, 0.5))
     ... # doctest: +NORMALIZE_WHITESPACE
@@ -883,10 +848,10 @@ def ridge_sides(intensity: float, limits: dict, load: float, busy: float, starve
             f"{100 * load:.0f}%), so it may be measured low, and a quiet run's limits can move the "
             "ridge either way (a higher peak raises it, a higher bandwidth lowers it)."
         )
-    if starved:
+    if low:
         return (
-            f"No side of the ridge from this run: {starved}, and a set that gets every core can "
-            "move the ridge either way (a higher peak raises it, a higher bandwidth lowers it)."
+            f"No side of the ridge from this run: {low}, and a limit measured higher can move "
+            "the ridge either way (a higher peak raises it, a higher bandwidth lowers it)."
         )
     ridges = sorted(p / b for p in limits["peak"] for b in limits["bandwidth"])
     low, high = ridges[0], ridges[-1]  # every ridge between them is some pair of limits'
@@ -908,8 +873,9 @@ def ridge_sides(intensity: float, limits: dict, load: float, busy: float, starve
 
 def ridge(record: dict) -> str:
     """`ridge_sides` from 3b's record: its limits, the most others used during a limit's deciding
-    set, and the limits whose sets all ran starved (`all_starved`)."""
+    set, and why a limit may be low (`all_starved`, `peak_measured_low`), as `regime` withholds."""
     sets = {"peak": record["peak_rounds"], "bandwidth": record["bandwidth_rounds"]}
     load = max(record["loads"][k][label] for k in sets for label in deciding(sets[k]))
     limits = limits_of(record)
-    return ridge_sides(record["intensity"], limits, load, record["busy"], all_starved(record))
+    low = all_starved(record) or peak_measured_low(record)
+    return ridge_sides(record["intensity"], limits, load, record["busy"], low)
