@@ -14,8 +14,9 @@ follows from the numbers it recorded beside it.
   limits and step times must be the ones its rounds give, its mixed-precision speed withheld on
   a busy machine (and then absent from conclusions.json), and each pair of section 4's models
   given the lean its split gives (scipy's exact binomial test), none with a model at chance;
-  what it says an undecided run rules out, and its side of the ridge (none from busy sets or
-  from a limit whose sets all ran starved), must be what its numbers give.
+  what it says an undecided run rules out, and its side of the ridge (none from busy sets, from
+  a limit whose sets all ran starved, or from a peak a training run beat), must be what its
+  numbers give.
 - Notebook 3's load rule (`load_problems`), section 2's and 3b's: other programs above
   `timing.BUSY` of the cores in a round of a set give no verdict from it; its record must say so
   for section 2 and for the sweep, and hold conclusions.json only after a quiet section 2. Its
@@ -206,8 +207,9 @@ def limit_problems(results: dict) -> list[str]:
 
 def ridge_problems(results: dict) -> list[str]:
     """Notebook 3b's record: what it says an undecided run rules out (`verdict.ruled_out`) and
-    its side of the ridge (`verdict.ridge`: none from busy sets or from a limit whose sets all
-    ran starved), each against what its own numbers give, when recorded."""
+    its side of the ridge (`verdict.ridge`: none from busy sets, a limit whose sets all ran
+    starved, or a peak a training run beat), each against what its own numbers give, when
+    recorded."""
     found = []
     if "ruled_out" in results and results["ruled_out"] != verdict.ruled_out(results):
         found.append(
