@@ -506,3 +506,42 @@ while time.monotonic() < end:
     time.sleep(0.05)
 print("renamed")
 """
+
+
+#: Makes its artifacts' deepest path 4,090 characters long whatever the work folder's path is
+#: (PATH_MAX is 4,096), so that it cannot be copied under a longer grades folder; beside it
+#: short.txt, which can.
+LONG_ARTIFACT = """
+import os
+top = os.path.join(os.environ["COURSE_ARTIFACTS"], "05_svhn")
+os.makedirs(top, exist_ok=True)
+path = top
+while len(path) + 201 + 2 <= 4090:
+    path = os.path.join(path, "d" * 200)
+last = 4090 - len(path) - 3
+if last > 0:
+    path = os.path.join(path, "e" * last)
+os.makedirs(path)
+with open(os.path.join(path, "f"), "w") as handle:
+    handle.write("x")
+open(os.path.join(top, "short.txt"), "w").write("kept")
+print(len(os.path.join(path, "f")))
+"""
+
+
+def copy_of_the_course(ck: Path, *, closed: bool) -> Path:
+    """The course's packages copied to `ck`; `closed`: as a clone under a root umask of 027
+    leaves them (folders 0750, files 0640: no access for other accounts), else 0755 and 0644."""
+    import shutil
+
+    from course_tools.grade.jail import sandbox
+
+    for name in sandbox.COURSE_PACKAGES:
+        shutil.copytree(
+            sandbox.PACKAGE_ROOT / name, ck / name, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    for top, _folders, names in os.walk(ck):
+        os.chmod(top, 0o750 if closed else 0o755)
+        for name in names:
+            os.chmod(os.path.join(top, name), 0o640 if closed else 0o644)
+    return ck

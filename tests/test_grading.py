@@ -19,7 +19,10 @@ interrupts too), crashes and the artifact limits of `checks` are tested on tiny 
 directly.
 
 Then the attacks of a security review, one submission each in a second batch (see the comment
-above them), and the batch-level promise.
+above them), and the batch-level promise. Last, red team 4's submissions through `course grade`,
+run as a hardened host's root runs it (umask 077, from a copy of the checkout, into a long --out
+made 0700 that holds that copy and the data folder): the permission cases ride on that batch
+(its pieces are tested directly in tests/test_grading_permissions.py).
 
 Run: pytest tests/test_grading.py  (about 5 minutes on 2 cores).
 """
@@ -32,7 +35,9 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -60,6 +65,7 @@ from grading_submissions import (
     H5_EXTERNAL,
     INJECT,
     JSON_BOMB,
+    LONG_ARTIFACT,
     RENAMER,
     ROOT,
     SOLUTION,
@@ -73,6 +79,7 @@ from grading_submissions import (
     WIDGET_FLOOD,
     cheater,
     completed_exercise,
+    copy_of_the_course,
     edit,
     fill,
     nested,
@@ -98,7 +105,7 @@ from course_tools.grade.core import (
     submission,
 )
 from course_tools.grade.core.report import Grade, escape
-from course_tools.grade.jail import sandbox
+from course_tools.grade.jail import identity, sandbox
 from course_tools.grade.routes import batch as grading_batch
 from course_tools.runner import Limits, RunOptions, run_notebook
 
@@ -1860,9 +1867,23 @@ json.dumps = _tidy"""
 def red4(tmp_path_factory, sandboxed):
     """`course grade --jobs 2` of: a notebook-sized file whose string never ends; the untouched
     exercise; the completed exercise with the honest magics; with `json.dumps` replaced and an
-    unshuffled pipeline; with its strategy made by a helper, an annotation and an alias."""
+    unshuffled pipeline; with its strategy made by a helper, an annotation and an alias; a
+    notebook whose deepest artifact fits its work folder but not the grades.
+
+    Run as a hardened host's root runs it (the permission cases ride on this batch): under umask
+    077, from a copy of the course's packages and with a data folder (TFDS_DATA_DIR), both inside
+    a long `--out` made 0700 beforehand that also holds a file of the instructor's (0640)."""
     folder = tmp_path_factory.mktemp("red4")
-    out = tmp_path_factory.mktemp("grades")
+    out = tmp_path_factory.mktemp("grades") / ("grades-of-the-distributed-training-course-" * 3)
+    out.mkdir(mode=0o700)
+    out.chmod(0o700)
+    ck = copy_of_the_course(out / "ck", closed=False)
+    (out / "tfds" / "svhn_cropped").mkdir(parents=True)
+    for data in (out / "tfds", out / "tfds" / "svhn_cropped"):
+        data.chmod(0o755)
+    mine = out / "instructor-notes.txt"
+    mine.write_text("private\n")
+    mine.chmod(0o640)
     done = completed_exercise()
     strategy = "strategy = tf.distribute.MirroredStrategy()\n"
     magics = edit(done, strategy, f"%config InlineBackend.figure_format = 'retina'\n{strategy}")
@@ -1879,25 +1900,40 @@ def red4(tmp_path_factory, sandboxed):
         "def make_strategy():\n    return tf.distribute.MirroredStrategy()\n\n\n"
         "mirrored: tf.distribute.Strategy = make_strategy()\nstrategy = mirrored\n",
     )
-    for name, notebook in {"magics": magics, "forge": forge, "factory": factory}.items():
+    notebooks = {
+        "magics": magics,
+        "forge": forge,
+        "factory": factory,
+        "deep": notebook_of(LONG_ARTIFACT),
+    }
+    for name, notebook in notebooks.items():
         (folder / name).mkdir()
         write(notebook, folder / name / "hw.ipynb")
     (folder / "redos").mkdir()
     (folder / "redos" / "hw.ipynb").write_text(_unterminated(plan.NOTEBOOK_MB * 2**20))
     (folder / "bob").mkdir()
     shutil.copy(EXERCISE, folder / "bob" / "hw.ipynb")
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in ENV.items():
-            patch.setenv(name, value)
-        started = time.monotonic()
-        code = cli.main(["grade", str(folder), f"--out={out}", "--jobs=2"])
+    env = {**os.environ, **ENV, "PYTHONPATH": str(ck), "TFDS_DATA_DIR": str(out / "tfds")}
+    command = [sys.executable, "-m", "course_tools.cli", "grade", str(folder), f"--out={out}"]
+    command += [f"--solution={SOLUTION}", "--jobs=2"]
+    started = time.monotonic()
+    ran = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ck,
+        timeout=1500,
+        preexec_fn=lambda: os.umask(0o077),  # the grader's umask, as a hardened host's root
+        check=False,
+    )
     rows = {r["student"]: r for r in csv.DictReader((out / "gradebook.csv").open())}
-    print(f"\nred team 4's batch: {time.monotonic() - started:.0f} s, exit {code}")
-    return rows, out, code
+    print(f"\nred team 4's batch: {time.monotonic() - started:.0f} s, exit {ran.returncode}")
+    return rows, out, ran
 
 
 def test_an_unterminated_string_file_gets_its_row_and_the_batch_its_gradebooks(red4):
-    rows, out, code = red4
+    rows, out, _ = red4
     assert rows["redos"]["status"] == "invalid notebook", rows["redos"]
     assert "never ends" in (out / "redos" / "report.md").read_text()
     assert rows["bob"]["status"] == "unchanged exercise", rows["bob"]
@@ -1924,6 +1960,79 @@ def test_a_replaced_json_dumps_and_a_buffer_of_one_earn_no_pipeline_point(red4):
 def test_a_strategy_made_by_a_helper_keeps_full_marks_through_course_grade(red4):
     rows, out, _ = red4
     assert rows["factory"]["score"] == "12", (out / "factory" / "report.md").read_text()
+
+
+# --- the host's file permissions and paths, on red team 4's batch -------------------------------
+# (the pieces, directly, and the Slurm route: tests/test_grading_permissions.py)
+
+
+def _as_root() -> None:
+    if not identity.privileged():
+        pytest.skip("the check process gets a uid of its own only as root")
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_under_umask_077_the_completed_exercise_scores_full_marks(red4):
+    """As root, the check process (a uid of its own) reads what it must through a staged copy:
+    the grades folder, made under that umask, is closed to it."""
+    _as_root()
+    rows, _, ran = red4
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    for student in ("magics", "factory"):
+        row = rows[student]
+        assert (row["status"], row["score"], row["max_score"]) == ("graded", "12", "12"), row
+
+
+def test_a_private_grades_folder_keeps_its_mode_and_its_files_theirs(red4):
+    _as_root()
+    _, out, _ = red4
+    mine = out / "instructor-notes.txt"
+    assert _mode(out) == 0o700, oct(_mode(out))
+    assert _mode(mine) == 0o640, oct(_mode(mine))
+    # what the grader wrote is as the umask made it: nothing opened to other accounts (the
+    # course's copy and the data folder are the instructor's, open on purpose)
+    theirs = (out / "ck", out / "tfds")
+    wider = [
+        f"{path.relative_to(out)} {oct(_mode(path))}"
+        for path in [out, *out.rglob("*")]
+        if path != mine
+        and not path.is_relative_to(theirs[0])
+        and not path.is_relative_to(theirs[1])
+        and _mode(path) & 0o077
+    ]
+    assert not wider, wider
+
+
+def test_the_solutions_copy_for_the_tasks_is_gone_after_the_batch(red4):
+    _, out, _ = red4
+    assert (out / plan.PLAN_FOLDER / "plan.json").is_file()
+    assert not (out / plan.PLAN_FOLDER / plan.SOLUTION_COPY).exists(), "the hidden tests stayed"
+
+
+def test_an_artifact_path_too_long_for_the_grades_is_a_note_of_a_graded_row(red4):
+    """The artifact fits under the work folder, not under the longer `--out`: a note in the row,
+    not a grader error, and the note holds no host path."""
+    rows, out, _ = red4
+    deep = rows["deep"]
+    assert deep["status"] == "graded", deep
+    assert "not copied: File name too long" in deep["notes"], deep["notes"]
+    assert (out / "deep" / "artifacts" / "short.txt").read_text() == "kept"
+    moodle = (out / "moodle.csv").read_text()
+    assert "File name too long" in moodle
+    assert str(out) not in moodle, "the grades' host path reached the student's feedback"
+
+
+def test_an_out_holding_the_checkout_and_the_data_folder_scores_full_marks(red4):
+    """`course grade --out <folder>` run from a checkout in that folder, its TFDS_DATA_DIR there
+    too: the completed exercise scores 12/12 (1/12 "graded" when the grades' view covered
+    them)."""
+    rows, out, ran = red4
+    assert (out / "ck" / "course_tools").is_dir() and (out / "tfds" / "svhn_cropped").is_dir()
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    assert (rows["magics"]["status"], rows["magics"]["score"]) == ("graded", "12"), rows["magics"]
 
 
 def _untrusted(*cells: str) -> str:

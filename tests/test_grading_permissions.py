@@ -1,31 +1,25 @@
 """The grader and the host's file permissions and paths, as root the way CI, a container or a
-Slurm node runs it:
+Slurm node runs it, piece by piece (the whole batch: red team 4's `course grade` in
+tests/test_grading.py, run under umask 077 into a private, long `--out` holding the checkout and
+the data folder; the Slurm job array under umask 077 in tests/test_slurm_grading.py):
 
-- under a root umask of 077 the check process (a uid of its own) reads what it must through a
-  staged copy (`staging`), and a grades folder the instructor made private stays private: its
-  mode and its files' modes are never changed (one batch, run by `course grade` in a process
-  with that umask: the completed exercise scores full marks);
-- an artifact path too long for the grades folder (but fine under the work folder) is a note in
-  a graded row, not a grader error, and the note holds no host path (the same batch, whose
-  `--out` is long; and `copy_artifacts` directly);
+- the copy of the solution (its hidden tests) that the tasks read is 0600 whatever the umask;
+- an artifact path too long for the grades folder (but fine under the work folder) is a note,
+  and the note holds no host path (`copy_artifacts`);
+- staged artifacts are readable to any uid whatever the umask, and the sandbox never changes the
+  mode of a folder it binds;
 - the grader's walks never list a folder that a submission swapped for a link between the
   lstat and the listing (`files.walk`, `FileClock`), and `FileClock.stop` does not wait for a
   look that hangs;
-- an `--out` that holds the checkout and the datasets hides neither from the check process;
-  a checkout or data folder the sandbox's uid cannot read stops `course grade` before anything
-  is written (`readable`), and a check process that cannot start is a grader error;
-- the solution's copy for the tasks is 0600 and gone after the batch.
+- a view at a folder that holds the checkout and the datasets hides neither from the check
+  process; a checkout or data folder the sandbox's uid cannot read stops `course grade` before
+  anything is written (`readable`), and a check process that cannot start is a grader error.
 
-Also on Slurm: the same honest submission as a job array under umask 077 (tests/slurm.py's
-single-node cluster).
-
-Run: pytest tests/test_grading_permissions.py (about 4 minutes on 2 cores: the three batches;
-the rest a few seconds each).
+Run: pytest tests/test_grading_permissions.py (a few seconds a test).
 """
 
 from __future__ import annotations
 
-import csv
 import os
 import stat
 import subprocess
@@ -35,8 +29,14 @@ import time
 from pathlib import Path
 
 import pytest
-import slurm
-from grading_submissions import ENV, SOLUTION, completed_exercise, notebook_of, write
+from grading_submissions import (
+    ENV,
+    SOLUTION,
+    completed_exercise,
+    copy_of_the_course,
+    notebook_of,
+    write,
+)
 from helpers import require_or_skip
 
 from course_tools import runner
@@ -45,100 +45,12 @@ from course_tools.grade.core import checker, files, one_submission, plan, stagin
 from course_tools.grade.core.plan import GradingSettings
 from course_tools.grade.jail import identity, sandbox
 
-#: Makes its artifacts' deepest path 4,090 characters long whatever the work folder's path is
-#: (PATH_MAX is 4,096), so that it cannot be copied under a longer grades folder.
-DEEP_CELL = """
-import os
-top = os.path.join(os.environ["COURSE_ARTIFACTS"], "05_svhn")
-os.makedirs(top, exist_ok=True)
-path = top
-while len(path) + 201 + 2 <= 4090:
-    path = os.path.join(path, "d" * 200)
-last = 4090 - len(path) - 3
-if last > 0:
-    path = os.path.join(path, "e" * last)
-os.makedirs(path)
-with open(os.path.join(path, "f"), "w") as handle:
-    handle.write("x")
-open(os.path.join(top, "short.txt"), "w").write("kept")
-print(len(os.path.join(path, "f")))
-"""
-
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-# --- one root batch under umask 077 ----------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def private_batch(tmp_path_factory):
-    """`course grade` as root under umask 077 into a long `--out` made 0700 beforehand, holding
-    a file of the instructor's (0640): the completed exercise and the deep submission."""
-    if not sandbox.status()[0]:
-        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
-    if not identity.privileged():
-        pytest.skip("the check process gets a uid of its own only as root")
-    where = tmp_path_factory.mktemp("private")
-    subs = where / "subs"
-    subs.mkdir()
-    write(completed_exercise(), subs / "honest.ipynb")
-    write(notebook_of(DEEP_CELL), subs / "deep.ipynb")
-    out = where / ("grades-of-the-distributed-training-course-" * 3)
-    out.mkdir(mode=0o700)
-    out.chmod(0o700)
-    mine = out / "instructor-notes.txt"
-    mine.write_text("private\n")
-    mine.chmod(0o640)
-    command = [
-        str(Path(sys.executable).with_name("course")),
-        "grade",
-        str(subs),
-        f"--out={out}",
-        f"--solution={SOLUTION}",
-        f"--profile={ENV['COURSE_PROFILE']}",
-        f"--devices={ENV['COURSE_DEVICES']}",
-        f"--data={ENV['COURSE_DATA']}",
-        "--jobs=2",
-    ]
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        preexec_fn=lambda: os.umask(0o077),  # the grader's umask, as a hardened host's root
-        check=False,
-    )
-    rows = {row["student"]: row for row in csv.DictReader((out / "gradebook.csv").open())}
-    return {"done": done, "out": out, "mine": mine, "rows": rows}
-
-
-def test_under_umask_077_the_completed_exercise_scores_full_marks(private_batch):
-    done, rows = private_batch["done"], private_batch["rows"]
-    assert done.returncode == 0, done.stderr[-3000:]
-    honest = rows["honest"]
-    assert honest["status"] == "graded", honest
-    assert honest["score"] == honest["max_score"] == "12", honest
-
-
-def test_a_private_grades_folder_keeps_its_mode_and_its_files_theirs(private_batch):
-    out, mine = private_batch["out"], private_batch["mine"]
-    assert _mode(out) == 0o700, oct(_mode(out))
-    assert _mode(mine) == 0o640, oct(_mode(mine))
-    # what the grader wrote is as the umask made it: nothing opened to other accounts
-    wider = [
-        f"{path.relative_to(out)} {oct(_mode(path))}"
-        for path in [out, *out.rglob("*")]
-        if path != mine and _mode(path) & 0o077
-    ]
-    assert not wider, wider
-
-
-def test_the_solutions_copy_for_the_tasks_is_gone_after_the_batch(private_batch):
-    out = private_batch["out"]
-    assert (out / plan.PLAN_FOLDER / "plan.json").is_file()
-    assert not (out / plan.PLAN_FOLDER / plan.SOLUTION_COPY).exists(), "the hidden tests stayed"
+# --- the pieces, directly -------------------------------------------------------------------
 
 
 def test_the_solutions_copy_is_private_whatever_the_umask(tmp_path):
@@ -163,64 +75,6 @@ def test_the_solutions_copy_is_private_whatever_the_umask(tmp_path):
     assert plan.load_plan(saved)[0].solution_bytes == solution.read_bytes()
     b.forget_solution()
     assert not copy.exists() and saved.is_file()
-
-
-def test_an_artifact_path_too_long_for_the_grades_is_a_note_of_a_graded_row(private_batch):
-    out, rows = private_batch["out"], private_batch["rows"]
-    deep = rows["deep"]
-    assert deep["status"] == "graded", deep
-    assert "not copied: File name too long" in deep["notes"], deep["notes"]
-    assert (out / "deep" / "artifacts" / "short.txt").read_text() == "kept"
-    moodle = (out / "moodle.csv").read_text()
-    assert "File name too long" in moodle
-    assert str(out) not in moodle, "the grades' host path reached the student's feedback"
-
-
-def test_on_slurm_under_umask_077_full_marks_and_a_private_grades_folder_kept(
-    tmp_path, tmp_path_factory
-):
-    """The same as a Slurm job array, as root: sbatch passes the submitter's umask to the tasks,
-    whose check processes read the copy staged in their own node-local folder."""
-    require_or_skip("slurm", slurm.missing_programs())
-    if not sandbox.status()[0]:
-        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
-    if not identity.privileged():
-        pytest.skip("the check process gets a uid of its own only as root")
-    subs = tmp_path / "subs"
-    subs.mkdir()
-    write(completed_exercise(), subs / "honest.ipynb")
-    out = tmp_path / "grades"
-    out.mkdir(mode=0o700)
-    out.chmod(0o700)
-    # the cluster in a short folder: slurmd's socket paths must stay under 108 bytes
-    with slurm.single_node_slurm(tmp_path_factory.mktemp("slurm")) as cluster:
-        done = subprocess.run(
-            [
-                str(Path(sys.executable).with_name("course")),
-                "grade",
-                str(subs),
-                f"--out={out}",
-                "--slurm",
-                "--cpus-per-task=1",
-                f"--profile={ENV['COURSE_PROFILE']}",
-                f"--devices={ENV['COURSE_DEVICES']}",
-                f"--data={ENV['COURSE_DATA']}",
-            ],
-            env=cluster.env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            preexec_fn=lambda: os.umask(0o077),
-            check=False,
-        )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    row = next(csv.DictReader((out / "gradebook.csv").open()))  # one notebook: its folder's name
-    assert (row["student"], row["status"], row["score"]) == ("subs", "graded", "12"), row
-    assert _mode(out) == 0o700, oct(_mode(out))
-    assert not (out / plan.PLAN_FOLDER / plan.SOLUTION_COPY).exists(), "the hidden tests stayed"
-
-
-# --- the pieces, directly -------------------------------------------------------------------
 
 
 def test_copy_artifacts_notes_a_path_the_grades_refuse_and_copies_the_rest(tmp_path):
@@ -318,46 +172,6 @@ def test_a_view_at_a_folder_holding_the_checkout_or_the_data_hides_neither(tmp_p
         assert done.stdout.split() == ["['svhn_cropped']", "['results.json']"], done.stdout
 
 
-def _copy_of_the_course(where: Path, *, closed: bool) -> Path:
-    """The course's packages copied to where/ck; `closed`: as a clone under a root umask of 027
-    leaves them (folders 0750, files 0640: no access for other accounts), else 0755 and 0644."""
-    import shutil
-
-    ck = where / "ck"
-    for name in sandbox.COURSE_PACKAGES:
-        shutil.copytree(
-            sandbox.PACKAGE_ROOT / name, ck / name, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    for top, _folders, names in os.walk(ck):
-        os.chmod(top, 0o750 if closed else 0o755)
-        for name in names:
-            os.chmod(os.path.join(top, name), 0o640 if closed else 0o644)
-    return ck
-
-
-def test_an_out_holding_the_checkout_and_the_data_folder_scores_full_marks(tmp_path):
-    """`course grade --out <folder>` run from a checkout in that folder, its TFDS_DATA_DIR there
-    too: the completed exercise scores 12/12 (1/12 "graded" when the grades' view covered them)."""
-    if not sandbox.status()[0]:
-        require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
-    course = tmp_path / "course"
-    ck = _copy_of_the_course(course, closed=False)
-    (course / "tfds").mkdir()
-    for folder in (tmp_path, course, course / "tfds"):
-        folder.chmod(0o755)
-    subs = tmp_path / "subs"
-    subs.mkdir()
-    write(completed_exercise(), subs / "honest.ipynb")
-    env = {**os.environ, "PYTHONPATH": str(ck), "TFDS_DATA_DIR": str(course / "tfds")}
-    command = [sys.executable, "-m", "course_tools.cli", "grade", str(subs), f"--out={course}"]
-    command += [f"--solution={SOLUTION}", f"--profile={ENV['COURSE_PROFILE']}"]
-    command += [f"--devices={ENV['COURSE_DEVICES']}", f"--data={ENV['COURSE_DATA']}", "--jobs=1"]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ck, timeout=900)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    row = next(csv.DictReader((course / "gradebook.csv").open()))
-    assert (row["student"], row["status"], row["score"]) == ("subs", "graded", "12"), row
-
-
 def test_a_checkout_the_sandboxs_uid_cannot_read_stops_the_batch_before_a_row(tmp_path):
     """Run as root from a checkout made under umask 027, `course grade` stops with exit code 2
     and a message naming the unreadable folder and the fix, before writing anything (every
@@ -366,7 +180,7 @@ def test_a_checkout_the_sandboxs_uid_cannot_read_stops_the_batch_before_a_row(tm
         require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
     if not identity.privileged():
         pytest.skip("the sandbox gets a uid of its own only as root")
-    ck = _copy_of_the_course(tmp_path, closed=True)
+    ck = copy_of_the_course(tmp_path / "ck", closed=True)
     subs = tmp_path / "subs"
     subs.mkdir()
     write(completed_exercise(), subs / "honest.ipynb")

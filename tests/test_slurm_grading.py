@@ -7,8 +7,11 @@ submission's task is killed mid-run: its row says why, and the re-run grades onl
 correct one are graded here too (`batch.grade`, 2 at a time; tests/test_grading.py grades the
 solution locally): both gradebooks must be the same but for the seconds, the correct one must
 have full marks, and
-nothing may be left in squeue or the process table. A second, one-submission batch checks that
-Ctrl-C cancels the array. The Canvas and Moodle exports are checked on the first batch.
+nothing may be left in squeue or the process table. The Slurm runs are made as a hardened host's
+root makes them, under umask 077 into a grades folder made 0700 beforehand: the correct one still
+scores full marks, the folder stays 0700 and the solution's copy for the tasks is gone after it.
+A second, one-submission batch checks that Ctrl-C cancels the array. The Canvas and Moodle exports
+are checked on the first batch.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import glob
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -49,7 +53,7 @@ from test_grading_roster import SLEEPER, abort_graders_running
 
 from course_tools.grade.core import plan as grading_plan
 from course_tools.grade.core import report, roster
-from course_tools.grade.jail import sandbox
+from course_tools.grade.jail import identity, sandbox
 from course_tools.grade.routes import batch, slurm_array
 from course_tools.runner import Limits
 
@@ -156,12 +160,17 @@ def report_lines(folder: Path) -> list[str]:
     return [line for line in report if not line.startswith("- graded in")]
 
 
+def _umask_077() -> None:
+    os.umask(0o077)
+
+
 @pytest.fixture(scope="module")
 def graded(cluster, tmp_path_factory):
     """(local grades folder, Slurm grades folder, the Slurm run's gradebook before the re-run,
     the re-run's output, seconds for each)."""
     folder = tmp_path_factory.mktemp("slurm_submissions")
     local, remote = tmp_path_factory.mktemp("local_grades"), tmp_path_factory.mktemp("slurm grades")
+    remote.chmod(0o700)  # private, as the instructor made it
     wrong = 'import json, os, pathlib\nartifacts = pathlib.Path(os.environ["COURSE_ARTIFACTS"])'
     wrong += ' / "05_svhn"\nartifacts.mkdir(parents=True)\n'
     wrong += '(artifacts / "results.json").write_text(json.dumps({"fit": {"test_accuracy": 0.97}}))'
@@ -193,7 +202,10 @@ def graded(cluster, tmp_path_factory):
 
     started = time.monotonic()
     command = course_grade(cluster, str(folder), f"--out={remote}")
-    first = subprocess.Popen(command, env=cluster.env, stdout=subprocess.PIPE, text=True)
+    # as a hardened host's root: sbatch passes the submitter's umask on to the tasks
+    first = subprocess.Popen(
+        command, env=cluster.env, stdout=subprocess.PIPE, text=True, preexec_fn=_umask_077
+    )
     plan = remote / grading_plan.PLAN_FOLDER / "plan.json"
     found: list[psutil.Process] = []
 
@@ -208,7 +220,12 @@ def graded(cluster, tmp_path_factory):
     before = rows(remote)
     with releasing():
         rerun = subprocess.run(
-            command, env=cluster.env, capture_output=True, text=True, timeout=600
+            command,
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            preexec_fn=_umask_077,
         )
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     remote_s = time.monotonic() - started
@@ -245,6 +262,21 @@ def test_slurm_gives_the_local_gradebook_and_reports(graded):
     assert by_student["unencodable"]["status"] == "graded"
     report = (remote / "unencodable" / "report.md").read_text()
     assert "\\udcff" in report and "<script" not in report and "<!--" not in report
+
+
+def test_under_umask_077_full_marks_and_a_private_grades_folder_kept(graded):
+    """As root, the tasks' check processes (a uid of their own) read the copy staged in their own
+    node-local folder: the correct submission scores full marks under umask 077; the grades folder
+    stays 0700 and the copy of the solution the tasks read is gone after the batch."""
+    if not identity.privileged():
+        pytest.skip("the check process gets a uid of its own only as root")
+    _, remote, _, _ = graded
+    correct = next(row for row in rows(remote) if row["student"] == "correct")
+    assert (correct["status"], correct["score"]) == ("graded", "12"), correct
+    assert stat.S_IMODE(remote.stat().st_mode) == 0o700, oct(remote.stat().st_mode)
+    copy = remote / grading_plan.PLAN_FOLDER / grading_plan.SOLUTION_COPY
+    assert (remote / grading_plan.PLAN_FOLDER / "plan.json").is_file()
+    assert not copy.exists(), "the hidden tests stayed"
 
 
 def test_nothing_is_left_in_squeue_or_the_process_table(cluster, graded):
