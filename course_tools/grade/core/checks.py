@@ -162,6 +162,10 @@ def _hand_steps(code: reading.Code, name: str) -> list[str]:
             f"steps of its optimizer outside fit ({_cell(cell)}: `{text}`)"
             for cell, text in code.hand_steps(name)
         ]
+        found += [
+            f"weights and optimizer state loaded into it ({_cell(cell)}: `{text}`)"
+            for cell, text in code.hand_steps(name, loads=True)
+        ]
     return found
 
 
@@ -435,6 +439,22 @@ def own_model(artifacts: Path, name: str, facts: dict, observed: dict | None = N
             f"({_cell(stepped[0][0])}: `{stepped[0][1]}`): steps made by hand, like weights "
             f"copied in (set_weights, load_weights) or a step count written, are not the model "
             f"trained; train {name} with fit only, leave its optimizer alone, and save it"
+        )
+    loaded = (
+        code.hand_steps(name, loads=True) if code is not None and name != CUSTOM_LOOP_MODEL else []
+    )
+    if loaded:
+        raise CheckError(
+            f"the notebook's code loads weights and optimizer state into `{name}` "
+            f"({_cell(loaded[0][0])}: `{loaded[0][1]}`): a model loaded, like weights copied in "
+            f"(set_weights), is not the model trained; train {name} with fit and save it"
+        )
+    if name != CUSTOM_LOOP_MODEL and fact.get("fit_ran") is False:
+        raise CheckError(
+            f"`{name}` in the notebook's memory never ran fit (Keras has built no training "
+            f"function for it), yet it is saved as trained: its weights came from elsewhere "
+            f"(set_weights, load_weights, a checkpoint), which is not the model trained; train "
+            f"{name} with fit and save it"
         )
     return model
 

@@ -130,6 +130,24 @@ def optimizer_steps(model: Any) -> int | None:
         raise ValueError(f"its optimizer's `iterations` cannot be read ({error})") from None
 
 
+def fit_ran(model: Any) -> bool | None:
+    """Whether the model has run Keras's `fit` (or `train_on_batch`) in this kernel: Keras 3
+    leaves `train_function` None until one of them builds it (`compile` sets it back to None);
+    None for a model without that attribute. Read without running the model's code. Weights
+    and optimizer state loaded into a model (`load_weights`, a checkpoint) bring steps but
+    build no training function.
+
+        fit_ran(model)   # False after compile and load_weights, True after fit
+    """
+    import inspect
+
+    missing = object()
+    found = inspect.getattr_static(model, "train_function", missing)
+    if found is missing:
+        return None
+    return found is not None
+
+
 def optimizer_replicas(model: Any) -> int | None:
     """Over how many replicas the step counter of the model's own optimizer
     (`counted_optimizer`) is distributed: the replicas of the strategy the optimizer was made
@@ -397,6 +415,9 @@ def collect(
             if steps is not None:
                 facts["models"][name]["optimizer_steps"] = steps
                 facts["models"][name]["optimizer_replicas"] = optimizer_replicas(model)
+                ran = fit_ran(model)
+                if ran is not None:
+                    facts["models"][name]["fit_ran"] = ran
                 try:
                     zero = moments_zero(model)
                 except Exception:  # noqa: BLE001 - the fact only takes a point away

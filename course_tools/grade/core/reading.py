@@ -3218,7 +3218,7 @@ class Code:
                     found.append((self.cells[index], _short(node, 80)))
         return found
 
-    def hand_steps(self, name: str) -> list[tuple[int, str]]:
+    def hand_steps(self, name: str, *, loads: bool = False) -> list[tuple[int, str]]:
         """(cell, code) of each place the code reaches a method that steps the optimizer of
         model `name` (`STEP_METHODS`: `apply_gradients`, `apply`, `minimize`, ...), called or
         not (`strategy.run(name.optimizer.apply_gradients, ...)`), or looks one up
@@ -3231,7 +3231,12 @@ class Code:
         trained by its `fit` makes its steps there: steps made by hand (zero gradients leave
         Adam's weights as they were while the count grows) are a count written, as
         `step_assignments` are. The custom loop's `optimizer.apply_gradients(...)` steps
-        another optimizer, not counted."""
+        another optimizer, not counted. With `loads`, the places that load weights and optimizer
+        state into the model instead (`LOADED_INTO` on it or its optimizer,
+        `keras.saving.load_weights(model, ...)`, a `tf.train.Checkpoint` given the model or its
+        optimizer anywhere among its arguments then read, restored or given to a
+        `CheckpointManager` that restores it): Keras 3 saves a compiled model's optimizer with
+        it, so its step count and moments come in with the weights."""
 
         def compiled_with(value: ast.AST) -> list[str]:
             while True:
@@ -3346,23 +3351,50 @@ class Code:
             if held == before:
                 break
 
+        def made_of(made: ast.AST, at: tuple) -> ast.AST:
+            if isinstance(made, ast.Name):  # the assignment in force there
+                found = [n for place, n in self._assignments_in_order(made.id) if place < at]
+                return found[-1].value if found and hasattr(found[-1], "value") else made
+            return made
+
         def restored(node: ast.AST) -> ast.AST | None:
             """The `tf.train.Checkpoint(...)` (whose arguments it reads into) of which `node`
-            calls `read` or `restore` (on the call, or a name bound to one)."""
+            calls `read` or `restore` (on the call, or a name bound to one), or which a
+            `tf.train.CheckpointManager` that `node` restores holds."""
             if not (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("read", "restore")
+                and node.func.attr in CHECKPOINT_READS
             ):
                 return None
-            made = node.func.value
-            if isinstance(made, ast.Name):  # the assignment in force there
-                at = places.at(node)
-                found = [n for place, n in self._assignments_in_order(made.id) if place < at]
-                made = found[-1].value if found else made
+            at = places.at(node)
+            made = made_of(node.func.value, at)
+            if isinstance(made, ast.Call) and _dotted(made.func).endswith("CheckpointManager"):
+                held_checkpoint = _argument(made, ["checkpoint"], "checkpoint")
+                made = made_of(held_checkpoint, at) if held_checkpoint is not None else made
             if isinstance(made, ast.Call) and _dotted(made.func).endswith("Checkpoint"):
                 return made
             return None
+
+        def loaded(node: ast.AST) -> bool:
+            """`node` loads weights and optimizer state into the model or its optimizer."""
+            if isinstance(node, ast.Attribute) and node.attr in LOADED_INTO:
+                return model_of(node.value) or reached(node.value, held)
+            if (
+                isinstance(node, ast.Call)
+                and _dotted(node.func).endswith("saving.load_weights")
+                and node.args
+            ):
+                return model_of(node.args[0])
+            checkpoint = restored(node)
+            if checkpoint is None:
+                return False
+            at = places.at(node)
+            given = [made_of(sub, at) for sub in ast.walk(checkpoint) if isinstance(sub, ast.Name)]
+            return any(  # Checkpoint(model=fit_model), Checkpoint(**kept), kept = dict(model=...)
+                reaches(value, held, at) or any(model_of(sub) for sub in ast.walk(value))
+                for value in [checkpoint, *given]
+            )
 
         scoped: list[tuple[ast.AST, set[str]]] = [(tree, held) for tree in self.trees]
         for function in self._functions().values():  # def step(opt): opt.apply_gradients(...)
@@ -3390,6 +3422,11 @@ class Code:
             if given:
                 scoped.append((function, held | given))
         found = []
+        loading = []
+        for tree_index, tree in enumerate(self.trees):
+            for node in ast.walk(tree):
+                if loaded(node):
+                    loading.append((self.cells[tree_index], _short(node, 80)))
         for top, names in scoped:
             index = next(
                 (i for i, tree in enumerate(self.trees) if any(n is top for n in ast.walk(tree))),
@@ -3404,7 +3441,7 @@ class Code:
                 if looked:
                     named = node.args[1:2] if _dotted(node.func).endswith("getattr") else []
                     constant = _literal_name(named[0]) if named else None
-                    stepping = constant is None or constant in STEP_METHODS
+                    stepping = constant is None or constant in STEP_METHODS | LOADED_INTO
                     if stepping and reached(node.args[0], names):
                         found.append((self.cells[index], _short(node, 80)))
                 elif (
@@ -3423,6 +3460,8 @@ class Code:
                     found.append((self.cells[index], _short(node, 80)))  # learning rate 0
                 elif restored(node) and reached(restored(node), names):
                     found.append((self.cells[index], _short(node, 80)))
+        if loads:
+            return sorted(set(loading))
         return sorted(set(found))
 
     def _callback_classes(self) -> set[str]:
@@ -3780,6 +3819,11 @@ STEP_METHODS = frozenset(
 #: The methods that put something into a container (`Code._filled`).
 FILLERS = frozenset({"append", "extend", "insert", "add", "update", "__setitem__"})
 #: The methods of a model that step its optimizer outside `fit` (`fit_model.train_on_batch`).
+#: The methods that load weights and optimizer state into a model (or its optimizer) from a file
+#: or another's state: Keras 3 saves a compiled model's optimizer with its weights.
+LOADED_INTO = frozenset({"load_weights", "load_own_variables", "set_state_tree"})
+#: The methods of a `tf.train.Checkpoint` (or a `CheckpointManager`) that read it into its objects.
+CHECKPOINT_READS = frozenset({"read", "restore", "restore_or_initialize"})
 MODEL_STEPS = frozenset({"train_on_batch", "train_step", "train_function", "make_train_function"})
 
 
