@@ -410,11 +410,26 @@ def test_preempted_slurm_job_saves_and_the_next_job_resumes_where_a_straight_run
     assert not list((notebook4 / "slurm_checkpoints").glob("workertemp_*"))
 
 
+#: What a fake `sinfo` prints where Slurm's programs are installed but no cluster is configured.
+NO_CLUSTER = "sinfo: fatal: Could not establish a configuration source"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(NO_SLURM is not None, reason="without Slurm, the nbval run checks the skip")
-def test_slurm_cells_skip_in_one_line_without_slurm(tmp_path):
-    """The Slurm section's cells, run in IPython with no Slurm on PATH: the job cell skips in one
-    line."""
+@pytest.mark.parametrize(
+    "sinfo, said",
+    [
+        (None, "no Slurm on this machine"),
+        (
+            f"echo '{NO_CLUSTER}' >&2; exit 1",
+            f"Slurm's programs are here, but no Slurm cluster answers ({NO_CLUSTER})",
+        ),
+    ],
+    ids=["no-slurm", "no-cluster"],
+)
+def test_slurm_cells_skip_in_one_line_without_slurm(tmp_path, sinfo, said):
+    """The Slurm section's cells, run in IPython with no Slurm on PATH, or with Slurm's programs
+    but no cluster answering `sinfo`: each cell skips in one line that says which."""
     cells = [c for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.id.startswith("nb04-s")]
     code = [c.source for c in cells if c.cell_type == "code"]
     preamble = (
@@ -439,7 +454,14 @@ for source in json.loads({json.dumps(json.dumps(code))}):
     result.raise_error()
     print(json.dumps(out.stdout))
 """
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    path = os.path.dirname(sys.executable)
+    if sinfo is not None:
+        fake = tmp_path / "bin" / "sinfo"
+        fake.parent.mkdir()
+        fake.write_text(f"#!/bin/sh\n{sinfo}\n")
+        fake.chmod(0o755)
+        path = f"{fake.parent}{os.pathsep}{path}"
+    env = {**os.environ, "PATH": path, "TF_CPP_MIN_LOG_LEVEL": "3"}
     env.pop("SLURM_CONF", None)
     done = subprocess.run(
         [sys.executable, "-c", runner], cwd=tmp_path, env=env, capture_output=True, text=True
@@ -448,10 +470,10 @@ for source in json.loads({json.dumps(json.dumps(code))}):
     outputs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('"')]
     by_source = dict(zip(code, outputs))
     guard = next(o for s, o in by_source.items() if "slurm_up =" in s)
-    assert guard.startswith("skipped: no Slurm") and guard.count("\n") == 1
+    assert guard == f"skipped: {said}\n", guard
     for source, out in by_source.items():
         if "if slurm_up:" in source:
-            assert out == "skipped: no Slurm on this machine\n", source
+            assert out == f"skipped: {said}\n", source
 
 
 # --- Afterwards: nothing left ---------------------------------------------------------------------
