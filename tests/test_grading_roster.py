@@ -154,6 +154,26 @@ def test_a_folder_in_a_shell_glob_is_one_student_whatever_lies_inside(tmp_path):
     assert sorted(s.student for s in roster.collect_submissions([subs])) == sorted(found)
 
 
+@pytest.mark.parametrize("twin", ["\uff41\uff4c\uff49\uff43\uff45", "ALICE", "Alice"])
+def test_names_equal_after_nfkc_and_casefold_are_a_name_clash(tmp_path, twin):
+    """The full-width "ａｌｉｃｅ" or "ALICE" beside alice is a clash the instructor resolves
+    (the full-width name got a row of its own, which looks like alice's, before); a look-alike
+    that NFKC keeps apart (Cyrillic "а") stays a name of its own."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    write(notebook_of("1"), subs / "alice.ipynb")
+    write(notebook_of("2"), subs / f"{twin}.ipynb")
+    with pytest.raises(ValueError, match="are both the submission of") as clash:
+        roster.collect_submissions([subs])
+    assert "rename one" in str(clash.value)
+    (subs / f"{twin}.ipynb").unlink()
+    write(notebook_of("2"), subs / "\u0430lice.ipynb")
+    assert sorted(s.student for s in roster.collect_submissions([subs])) == [
+        "alice",
+        "\u0430lice",
+    ]
+
+
 def test_course_grade_of_a_shell_glob_is_not_stopped_by_a_students_subfolder(
     tmp_path, sandboxed, capsys
 ):

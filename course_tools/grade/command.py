@@ -250,6 +250,14 @@ def route(*, slurm: bool, sandboxed: bool) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """`course grade SUBMISSION... [--out DIR]`: prints the gradebook; `EXIT_STATUS`."""
+    try:
+        # bad input, on every route, before anything is written or removed: a student whose
+        # folder of the grades is a folder of --out that is not the grader's (the checkout, data)
+        solution = Path(args.solution or course_root() / DEFAULT_SOLUTION)
+        plan.check_out(args.out, roster.collect_submissions(args.submissions), solution)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"course grade: {console(exc)}", file=sys.stderr)
+        return 2
     if args.slurm and slurm_array.missing():
         print(f"course grade: {slurm_array.missing()}", file=sys.stderr)
         return 2

@@ -139,7 +139,9 @@ class CheckProcess:
 
     Started through `wrap` (the sandbox) when given; killed and restarted when it crashes, takes
     too long or uses more than `memory_mb`. `cgroup`: the control group `wrap` starts it in (its
-    memory then capped by the kernel too), removed by `close`.
+    memory then capped by the kernel too), removed by `close`. `cwd`: the grades folder (its log
+    is named from there); `run_in`: the process's working folder (default `cwd`), which
+    `python -m` puts first on sys.path: give an empty one (`plan.start_checks`).
     """
 
     # PLR0913: the process's environment, folder, log and limits, and how the sandbox starts it
@@ -152,8 +154,10 @@ class CheckProcess:
         wrap: Callable[[list[str]], list[str]] | None = None,
         *,
         cgroup: Cgroup | None = None,
+        run_in: Path | None = None,
     ) -> None:
         self.env, self.cwd, self.log_path = env, cwd, log_path
+        self.run_in = run_in or cwd
         self.memory_mb, self.wrap, self.cgroup = memory_mb, wrap, cgroup
         self.process: subprocess.Popen | None = None
         self.ready = False  # the current process has said `READY` (or answered)
@@ -170,7 +174,7 @@ class CheckProcess:
             stderr=subprocess.PIPE,
             text=True,
             env=self.env,
-            cwd=self.cwd,
+            cwd=self.run_in,
             start_new_session=True,
         )
         # what it prints besides its answers (TensorFlow, Keras's warnings, which repeat names a

@@ -20,7 +20,13 @@ from course_tools import colab, exercise
 from course_tools.grade.core import files, notebooks, reading, report, staging, submission
 from course_tools.grade.core.checker import CheckProcess, CheckVerdict
 from course_tools.grade.core.checks import ARTIFACTS_NAME
-from course_tools.grade.core.plan import CHECK_TIMEOUT_S, NOTEBOOK_MB, Batch
+from course_tools.grade.core.plan import (
+    CHECK_TIMEOUT_S,
+    GRADES_MARK,
+    NOTEBOOK_MB,
+    Batch,
+    check_out,
+)
 from course_tools.grade.core.report import CheckResult, Grade
 from course_tools.grade.core.roster import Submission, several_notebooks, too_many_files
 from course_tools.grade.core.tamper import TamperWatch
@@ -323,14 +329,15 @@ def _grade_notebook(batch: Batch, submission: Submission, where: Workspace) -> G
     started = time.monotonic()
     artifacts = batch.out / g.student / "artifacts"
     if batch.sandboxed:  # the check process sees this copy at `artifacts` (`plan.start_checks`)
-        # only its artifacts: <student> may also hold a mount point of the check process's
-        # (`sandbox._in_order`: an --out that holds the course checkout)
-        staged = staging.folder(where.base) / g.student / "artifacts"
-        staging.put(artifacts, staged)
+        staged = staging.folder(where.base) / g.student
+        staging.put(artifacts, staged / "artifacts")
     try:
         verdicts = checks.run(artifacts, facts, parts.tests, CHECK_TIMEOUT_S, observations(outcome))
     finally:
         if batch.sandboxed:
+            # all of <student>, no empty folder left named after it: never a mount point of the
+            # check process's (`sandbox._in_order`: the checkout or the data in --out), as
+            # `plan.check_out` refuses a student whose folder of the grades is or holds them
             staging.clear(staged)
     g.check_seconds = time.monotonic() - started
     _score(g, parts, verdicts)
@@ -338,7 +345,9 @@ def _grade_notebook(batch: Batch, submission: Submission, where: Workspace) -> G
 
 
 def grade_one(batch: Batch, submission: Submission, where: Workspace) -> Grade:
-    """Grade one submission and save its grade and report into <out>/<student>/ (emptied first).
+    """Grade one submission and save its grade and report into <out>/<student>/ (emptied first,
+    and marked `plan.GRADES_MARK`; ValueError, before anything is touched, when that folder is
+    not the grader's: `plan.check_out`).
     Never raises for anything a submission does: a failure becomes a "grader error" grade for
     this one only, saved all the same (the batch goes on). Once `where.cancel` is set, its kernel
     is killed and `Cancelled` raised (no grade: the caller stops)."""
@@ -346,9 +355,12 @@ def grade_one(batch: Batch, submission: Submission, where: Workspace) -> Grade:
         raise Cancelled("grading stopped before this submission ran")
     started = time.monotonic()
     folder = batch.out / submission.student
+    # never another folder of --out (the checkout, the data): the routes refuse the batch first
+    check_out(batch.out, [submission], batch.solution_path)
     try:
         files.remove_tree(folder)
         folder.mkdir(parents=True)
+        (folder / GRADES_MARK).write_text("graded by course grade: emptied when graded again\n")
         g = _grade_notebook(batch, submission, where)
         if where.watch is not None:
             g.notes += where.watch.notes()

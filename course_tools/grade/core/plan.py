@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -45,6 +46,14 @@ SOLUTION_COPY = "solution.ipynb"
 #: The largest notebook read, in MB (the exercise's executed solution takes about 0.12 MB; a
 #: submission with long outputs a few MB). Parsing one costs more (`notebooks.MAX_VALUES`).
 NOTEBOOK_MB = 16
+
+#: The file `one_submission.grade_one` writes first into each student's folder of the grades: a
+#: folder of the grades folder that holds it (or an earlier grade, `report.RESULT_NAME`) is the
+#: grader's to empty; any other folder there is never touched (`check_out`).
+GRADES_MARK = ".course-grade"
+#: The check process's working folder in a batch's work folder, empty: never a grades or staging
+#: folder, whose student folders `python -m` would make importable (`start_checks`).
+CHECKS_CWD = "check-process"
 
 #: The installed course package, watched for changes while submissions run unsandboxed.
 PACKAGE = PACKAGE_ROOT / "course_utils"
@@ -224,9 +233,56 @@ def prepare(
     return batch
 
 
+def is_grades_folder(folder: Path) -> bool:
+    """Whether `folder` (a student's folder of the grades, existing) is one the grader wrote: a
+    real folder holding `GRADES_MARK`, or an earlier grade (`report.load`); never by name."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    mark = folder / GRADES_MARK
+    return (mark.is_file() and not mark.is_symlink()) or report.load(folder) is not None
+
+
+def _kept_paths(solution: Path | None, submissions: list[Submission]) -> list[Path]:
+    """What a student's folder of the grades must never hold: the course checkout, Python's
+    installation, the datasets, the solution and the submissions."""
+    kept = [PACKAGE_ROOT, Path(sys.prefix), Path(sys.base_prefix)]
+    if os.environ.get("TFDS_DATA_DIR"):
+        kept.append(Path(os.environ["TFDS_DATA_DIR"]))
+    kept += [Path(solution)] if solution else []
+    kept += [Path(s.path) for s in submissions]
+    return [Path(os.path.realpath(p)) for p in kept]
+
+
+def check_out(
+    out: str | os.PathLike, submissions: list[Submission], solution: Path | None = None
+) -> None:
+    """ValueError (`course grade`: exit code 2) when a student's folder of the grades,
+    <out>/<student>, which the grader empties before grading it, exists and is not the grader's
+    (`is_grades_folder`: a checkout, a dataset, any folder or file of the instructor's there), or
+    holds the checkout, Python, the datasets, the solution or a submission (`_kept_paths`). Run
+    before anything is written or removed, on every route."""
+    out = Path(os.path.realpath(out))
+    kept = _kept_paths(solution, submissions)
+    for s in submissions:
+        folder = out / s.student
+        if not os.path.lexists(folder):
+            continue
+        real = Path(os.path.realpath(folder))
+        held = [p for p in kept if p == real or p.is_relative_to(real)]
+        if held or not is_grades_folder(folder):
+            what = f"holds {held[0]}" if held else "is not a grades folder of course grade"
+            raise ValueError(
+                f"{s.path} would be graded as {s.student!r} into {folder}, which {what}: the "
+                f"grader would delete it first. Nothing was written or removed: give another "
+                f"--out (an empty or new folder), or rename the submission"
+            )
+
+
 def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> CheckProcess:
     """The batch's check process, sandboxed: it reads the artifacts staged for it in `base`
-    (`staging`) at the grades' path, never the grades themselves or the work folders. Its log is
+    (`staging`) at the grades' path, never the grades themselves or the work folders. It runs in
+    a folder that holds nothing (its private /tmp; unsandboxed `CHECKS_CWD` in `base`), so no
+    folder named after a student is on its sys.path. Its log is
     `log_name` in the grades folder (a path under it: one per Slurm task)."""
     env = {**os.environ, **batch.settings.env()}
     wrap = group = None
@@ -242,12 +298,19 @@ def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> Chec
                 # whatever the grades' modes, which stay the instructor's (`staging`)
                 views={batch.out: staging.folder(base)},
                 hidden=[base, batch.solution_path],
-                cwd=batch.out,
+                # never the view of the grades: `python -m` puts its working folder first on
+                # sys.path, where a student named like a module (jax, brotli) would shadow it
+                cwd=Path("/tmp"),
                 cgroup=group,
             )
 
     log = batch.out / log_name
-    checks = CheckProcess(env, batch.out, log, batch.limits.memory_mb, wrap, cgroup=group)
+    # unsandboxed too, an empty folder of its own: never the grades' student folders
+    run_in = Path(base) / CHECKS_CWD
+    run_in.mkdir(mode=0o700, exist_ok=True)
+    checks = CheckProcess(
+        env, batch.out, log, batch.limits.memory_mb, wrap, cgroup=group, run_in=run_in
+    )
     checks.start()
     return checks
 

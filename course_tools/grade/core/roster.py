@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from course_tools.grade.core import files
 
 #: Files and folders of the grades folder itself, never a student's name (compared ignoring case).
+#: (Names with a leading dot, such as the grader's own folders .batch and .benchmark, never are:
+#: `_folder_name`.) A name that is a folder already in the grades folder and not an earlier
+#: grade of the grader's is refused too (`plan.check_out`).
 RESERVED_NAMES = frozenset({"gradebook.csv", "canvas.csv", "moodle.csv", "checks.log"})
 
 
@@ -36,6 +40,13 @@ def _folder_name(name: str) -> str:
     while name.lower().endswith(".ipynb"):
         name = name[: -len(".ipynb")]
     return name.lstrip(".") or "submission"
+
+
+def same_name_key(name: str) -> str:
+    """What two students' names are compared by: equal after Unicode NFKC normalisation and
+    case folding ("Alice", "ALICE" and the full-width "ａｌｉｃｅ" are one name), so that no two
+    rows look alike in the terminal, the reports and the CSV files by width or case alone."""
+    return unicodedata.normalize("NFKC", name).casefold()
 
 
 def _is_notebook(entry: files.Entry) -> bool:
@@ -117,7 +128,8 @@ def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
     name; a student's folder by its own name (`_given_folder` says which folders are one
     student's). A student folder holding several notebooks is one submission (graded only when
     exactly one notebook is in it: `several_notebooks`); one too large to walk whole is its own
-    row too (`too_many_files`). ValueError when two submissions come out with the same name, or
+    row too (`too_many_files`). ValueError when two submissions come out with the same name
+    (compared by `same_name_key`: Unicode look-alikes of width or case are one name), or
     one named like a file of the grades (`RESERVED_NAMES`): the instructor renames one.
     """
     found: dict[str, tuple[Path, str, Path]] = {}
@@ -140,7 +152,7 @@ def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
                 continue
             seen.update(map(_same_file_key, fresh))
             name = _folder_name(where.stem if where in notebooks else where.name)
-            key_name = name.lower()
+            key_name = same_name_key(name)
             if key_name in RESERVED_NAMES:
                 raise ValueError(
                     f"{where} would be graded as {name!r}, a file of the grades folder: rename it"

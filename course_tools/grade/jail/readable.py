@@ -7,9 +7,13 @@ host's modes, which it never changes. A checkout, a venv or a data folder made u
 umask of 027 or 077 is closed to that uid: the check process could not start and every
 submission would look like it failed. So `check` runs one sandboxed Python, wrapped as the
 kernels are, that imports `course_utils` and the check process's module, finds Keras and
-TensorFlow and lists the data folder; when it cannot, `Unreadable` names the first path it could
-not read and the fix. An ordinary user's sandboxes run as that user, who reads what the grader
-reads: nothing to check.
+TensorFlow, lists the data folder and walks, always, the course's packages and the venv's
+site-packages for a file or folder its uid cannot open (`os.access`: a stat, nothing read; a
+second or two for the course's venv, some 54,000 entries): a single module left 0600 by a `git
+pull` under umask 077, imported only later by a kernel or the hidden tests, would score every
+submission near zero.
+When something fails, `Unreadable` names the first path it could not read and the fix. An
+ordinary user's sandboxes run as that user, who reads what the grader reads: nothing to check.
 
 Example:
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,8 +38,9 @@ TIMEOUT_S = 120
 #: The most entries looked at in one folder's walk for the unreadable one.
 WALK_LIMIT = 200_000
 
-#: Run in the sandbox: argv[1] is the JSON list of folders to walk when something fails. Prints
-#: "ok", or one JSON line {"found": {folder: its first unreadable path}, "error": what failed}.
+#: Run in the sandbox: argv[1] is the JSON list of folders always walked, argv[2] of those walked
+#: too when something fails. Prints "ok", or one JSON line {"found": {folder: its first
+#: unreadable path}, "error": what failed}.
 PROBE = r"""
 import importlib.util, json, os, sys
 
@@ -65,13 +71,14 @@ try:
     data = os.environ.get("TFDS_DATA_DIR")
     if data:
         os.listdir(data)
-        found = first_unreadable(data, %(limit)d)
+    for root in json.loads(sys.argv[1]) + [data] * bool(data):
+        found = first_unreadable(root, %(limit)d)
         if found:
             raise PermissionError(f"cannot read {found}")
 except Exception as exc:
     error = f"{type(exc).__name__}: {exc}"[:300]
     found = {}
-    for root in json.loads(sys.argv[1]):
+    for root in json.loads(sys.argv[1]) + json.loads(sys.argv[2]):
         path = first_unreadable(root, %(limit)d)
         if path:
             found[root] = path
@@ -85,10 +92,19 @@ class Unreadable(sandbox.SandboxUnavailable):
     """The sandbox's own uid cannot read the course, Python or the data; says what to do."""
 
 
-def _folders(env: Mapping[str, str]) -> list[str]:
-    """Where to look for what the sandbox cannot read: the course's packages, the datasets, the
-    Python installation (the venv first)."""
+def _always(env: Mapping[str, str]) -> list[str]:
+    """What is walked on every check: the course's packages and the venv's site-packages (what
+    kernels and the hidden tests import after the check's own imports). The datasets are walked
+    by the probe itself, from the sandbox's TFDS_DATA_DIR."""
     folders = [PACKAGE_ROOT / name for name in sandbox.COURSE_PACKAGES]
+    folders += [Path(sysconfig.get_path(name)) for name in ("purelib", "platlib")]
+    return list(dict.fromkeys(str(folder.resolve()) for folder in folders))
+
+
+def _folders(env: Mapping[str, str]) -> list[str]:
+    """Where else to look, once something failed: the datasets, the Python installation (the
+    venv first)."""
+    folders = []
     data = env.get("TFDS_DATA_DIR")
     if data:
         folders.append(Path(data))
@@ -98,12 +114,14 @@ def _folders(env: Mapping[str, str]) -> list[str]:
 
 def check(env: Mapping[str, str]) -> None:
     """Raise `Unreadable` when a sandboxed process, run as root's fresh uid with `env` (the
-    batch's settings), cannot import the course and the grader or list the data folder."""
+    batch's settings), cannot import the course and the grader, list the data folder, or open
+    every file and folder of the course's packages, the venv's site-packages and the data."""
     if not identity.privileged():
         return
     env = sandbox.kernel_env(dict(env), home=Path("/tmp"))
     code = PROBE % {"limit": WALK_LIMIT}
-    argv = sandbox.wrap([sys.executable, "-c", code, json.dumps(_folders(env))], cwd=Path("/tmp"))
+    walked = [json.dumps(_always(env)), json.dumps(_folders(env))]
+    argv = sandbox.wrap([sys.executable, "-c", code, *walked], cwd=Path("/tmp"))
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, env=env, timeout=TIMEOUT_S, check=False

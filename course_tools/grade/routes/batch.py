@@ -62,6 +62,7 @@ from course_tools.grade.core.plan import (
     DEFAULT_SOLUTION,
     Batch,
     GradingSettings,
+    check_out,
     prepare,
     saved_grades,
     start_checks,
@@ -222,9 +223,10 @@ def grade(  # noqa: PLR0913
     Grades in this process; `course grade` grades in a child process it supervises
     (`supervised.grade`: a submission that kills the grading process costs only its own row).
     """
-    # bad paths: a clear error before anything is written
-    collect_submissions(paths)
+    # bad paths, or a student's folder of the grades that is not the grader's: a clear error
+    # before anything is written
     solution = Path(solution or course_root() / DEFAULT_SOLUTION)
+    check_out(out, collect_submissions(paths), solution)
     settings = settings or GradingSettings(data=os.environ.get("COURSE_DATA") or "auto")
     b = prepare(out, solution, settings, limits or Limits(), sandboxed=sandboxed)
     return grade_batch(b, paths, jobs, progress=progress, regrade=regrade)
@@ -235,6 +237,7 @@ def grade_batch(
 ) -> list[Grade]:
     """`grade` for a prepared batch."""
     submissions = collect_submissions(paths)
+    check_out(b.out, submissions, b.solution_path)
     grade_here(b, to_grade(b, submissions, regrade=regrade), jobs, progress=progress)
     found = saved_grades(b, submissions)
     grades = [found[s.student] for s in submissions if s.student in found]

@@ -52,6 +52,7 @@ from course_tools.grade.core.plan import (
     PLAN_FOLDER,
     SOLUTION_COPY,
     Batch,
+    check_out,
     load_plan,
     saved_grades,
     start_checks,
@@ -428,6 +429,7 @@ def grade(
     if why:
         raise SlurmError(why)
     submissions = roster.collect_submissions(paths)
+    check_out(b.out, submissions, b.solution_path)  # before the plan is written
     todo = to_grade(b, submissions, regrade=regrade)
     states: dict[int, str] = {}
     held: dict[int, str] = {}

@@ -53,6 +53,7 @@ from pathlib import Path
 from course_tools.grade.core import one_submission, report
 from course_tools.grade.core.plan import (
     Batch,
+    check_out,
     load_plan,
     saved_grades,
     to_grade,
@@ -384,6 +385,7 @@ def grade(
     """`batch.grade_batch`, the grading done by child processes (see the module's docstring);
     the gradebook and its exports are written however it ends."""
     submissions = collect_submissions(paths)
+    check_out(b.out, submissions, b.solution_path)  # before the plan is written
     plan = b.save_plan(submissions)
     folder = plan.parent / "running"
     queue = _Queue([], to_grade(b, submissions, regrade=regrade))
