@@ -15,6 +15,8 @@ from test_grading_reading import _cell_of, _solution, _trained_fit_model
 
 from course_tools.grade.core import checks, reading
 
+LOOP = "train_dist = strategy.experimental_distribute_dataset(train_ds)"
+
 ANCHOR = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
 
 
@@ -112,3 +114,188 @@ def test_a_fit_model_that_never_ran_fit_is_not_the_model_trained_however_its_wei
     found = _trained_fit_model(tmp_path)
     assert found["models"]["fit_model"]["fit_ran"] is True
     checks.own_model(tmp_path, "fit_model", found, _solution())
+
+
+def test_a_statement_timed_in_an_assignment_is_read_as_that_statement():
+    """Red team 22a's time-assign (12/12): `_ = %time train_ds = ...` ran the assignment in the
+    kernel's namespace, but the reading took the magic's value only when its text was an
+    expression. The statement is read in its place, as a `%time` line is: the unshuffled
+    pipeline fails question 1 like the plain assignment. Timing the training call and keeping
+    its value stays readable and passes."""
+    unshuffled = "train_ds = train_cached.batch(GLOBAL_BATCH)"
+    for line in (
+        f"_ = %time {unshuffled}",
+        f"timed = %time {unshuffled}",
+        f"x = %timeit -n1 -r1 -o {unshuffled}",
+    ):
+        code = _solution({"fit_clock = EpochClock()": f"{line}\nfit_clock = EpochClock()"})
+        with pytest.raises(checks.CheckError, match="does not shuffle `train_ds`"):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.clear_cache()
+    honest = _solution(
+        {"fit_clock = EpochClock()": "seen = %time len(train_ds)\nfit_clock = EpochClock()"}
+    )
+    checks.assert_readable(honest)
+    checks.assert_pipeline_code(honest, "train_ds", "train")
+
+
+def test_an_attribute_set_on_a_module_makes_the_reading_unreadable_naming_the_cell():
+    """Red team 22a's inspect-main and tqdm-assign (12/12): `inspect.getmodule(f)` is the
+    notebook's `__main__`, so an attribute set on it binds a notebook name past the reading;
+    `tqdm.auto.tqdm` or `itertools.islice` replaced makes the wrappers the reading looks through
+    iterate anything. Setting or deleting an attribute of a module (imported, or reached
+    through a call, or a name bound to `inspect.getmodule(...)`) makes every point the reading
+    decides unreadable, naming the cell. A literal set on a module (`tqdm.monitor_interval = 0`)
+    and attributes of the notebook's own objects are not."""
+    batches = "train_cached.batch(GLOBAL_BATCH)"
+    for lines in (
+        f"import inspect\ninspect.getmodule(make_model).train_ds = {batches}",
+        f"import inspect\nm = inspect.getmodule(make_model)\nm.train_ds = {batches}",
+        f"import inspect\nsetattr(inspect.getmodule(make_model), 'train_ds', {batches})",
+        f"import tqdm.auto\ntqdm.auto.tqdm = lambda data, **kw: iter({batches})",
+        "from tqdm import auto\nauto.tqdm = lambda data, **kw: iter(data)",
+        f"import itertools\nitertools.islice = lambda data, stop: iter({batches})",
+        "import importlib\nimportlib.import_module('itertools').islice = print",
+        "import itertools as it\ndel it.islice",
+    ):
+        code = _solution(added=(lines,))
+        cell = _cell_of(code, lines)
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"cannot read what a module's names stand for .*\(cell \[{cell}\]: ",
+        ):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.clear_cache()
+    for lines in (
+        "from tqdm.auto import tqdm\ntqdm.monitor_interval = 0",
+        "clock = EpochClock()\nclock.note = train_ds",
+        "import numpy as np\nnp.set_printoptions(precision=3)",
+    ):
+        code = _solution(added=(lines,))
+        assert [u for u in reading.Code.of(code).unreadable() if u[2] == "module"] == [], lines
+        checks.clear_cache()
+
+
+def test_magics_that_run_earlier_input_or_stored_code_make_the_reading_unreadable():
+    """Red team 22a's rerun (12/12 on Slurm): `%rerun 9` ran an earlier cell (an unshuffled
+    `train_ds`) after the one the reading takes as the binding in force. IPython's magics that
+    run or bring back earlier input or stored code (`%rerun`, `%recall`, `%macro`, `%store -r`,
+    `%load`, `%paste`, `%save`) make the reading's points unreadable, naming the cell; `%store x`
+    only keeps a value, and `%run` of a file was refused already (the shell's magics)."""
+    for line in (
+        "%rerun 9",
+        "%recall 9",
+        "%macro again 9",
+        "%store -r train_ds",
+        "%load helpers.py",
+        "%paste",
+        "%save -f helpers.py 9",
+    ):
+        code = _solution(added=(line,))
+        cell = _cell_of(code, line)
+        with pytest.raises(checks.CheckError, match=rf"magic runs again .*\(cell \[{cell}\]: "):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.clear_cache()
+    assert [u for u in reading.Code.of(_solution(added=("%store NUM_TRAIN",))).unreadable()] == []
+
+
+#: TensorFlow's "iterate inside a tf.function" loop over a distributed iterator and a step count.
+TRAIN_STEPS = (
+    "\n\n@tf.function\ndef train_steps(iterator, steps):\n    total = 0.0\n"
+    "    for _ in tf.range(steps):\n        total += strategy.reduce(tf.distribute.ReduceOp.SUM, "
+    "strategy.run(train_step, args=(next(iterator),)), axis=None)\n    return total\n"
+)
+
+
+def test_tensorflows_own_ways_to_step_a_distributed_iterator_keep_question_1():
+    """Red team 22a's honest-getnext, honest-optional and honest-tfsteps2 (11/12, 'not
+    distributed'): a distributed iterator's `get_next()`, `get_next_as_optional()` and its
+    `get_value()` are read through as `next(...)` is, and a step count (an int or a tensor of
+    one, from `NUM_TRAIN` or `len(...)`) given to a tf.function loop is a number, not examples.
+    The same methods on an iterator of the undistributed pipeline still fail question 1."""
+    loop = (
+        "        for batch in train_dist:\n"
+        "            total_loss += distributed_train_step(batch)\n            batches += 1"
+    )
+    for honest in (
+        "        iterator = iter(train_dist)\n        for _ in range(len(train_ds)):\n"
+        "            total_loss += distributed_train_step(iterator.get_next())\n"
+        "            batches += 1",
+        "        iterator = iter(train_dist)\n        while True:\n"
+        "            optional = iterator.get_next_as_optional()\n"
+        "            if not optional.has_value():\n                break\n"
+        "            total_loss += distributed_train_step(optional.get_value())",
+        "        steps = -(-NUM_TRAIN // GLOBAL_BATCH)\n"
+        "        total_loss = train_steps(iter(train_dist), tf.constant(steps))\n"
+        "        batches = steps",
+    ):
+        code = _solution({loop: honest, LOOP: f"{LOOP}\n{TRAIN_STEPS}"})
+        checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.clear_cache()
+    forged = (
+        "        iterator = iter(train_cached.batch(GLOBAL_BATCH))\n"
+        "        for _ in range(len(train_ds)):\n"
+        "            total_loss += distributed_train_step(iterator.get_next())"
+    )
+    code = _solution({loop: forged})
+    with pytest.raises(checks.CheckError, match="not distributed"):
+        checks.assert_pipeline_code(code, "train_ds", "train")
+
+
+def test_a_container_filled_by_any_spelling_is_made_from_what_is_put_in_it():
+    """Red team 22a's listappend and holder-append (12/12): a fill was read only as
+    `name.append(...)` on a bare name. A fill through the type's method (`list.append(L, b)`),
+    through an item or attribute of the container (`held["batches"].append(b)`), by
+    `__iadd__`, a deque's `appendleft` or `heapq.heappush` counts under the container's root
+    name: the loop over it fails question 1 as 'not distributed'."""
+    loop = "for batch in train_dist:"
+    source = "for b in train_cached.batch(GLOBAL_BATCH):\n"
+    for fill, fed in [
+        (f"kept = []\n{source}    list.append(kept, b)\n", "for batch in kept:"),
+        (f"held = {{'b': []}}\n{source}    held['b'].append(b)\n", "for batch in held['b']:"),
+        (f"kept = []\n{source}    kept.__iadd__([b])\n", "for batch in kept:"),
+        (
+            f"import collections\nkept = collections.deque()\n{source}    kept.appendleft(b)\n",
+            "for batch in kept:",
+        ),
+        (
+            f"import heapq\nkept = []\n{source}    heapq.heappush(kept, (0, b))\n",
+            "for _, batch in kept:",
+        ),
+        (
+            f"import types\nns = types.SimpleNamespace(b=[])\n{source}    ns.b.append(b)\n",
+            "for batch in ns.b:",
+        ),
+    ]:
+        code = _solution({LOOP: f"{LOOP}\n{fill}", loop: fed})
+        cell = _cell_of(code, fed)
+        with pytest.raises(checks.CheckError, match=rf"not distributed.*cell \[{cell}\]"):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.clear_cache()
+
+
+def test_a_binding_that_may_not_run_does_not_end_the_hold_on_compiles_optimizer(tmp_path):
+    """Red team 22a's suppress-rebind (12/12): `with contextlib.suppress(...): opt = 1 / 0`
+    never bound `opt`, yet the reading took it as bound again, so the learning-rate-0 steps of
+    the optimizer given to compile were not counted. Only a `with` of a context manager that
+    lets every exception through (a strategy's scope, a timer) keeps its assignments sure;
+    the custom loop's own `optimizer = Adam()` in the scope is still its own."""
+    scope = "with strategy.scope():\n    fit_model"
+    code = _solution(
+        {
+            "optimizer=keras.optimizers.Adam(),\n        loss=keras.losses.SparseCategorical": (
+                "optimizer=opt,\n        loss=keras.losses.SparseCategorical"
+            ),
+            scope: "with strategy.scope():\n    opt = keras.optimizers.Adam()\n    fit_model",
+            ANCHOR: "import contextlib\n\nwith contextlib.suppress(ZeroDivisionError):\n"
+            "    opt = 1 / 0\nopt.learning_rate.assign(0.0)\n" + ANCHOR,
+        }
+    )
+    cell = _cell_of(code, ANCHOR)
+    with pytest.raises(
+        checks.CheckError, match=rf"steps of its optimizer outside fit \(cell \[{cell}\]"
+    ):
+        checks.assert_created_in_scope(code, "fit_model")
+    checks.clear_cache()
+    checks.assert_created_in_scope(_solution(), "fit_model")
+    assert reading.Code.of(_solution()).hand_steps("fit_model") == []

@@ -124,6 +124,10 @@ UNREADABLE = {
     "`strategy.extended`): use the public tf.distribute API",
     "magic": "it cannot read the Python a cell magic runs ({where}): put that code in a plain "
     "cell (`%%time` and `%%capture` cells are read)",
+    "module": "it cannot read what a module's names stand for once your code sets one ({where}): "
+    "leave modules' attributes alone and bind the notebook's own names",
+    "history": "it cannot read code a magic runs again from the history or a store ({where}): "
+    "write that code out in the cell where it runs",
 }
 
 

@@ -288,6 +288,22 @@ class _MagicBodies(ast.NodeTransformer):
 
     def __init__(self, depth: int):
         self.depth = depth
+        self.hoisted: list[ast.stmt] = []
+
+    def visit(self, node: ast.AST) -> ast.AST | list[ast.stmt]:
+        """A statement holding `x = %time <statement>` reads as that statement, then itself
+        (the magic's value None): `%time` runs its statement in the kernel's namespace."""
+        if not isinstance(node, ast.stmt):
+            return super().visit(node)
+        outer, self.hoisted = self.hoisted, []
+        try:
+            done = super().visit(node)
+            hoisted = self.hoisted
+        finally:
+            self.hoisted = outer
+        if not hoisted:
+            return done
+        return hoisted + (done if isinstance(done, list) else [done] if done else [])
 
     def _parsed(self, text: str, lines: int) -> list[ast.stmt] | None:
         tree = _python(text, self.depth + 1)
@@ -327,6 +343,9 @@ class _MagicBodies(ast.NodeTransformer):
                 parsed = self._parsed(statement, node.lineno - 1)
                 if parsed and len(parsed) == 1 and isinstance(parsed[0], ast.Expr):
                     return parsed[0].value
+                if parsed:  # x = %time train_ds = other: the statement runs, x is None
+                    self.hoisted += parsed
+                    return ast.copy_location(ast.Constant(None), node)
         return self.generic_visit(node)
 
 
@@ -822,6 +841,9 @@ ORDER_KEEPERS = frozenset(
     {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "itertools.islice"}
 )
 #: The calls that make a distributed dataset (`Code._distributed`).
+#: The methods of a distributed iterator (and of the optional it gives) that give its next
+#: element: read through, as `next(...)` is.
+ITERATOR_METHODS = frozenset({"get_next", "get_next_as_optional", "get_value"})
 DISTRIBUTERS = frozenset({"experimental_distribute_dataset", "distribute_datasets_from_function"})
 
 
@@ -1453,6 +1475,11 @@ COPIERS = ("load_model", "clone_model", "copy", "deepcopy", "from_config", "mode
 UNTRAINED_COPIERS = frozenset({"clone_model"})
 
 
+#: The context managers (by the name called) that never swallow an exception: an assignment
+#: under their `with` runs whenever the block goes on past it.
+SURE_CONTEXTS = frozenset(
+    {"scope", "Timer", "GradientTape", "device", "name_scope", "EpochClock", "timer"}
+)
 SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
@@ -1524,7 +1551,9 @@ class _Places:
 
     def rebound(self, name: str) -> list[tuple[int, int, int]]:
         """The places of the plain assignments to `name` at the top of a cell (under `with`
-        only: one under `if`, `for` or `try` may not run)."""
+        only, of a context manager that lets every exception through, `SURE_CONTEXTS`: one
+        under `if`, `for` or `try`, or under `with contextlib.suppress(...)` or another that
+        may swallow an exception, may not run)."""
         if name in self._rebound:
             return self._rebound[name]
         found = self._rebound[name] = []
@@ -1532,7 +1561,15 @@ class _Places:
             todo = list(tree.body)
             while todo:
                 statement = todo.pop()
-                if isinstance(statement, (ast.With, ast.AsyncWith)):
+                if isinstance(statement, (ast.With, ast.AsyncWith)) and all(
+                    isinstance(item.context_expr, ast.Call)
+                    and (
+                        getattr(item.context_expr.func, "attr", "")
+                        or getattr(item.context_expr.func, "id", "")
+                    )
+                    in SURE_CONTEXTS
+                    for item in statement.items
+                ):
                     todo += statement.body
                 elif isinstance(statement, (ast.Assign, ast.AnnAssign)) and name in _targets(
                     statement
@@ -2702,16 +2739,22 @@ class Code:
         of the notebook's own that returns one, `iter(...)`, `next(...)` or `enumerate(...)` of
         one (or a progress bar or slice of one: `ORDER_KEEPERS`, `tqdm(train_dist)`), or a name
         whose assignment in force there is one."""
-        while (
-            isinstance(node, ast.Call)
-            and (
+        while isinstance(node, ast.Call):
+            if (
                 getattr(node.func, "id", "") in ("iter", "next", "enumerate")
                 and getattr(node.func, "id", "") not in self._imports
                 or _resolved(node.func, self._imports) in ORDER_KEEPERS
-            )
-            and node.args
-        ):
-            node = node.args[0]
+            ) and node.args:
+                node = node.args[0]
+            elif (  # iterator.get_next(), optional.get_value(): TensorFlow's own
+                isinstance(node.func, ast.Attribute)
+                and node.func.attr in ITERATOR_METHODS
+                and not node.args
+                and not node.keywords
+            ):
+                node = node.func.value
+            else:
+                break
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             root = _root(node.func.value)
             return (
@@ -2731,6 +2774,47 @@ class Code:
             if before:
                 at, assignment = before[-1]
                 return self._distributed(assignment.value, at, depth + 1)
+        return False
+
+    def _count(self, node: ast.AST, place: tuple, depth: int = 0) -> bool:
+        """`node` (at `place`) is a number, never examples: an int literal, `len(...)`,
+        `int(...)`, a `cardinality()`, `num_replicas_in_sync`, arithmetic of such, a tensor of
+        one (`tf.constant(steps)`, `tf.cast`), or a name whose assignment in force is one: a step
+        count given to a step function (`train_steps(iter(train_dist), tf.constant(steps))`)."""
+        if depth > 10:
+            return False
+        if isinstance(node, ast.Constant):
+            return type(node.value) is int
+        if isinstance(node, ast.BinOp):
+            return self._count(node.left, place, depth + 1) and self._count(
+                node.right, place, depth + 1
+            )
+        if isinstance(node, ast.UnaryOp):
+            return self._count(node.operand, place, depth + 1)
+        if isinstance(node, ast.Attribute):
+            return node.attr == "num_replicas_in_sync"
+        if isinstance(node, ast.Call):
+            called = _dotted(node.func)
+            last = called.split(".")[-1]
+            if called in ("len", "int") and called not in self._imports:
+                return True
+            if last in ("cardinality", "ceil", "floor") and not node.keywords:
+                return last == "cardinality" or all(
+                    self._count(a, place, depth + 1) for a in node.args
+                )
+            if _resolved(node.func, self._imports).startswith("tensorflow.") and last in (
+                "constant",
+                "convert_to_tensor",
+                "cast",
+            ):
+                return bool(node.args) and self._count(node.args[0], place, depth + 1)
+            return False
+        if isinstance(node, ast.Name):
+            found = self._assignments_in_order(node.id)
+            before = [(at, n) for at, n in found if at < place]
+            if before and isinstance(before[-1][1], (ast.Assign, ast.AnnAssign)):
+                at, assignment = before[-1]
+                return assignment.value is not None and self._count(assignment.value, at, depth + 1)
         return False
 
     def _undistributed_feeds(self, training: set[str]) -> list[TrainingProblem]:
@@ -2792,7 +2876,7 @@ class Code:
                     ]
                 for fed in fed_parts:
                     place = (index, node.lineno, node.col_offset)
-                    if self._distributed(fed, place):
+                    if self._distributed(fed, place) or self._count(fed, place):
                         continue
                     if self._holder(node, fed) is not None:
                         continue  # a step function's parameter: its callers are read
@@ -2857,19 +2941,24 @@ class Code:
         for node in self._walk():
             values: list[ast.AST] = []
             name = ""
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in FILLERS
-                and isinstance(node.func.value, ast.Name)
-            ):
-                name, values = node.func.value.id, [*node.args, *(k.value for k in node.keywords)]
+            call = isinstance(node, ast.Call)
+            given = [*node.args, *(k.value for k in node.keywords)] if call else []
+            called = getattr(node.func, "attr", "") or getattr(node.func, "id", "") if call else ""
+            receiver = getattr(node.func, "value", None) if isinstance(node, ast.Call) else None
+            root = _root(receiver) if receiver is not None else None
+            if called in FILLERS and root is not None and root.id in CONTAINER_TYPES and given:
+                first = _root(given[0])  # list.append(batches, b): the type's method
+                name, values = (first.id if first else ""), given[1:]
+            elif called in FILLERS and root is not None:  # held["batches"].append(b)
+                name, values = root.id, given
+            elif called in FILL_FUNCTIONS and given and _root(given[0]) is not None:
+                name, values = _root(given[0]).id, given[1:]  # heapq.heappush(batches, b)
             elif isinstance(node, ast.Assign):
                 for target in node.targets:
-                    if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
-                        name, values = target.value.id, [node.value]
-            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-                name, values = node.target.id, [node.value]
+                    if isinstance(target, (ast.Subscript, ast.Attribute)) and _root(target):
+                        name, values = _root(target).id, [node.value]  # ns.b = x, d["k"][0] = x
+            elif isinstance(node, ast.AugAssign) and _root(node.target) is not None:
+                name, values = _root(node.target).id, [node.value]
             if not name:
                 continue
             parent = places.parents.get(id(node))
@@ -3565,6 +3654,9 @@ class Code:
                     shown = parents[id(shown)]  # the statement: `globals()["x"] = ...`
                 if why:
                     found.append((number, _short(shown, 80), why))
+        for number, tree in run:
+            for node in _module_writes(tree, imports, classes):
+                found.append((number, _short(node, 80), "module"))
         return found
 
     def _bindings_by_name(self) -> dict[str, list[ast.AST | None]]:
@@ -3817,7 +3909,17 @@ STEP_METHODS = frozenset(
      "_backend_apply_gradients", "_internal_apply_gradients"}
 )  # fmt: skip
 #: The methods that put something into a container (`Code._filled`).
-FILLERS = frozenset({"append", "extend", "insert", "add", "update", "__setitem__"})
+FILLERS = frozenset(
+    {"append", "extend", "insert", "add", "update", "__setitem__", "appendleft", "extendleft",
+     "__iadd__", "__ior__", "setdefault", "put", "put_nowait", "push"}
+)  # fmt: skip
+#: The container types whose methods fill the container given first (`list.append(L, x)`).
+CONTAINER_TYPES = frozenset({"list", "dict", "set", "deque", "collections", "bytearray"})
+#: The functions that fill the container given first (`heapq.heappush(L, x)`).
+FILL_FUNCTIONS = frozenset(
+    {"heappush", "heappushpop", "insort", "insort_left", "insort_right", "setitem", "iadd",
+     "iconcat", "ior"}
+)  # fmt: skip
 #: The methods of a model that step its optimizer outside `fit` (`fit_model.train_on_batch`).
 #: The methods that load weights and optimizer state into a model (or its optimizer) from a file
 #: or another's state: Keras 3 saves a compiled model's optimizer with its weights.
@@ -3961,6 +4063,10 @@ def _unreadable_why(
             if magic not in READ_MAGICS | NOT_PYTHON_CELL_MAGICS or magic == "script" and python:
                 return "magic"  # %%python, %%script python, %%prun: Python run past the reading
             return ""
+        if magic in HISTORY_MAGICS:
+            line = given[0].value if given and isinstance(given[0], ast.Constant) else None
+            if magic != "store" or not isinstance(line, str) or "-r" in line.split():
+                return "history"  # %rerun 9: an earlier cell again, after the later ones
         called = _dotted(node.func).split(".")[-1]
         named = _literal_name(node.args[1]) if called == "getattr" and len(node.args) > 1 else None
         if named and named.startswith("_") and not named.endswith("__"):
@@ -3993,6 +4099,78 @@ def _unreadable_why(
     if directly and (node.value.id in own or _self_attribute(node, parents)):
         return ""
     return "private"
+
+
+#: IPython's magics that run earlier input or stored code again, or bring it back as code or
+#: values (`%store -r`; a plain `%store x` only keeps a value): what they run is no cell the
+#: reading reads in its place.
+HISTORY_MAGICS = frozenset(
+    {"rerun", "recall", "macro", "store", "load", "paste", "cpaste", "save", "edit", "ed"}
+)
+#: The calls that give a module object (`inspect.getmodule(f)` is the notebook's `__main__`).
+MODULE_GETTERS = frozenset({"inspect.getmodule", "importlib.import_module", "importlib.reload"})
+
+
+def _literal_data(node: ast.AST | None) -> bool:
+    """`node` is a literal: a constant, or a tuple, list or set of them (data, never code)."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return all(_literal_data(e) for e in node.elts)
+    if isinstance(node, ast.UnaryOp):
+        return _literal_data(node.operand)
+    return isinstance(node, ast.Constant)
+
+
+def _module_writes(tree: ast.AST, imports: dict[str, str], classes: set[str]) -> list[ast.AST]:
+    """The statements of `tree` that set or delete an attribute of a module object: one the code
+    imports (`import tqdm.auto`, `from tqdm import auto`, `from tqdm.auto import tqdm`, whose
+    class attribute is the module's business too), or one reached through a call
+    (`inspect.getmodule(f).train_ds = ...`, `importlib.import_module("itertools").islice =
+    ...`; any call's result but a new object of the notebook's own class), as an assignment's,
+    a loop's or a `with`'s target, or by `setattr`/`delattr`. The reading trusts what a
+    module's names stand for (a wrapper it looks through, the notebook's own `__main__`), so it
+    cannot read past such a write. A literal (`tqdm.monitor_interval = 0`) is data, not code."""
+    parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    gotten = {  # m = inspect.getmodule(f); m.train_ds = ...
+        target
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
+        and isinstance(node.value, ast.Call)
+        and (
+            _resolved(node.value.func, imports) in MODULE_GETTERS
+            or _imported_module(node.value) is not None
+        )
+        for target in _targets(node)
+    }
+
+    def module(owner: ast.AST) -> bool:
+        start, _ = _attribute_path(owner)
+        if isinstance(start, ast.Name):
+            if start.id in gotten:
+                return True
+            return start.id in imports and not imports[start.id].startswith("builtins.")
+        if isinstance(start, ast.Call):
+            return not (isinstance(start.func, ast.Name) and start.func.id in classes)
+        return False
+
+    found = []
+    for node in ast.walk(tree):
+        statement = node
+        while not isinstance(statement, ast.stmt) and id(statement) in parents:
+            statement = parents[id(statement)]
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            value = getattr(statement, "value", None)
+            literal = isinstance(statement, (ast.Assign, ast.AnnAssign)) and _literal_data(value)
+            if module(node.value) and not literal:
+                found.append(statement)
+        elif (
+            isinstance(node, ast.Call)
+            and _dotted(node.func).split(".")[-1] in ("setattr", "delattr")
+            and node.args
+            and module(node.args[0])
+            and not (len(node.args) > 2 and _literal_data(node.args[2]))
+        ):
+            found.append(statement)
+    return list({id(n): n for n in found}.values())
 
 
 def _sets_data(node: ast.AST, classes: set[str]) -> bool:
