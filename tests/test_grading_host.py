@@ -29,7 +29,7 @@ from grading_submissions import (
 from helpers import require_or_skip
 
 from course_tools.exercise import HiddenTest
-from course_tools.grade.core import one_submission, plan, report, roster, staging
+from course_tools.grade.core import checker, one_submission, plan, report, roster, staging
 from course_tools.grade.core.plan import GradingSettings
 from course_tools.grade.jail import identity, sandbox
 from course_tools.runner import Limits
@@ -140,12 +140,14 @@ def _batch(out: Path, *, sandboxed: bool) -> plan.Batch:
     )
 
 
-@pytest.mark.parametrize("sandboxed", [False, True])
-def test_students_named_like_modules_never_stop_the_check_process(tmp_path, sandboxed):
+@pytest.mark.parametrize("route", ["unsandboxed", "sandboxed", "in their folder"])
+def test_students_named_like_modules_never_stop_the_check_process(tmp_path, route):
     """Students named jax, brotli, pandas and simplejson already graded in --out (unsandboxed) or
     left staged for the check process (sandboxed): a check process started after them is ready
     and passes a test that imports what those names would shadow (before: "grader error", the
-    check process could not start: "module 'brotli' has no attribute 'error'")."""
+    check process could not start: "module 'brotli' has no attribute 'error'"); even one whose
+    working folder holds them (as with an --out of /tmp/jax: its private /tmp holds the view)."""
+    sandboxed = route == "sandboxed"
     if sandboxed and not sandbox.status()[0]:
         require_or_skip("sandbox", f"no grading sandbox: {sandbox.status()[1]}")
     batch = _batch(tmp_path / "grades", sandboxed=sandboxed)
@@ -158,7 +160,11 @@ def test_students_named_like_modules_never_stop_the_check_process(tmp_path, sand
         (where / name).chmod(0o755)
     source = "import urllib3, requests, tensorflow as tf\nassert hasattr(tf, '__version__')"
     tests = [HiddenTest(question="1", title="imports", points=1, source=source, cell_index=0)]
-    checks = plan.start_checks(batch, base)
+    if route == "in their folder":
+        env = {**os.environ, **batch.settings.env()}
+        checks = checker.CheckProcess(env, batch.out, batch.out / "checks.log", run_in=batch.out)
+    else:
+        checks = plan.start_checks(batch, base)
     try:
         verdicts = checks.run(batch.out / "honest" / "artifacts", {}, tests, timeout=240)
     finally:

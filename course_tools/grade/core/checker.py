@@ -1,6 +1,6 @@
 """The check process: runs the solution's hidden tests on a submission's files, never its code.
 
-One long-lived `python -m ...grade.core.checker` process per batch (TensorFlow loads once),
+One long-lived check process per batch, this module started by `LAUNCH` (TensorFlow loads once),
 sandboxed like the kernels. It reads one job per stdin line (JSON: the artifacts folder, the probe's
 facts, the tests' sources) and answers one JSON line per job: for each test, passed or not and why.
 Everything else the tests or TensorFlow print goes to stderr (the check log), not into the answers.
@@ -134,14 +134,23 @@ def main() -> None:
         results_out.write(json.dumps(results) + "\n")
 
 
+#: How the check process starts: as `python -m` would, without the working folder on sys.path
+#: (`-m` and `-c` put it first, where a folder named like a module, a student's `jax` or `brotli`
+#: or an --out of /tmp/pandas, would shadow it; `-P` needs Python 3.11). `sys` is built in.
+LAUNCH = (
+    "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; import runpy; "
+    "runpy.run_module('course_tools.grade.core.checker', run_name='__main__', alter_sys=True)"
+)
+
+
 class CheckProcess:
     """A long-lived check process running hidden tests for one submission at a time.
 
     Started through `wrap` (the sandbox) when given; killed and restarted when it crashes, takes
     too long or uses more than `memory_mb`. `cgroup`: the control group `wrap` starts it in (its
     memory then capped by the kernel too), removed by `close`. `cwd`: the grades folder (its log
-    is named from there); `run_in`: the process's working folder (default `cwd`), which
-    `python -m` puts first on sys.path: give an empty one (`plan.start_checks`).
+    is named from there); `run_in`: the process's working folder (default `cwd`), never on its
+    sys.path (`LAUNCH`); `plan.start_checks` gives an empty one.
     """
 
     # PLR0913: the process's environment, folder, log and limits, and how the sandbox starts it
@@ -166,7 +175,7 @@ class CheckProcess:
         self.closed = False
 
     def _start(self) -> None:
-        argv = [sys.executable, "-m", "course_tools.grade.core.checker"]
+        argv = [sys.executable, "-c", LAUNCH]
         self.process = subprocess.Popen(
             self.wrap(argv) if self.wrap else argv,
             stdin=subprocess.PIPE,

@@ -51,8 +51,8 @@ NOTEBOOK_MB = 16
 #: folder of the grades folder that holds it (or an earlier grade, `report.RESULT_NAME`) is the
 #: grader's to empty; any other folder there is never touched (`check_out`).
 GRADES_MARK = ".course-grade"
-#: The check process's working folder in a batch's work folder, empty: never a grades or staging
-#: folder, whose student folders `python -m` would make importable (`start_checks`).
+#: The unsandboxed check process's working folder in a batch's work folder, empty: never the
+#: grades folder, which holds the students' folders (`start_checks`).
 CHECKS_CWD = "check-process"
 
 #: The installed course package, watched for changes while submissions run unsandboxed.
@@ -281,8 +281,8 @@ def check_out(
 def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> CheckProcess:
     """The batch's check process, sandboxed: it reads the artifacts staged for it in `base`
     (`staging`) at the grades' path, never the grades themselves or the work folders. It runs in
-    a folder that holds nothing (its private /tmp; unsandboxed `CHECKS_CWD` in `base`), so no
-    folder named after a student is on its sys.path. Its log is
+    a folder that holds no student's (its private /tmp; unsandboxed `CHECKS_CWD` in `base`), and
+    never with its working folder on sys.path (`checker.LAUNCH`). Its log is
     `log_name` in the grades folder (a path under it: one per Slurm task)."""
     env = {**os.environ, **batch.settings.env()}
     wrap = group = None
@@ -298,8 +298,8 @@ def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> Chec
                 # whatever the grades' modes, which stay the instructor's (`staging`)
                 views={batch.out: staging.folder(base)},
                 hidden=[base, batch.solution_path],
-                # never the view of the grades: `python -m` puts its working folder first on
-                # sys.path, where a student named like a module (jax, brotli) would shadow it
+                # never the view of the grades, whose students' folders are named like modules
+                # at times (jax, brotli); `checker.LAUNCH` keeps the working folder off sys.path
                 cwd=Path("/tmp"),
                 cgroup=group,
             )
