@@ -273,7 +273,8 @@ def test_under_umask_077_full_marks_and_a_private_grades_folder_kept(graded):
     _, remote, _, _ = graded
     correct = next(row for row in rows(remote) if row["student"] == "correct")
     assert (correct["status"], correct["score"]) == ("graded", "12"), correct
-    assert stat.S_IMODE(remote.stat().st_mode) == 0o700, oct(remote.stat().st_mode)
+    mode = stat.S_IMODE(remote.stat().st_mode)
+    assert mode == 0o700, oct(mode)
     copy = remote / grading_plan.PLAN_FOLDER / grading_plan.SOLUTION_COPY
     assert (remote / grading_plan.PLAN_FOLDER / "plan.json").is_file()
     assert not copy.exists(), "the hidden tests stayed"
