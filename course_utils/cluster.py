@@ -134,7 +134,12 @@ class LocalCluster:
     its TF_CONFIG, this environment plus `env` minus COURSE_DEVICES (a worker is one device),
     and its log in `log_dir`. `jobs` adds tasks of other jobs running the same script, e.g.
     `{"chief": 1, "ps": 1}` for parameter-server training. `start()` waits until each task printed
-    `ready` (a regular expression); `timeout` seconds after the start, everything is stopped."""
+    `ready` (a regular expression); `timeout` seconds after the start, everything is stopped.
+
+    The addresses say `localhost`, but TensorFlow's gRPC server listens on every interface (it
+    binds 0.0.0.0; TensorFlow 2.21 offers no other address) and runs any graph sent to it, with no
+    authentication: start clusters only on a machine or node no one else can reach (notebook 4,
+    section 1)."""
 
     # Keyword options notebook 4 writes out where the lesson is about them (ready=, timeout=...).
     def __init__(  # noqa: PLR0913
