@@ -167,7 +167,7 @@ def _hand_steps(code: reading.Code, name: str) -> list[str]:
             for cell, text in code.hand_steps(name)
         ]
         found += [
-            f"weights and optimizer state loaded into it ({_cell(cell)}: `{text}`)"
+            f"weights loaded into it from elsewhere ({_cell(cell)}: `{text}`)"
             for cell, text in code.hand_steps(name, loads=True)
         ]
     return found
@@ -449,9 +449,10 @@ def own_model(artifacts: Path, name: str, facts: dict, observed: dict | None = N
     )
     if loaded:
         raise CheckError(
-            f"the notebook's code loads weights and optimizer state into `{name}` "
-            f"({_cell(loaded[0][0])}: `{loaded[0][1]}`): a model loaded, like weights copied in "
-            f"(set_weights), is not the model trained; train {name} with fit and save it"
+            f"the notebook's code loads weights into `{name}` from elsewhere "
+            f"({_cell(loaded[0][0])}: `{loaded[0][1]}`): a model given another's weights (from a "
+            "file or checkpoint, with its optimizer's steps and moments) is not the model "
+            f"trained; train {name} with fit and save it"
         )
     if name != CUSTOM_LOOP_MODEL and fact.get("fit_ran") is False:
         raise CheckError(

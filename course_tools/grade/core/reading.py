@@ -3921,9 +3921,10 @@ FILL_FUNCTIONS = frozenset(
      "iconcat", "ior"}
 )  # fmt: skip
 #: The methods of a model that step its optimizer outside `fit` (`fit_model.train_on_batch`).
-#: The methods that load weights and optimizer state into a model (or its optimizer) from a file
-#: or another's state: Keras 3 saves a compiled model's optimizer with its weights.
-LOADED_INTO = frozenset({"load_weights", "load_own_variables", "set_state_tree"})
+#: The methods that load weights (and, but for `set_weights`, optimizer state) into a model (or
+#: its optimizer) from a file or another's state: Keras 3 saves a compiled model's optimizer with
+#: its weights; a model graded as trained by `fit` given another's weights is a copy either way.
+LOADED_INTO = frozenset({"load_weights", "load_own_variables", "set_state_tree", "set_weights"})
 #: The methods of a `tf.train.Checkpoint` (or a `CheckpointManager`) that read it into its objects.
 CHECKPOINT_READS = frozenset({"read", "restore", "restore_or_initialize"})
 MODEL_STEPS = frozenset({"train_on_batch", "train_step", "train_function", "make_train_function"})
