@@ -454,3 +454,37 @@ def test_error_summary_gives_the_exception_and_the_line_that_says_why():
         "(stopped sending heartbeats): /job:worker/replica:0/task:1"
     )
     assert cluster.error_summary("ready: worker 0\nfinished at step 192\n") is None
+
+
+@pytest.mark.slow
+def test_tensorflow_servers_listen_on_every_interface(tmp_path):
+    """What notebook 4 (section 1) warns about: a TensorFlow server whose TF_CONFIG says
+    `localhost` still listens on every interface (TensorFlow binds 0.0.0.0, with no option for
+    another address in 2.21). If a TensorFlow version binds `localhost` only, this test fails and
+    the warning, LocalCluster's docstring and appendix A's note must be revised."""
+    script = tmp_path / "server.py"
+    script.write_text(
+        textwrap.dedent("""\
+            import time
+            import tensorflow as tf
+            resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+            server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                                          task_index=resolver.task_id, protocol="grpc")
+            print("listening", flush=True)
+            time.sleep(120)
+            """)
+    )
+    with cluster.LocalCluster(
+        script, workers=2, timeout=180, env={"CUDA_VISIBLE_DEVICES": "-1"}, ready="listening"
+    ) as c:
+        for task, process in c.processes.items():
+            port = int(c.spec["worker"][task].rsplit(":", 1)[1])
+            assert c.spec["worker"][task] == f"localhost:{port}"
+            listening = {
+                conn.laddr.ip
+                for conn in psutil.Process(process.pid).net_connections(kind="tcp")
+                if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port
+            }
+            assert listening and listening <= {"::", "0.0.0.0"}, listening  # not 127.0.0.1
+        workers = pids(c)
+    assert_gone(workers)
