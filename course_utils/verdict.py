@@ -5,20 +5,17 @@ examples/s), the step's FLOPs and intensity, each limit's sets of rounds (rates)
 during each set. One rule, used by the notebook, `course bench` and the artifact check:
 
 - a limit is the fastest round of all its sets (load only slows a round, so it is a lower bound);
-  its low end is the fastest round of the other sets (`limit_range`);
+  its low end, the other sets' fastest (`limit_range`), is a flag; it is searched up (`headroom`);
 - no verdict (`withheld`) when other programs used more than `busy` of the cores during a set
   that decides it, the sweep's line misses a point by more than `line_tolerance` or has a
   negative fixed part, a set had fewer than `min_rounds` rounds, or a training run beat every
   round of the peak;
-- else the step splits into the fixed part, the roof's part and the rest, and the largest is named
-  when it is over `majority` of the step (`split`), at each limit's two ends and inside its range
-  (the side of the ridge is not monotone in the limits), the step's two fastest rounds, the
-  counted intensity and the count's factor either way, and the fixed part within the line's
-  worst miss; "undecided" names what flips it (`regime`);
+- else the step splits into the fixed part, the roof's part and the rest, the largest named over
+  `majority` of the step (`split`) in every case `outcomes` searches; "undecided" names what
+  flips it (`regime`);
 - a set whose fastest round got less than `STARVED` of the usable CPUs' time ran starved
   (`starved_sets`); no side of the ridge rests on a limit whose sets all did (`all_starved`), and
-  a verdict any of whose outcomes names a side is withheld then (the roof's part rests on it),
-  and so is "no single part dominates" without "below both roofs" (a higher limit can make it);
+  a verdict any of whose outcomes names a side is withheld then (the side rests on its ridge);
 - what an undecided run rules out: the outcomes no case produced (`ruled_out`);
 - the step's side of the ridge at every ridge the limits' ranges give, or none from busy or
   starved sets (`ridge_sides`, `ridge`);
@@ -290,7 +287,21 @@ def _ranges(record: dict) -> tuple[dict, dict, dict, dict, float]:
     factors = {"counted": 1.0, "fewer bytes": margin, "more bytes": 1 / margin}
     band = worst * step  # the line's worst miss, at this step's time
     fixes = {"line": fixed_ms, "low": fixed_ms - band, "high": fixed_ms + band}
-    return limits_of(record), steps, factors, fixes, worst
+    cores, usable = record.get("cores", {}), record.get("usable_cpus", 0.0)
+    up = {k: headroom(record.get(f"{k}_rounds", {}), cores.get(k, {}), usable) for k in UNITS}
+    limits = {k: (v, v * up[k]) for k, (v, _) in limits_of(record).items()}  # value, searched to
+    return limits, steps, factors, fixes, worst
+
+
+def headroom(sets: dict[str, list[float]], cores: dict[str, list[float]], usable: float) -> float:
+    """How far above its value (the fastest round, a lower bound) a limit is searched: a round on
+    c of `usable` CPUs' worth could go at most usable / c as fast on them all; at least 1 /
+    `STARVED`, as load slows a round without taking cores too (a GPU records none); 1 with no
+    `sets` (exact limits). The low end, the other sets' fastest, is never searched.
+    >>> headroom({"a": [2.0, 3.0]}, {"a": [1.2, 1.0]}, 2.0), headroom({"a": [3.0]}, {}, 2.0)
+    (2.0, 1.3333333333333333)"""
+    got = top_cores(sets, cores) if sets else 0.0
+    return max(1 / STARVED, usable / got if got else 0.0) if sets else 1.0
 
 
 def _changes(case: tuple) -> int:
@@ -303,10 +314,9 @@ GRID = 17
 
 
 def _inside(limits: dict, intensity: float, margin: float) -> list[tuple[float, float]]:
-    # (peak, bandwidth) pairs inside both ranges: a geometric grid, and the pairs whose ridge lies
-    # inside the near band (intensity / margin to intensity x margin) at the lowest and highest
-    # limits that ridge allows: the side label is not monotone in the limits, so ends miss it.
-    (p_hi, p_lo), (b_hi, b_lo) = limits["peak"], limits["bandwidth"]
+    # (peak, bandwidth) pairs in both ranges: a geometric grid, and pairs whose ridge is in the
+    # near band (intensity / margin to x margin) at its lowest and highest limits (not monotone).
+    (p_lo, p_hi), (b_lo, b_hi) = limits["peak"], limits["bandwidth"]
     pairs = [(p, b) for p in np.geomspace(p_lo, p_hi, GRID) for b in np.geomspace(b_lo, b_hi, GRID)]
     low, high = max(p_lo / b_hi, intensity / margin), min(p_hi / b_lo, intensity * margin)
     if low < high:
@@ -319,15 +329,15 @@ def _inside(limits: dict, intensity: float, margin: float) -> list[tuple[float, 
 
 def outcomes(record: dict) -> dict[tuple, str]:
     """`regime`'s cases, fewest changes first, each with its outcome (`split`): each limit at its
-    value or low end, the step at its fastest or next-fastest round, the count's factor either
-    way, the fixed part within the line's worst miss. A case that puts the step above its roof
-    at a count's factor is left out: the run rules that intensity out. Outcomes found only
-    inside the limits' ranges (`_inside`: a grid, and the ridges in the near band) are added as
-    cases naming the limits moved below their values, ("peak", "inside: <outcome>") say."""
+    value or x `headroom`, the step at its fastest or next round, the count's factor either way,
+    the fixed part within the line's worst miss. A case that puts the step above its roof at a
+    count's factor is left out: the run rules that intensity out. Outcomes found only inside the
+    limits' ranges (`_inside`: a grid, and the ridges in the near band) are added as cases naming
+    the limits raised ("peak", "inside: <outcome>") say."""
     limits, steps, factors, fixes, _ = _ranges(record)
 
-    def at(low: tuple[str, ...], which: str, estimate: str, fix: str) -> str:
-        peak, bandwidth = (limits[k][k in low] for k in ("peak", "bandwidth"))  # low: low ends
+    def at(high: tuple[str, ...], which: str, estimate: str, fix: str) -> str:
+        peak, bandwidth = (limits[k][k in high] for k in ("peak", "bandwidth"))
         return split(record, steps[which], fixes[fix], peak, bandwidth, factors[estimate])
 
     cases = sorted(  # fewest changes first: what an outcome needs is its smallest cases
@@ -349,7 +359,7 @@ def outcomes(record: dict) -> dict[tuple, str]:
         for peak, bandwidth in pairs:
             outcome = split(record, steps[which], fixes[fix], peak, bandwidth, factors[estimate])
             moved = tuple(
-                k for k, v in (("peak", peak), ("bandwidth", bandwidth)) if v < limits[k][0]
+                k for k, v in (("peak", peak), ("bandwidth", bandwidth)) if v > limits[k][0]
             )
             if outcome not in seen and len(moved) < len(inside.get(outcome, "xxx")):
                 inside[outcome] = moved
@@ -365,10 +375,7 @@ def outcomes(record: dict) -> dict[tuple, str]:
 def ruled_out(record: dict) -> list[str]:
     """The outcomes (`OUTCOMES`) no case of `regime` produced: what a run rules out even when it
     decides nothing; [] when no verdict is drawn (`withheld`, or `regime` withholds it: a side
-    from a limit whose sets all ran starved).
-
-    An undecided "below both roofs or no single part dominates" rules out the others:
-    ["overhead-bound", "compute-bound", "memory-bandwidth-bound", "near the ridge"]."""
+    from a limit whose sets all ran starved)."""
     if withheld(record) or regime(record).startswith("withheld"):
         return []
     found = set(outcomes(record).values())
@@ -379,24 +386,18 @@ def regime(record: dict) -> str:
     """3b's verdict: `withheld` first; else `split` at each of `outcomes`' cases. When these
     differ: "undecided: A or B, with ...", naming every limit (and the step, the count, the fixed
     part) that any listed outcome needs. From a limit whose sets all ran starved (`all_starved`:
-    the limit may be low, the roof's part too high), an outcome naming a side of the ridge
-    withholds the verdict, and so does "no single part dominates" unless "below both roofs" (what
-    it can become at a higher limit) is among the outcomes too."""
+    the limit may be low), an outcome naming a side of the ridge withholds the verdict: the side
+    rests on that limit's ridge. A higher limit's smaller roof's part is searched (`headroom`)."""
     reason = withheld(record)
     if reason:
         return reason
     limits, steps, _, fixes, worst = _ranges(record)
     margin = record.get("count_margin", 1.0)
     found_cases = outcomes(record)
-    cases = list(found_cases)
     first = found_cases[((), "step", "counted", "line")]
     found = sorted(set(found_cases.values()))
-    starved = all_starved(record)
-    if starved and SIDES & set(found):
+    if (starved := all_starved(record)) and SIDES & set(found):
         return f"withheld: an outcome names a side of the ridge, and {starved}"
-    if starved and "no single part dominates" in found and "below both roofs" not in found:
-        # a higher limit shrinks the roof's part: the rest can pass half the step
-        return f"withheld: 'no single part dominates' can become 'below both roofs', and {starved}"
     if found == ["above its roof"]:
         return (
             "undecided: the step ran above its roof at both ends of each limit's range, so "
@@ -406,7 +407,7 @@ def regime(record: dict) -> str:
         return first
     needs: dict[str, None] = {}
     for outcome in set(found) - {first}:
-        making = [case for case in cases if found_cases[case] == outcome]
+        making = [case for case in found_cases if found_cases[case] == outcome]
         for low, which, estimate, fix in (
             case for case in making if _changes(case) == _changes(making[0])
         ):
@@ -414,8 +415,8 @@ def regime(record: dict) -> str:
             needs |= dict.fromkeys(["count"] if estimate != "counted" else [])
             needs |= dict.fromkeys(["fixed"] if fix != "line" else [])
     ranges = [
-        f"the {k} between {limits[k][1] / 1e9:,.1f} and {limits[k][0] / 1e9:,.1f} G{UNITS[k]} "
-        f"({limits[k][0] / limits[k][1]:.2f}x)"
+        f"the {k} between {limits[k][0] / 1e9:,.1f} and {limits[k][1] / 1e9:,.1f} G{UNITS[k]} "
+        f"({limits[k][1] / limits[k][0]:.2f}x, `headroom`)"
         for k in limits
         if k in needs
     ]
@@ -833,7 +834,7 @@ def step_share_withheld(  # noqa: PLR0913 - each a reason section 2 withholds fo
 
 def ridge_sides(intensity: float, limits: dict, load: float, busy: float, low: str = "") -> str:
     """The step's side of the ridge at every ridge the limits' ranges give (`limits`: name to
-    (value, low)), in words; none when `load`, the most other programs used of the cores during
+    its two ends), in words; none when `load`, the most other programs used of the cores during
     a limit's deciding set, is over `busy`, or when `low` says why a limit may be measured low
     (a limit's sets all starved, `all_starved`; a training run beat the peak, `peak_measured_low`).
 
@@ -876,6 +877,5 @@ def ridge(record: dict) -> str:
     set, and why a limit may be low (`all_starved`, `peak_measured_low`), as `regime` withholds."""
     sets = {"peak": record["peak_rounds"], "bandwidth": record["bandwidth_rounds"]}
     load = max(record["loads"][k][label] for k in sets for label in deciding(sets[k]))
-    limits = limits_of(record)
-    low = all_starved(record) or peak_measured_low(record)
-    return ridge_sides(record["intensity"], limits, load, record["busy"], low)
+    low = all_starved(record) or peak_measured_low(record)  # each limit up to its `headroom`:
+    return ridge_sides(record["intensity"], _ranges(record)[0], load, record["busy"], low)

@@ -101,14 +101,15 @@ def test_the_regime_follows_from_the_sweep(tmp_path, sweep, roofline, regime):
 
 
 def _limits_record(**changes) -> dict:
-    """Notebook 3b's record: a 10 ms step at 64 (about 4% fixed), intensity 40 FLOP/B, the peak's
-    fastest round 205 GFLOP/s with 150 the other sets' fastest, the bandwidth 12 GB/s (11.9)."""
+    """Notebook 3b's record: a 10 ms step at 64 (about 4% fixed), intensity 60 FLOP/B, the peak's
+    fastest round 205 GFLOP/s with 150 the other sets' fastest, the bandwidth 12 GB/s (11.9); no
+    cores recorded, so each limit is searched up to 1 / STARVED (1.33x) above its value."""
     return (
         {
             "batch": 64,
             "sweep": [{"global_batch": b, "fastest_ms": ms} for b, ms in SLOPED],
-            "intensity": 40.0,
-            "flops_per_step": 1.2e9,  # 120 GFLOP/s: 59-80% of the roof, compute side at every end
+            "intensity": 60.0,
+            "flops_per_step": 1.5e9,  # 150 GFLOP/s: 55-73% of the roof from 205 up to 273 (1.33x)
             "physical_devices": 1,
             "peak_flops": 205e9,
             "memory_bandwidth": 12e9,
@@ -147,37 +148,70 @@ def test_a_limit_is_the_fastest_round_not_a_slower_set_that_agrees(tmp_path):
     ]
 
 
-def test_a_verdict_the_limits_range_could_flip_is_withheld(tmp_path):
-    """80 GFLOP/s is 39% of a 205 GFLOP/s roof (below both roofs: 57% neither) but 53% of a 150
-    one (compute-bound): the verdict names both and the peak's range; with 200 for the other
-    sets' fastest, 40% either way: below both roofs."""
-    record = _limits_record(flops_per_step=0.8e9)
+def test_a_verdict_a_higher_limit_could_flip_is_undecided(tmp_path):
+    """A limit is at least its fastest round, so the verdict is searched from it upward. 120
+    GFLOP/s is 59% of a 205 GFLOP/s roof (compute-bound) but 44% of 273, 205 x 1.33 (the
+    `headroom` with no cores recorded): undecided, naming the peak's range above its value. 80
+    GFLOP/s was compute-bound only at the other sets' 150, a peak the run beat: no longer an
+    outcome (a review's replay decided compute-bound from such a low end)."""
+    record = _limits_record(flops_per_step=1.2e9)
     undecided = (
         "undecided: below both roofs or compute-bound or no single part dominates, with the "
-        "peak between 150.0 and 205.0 GFLOP/s (1.37x)"
+        "peak between 205.0 and 273.3 GFLOP/s (1.33x, `headroom`)"
     )
     assert expected_regime(record) == undecided
     path = tmp_path / "results.json"
     path.write_text(json.dumps(record | {"regime": "compute-bound"}))
     assert f"its sweep says {undecided!r}" in regime_problems(path)[0]
-    close = {"section 1": [200e9], "section 3": [205e9]}
-    record = _limits_record(flops_per_step=0.8e9, peak_rounds=close)
-    assert expected_regime(record) == "below both roofs"
+    assert expected_regime(_limits_record(flops_per_step=1.4e9)) == "compute-bound"  # 51% at 273
+    assert expected_regime(_limits_record(flops_per_step=0.8e9)) == "below both roofs"
+    assert "compute-bound" in verdict.ruled_out(_limits_record(flops_per_step=0.8e9))
 
 
-def test_a_set_below_a_gap_is_inside_the_limit_s_range():
-    """A quiet run whose peak's sets top at 228, 224 and 94 GFLOP/s (a 2.38x gap, flagged): at
-    the two fastest ends an 80 GFLOP/s step is 35% of its roof (below both roofs), at the flagged
-    set's 94 it is 85% (compute-bound). The verdict is worked out across the gap: undecided,
-    naming the peak from 94; the low end from the two fastest sets alone (224) hid it."""
+def test_a_review_s_quiet_replay_no_longer_decides_from_a_peak_the_run_beat():
+    """A review replayed a 5-device run as quiet (others 5%, 5 rounds, 1.9 of 2 cores' worth):
+    the peak's fastest round 224.8 GFLOP/s, the other sets' 197.4 and 146.7. Searched between
+    146.7 and 224.8 it gave "compute-bound" as an outcome, from a peak the run itself beat. A limit
+    is at least its fastest round: searched from 224.8 to 299.7 (1.33x) the step is below both
+    roofs or no part dominates, and compute-bound is ruled out."""
+    sweep = [(80, 18.43, [4207, 3400, 4341]), (160, 29.15, [5488, 5482, 4947])]
+    sweep += [(320, 45.65, [6706, 7010, 6823]), (640, 92.34, [6931, 6898, 6895])]
+    peak = {"section 1": [135.2e9, 76.7e9, 146.7e9], "section 3": [115.4e9, 96.7e9, 197.4e9]}
+    bandwidth = {"section 1": [50.2e9, 55.1e9, 56.9e9], "section 3": [15.6e9, 40.3e9, 57.7e9]}
+    peak["after the sweep"], bandwidth["after the sweep"] = [224.8e9, 179.6e9], [48.1e9, 29.5e9]
+    sets = {"peak": peak, "bandwidth": bandwidth}
+    record = THRESHOLDS | {
+        "batch": 320,
+        "intensity": 9.37,
+        "flops_per_step": 4.729e9,
+        "sweep": [{"global_batch": b, "fastest_ms": ms, "rounds": r} for b, ms, r in sweep],
+        "physical_devices": 1,
+        "peak_rounds": peak,
+        "bandwidth_rounds": bandwidth,
+        "sweep_best_flops": 103.6e9,
+        "single_flops": 93.6e9,
+        "rounds": 5,
+        "loads": {k: dict.fromkeys(v, 0.05) for k, v in sets.items()},
+        "cores": {k: {label: [1.9] * len(r) for label, r in v.items()} for k, v in sets.items()},
+        "usable_cpus": 2.0,
+    }
+    assert verdict.regime(record) == (
+        "undecided: below both roofs or no single part dominates, with the peak between 224.8 "
+        "and 299.7 GFLOP/s (1.33x, `headroom`)"
+    )
+    assert "compute-bound" in verdict.ruled_out(record)
+    assert "compute-bound" not in set(verdict.outcomes(record).values())
+
+
+def test_a_set_below_a_gap_flags_the_limit_and_is_not_searched():
+    """A quiet run whose peak's sets top at 228, 224 and 94 GFLOP/s (a 2.38x gap, flagged, the
+    low end 94): an 80 GFLOP/s step is 35% of a 228 roof and less above it (below both roofs);
+    at the flagged set's 94 it would be 85%, but the run beat 94, so that is no outcome."""
     sets = {"section 1": [61.8e9, 94.2e9], "section 3": [223.7e9], "after the sweep": [228.2e9]}
     record = _limits_record(flops_per_step=0.8e9, peak_rounds=sets, sweep_best_flops=80e9)
     assert verdict.set_gap(sets) > verdict.GAP
     assert limit_range(sets) == (228.2e9, 94.2e9)
-    assert expected_regime(record) == (
-        "undecided: below both roofs or compute-bound or no single part dominates, with the "
-        "peak between 94.2 and 228.2 GFLOP/s (2.42x)"
-    )
+    assert expected_regime(record) == "below both roofs"
     close = sets | {"section 1": [61.8e9, 155e9]}  # a 1.47x span: the two fastest decide
     assert expected_regime(record | {"peak_rounds": close}) == "below both roofs"
     # the flagged set's load decides too: busy there, no verdict
@@ -285,11 +319,17 @@ def test_the_all_reduce_s_share_of_a_step_is_withheld_for_the_first_reason_that_
 
 
 def test_a_point_within_the_count_s_margin_of_the_ridge_is_near_the_ridge():
-    """Intensity 20 against a ridge of 12.5-17.2 FLOP/B: on the compute side, but within the
-    count's factor of 2, so "near the ridge"; with no margin, compute-bound."""
+    """Intensity 20 against a ridge of 12.8-22.8 FLOP/B (205-273 GFLOP/s over 12-16 GB/s):
+    within the count's factor of 2 of every ridge, so "near the ridge"; with no margin, the
+    ridge's range straddles 20: either side. Intensity 30 is on the compute side of every
+    ridge with no margin."""
     record = _limits_record(intensity=20.0)
     assert expected_regime(record) == "near the ridge"
-    assert expected_regime(record | {"count_margin": 1}) == "compute-bound"
+    assert expected_regime(record | {"count_margin": 1}) == (
+        "undecided: compute-bound or memory-bandwidth-bound, with the peak between 205.0 and "
+        "273.3 GFLOP/s (1.33x, `headroom`)"
+    )
+    assert expected_regime(record | {"count_margin": 1, "intensity": 30.0}) == "compute-bound"
 
 
 def test_on_4_gpus_the_run_without_a_strategy_floors_one_device_s_peak(tmp_path):
@@ -354,7 +394,7 @@ def test_a_run_faster_than_the_peak_makes_the_peak_at_least_that_fast(tmp_path):
 
 def test_a_peak_a_training_run_beat_withholds_the_verdict(tmp_path):
     """Every set of the peak tops out at 205 GFLOP/s, but the 64/replica run reached 260: the
-    floor puts that run at 100% of its roof and both ends of the range at 260, so no range can
+    floor puts that run at 100% of its roof and the range's low end at 260, so no range can
     flip it; the peak was measured low, so no verdict (a record naming one fails)."""
     record = _limits_record(sweep_best_flops=260e9, peak_flops=260e9, flops_per_step=2.6e9)
     record["limits"] = {"peak": [260e9, 260e9], "bandwidth": [12e9, 11.9e9]}
@@ -370,7 +410,7 @@ def test_a_peak_a_training_run_beat_withholds_the_verdict(tmp_path):
     assert regime_problems(path) == []
     # the peak's sets reach the run's rate: a verdict again
     reached = record["peak_rounds"] | {"after the sweep": [260e9]}
-    assert expected_regime(record | {"peak_rounds": reached}) == "near the ridge"
+    assert expected_regime(record | {"peak_rounds": reached}) == "compute-bound"
 
 
 def test_no_side_of_the_ridge_from_a_peak_a_training_run_beat(tmp_path):
@@ -392,10 +432,10 @@ def test_no_side_of_the_ridge_from_a_peak_a_training_run_beat(tmp_path):
         "faster (260.0 GFLOP/s, the peak's sets at most 205.0)"
     )
     path = tmp_path / "results.json"
-    path.write_text(json.dumps(record | {"ridge": "The step's 40.0 FLOP/B: compute side."}))
+    path.write_text(json.dumps(record | {"ridge": "The step's 60.0 FLOP/B: compute side."}))
     assert "side of the ridge" in regime_problems(path)[0]
     reached = {"peak_rounds": record["peak_rounds"] | {"section 3": [200e9, 260e9]}}
-    assert verdict.ridge(record | reached).startswith("The step's 40.0 FLOP/B against a ridge")
+    assert verdict.ridge(record | reached).startswith("The step's 60.0 FLOP/B against a ridge")
 
 
 def test_one_rule_takes_a_limit_for_the_notebook_bench_and_the_check():
@@ -421,26 +461,23 @@ def test_one_rule_takes_a_limit_for_the_notebook_bench_and_the_check():
 
 
 def test_undecided_names_every_limit_an_outcome_needs():
-    """Near the ridge only with BOTH limits at their low ends (the peak 150 and the bandwidth 5
-    GB/s: ridge 30, intensity 50 within its factor 2), the bandwidth alone flipping nothing: the
-    sentence names the bandwidth too (a review found it left out), and the peak; and the count's
-    factor, as the bandwidth's low end with half the counted intensity flips it as few ways."""
+    """At the ridge (intensity 205 / 12 = 17.1) a 130 GFLOP/s step is 63% of its roof (near the
+    ridge); raising one limit leaves the roof at the other's, so only BOTH raised (273 and 16
+    GB/s) give 48%, no single part dominates: the sentence names both limits (a review found one
+    left out), and the count's factor, which lets the peak alone move the roof as few ways. The
+    bandwidth's slower 5 GB/s set is a flag only: without it, the same verdict."""
     record = _limits_record(
-        intensity=50.0,
-        flops_per_step=0.44 * 205e9 * 0.010,  # 44% of the 205 GFLOP/s roof: below both roofs
+        intensity=205 / 12,
+        flops_per_step=1.3e9,
         bandwidth_rounds={"section 1": [11.5e9, 12e9], "section 3": [5e9]},
     )
     assert expected_regime(record) == (
-        "undecided: below both roofs or compute-bound or near the ridge or no single part "
-        "dominates, with the peak between 150.0 and 205.0 GFLOP/s (1.37x) and the bandwidth "
-        "between 5.0 and 12.0 GB/s (2.40x) and the count's factor 2 (an intensity of 25.0 to "
-        "100.0 FLOP/B)"
+        "undecided: near the ridge or no single part dominates, with the peak between 205.0 and "
+        "273.3 GFLOP/s (1.33x, `headroom`) and the bandwidth between 12.0 and 16.0 GB/s (1.33x, "
+        "`headroom`) and the count's factor 2 (an intensity of 8.5 to 34.2 FLOP/B)"
     )
     one = record | {"bandwidth_rounds": {"section 1": [12e9], "section 3": [11.9e9]}}
-    assert expected_regime(one) == (
-        "undecided: below both roofs or compute-bound or no single part dominates, with the "
-        "peak between 150.0 and 205.0 GFLOP/s (1.37x)"
-    )
+    assert expected_regime(one) == expected_regime(record)
 
 
 def _two_replica_record(
@@ -514,7 +551,8 @@ def test_a_fixed_part_within_the_line_s_worst_miss_of_the_majority_is_undecided(
 
 def test_a_part_names_the_verdict_only_when_it_is_more_than_half_the_step(tmp_path):
     """A roof's part of 43% beside 17% fixed and 41% neither (the shares a review found printed
-    as "compute-bound"): no single part dominates; at 53% of the roof, compute-bound."""
+    as "compute-bound"): no single part dominates; at 53% of the highest roof searched (273,
+    the peak's 205 x 1.33), compute-bound."""
     sloped = [(64, 10.0), (96, 14.1), (128, 18.2), (192, 26.4)]  # 1.8 ms fixed at 64: 18%
     record = _limits_record(
         sweep=[{"global_batch": b, "fastest_ms": ms} for b, ms in sloped],
@@ -525,7 +563,8 @@ def test_a_part_names_the_verdict_only_when_it_is_more_than_half_the_step(tmp_pa
     path = tmp_path / "results.json"
     path.write_text(json.dumps(record | {"regime": "compute-bound"}))
     assert "its sweep says 'no single part dominates'" in regime_problems(path)[0]
-    assert expected_regime(record | {"flops_per_step": 1.09e9}) == "compute-bound"
+    assert expected_regime(record | {"flops_per_step": 1.45e9}) == "compute-bound"
+    assert expected_regime(record | {"flops_per_step": 1.09e9}) != "compute-bound"  # 40% at 273
 
 
 def _sweep_with_rounds(fastest_ms: list[float], batches=(64, 96, 128, 192)) -> list[dict]:
@@ -546,17 +585,18 @@ def _sweep_with_rounds(fastest_ms: list[float], batches=(64, 96, 128, 192)) -> l
 
 
 def test_a_verdict_inside_the_steps_own_spread_is_undecided():
-    """A review's 4-device run: the roof's part 51.6% of the step on its fastest round, 48.5% on
-    its next-fastest (6% slower), either side of the majority (50%): no verdict can rest on one
-    round, so it is undecided and names the step's range. The same step with rounds 1% apart
-    stays compute-bound."""
-    flops = 0.516 * 205e9 * 0.010  # 51.6% of the 205 GFLOP/s roof in the fastest 10 ms
+    """A review's 4-device run: at the highest peak searched the roof's part is 51.6% of the step
+    on its fastest round, 48.5% on its next-fastest (6% slower), either side of the majority
+    (50%): no verdict can rest on one round, so it is undecided and names the step's range (and
+    the peak's, where it flips). The same step with rounds 1% apart stays compute-bound."""
+    flops = 0.516 * 205e9 * 4 / 3 * 0.010  # 51.6% of the highest roof searched, 205 x 1.33
     record = _limits_record(flops_per_step=flops)
     step = record["sweep"][[p["global_batch"] for p in record["sweep"]].index(64)]
     step["rounds"] = [6400.0, 6400.0 * 48.5 / 51.6, 6400.0 / 1.2]  # examples/s: 10 ms fastest
     assert expected_regime(record) == (
-        "undecided: compute-bound or no single part dominates, with the step between 10.0 and "
-        "10.6 ms (its two fastest rounds)"
+        "undecided: compute-bound or no single part dominates, with the peak between 205.0 and "
+        "273.3 GFLOP/s (1.33x, `headroom`) and the step between 10.0 and 10.6 ms (its two "
+        "fastest rounds)"
     )
     step["rounds"] = [6400.0, 6400.0 / 1.01, 6400.0 / 1.2]
     assert expected_regime(record) == "compute-bound"
@@ -1099,10 +1139,11 @@ def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
     assert verdict.ridge(unrecorded).endswith("near the ridge.")
     slowed = record | {"cores": {"bandwidth": dict.fromkeys(ALL_SLOW, [1.9] * 5)}}
     assert verdict.ridge(slowed).endswith("near the ridge.")
-    regime = (
-        "undecided: below both roofs or no single part dominates, with the step between 13.4 "
-        "and 16.1 ms (its two fastest rounds) and the fixed part between 3.70 and 5.71 ms (the "
-        "line's worst miss of a point, 7%)"
+    regime = (  # the peak, on full cores, searched up to 4 / 3 above its value
+        "undecided: below both roofs or no single part dominates, with the peak between 443.1 "
+        "and 590.8 GFLOP/s (1.33x, `headroom`) and the step between 13.4 and 16.1 ms (its two "
+        "fastest rounds) and the fixed part between 3.70 and 5.71 ms (the line's worst miss of a "
+        "point, 7%)"
     )
     assert verdict.regime(record) == verdict.regime(unrecorded) == regime
     busy = record["loads"] | {"bandwidth": dict.fromkeys(ALL_SLOW, 0.5)}
@@ -1273,16 +1314,18 @@ def test_a_many_core_machine_whose_peak_sets_all_read_starved_gets_no_side_of_th
         "No side of the ridge from this run: every peak set ran starved (9.0 of 16 cores' worth"
     )
     # this regime names no side ("below both roofs or no single part dominates"): it stands
-    assert verdict.regime(record) == verdict.regime(record | {"cores": {}})
-    assert verdict.regime(record).startswith("undecided: below both roofs or no single part")
+    for cores in (record["cores"], {}):  # the peak searched up to 16 / 9 or, unrecorded, 4 / 3
+        assert verdict.regime(record | {"cores": cores}).startswith(
+            "undecided: below both roofs or no single part"
+        )
 
 
-def test_no_single_part_dominates_from_starved_limits_is_withheld_unless_below_both_roofs_is_too():
+def test_a_starved_limit_is_searched_up_to_what_its_cores_allow():
     """A starved limit may be low, so the roof's part may be too high: at a higher limit the rest
     can pass half the step. The review's case: "no single part dominates" at a peak of 300
-    GFLOP/s is "below both roofs" at 450. So a verdict of "no single part dominates" from a
-    limit whose sets all ran starved is withheld; the same record with full cores stands, and an
-    undecided "below both roofs or no single part dominates" (both named) stands starved too."""
+    GFLOP/s is "below both roofs" at 450. A peak whose fastest round got 0.8 of 2 cores' worth
+    is searched up to 2.5x (it could have gone that much faster on both), so the verdict names
+    both outcomes; the same record on 1.9 cores' worth (searched up to 1.33x) decides."""
     case = {"intensity": 40, "flops_per_step": 1.2e9, "count_margin": 2, "majority": 0.5}
     assert verdict.split(case, 10.0, 2.0, 300e9, 30e9) == "no single part dominates"
     assert verdict.split(case, 10.0, 2.0, 450e9, 30e9) == "below both roofs"
@@ -1292,11 +1335,11 @@ def test_no_single_part_dominates_from_starved_limits_is_withheld_unless_below_b
     }
     assert verdict.regime(record | {"cores": full}) == "no single part dominates"
     starved = full | {"peak": {k: [0.8] * 2 for k in record["peak_rounds"]}}
-    assert verdict.regime(record | {"cores": starved}) == (
-        "withheld: 'no single part dominates' can become 'below both roofs', and every peak set "
-        "ran starved (0.8 of 2 cores' worth in its fastest round), so the limit may be low"
+    assert verdict.regime(record | {"cores": starved}).startswith(
+        "undecided: below both roofs or no single part dominates, with the peak between 229.0 "
+        "and 572.6 GFLOP/s (2.50x, `headroom`)"
     )
-    assert verdict.ruled_out(record | {"cores": starved}) == []
+    assert "below both roofs" not in verdict.ruled_out(record | {"cores": starved})
 
 
 def test_a_set_s_cores_worth_is_one_figure_when_its_ends_round_alike():
