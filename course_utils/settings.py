@@ -95,8 +95,9 @@ def check_simulated_devices(count: int) -> int:
             f"is checked at; with more, runs can fail (a quick-profile test set can be smaller "
             f"than one global batch, and Keras's fit and evaluate stop on a first batch that does "
             f"not split into equal slices per replica). Set it to a number from {low} to {high} "
-            f'(os.environ["COURSE_DEVICES"] = "{high}" at the top of the set-up cell, or in the '
-            f"shell that starts Jupyter) and run the set-up cell again."
+            f'(os.environ["COURSE_DEVICES"] = "{high}" in the set-up cell, after its import os and '
+            f"before course_utils.setup(), or in the shell that starts Jupyter) and run the set-up "
+            f"cell again."
         )
     return count
 
