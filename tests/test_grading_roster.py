@@ -504,7 +504,7 @@ def test_rows_graded_again_alone_after_a_death_say_so_and_how_it_ended(
     events: list[str] = []
     run_child, exhausted_quotas = supervised.run_child, supervised.exhausted_quotas
     monkeypatch.setattr(
-        supervised, "run_child", lambda argv: events.append("child") or run_child(argv)
+        supervised, "run_child", lambda argv, **kw: events.append("child") or run_child(argv, **kw)
     )
     monkeypatch.setattr(
         supervised, "exhausted_quotas", lambda: events.append("quotas") or exhausted_quotas()

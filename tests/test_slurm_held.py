@@ -157,7 +157,14 @@ def test_a_task_submitted_held_cancels_the_array(cluster, tmp_path):
         "PartitionTimeLimit",
         "QOSMaxWallDurationPerJobLimit",
         "AssocMaxCpuPerJobLimit",
+        "AssocMaxWallDurationPerJobLimit",
+        "QOSMaxCpuPerJobLimit",
+        "QOSMaxCpuMinutesPerJobLimit",
+        "QOSMaxMemoryPerNode",
         "QOSMinGRES",
+        "QOSMinCpuNotSatisfied",
+        "QOSNotAllowed",
+        "MaxMemPerLimit",
     ],
 )
 def test_held_and_never_startable_reasons_end_the_wait(reason):
@@ -177,6 +184,20 @@ def test_held_and_never_startable_reasons_end_the_wait(reason):
         "ReqNodeNotAvail, UnavailableNodes:localhost",
         "QOSMaxCpuPerUserLimit",
         "AssocGrpCpuLimit",
+        # caps on running jobs, or on what they use together: they free as earlier tasks end
+        "AssocMaxJobsLimit",
+        "AssocMaxSubmitJobLimit",
+        "QOSMaxJobsPerUserLimit",
+        "QOSMaxJobsPerAccount",
+        "QOSMaxCpuPerAccount",
+        "QOSMaxNodePerAccount",
+        "QOSMaxMemoryPerAccount",
+        "QOSMaxGRESPerAccount",
+        "QOSGrpJobsLimit",
+        "JobArrayTaskLimit",
+        # "held" in a node's name is not a held task
+        "ReqNodeNotAvail, UnavailableNodes:shelduck1",
+        "ReqNodeNotAvail, UnavailableNodes:launchfailed2",
     ],
 )
 def test_a_task_that_may_still_start_is_waited_for(reason):

@@ -23,7 +23,7 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -134,13 +134,40 @@ def main() -> None:
         results_out.write(json.dumps(results) + "\n")
 
 
-#: How the check process starts: as `python -m` would, without the working folder on sys.path
-#: (`-m` and `-c` put it first, where a folder named like a module, a student's `jax` or `brotli`
-#: or an --out of /tmp/pandas, would shadow it; `-P` needs Python 3.11). `sys` is built in.
-LAUNCH = (
-    "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; import runpy; "
-    "runpy.run_module('course_tools.grade.core.checker', run_name='__main__', alter_sys=True)"
-)
+def launch(module: str) -> str:
+    """`python -c` code that runs `module` as `python -m` would, without the working folder on
+    sys.path: `-m` and `-c` put it first, where a file or folder named like a module (a student's
+    `jax`, `nbformat` or `course_tools` when `course grade` is run from a submission's folder)
+    would be imported in its place, outside the sandbox (`-P` needs Python 3.11). `sys` is
+    built in. Every Python process of the grader starts so (`child_argv`)."""
+    return (
+        "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; import runpy; "
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    )
+
+
+#: How the check process starts (`launch`).
+LAUNCH = launch("course_tools.grade.core.checker")
+
+
+def child_argv(module: str, *args: str) -> list[str]:
+    """The command line that runs `module` with `args` as `python -m` would (`launch`)."""
+    return [sys.executable, "-c", launch(module), *args]
+
+
+def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: this process's) for a Python process of the grader: PYTHONPATH keeps only
+    its absolute entries. Python reads an empty entry (`PYTHONPATH=$PYTHONPATH:/x` with PYTHONPATH
+    unset gives one) as the working folder, and a relative one from it, both beyond what `launch`
+    drops: run from a submission's folder, its files would be imported."""
+    env = dict(os.environ if env is None else env)
+    if "PYTHONPATH" in env:
+        kept = [p for p in env["PYTHONPATH"].split(os.pathsep) if os.path.isabs(p)]
+        if kept:
+            env["PYTHONPATH"] = os.pathsep.join(kept)
+        else:
+            del env["PYTHONPATH"]
+    return env
 
 
 class CheckProcess:

@@ -6,6 +6,7 @@ saved; never an exception for anything the submission does (`grade_one`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import sys
@@ -165,12 +166,19 @@ def _read_notebook(g: Grade, parts: exercise.SolutionParts) -> nbformat.Notebook
     return None
 
 
+def work_folder_name(student: str) -> str:
+    """The name of `student`'s work folder in the batch's work folder: short and fixed, never
+    the student's name. The kernel's sockets are files in it, whose paths fit 107 bytes (a name
+    of 60 characters stopped the kernel from starting), and no name is the grader's own there."""
+    return "w-" + hashlib.sha256(student.encode()).hexdigest()[:16]
+
+
 def _run(
     batch: Batch, g: Grade, notebook, base: Path, cancel: threading.Event | None
 ) -> tuple[RunOutcome, dict]:
     """Run the notebook and the probe in a work folder under `base`; note how it went in `g`."""
     folder = batch.out / g.student
-    workdir = base / g.student
+    workdir = base / work_folder_name(g.student)
     workdir.mkdir()
     try:
         if batch.sandboxed:  # as root, a file system capped in bytes and inodes (`jail.workdir`)

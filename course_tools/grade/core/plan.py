@@ -52,8 +52,9 @@ NOTEBOOK_MB = 16
 #: grader's to empty; any other folder there is never touched (`check_out`).
 GRADES_MARK = ".course-grade"
 #: The unsandboxed check process's working folder in a batch's work folder, empty: never the
-#: grades folder, which holds the students' folders (`start_checks`).
-CHECKS_CWD = "check-process"
+#: grades folder, which holds the students' folders (`start_checks`). Its leading dot: no
+#: student's work folder there has one (`roster` strips it from names).
+CHECKS_CWD = ".check-process"
 
 #: The installed course package, watched for changes while submissions run unsandboxed.
 PACKAGE = PACKAGE_ROOT / "course_utils"
@@ -69,9 +70,10 @@ class GradingSettings:
     data: str = "auto"
 
     def env(self) -> dict[str, str]:
-        pythonpath = os.pathsep.join(
-            filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])
-        )
+        # only the instructor's absolute entries: an empty or relative one is read from the
+        # working folder, a submission's own at times (`checker.child_env`)
+        given = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        pythonpath = os.pathsep.join([str(PACKAGE.parent), *filter(os.path.isabs, given)])
         return {
             "COURSE_PROFILE": self.profile,
             "COURSE_DEVICES": str(self.devices),

@@ -140,6 +140,8 @@ def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
             given = Path(os.path.abspath(given))
             students = _given_folder(given, one_student=glob)
         elif os.path.lexists(given):
+            # absolute: the grading processes run in a folder of the grader's, not this one
+            given = Path(os.path.abspath(given))
             students = [(given, [given], "")]
         else:
             raise FileNotFoundError(

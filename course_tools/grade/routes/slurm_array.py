@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -46,7 +47,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_tools.grade.core import files, one_submission, report, roster, tamper
+from course_tools.grade.core import checker, files, one_submission, report, roster, tamper
 from course_tools.grade.core.plan import (
     CHECK_TIMEOUT_S,
     PLAN_FOLDER,
@@ -79,7 +80,9 @@ ENDINGS = {
 }
 #: Why Slurm will never start a pending task as it was submitted (squeue's reason codes, Slurm's
 #: `job_state_reason.c`): its dependency failed, its constraints, account or QOS are invalid, or
-#: it asks for more than a per-job limit of its partition, QOS or association allows.
+#: it asks for more than a per-job limit of its partition, QOS or association allows (those
+#: also in `PER_JOB`). Never a cap on running jobs or on what they use together (AssocMaxJobsLimit,
+#: *PerUser*, *PerAccount*, *Grp*): it frees as earlier tasks end, and meters an array so.
 NEVER_STARTS = {
     "DependencyNeverSatisfied",
     "BadConstraints",
@@ -88,7 +91,16 @@ NEVER_STARTS = {
     "AccountNotAllowed",
     "QOSNotAllowed",
     "PartitionTimeLimit",
+    "MaxMemPerLimit",
 }
+#: The per-job size limits of a QOS or association (QOSMaxCpuPerJobLimit,
+#: AssocMaxWallDurationPerJobLimit, QOSMaxMemoryPerNode, QOSMinGRES, ...): the whole reason.
+PER_JOB = re.compile(r"(QOS|Assoc)Max\w*Per(Job|Node)\w*|QOSMin\w+")
+#: Slurm's words for a held task, the whole reason (a node's name in "ReqNodeNotAvail,
+#: UnavailableNodes:..." may hold "held"): its codes, then its descriptions of a requeue.
+HELD = re.compile(r"JobHeld(Admin|User)|[a-z ]*(requeued held|in held state|special exit state)")
+#: Its descriptions of a failed launch, the whole reason ("launch failed requeued held").
+LAUNCH_FAILED = re.compile(r"[a-z ]*(launch|env retrieval) failed[a-z ]*")
 #: Seconds between two looks at the queue.
 POLL_S = 2.0
 #: Seconds a task may take beyond the notebook and check limits (start-up, copying files).
@@ -163,13 +175,20 @@ def batch_script(b: Batch, plan: Path, count: int, options: SlurmOptions) -> str
     # grading process removes it first thing on SIGTERM (scancel, the time limit: SIGKILL follows
     # KillWait seconds later, to this script too), and this script once that process has ended,
     # killed or not. Without the trap, SIGTERM would end the script at once.
+    # Its Python processes start in the plan's folder, not sbatch's (the instructor's, a
+    # submission's at times), never with their working folder on sys.path (`checker.launch`),
+    # and with PYTHONPATH's absolute entries only (`checker.child_env`)
+    pythonpath = checker.child_env().get("PYTHONPATH")
+    task = shlex.join(checker.child_argv(TASK_MODULE, str(plan)))
+    release = shlex.join(checker.child_argv("course_tools.grade.jail.workdir"))
     lines += [
+        f"cd {shlex.quote(str(logs))} || exit 1",
+        f"export PYTHONPATH={shlex.quote(pythonpath)}" if pythonpath else "unset PYTHONPATH",
         'work=$(mktemp -d "${TMPDIR:-/tmp}/course-grade-XXXXXX")',
-        f"TMPDIR=$work {shlex.quote(sys.executable)} -m {TASK_MODULE} "
-        f'{shlex.quote(str(plan))} "$SLURM_ARRAY_TASK_ID" &',
+        f'TMPDIR=$work {task} "$SLURM_ARRAY_TASK_ID" &',
         "task=$!",
         # a work folder the killed process left mounted (`jail.workdir`) is unmounted first
-        f'release() {{ {shlex.quote(sys.executable)} -m course_tools.grade.jail.workdir "$1"; }}',
+        f'release() {{ {release} "$1"; }}',
         # folders a submission made read-only or unreadable are opened up first (chmod does not
         # follow links met inside); what is left is said in the task's log
         'remove() { release "$1"; chmod -R u+rwx "$1" 2>/dev/null; rm -rf "$1"; '
@@ -232,7 +251,7 @@ def never_starts(reason: str) -> str | None:
     not start by itself: held (its priority is 0 until someone runs `scontrol release`: after a
     failed launch Slurm holds it so, and `scontrol hold` or `sbatch --hold` do), or never
     startable as submitted (`NEVER_STARTS`, a per-job limit); None while it may start."""
-    if "launch failed" in reason or "env retrieval failed" in reason:
+    if LAUNCH_FAILED.fullmatch(reason):
         return (
             "Slurm could not launch it on its node (a failing Prolog, a spool path too long for "
             "slurmstepd's socket, a file system the node cannot reach) and holds it until "
@@ -240,13 +259,12 @@ def never_starts(reason: str) -> str | None:
             "config`) and slurmctld's, fix the cause (a node the failure drained comes back with "
             "`scontrol update NodeName=<node> State=RESUME`)"
         )
-    if reason in ("JobHeldAdmin", "JobHeldUser") or "held" in reason or "special exit" in reason:
+    if HELD.fullmatch(reason):
         return (
             "it was held (`scontrol hold`, `sbatch --hold`, or requeued held) and would wait "
             "until `scontrol release`: do not hold a grading array"
         )
-    per_job = reason.startswith(("QOSMax", "AssocMax", "QOSMin")) and "PerUser" not in reason
-    if reason in NEVER_STARTS or per_job:
+    if reason in NEVER_STARTS or PER_JOB.fullmatch(reason):
         return (
             "Slurm will not start it as submitted (see the JOB REASON CODES of `man squeue`): "
             "change --time, --partition, --mem or --sbatch-arg (account, QOS), or ask the "
@@ -597,8 +615,8 @@ def run_task(plan: Path, index: int) -> int:
         while True:
             attempt += 1
             supervised.clear_marks(folder)
-            argv = [sys.executable, "-m", TASK_MODULE, str(plan), str(index), "--child"]
-            child = subprocess.Popen(argv)
+            argv = checker.child_argv(TASK_MODULE, str(plan), str(index), "--child")
+            child = subprocess.Popen(argv, cwd=plan.parent, env=checker.child_env())
             code = child.wait()
             if code < 0:  # what it left (its batch script removes them too, with TMPDIR)
                 supervised.remove_leftovers(child.pid)

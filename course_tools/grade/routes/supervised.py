@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import shutil
@@ -50,7 +51,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_tools.grade.core import one_submission, report
+from course_tools.grade.core import checker, one_submission, report
 from course_tools.grade.core.plan import (
     Batch,
     check_out,
@@ -170,7 +171,9 @@ class RunningMarks:
 
     def _write(self, student: str, state: str, *, alone: bool) -> None:
         text = json.dumps({"student": student, "state": state, "alone": alone, "pid": os.getpid()})
-        path = self.folder / f"{student}.json"
+        # named by a hash: `.<name>.json.tmp` would be over a file name's 255 bytes for a
+        # notebook's name of 245 or more (the name is read from the file, `read_marks`)
+        path = self.folder / f"{hashlib.sha256(student.encode()).hexdigest()[:32]}.json"
         temporary = path.with_name(f".{path.name}.tmp")
         temporary.write_text(text)
         os.replace(temporary, path)  # whole or not at all
@@ -264,10 +267,11 @@ def remove_leftovers(pid: int) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def run_child(argv: list[str]) -> tuple[int, int]:
-    """Run `argv` and wait; (its return code, negative for the signal that ended it; its pid).
-    Ctrl-C, SIGTERM or SIGHUP here let the child clean up (SIGTERM forwarded), then raise."""
-    child = subprocess.Popen(argv)
+def run_child(argv: list[str], cwd: Path | None = None) -> tuple[int, int]:
+    """Run `argv` in `cwd` and wait; (its return code, negative for the signal that ended it; its
+    pid). Ctrl-C, SIGTERM or SIGHUP here let the child clean up (SIGTERM forwarded), then raise.
+    Its PYTHONPATH keeps only absolute entries (`checker.child_env`)."""
+    child = subprocess.Popen(argv, cwd=cwd, env=checker.child_env())
 
     def forward(signum, frame):
         with contextlib.suppress(OSError):
@@ -294,7 +298,8 @@ def run_child(argv: list[str]) -> tuple[int, int]:
 
 
 def _child_argv(plan: Path, jobs: int, students: list[str], *, progress: bool) -> list[str]:
-    argv = [sys.executable, "-m", "course_tools.grade.routes.supervised", str(plan), str(jobs)]
+    # never `-m`, which puts the working folder first on sys.path (`checker.launch`)
+    argv = checker.child_argv("course_tools.grade.routes.supervised", str(plan), str(jobs))
     # "--": a student's name may start with "-"
     return [*argv, *["--progress"] * progress, "--", *students]
 
@@ -398,7 +403,8 @@ def grade(
                 ran, n, queue.rest = queue.rest, jobs, []
             clear_marks(folder)
             argv = _child_argv(plan, n, [s.student for s in ran], progress=progress)
-            code, pid = run_child(argv)
+            # in the grader's own folder, never the instructor's (a submission's at times)
+            code, pid = run_child(argv, cwd=plan.parent)
             _note_beside(b, queue, ran, folder)
             if code < 0:
                 remove_leftovers(pid)
