@@ -1,6 +1,8 @@
 """Check what a notebook run left in its artifacts folder (.ci/device-sweep, and the tests'
 nbval and browser runs): the files the notebook promises, and that every conclusion it printed
-follows from the numbers it recorded beside it.
+follows from the numbers it recorded beside it. Where a notebook's rule is the course's code
+(`course_utils.verdict`), the check re-runs that same rule: it catches a stale or edited record,
+not a wrong rule, which the unit tests check.
 
 - `conclusions.json` (notebooks whose cells call `course_utils.timing.record`): each verdict's
   word and percentage are derived again here from its samples, with code of its own (all pairs of

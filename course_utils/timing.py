@@ -62,6 +62,7 @@ class Timer:
 #: Other programs using more than this share of the cores during a measurement: the machine was
 #: busy, so a limit or a price measured then is low, and notebooks 3b and 3c draw no verdict.
 BUSY = 0.2
+SHORT = 0.1  # s: under 10 ticks of the CPU counters (0.01 s), a `Load` share is too coarse
 
 
 def _cpu_seconds() -> tuple[float, float]:
@@ -120,8 +121,7 @@ def cache_sizes(cpus: Path = Path("/sys/devices/system/cpu")) -> dict[str, int]:
     last level, several L3 domains too. Notebooks 3b and 3c size tensors at several times it.
 
     >>> all(size > 0 for size in cache_sizes().values())
-    True
-    """
+    True"""
     found = {}  # (level and type, the CPUs that share it): bytes, so each cache counts once
     for index in cpus.glob("cpu[0-9]*/cache/index[0-9]*"):
         level, kind, size, sharing = (

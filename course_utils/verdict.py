@@ -65,8 +65,8 @@ GAP = 1.5
 #: Set on 2 cores (3b's product grows with the CPUs, `matrix_size`, to fill many); from a limit
 #: whose sets all ran starved no side of the ridge is given (`regime`, `ridge`).
 STARVED = 0.75
-#: Notebook 3c's trend over rounds needs this many rounds whose lines hold, and most rounds.
-TREND_ROUNDS = 3
+#: 3c's trend needs this many rounds whose lines hold, and most: 4 vs 4 overlap but 1 time in 35.
+TREND_ROUNDS = 4
 #: Every outcome `split` can give (`ruled_out` lists those no case of `regime` gave).
 OUTCOMES = (
     "overhead-bound",
@@ -294,14 +294,15 @@ def _ranges(record: dict) -> tuple[dict, dict, dict, dict, float]:
 
 
 def headroom(sets: dict[str, list[float]], cores: dict[str, list[float]], usable: float) -> float:
-    """How far above its value (the fastest round, a lower bound) a limit is searched: a round on
-    c of `usable` CPUs' worth could go at most usable / c as fast on them all; at least 1 /
-    `STARVED`, as load slows a round without taking cores too (a GPU records none); 1 with no
-    `sets` (exact limits). The low end, the other sets' fastest, is never searched.
-    >>> headroom({"a": [2.0, 3.0]}, {"a": [1.2, 1.0]}, 2.0), headroom({"a": [3.0]}, {}, 2.0)
-    (2.0, 1.3333333333333333)"""
-    got = top_cores(sets, cores) if sets else 0.0
-    return max(1 / STARVED, usable / got if got else 0.0) if sets else 1.0
+    """How far above its value (the fastest round, a lower bound) a limit is searched: the best
+    rate per core of any set (its fastest round over that round's cores' worth) times `usable`
+    CPUs, over the value; at least 1 / `STARVED`, as load slows a round without taking cores too
+    (a GPU records none); 1 with no `sets` (exact limits). The low end is never searched.
+    >>> round(headroom({"a": [2.0, 3.0], "b": [2.4]}, {"a": [1.2, 1.5], "b": [0.8]}, 2.0), 2)
+    2.0"""
+    rates = [max(r) / c[r.index(max(r))] for k, r in sets.items() if (c := cores.get(k))]
+    top = max((max(r) for r in sets.values()), default=0.0)
+    return max(1 / STARVED, usable * max(rates) / top if rates else 0.0) if sets else 1.0
 
 
 def _changes(case: tuple) -> int:
@@ -432,8 +433,9 @@ def regime(record: dict) -> str:
         )
     if "fixed" in needs:
         ranges.append(
-            f"the fixed part between {fixes['low']:.2f} and {fixes['high']:.2f} ms (the line's "
-            f"worst miss of a point, {100 * worst:.0f}%)"
+            f"the fixed part between {max(fixes['low'], 0.0):.2f} and {fixes['high']:.2f} ms "
+            f"(the line's worst miss of a point, {100 * worst:.0f}%"
+            f"{'; none below 0' * (fixes['low'] < 0)})"
         )
     return f"undecided: {' or '.join(found)}, with {' and '.join(ranges)}"
 
@@ -617,10 +619,8 @@ def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, the per-example 
 
 def top_cores(sets: dict[str, list[float]], cores: dict[str, list[float]]) -> float:
     """The cores' worth the fastest round of all `sets` got (0 when not recorded).
-
     >>> top_cores({"a": [2.0, 3.0], "b": [1.0]}, {"a": [1.2, 1.8], "b": [1.9]})
-    1.8
-    """
+    1.8"""
     top = max(sets, key=lambda label: max(sets[label]))
     rounds = cores.get(top) or []
     return rounds[sets[top].index(max(sets[top]))] if rounds else 0.0
@@ -710,7 +710,7 @@ def trend(small: list[float], large: list[float]) -> str:
 
     >>> nan = float("nan")
     >>> trend([1.0, nan, nan, nan, nan], [5.95, nan, nan, nan, nan])
-    "too few rounds' lines hold to say (1 of 5; a trend needs 3 and most rounds)"
+    "too few rounds' lines hold to say (1 of 5; a trend needs 4 and most rounds)"
     >>> trend([1.0, 1.1, 0.9, 1.0], [1.6, 1.5, 1.7, 1.4])
     'more (independent rounds of equal slopes fail to overlap 1 time in 35)'
     >>> trend([1.0, 1.1, 0.9, 1.0], [1.01, 2.9, 7.4, 1.4])
@@ -787,7 +787,7 @@ def jump_line(what: str, samples: dict, ranges: tuple, *, load: float, less: flo
         said += f"; each round alone {low:.2f} to {high:.2f}x"
         if load > timing.BUSY:  # a load on some rounds only can make a trend: none from them
             kept = f"withheld: the machine was busy (others {100 * load:.0f}%)"
-        elif not np.isnan(best) and not round(low, 2) <= round(best, 2) <= round(high, 2):
+        if not np.isnan(best) and not round(low, 2) <= round(best, 2) <= round(high, 2):
             kept += (  # the sizes' fastest rounds are unlike any one round
                 "; the first ratio lies outside the rounds': the sizes' fastest rounds are "
                 "different rounds, so it is no round's (the trend reads the rounds)"
