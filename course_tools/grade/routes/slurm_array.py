@@ -50,6 +50,7 @@ from pathlib import Path
 from course_tools.grade.core import checker, files, one_submission, report, roster, tamper
 from course_tools.grade.core.plan import (
     CHECK_TIMEOUT_S,
+    GRADES_MARK,
     PLAN_FOLDER,
     SOLUTION_COPY,
     Batch,
@@ -368,6 +369,13 @@ def collect(
             status, reason = _ended_reason(state, logs, job, index, (held or {}).get(index))
             g = Grade(s.student, s.path, status, reason, max_score=b.parts.max_points)
             g.results = one_submission.zero_results(b.parts, f"not graded: {status}")
+            # marked as `grade_one` marks it (`check_out` passed it at submission): without the
+            # mark, a folder holding only a report is not the grader's, and the next run would
+            # refuse to grade it there
+            (b.out / s.student).mkdir(parents=True, exist_ok=True)
+            (b.out / s.student / GRADES_MARK).write_text(
+                "graded by course grade: emptied when graded again\n"
+            )
             report.write_report(g, b.out / s.student / "report.md")
         grades.append(g)
     return grades
