@@ -222,3 +222,29 @@ def test_a_task_started_after_its_batch_ended_grades_nothing_and_says_so(tmp_pat
     assert "Traceback" not in done.stderr, done.stderr
     assert report.load(b.out / "dan") is None
     assert grading_plan.to_grade(b, submissions, regrade=False) == submissions
+
+
+def test_a_slurm_array_run_from_the_submissions_folder_never_imports_from_it(cluster, tmp_path):
+    """`course grade . --slurm` run from a folder of submissions where one student's folder is
+    `course_tools/` with an `__init__.py`: the task, its grading child and its script's clean-up
+    (which ran as `python -m` in sbatch's folder, this one) never import it; it is graded."""
+    (cluster.folder / "FAIL").unlink(missing_ok=True)  # every launch passes
+    subs, out, marker = tmp_path / "submissions", tmp_path / "grades", tmp_path / "IMPORTED"
+    (subs / "course_tools").mkdir(parents=True)
+    write(notebook_of("print(1)"), subs / "course_tools" / "course_tools.ipynb")
+    (subs / "course_tools" / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'a').write(__name__ + ' ' + str(__import__('os').getpid()))\n"
+    )
+    done = subprocess.run(
+        course_grade(".", f"--out={out}"),
+        env=cluster.env,
+        cwd=subs,
+        capture_output=True,
+        text=True,
+        timeout=NOTICE_S,
+        check=False,
+    )
+    assert not marker.exists(), marker.read_text()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert gradebook(out) == {"course_tools": ("graded", "0")}
+    assert cluster.jobs() == []
