@@ -19,6 +19,9 @@ LOOP = "train_dist = strategy.experimental_distribute_dataset(train_ds)"
 
 ANCHOR = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
 
+#: The line of the solution's fit cell just before fit_model's fit runs.
+BEFORE_FIT = "fit_clock = EpochClock()"
+
 
 def test_weights_and_optimizer_state_loaded_into_fit_model_cost_what_a_copy_costs(tmp_path):
     """Red team 22a's lw-onedev, ckpt-model and ckpt-manager (12/12): Keras 3 saves a compiled
@@ -26,7 +29,8 @@ def test_weights_and_optimizer_state_loaded_into_fit_model_cost_what_a_copy_cost
     model (or its optimizer, through a dict too) then read, and a `CheckpointManager` restoring
     one bring the step count and Adam's moments with the weights. Each fails `own_model` and the
     scope point, naming the cell (a checkpoint that reaches the optimizer is read as its
-    steps, red team 21a's rule, first). The solution's restore into `restored_fit` does not."""
+    steps, red team 21a's rule, first). The load is placed before fit_model's fit, so fit runs
+    on the copied weights. The solution's restore into `restored_fit` does not count."""
     found = _trained_fit_model(tmp_path)
     for forged in (
         'fit_model.load_weights(ARTIFACTS / "one.weights.h5")',
@@ -44,7 +48,7 @@ def test_weights_and_optimizer_state_loaded_into_fit_model_cost_what_a_copy_cost
         "_c = dict(optimizer=fit_model.optimizer, model=fit_model)\n"
         "tf.train.Checkpoint(**_c).read(path)",
     ):
-        code = _solution({ANCHOR: f"{forged}\n{ANCHOR}"})
+        code = _solution({BEFORE_FIT: f"{forged}\n{BEFORE_FIT}"})
         cell = _cell_of(code, ANCHOR)
         with pytest.raises(
             checks.CheckError,
@@ -97,23 +101,24 @@ def _copied_fit_model(tmp_path: Path, how: str) -> dict:
 def test_a_fit_model_that_never_ran_fit_is_not_the_model_trained_however_its_weights_came(
     tmp_path,
 ):
-    """The tie to `fit` itself, a run-time fact: Keras 3 builds a model's training function in
-    `fit` (`train_function` stays None until then), and no loading builds it. A model graded
-    as trained by `fit` whose kernel object never ran it fails `own_model`, whether its weights
-    came by `set_weights` (0 steps, file and kernel agreeing: it lost only the step-count line
-    before) or by `load_weights` (the other model's 8 steps and moments brought along), with
-    code the reading finds nothing in. A model that ran fit passes."""
+    """The tie to `fit` itself, a run-time fact: every fit sets its `History` on the model
+    (`model.history`), listing each epoch it ends. A model graded as trained by `fit` whose
+    kernel object never ran an epoch of fit fails `own_model`, whether its weights came by
+    `set_weights` (0 steps, file and kernel agreeing) or by `load_weights` (the other model's 8
+    steps and moments brought along), with code the reading finds nothing in. A model that ran
+    fit passes."""
     for how, steps in (("set_weights", 0), ("load_weights", 8)):
         found = _copied_fit_model(tmp_path, how)
         fact = found["models"]["fit_model"]
-        assert (fact["fit_ran"], fact["optimizer_steps"]) == (False, steps), (how, fact)
+        assert (fact["fit_epochs"], fact["optimizer_steps"]) == ([0, None], steps), (how, fact)
         with pytest.raises(
-            checks.CheckError, match="`fit_model` in the notebook's memory never ran fit"
+            checks.CheckError,
+            match="`fit_model` in the notebook's memory never ran an epoch of fit from epoch 0",
         ):
             checks.own_model(tmp_path, "fit_model", found, _solution())
         checks.clear_cache()
     found = _trained_fit_model(tmp_path)
-    assert found["models"]["fit_model"]["fit_ran"] is True
+    assert found["models"]["fit_model"]["fit_epochs"] == [2, 2]
     checks.own_model(tmp_path, "fit_model", found, _solution())
 
 
@@ -300,3 +305,123 @@ def test_a_binding_that_may_not_run_does_not_end_the_hold_on_compiles_optimizer(
     checks.clear_cache()
     checks.assert_created_in_scope(_solution(), "fit_model")
     assert reading.Code.of(_solution()).hand_steps("fit_model") == []
+
+
+def _fit_then(tmp_path: Path, then) -> dict:  # noqa: ANN001 - a function of the model
+    """The probe's facts of a small model loaded with another's 8 steps, then `then(model)`,
+    saved as fit_model.keras in `tmp_path`."""
+    import keras
+    import numpy as np
+
+    from course_tools.grade.core import probe
+
+    def made() -> keras.Model:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+        return model
+
+    rng = np.random.default_rng(0)
+    data = (rng.random((32, 4)), rng.random((32, 3)))
+    other = made()
+    other.fit(*data, batch_size=8, epochs=2, verbose=0)
+    other.save_weights(tmp_path / "one.weights.h5")
+    model = made()
+    then(model, data, tmp_path / "one.weights.h5")
+    model.save(tmp_path / "fit_model.keras")
+    checks.clear_cache()
+    return probe.collect({"fit_model": model}, models=["fit_model"])
+
+
+def test_the_tie_to_fit_counts_the_epochs_fit_ran_not_that_it_was_entered(tmp_path):
+    """Red team 23a's unbound-init (12/12): weights loaded, then `fit(epochs=2,
+    initial_epoch=2)` builds Keras's training function and runs no epoch; with `epochs=0` the
+    same. Each fails `own_model`: fit's History lists no epoch from epoch 0. Red team 23a's
+    honest-recompile (8/12, "never ran fit"): compile again after fit, with the same optimizer,
+    to evaluate with other metrics; `compile` resets the training function but not the
+    History, so it passes."""
+    zero = (
+        lambda m, d, p: (m.load_weights(p), m.fit(*d, batch_size=8, epochs=2, initial_epoch=2)),
+        lambda m, d, p: (m.load_weights(p), m.fit(*d, batch_size=8, epochs=0)),
+    )
+    for then in zero:
+        found = _fit_then(tmp_path, then)
+        assert found["models"]["fit_model"]["fit_epochs"][0] == 0
+        with pytest.raises(checks.CheckError, match="never ran an epoch of fit from epoch 0"):
+            checks.own_model(tmp_path, "fit_model", found, _solution())
+        checks.clear_cache()
+
+    def recompiled(model, data, _) -> None:  # noqa: ANN001
+        model.fit(*data, batch_size=8, epochs=2, verbose=0)
+        model.compile(optimizer=model.optimizer, loss="mse", metrics=["mae"])
+        model.evaluate(*data, verbose=0)
+
+    found = _fit_then(tmp_path, recompiled)
+    assert found["models"]["fit_model"]["fit_epochs"] == [2, 2]
+    checks.own_model(tmp_path, "fit_model", found, _solution())
+
+
+def test_a_load_into_a_fit_model_counts_by_its_loaders_name_before_its_fit_only(tmp_path):
+    """Red team 23a's unbound-init, type-init, ks-alias and ckpt-attr (12/12): the loader named
+    by its class, by `type(...)`, imported under another name, and a checkpoint given the model
+    as an attribute. Before fit_model's fit (fit runs on another's weights) each fails
+    `own_model` and the scope point, naming the cell. Red team 23a's honest-q6-into-fit and
+    honest-best (7/12): fit_model restores its own checkpoint after its fit; no load counts."""
+    found = _trained_fit_model(tmp_path)
+    for forged in (
+        "keras.Model.load_weights(fit_model, path)",
+        "type(fit_model).load_weights(fit_model, path)",
+        "from keras.saving import load_weights as _lw\n_lw(fit_model, path)",
+        "_c = tf.train.Checkpoint()\n_c.model = fit_model\n_c.read(path)",
+        "_c = tf.train.Checkpoint()\nsetattr(_c, 'model', fit_model)\n_c.restore(path)",
+    ):
+        code = _solution({BEFORE_FIT: f"{forged}\n{BEFORE_FIT}"})
+        cell = _cell_of(code, ANCHOR)
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"loads weights into `fit_model` from elsewhere \(cell \[{cell}\]",
+        ):
+            checks.own_model(tmp_path, "fit_model", found, code)
+        with pytest.raises(checks.CheckError, match=r"weights loaded into it from elsewhere"):
+            checks.assert_created_in_scope(code, "fit_model")
+        checks.clear_cache()
+    for honest in (
+        {ANCHOR: f'fit_model.load_weights("/tmp/best_fit.weights.h5")\n{ANCHOR}'},
+        {ANCHOR: f"{ANCHOR}\nfit_model.load_weights(latest_fit)"},
+    ):
+        code = _solution(honest)
+        assert reading.Code.of(code).hand_steps("fit_model", loads=True) == []
+        checks.own_model(tmp_path, "fit_model", found, code)
+        checks.assert_created_in_scope(code, "fit_model")
+        checks.clear_cache()
+
+
+def test_setting_what_a_graded_model_or_its_history_holds_makes_the_reading_unreadable():
+    """The History the probe reads could be forged by a plain assignment: any set or delete of
+    an attribute of a graded model (or an alias of one), and any change to a History's `epoch`
+    or `params`, makes every point the reading decides unreadable, naming the cell. Reading a
+    History (`h.history["loss"]`, `h.params.get("epochs")`) and a class's own `self.epoch` stay
+    readable."""
+    for forged in (
+        "fit_model.history = one_device.history",
+        "_m = fit_model\n_m.history = _h",
+        "setattr(fit_model, 'history', _h)",
+        "fit_model.history.epoch[:] = [0, 1, 2]",
+        "_h = fit_model.fit(train_ds, epochs=EPOCHS, initial_epoch=EPOCHS)\n"
+        "_h.epoch.extend([0, 1])",
+        "import operator\noperator.setitem(_h.epoch, slice(None), [0, 1, 2])",
+        "_h.params['epochs'] = 0",
+    ):
+        code = _solution({ANCHOR: f"{ANCHOR}\n{forged}"})
+        cell = _cell_of(code, ANCHOR)
+        with pytest.raises(
+            checks.CheckError,
+            match=rf"what a model \(or its fit's History\) holds \(cell \[{cell}\]",
+        ):
+            checks.assert_readable(code)
+        checks.clear_cache()
+    honest = (
+        "_h = fit_model.history\nprint(_h.history['loss'], _h.params.get('epochs'), _h.epoch)\n"
+        "class Stop(keras.callbacks.Callback):\n    def __init__(self, epoch):\n"
+        "        self.epoch = epoch"
+    )
+    checks.assert_readable(_solution({ANCHOR: f"{ANCHOR}\n{honest}"}))

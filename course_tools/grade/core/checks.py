@@ -126,6 +126,9 @@ UNREADABLE = {
     "cell (`%%time` and `%%capture` cells are read)",
     "module": "it cannot read what a module's names stand for once your code sets one ({where}): "
     "leave modules' attributes alone and bind the notebook's own names",
+    "model": "it reads facts of your graded models in the kernel, so it cannot read past code "
+    "that sets or deletes what a model (or its fit's History) holds ({where}): use the models "
+    "and the History fit gives, and leave their attributes as Keras sets them",
     "history": "it cannot read code a magic runs again from the history or a store ({where}): "
     "write that code out in the cell where it runs",
 }
@@ -454,13 +457,22 @@ def own_model(artifacts: Path, name: str, facts: dict, observed: dict | None = N
             "file or checkpoint, with its optimizer's steps and moments) is not the model "
             f"trained; train {name} with fit and save it"
         )
-    if name != CUSTOM_LOOP_MODEL and fact.get("fit_ran") is False:
-        raise CheckError(
-            f"`{name}` in the notebook's memory never ran fit (Keras has built no training "
-            f"function for it), yet it is saved as trained: its weights came from elsewhere "
-            f"(set_weights, load_weights, a checkpoint), which is not the model trained; train "
-            f"{name} with fit and save it"
-        )
+    ran = fact.get("fit_epochs")
+    if name != CUSTOM_LOOP_MODEL and isinstance(ran, list) and len(ran) == 2:
+        epochs, asked = ran
+        if not epochs or (type(asked) is int and epochs != asked):
+            done = (
+                "never ran an epoch of fit from epoch 0"
+                if not epochs
+                else f"ran {epochs} of the {asked} epochs its last fit was asked for"
+            )
+            raise CheckError(
+                f"`{name}` in the notebook's memory {done} (Keras's History of its last fit, "
+                f"`{name}.history.epoch`), yet it is saved as trained: weights that came from "
+                "elsewhere (set_weights, load_weights, a checkpoint) or a fit begun past epoch "
+                f"0 (initial_epoch) are not the model trained; train {name} with one fit of "
+                "all its epochs and save it"
+            )
     return model
 
 

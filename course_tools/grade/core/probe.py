@@ -130,22 +130,35 @@ def optimizer_steps(model: Any) -> int | None:
         raise ValueError(f"its optimizer's `iterations` cannot be read ({error})") from None
 
 
-def fit_ran(model: Any) -> bool | None:
-    """Whether the model has run Keras's `fit` (or `train_on_batch`) in this kernel: Keras 3
-    leaves `train_function` None until one of them builds it (`compile` sets it back to None);
-    None for a model without that attribute. Read without running the model's code. Weights
-    and optimizer state loaded into a model (`load_weights`, a checkpoint) bring steps but
-    build no training function.
+def fit_epochs(model: Any) -> tuple[int, int | None]:
+    """(how many epochs the model's last `fit` ran, counted from epoch 0; the epochs it was
+    asked for): Keras's `History` callback, which every `fit` sets on its model as
+    `model.history` when it starts and which lists each epoch it ends (`epoch`, from
+    `initial_epoch`), with fit's own `params["epochs"]`. `compile` and a weights load leave it
+    as it was; a fit begun past epoch 0 (`initial_epoch=EPOCHS`) or asked for none ran no epoch
+    from the start (0), as does a model that never ran fit (no `history`). Read without running
+    the model's code: anything but Keras's own `History` holding a list of ints counts as no
+    epoch run.
 
-        fit_ran(model)   # False after compile and load_weights, True after fit
+        fit_epochs(model)   # (3, 3) after fit(epochs=3); (0, 3) with initial_epoch=3 too
     """
     import inspect
 
     missing = object()
-    found = inspect.getattr_static(model, "train_function", missing)
-    if found is missing:
-        return None
-    return found is not None
+    history = inspect.getattr_static(model, "history", missing)
+    if history is missing or history is None:
+        return (0, None)
+    kind = type(history)
+    if kind.__name__ != "History" or not kind.__module__.startswith("keras."):
+        return (0, None)
+    epochs = inspect.getattr_static(history, "epoch", None)
+    params = inspect.getattr_static(history, "params", None)
+    asked = params.get("epochs") if type(params) is dict else None
+    asked = asked if type(asked) is int else None
+    if type(epochs) is not list or not all(type(e) is int for e in epochs):
+        return (0, asked)
+    ran = len(epochs) if epochs == list(range(len(epochs))) else 0
+    return (ran, asked)
 
 
 def optimizer_replicas(model: Any) -> int | None:
@@ -415,9 +428,7 @@ def collect(
             if steps is not None:
                 facts["models"][name]["optimizer_steps"] = steps
                 facts["models"][name]["optimizer_replicas"] = optimizer_replicas(model)
-                ran = fit_ran(model)
-                if ran is not None:
-                    facts["models"][name]["fit_ran"] = ran
+                facts["models"][name]["fit_epochs"] = list(fit_epochs(model))
                 try:
                     zero = moments_zero(model)
                 except Exception:  # noqa: BLE001 - the fact only takes a point away

@@ -3446,6 +3446,29 @@ class Code:
                 return found[-1].value if found and hasattr(found[-1], "value") else made
             return made
 
+        def attached(names: set[str]) -> list[ast.AST]:
+            """What the code attaches to the objects `names` stand for as attributes
+            (`_c.model = fit_model`, `setattr(_c, "model", fit_model)`): a checkpoint reads
+            into them as into its arguments."""
+            found = []
+            for sub in self._walk():
+                if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and sub.value:
+                    targets = getattr(sub, "targets", None) or [sub.target]
+                    if any(
+                        isinstance(t, ast.Attribute) and getattr(t.value, "id", None) in names
+                        for target in targets
+                        for t in ast.walk(target)
+                    ):
+                        found.append(sub.value)
+                elif (
+                    isinstance(sub, ast.Call)
+                    and _dotted(sub.func).endswith("setattr")
+                    and len(sub.args) > 2
+                    and getattr(sub.args[0], "id", None) in names
+                ):
+                    found.append(sub.args[2])
+            return found
+
         def restored(node: ast.AST) -> ast.AST | None:
             """The `tf.train.Checkpoint(...)` (whose arguments it reads into) of which `node`
             calls `read` or `restore` (on the call, or a name bound to one), or which a
@@ -3465,21 +3488,83 @@ class Code:
                 return made
             return None
 
+        def checkpoint_names(node: ast.Call) -> set[str]:
+            """The names the checkpoint `node` reads stands for (its own, its manager's)."""
+            names = {n.id for n in ast.walk(node.func.value) if isinstance(n, ast.Name)}
+            made = made_of(node.func.value, places.at(node))
+            if isinstance(made, ast.Call):
+                names.update(n.id for n in ast.walk(made) if isinstance(n, ast.Name))
+            return names
+
+        def loader_named(node: ast.Call) -> bool:
+            """`node` calls a loader by its name (`LOADED_INTO`), whatever its receiver:
+            `keras.Model.load_weights(...)`, `type(m).load_weights(...)`, an imported or
+            aliased `keras.saving.load_weights`."""
+            if isinstance(node.func, ast.Attribute):
+                return node.func.attr in LOADED_INTO
+            resolved = _resolved(node.func, self._imports) or _dotted(node.func)
+            return resolved.split(".")[-1] in LOADED_INTO
+
+        def untrained(node: ast.AST) -> bool:
+            """`node` is `y.get_weights()` of a model `y` never trained nor loaded: bound only
+            to a call of the notebook's own function or of Keras's model makers
+            (`make_model()`, `keras.models.clone_model(...)`), never compiled, fit or given
+            weights (red team 16a's honest clone: one set of initial weights for every run)."""
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get_weights"
+                and isinstance(node.func.value, ast.Name)
+            ):
+                return False
+            other = node.func.value.id
+            values = self._bindings_by_name().get(other, [])
+            makers = ("Sequential", "Model", "clone_model")
+            if not values or not all(
+                isinstance(v, ast.Call)
+                and (getattr(v.func, "id", "") in own or _dotted(v.func).endswith(makers))
+                for v in values
+            ):
+                return False
+            touched = {"compile", "fit", "train_on_batch", *LOADED_INTO}
+            return not any(
+                isinstance(sub, ast.Attribute)
+                and sub.attr in touched
+                and getattr(sub.value, "id", None) == other
+                or isinstance(sub, ast.Call)
+                and loader_named(sub)
+                and any(getattr(a, "id", None) == other for a in sub.args)
+                for sub in self._walk()
+            )
+
         def loaded(node: ast.AST) -> bool:
             """`node` loads weights and optimizer state into the model or its optimizer."""
             if isinstance(node, ast.Attribute) and node.attr in LOADED_INTO:
+                call = places.parents.get(id(node))
+                if (
+                    node.attr == "set_weights"
+                    and isinstance(call, ast.Call)
+                    and call.func is node
+                    and len(call.args) == 1
+                    and untrained(call.args[0])
+                ):
+                    return False
                 return model_of(node.value) or reached(node.value, held)
-            if (
-                isinstance(node, ast.Call)
-                and _dotted(node.func).endswith("saving.load_weights")
-                and node.args
-            ):
-                return model_of(node.args[0])
+            if isinstance(node, ast.Call) and loader_named(node):
+                given = [*node.args, *(k.value for k in node.keywords)]
+                if isinstance(node.func, ast.Attribute) and given and untrained(given[-1]):
+                    given = given[:-1]  # fit_model.set_weights(initial.get_weights())
+                if any(
+                    reaches(value, held) or any(model_of(sub) for sub in ast.walk(value))
+                    for value in given
+                ):
+                    return True
             checkpoint = restored(node)
             if checkpoint is None:
                 return False
             at = places.at(node)
             given = [made_of(sub, at) for sub in ast.walk(checkpoint) if isinstance(sub, ast.Name)]
+            given += attached(checkpoint_names(node))  # _c.model = fit_model
             return any(  # Checkpoint(model=fit_model), Checkpoint(**kept), kept = dict(model=...)
                 reaches(value, held, at) or any(model_of(sub) for sub in ast.walk(value))
                 for value in [checkpoint, *given]
@@ -3512,9 +3597,18 @@ class Code:
                 scoped.append((function, held | given))
         found = []
         loading = []
+        fits = [  # where the model's fit runs: a load after the last one restores its own
+            place
+            for node in self._walk()
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "fit"
+            and model_of(node.func.value)
+            for place in places.runs(node)
+        ]
         for tree_index, tree in enumerate(self.trees):
             for node in ast.walk(tree):
-                if loaded(node):
+                if loaded(node) and (not fits or min(places.runs(node)) < max(fits)):
                     loading.append((self.cells[tree_index], _short(node, 80)))
         for top, names in scoped:
             index = next(
@@ -3657,6 +3751,17 @@ class Code:
         for number, tree in run:
             for node in _module_writes(tree, imports, classes):
                 found.append((number, _short(node, 80), "module"))
+        models = set(GRADED_MODELS)  # m = fit_model: an alias is the model
+        for _ in range(5):
+            before = set(models)
+            for target, values in self._bindings_by_name().items():
+                if any(isinstance(v, ast.Name) and v.id in models for v in values):
+                    models.add(target)
+            if models == before:
+                break
+        for number, tree in run:
+            for node in _model_writes(tree, models):
+                found.append((number, _short(node, 80), "model"))
         return found
 
     def _bindings_by_name(self) -> dict[str, list[ast.AST | None]]:
@@ -4119,6 +4224,75 @@ def _literal_data(node: ast.AST | None) -> bool:
     if isinstance(node, ast.UnaryOp):
         return _literal_data(node.operand)
     return isinstance(node, ast.Constant)
+
+
+#: The models the grader reads facts of in the kernel (`grade.core.probe`), by name: the
+#: notebook's code may use them, never set or delete what they hold.
+GRADED_MODELS = ("fit_model", "single_model", "custom_model")
+#: The methods that change a list or dict in place.
+IN_PLACE = frozenset(
+    {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__",
+     "__delitem__", "__iadd__", "update", "setdefault", "popitem"}
+)  # fmt: skip
+#: What a fit's `History` holds that the probe reads (`probe.fit_epochs`): the epochs it ran.
+HISTORY_FIELDS = frozenset({"history", "epoch", "params"})
+
+
+def _model_writes(tree: ast.AST, models: set[str]) -> list[ast.AST]:
+    """The statements of `tree` that set or delete what a graded model holds (`models`: the
+    `GRADED_MODELS` and their aliases), or change what a fit's `History` holds: an attribute of
+    the model (`fit_model.history = h`, `fit_model.history.epoch[:] = ...`, a loop's or a
+    `with`'s target too, `setattr`/`delattr`; what its optimizer holds aside, which
+    `Code.step_assignments` and the probe's optimizer facts read), an attribute named as one of
+    `HISTORY_FIELDS` (`h.epoch = [0, 1, 2]` on the History a fit returned), or a call that
+    changes `epoch` or `params` in place (`h.epoch.extend(...)`, `operator.setitem(h.epoch,
+    ...)`); a class's own `self.epoch` aside. The probe reads these as the run's facts: a value
+    the code sets is no fact of the run."""
+    parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+
+    def of_model(node: ast.AST) -> bool:  # its optimizer aside: the optimizer's rules read it
+        start, path = _attribute_path(node)
+        return isinstance(start, ast.Name) and start.id in models and path[:1] != ["optimizer"]
+
+    def history_field(node: ast.AST) -> bool:
+        return any(
+            isinstance(sub, ast.Attribute) and sub.attr in HISTORY_FIELDS - {"history"}
+            for sub in ast.walk(node)
+        )
+
+    found = []
+    for node in ast.walk(tree):
+        hit = False
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(
+            node.ctx, (ast.Store, ast.Del)
+        ):
+            owner = node.value
+            own = getattr(_attribute_path(owner)[0], "id", None) == "self"  # a class's own
+            hit = (
+                of_model(owner)
+                or not own
+                and (
+                    isinstance(node, ast.Attribute)
+                    and node.attr in HISTORY_FIELDS
+                    or history_field(owner)
+                )
+            )
+        elif isinstance(node, ast.Call):
+            name = _dotted(node.func).split(".")[-1]
+            given = node.args[:1]
+            if name in {"setattr", "delattr", *SET_ATTRIBUTE} and given:
+                field = _literal_name(node.args[1]) if len(node.args) > 1 else None
+                hit = of_model(given[0]) or field in HISTORY_FIELDS
+            elif isinstance(node.func, ast.Attribute) and node.func.attr in IN_PLACE:
+                hit = history_field(node.func.value)  # h.epoch.append(2)
+            elif name in FILL_FUNCTIONS | NAMESPACE_CHANGES and given:
+                hit = history_field(given[0])
+        if hit:
+            shown = node
+            while not isinstance(shown, ast.stmt) and id(shown) in parents:
+                shown = parents[id(shown)]
+            found.append(shown)
+    return found
 
 
 def _module_writes(tree: ast.AST, imports: dict[str, str], classes: set[str]) -> list[ast.AST]:
