@@ -425,3 +425,47 @@ def test_setting_what_a_graded_model_or_its_history_holds_makes_the_reading_unre
         "        self.epoch = epoch"
     )
     checks.assert_readable(_solution({ANCHOR: f"{ANCHOR}\n{honest}"}))
+
+
+def test_line_magics_are_read_only_from_a_short_list_and_their_statements_when_parsed():
+    """Red team 23a's prun-stmt, prun-assign (`%prun -q <statement>`) and time-nre (`%time
+    --no-raise-error <statement>`): 12/12 with `train_ds` rebound to an unshuffled pipeline
+    around the training. Line magics are read only from a short list: `%prun` (any line magic
+    off it) makes the reading unreadable, naming the cell; `%time`'s own option is taken off and
+    its statement read (q1 fails as for the plain assignment); a `%time` or `%timeit` whose
+    options cannot be told from its statement is unreadable. `%load_ext tensorboard`,
+    `%tensorboard` and a plain `%time` or `%timeit` stay readable."""
+    hidden = "train_ds = train_cached.batch(GLOBAL_BATCH)"
+    for line in (
+        f"%prun -q {hidden}",
+        f"_ = %prun -q -r {hidden}",
+        f"%time --no-raise-error {hidden} --no-r",
+        f"%time --help {hidden}",
+        f"%timeit -- {hidden}",
+        f"_ = %timeit -n1 -r1 --x {hidden}",
+        "%load_ext hidden_module",
+        "%autocall 2",
+        "%config InlineBackend.figure_format = (train_ds := train_cached)",
+    ):
+        code = _solution({ANCHOR: f"{ANCHOR}\n{line}"})
+        cell = _cell_of(code, ANCHOR)
+        with pytest.raises(
+            checks.CheckError, match=rf"the Python a line magic runs \(cell \[{cell}\]: "
+        ):
+            checks.assert_readable(code)
+        checks.clear_cache()
+    for line in (f"%time --no-raise-error {hidden}", f"_ = %time --no-raise-error {hidden}"):
+        code = _solution({ANCHOR: f"{ANCHOR}\n{line}"})
+        checks.assert_readable(code)
+        with pytest.raises(checks.CheckError, match="does not shuffle `train_ds`"):
+            checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.clear_cache()
+    honest = (
+        "%load_ext tensorboard\n%tensorboard --logdir logs\n%time scores = 1 + 1\n"
+        "%config InlineBackend.figure_format = 'retina'\n%matplotlib inline\n"
+        "%load_ext autoreload\n%autoreload 2\n"
+        "%timeit -n1 -r1 total = sum(range(3))\n_ = %time --no-raise-error print(scores)"
+    )
+    code = _solution({ANCHOR: f"{ANCHOR}\n{honest}"})
+    checks.assert_readable(code)
+    checks.assert_pipeline_code(code, "train_ds", "train")

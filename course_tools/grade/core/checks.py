@@ -126,6 +126,8 @@ UNREADABLE = {
     "cell (`%%time` and `%%capture` cells are read)",
     "module": "it cannot read what a module's names stand for once your code sets one ({where}): "
     "leave modules' attributes alone and bind the notebook's own names",
+    "line": "it cannot read the Python a line magic runs ({where}): write the statement out "
+    "(`%time` and `%timeit` with a statement after their options are read)",
     "model": "it reads facts of your graded models in the kernel, so it cannot read past code "
     "that sets or deletes what a model (or its fit's History) holds ({where}): use the models "
     "and the History fit gives, and leave their attributes as Keras sets them",

@@ -275,6 +275,52 @@ NOT_PYTHON_CELL_MAGICS = frozenset(
 )  # fmt: skip
 #: `%timeit`'s options (IPython's "n:r:tcp:qo"): what follows them is the statement.
 TIMEIT_OPTIONS = re.compile(r"^(?:\s*-(?:[nrp]\s*\d+|[tcqo]+)(?=\s|$))*\s*")
+#: The line magics the reading reads past: `%time` and `%timeit` read as the statement they run
+#: (`_MagicBodies`; one whose statement it cannot parse is unreadable), the rest run no Python
+#: in the kernel's namespace (`%load_ext` of `LOADED_EXTENSIONS` only, `%config` of the inline
+#: backend to a literal only, `_inline_setting`). Any other
+#: line magic (`%prun <statement>`, `%run`, one the notebook registers) makes the reading
+#: unreadable, as any other cell magic does.
+LINE_MAGICS = frozenset(
+    {"time", "timeit", "load_ext", "reload_ext", "tensorboard", "matplotlib", "config", "pip",
+     "autoreload", "pwd", "who", "whos"}
+)  # fmt: skip
+#: The extensions `%load_ext` (`%reload_ext`) may load: an extension's code runs in the kernel.
+LOADED_EXTENSIONS = frozenset({"tensorboard", "autoreload"})
+
+
+def _inline_setting(line: object) -> bool:
+    """`line` is a `%config` of the inline backend set to a literal (`InlineBackend.figure_format
+    = 'retina'`): the shell evaluates a `%config` value as Python in the kernel's namespace."""
+    if not isinstance(line, str):
+        return False
+    setting, _, value = line.partition("=")
+    if not re.fullmatch(r"\s*InlineBackend\.\w+\s*", setting):
+        return False
+    try:
+        ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def _timed_statement(name: str, line: str) -> str | None:
+    """The statement a `%time` or `%timeit` line runs, its own options taken off: `%timeit`'s
+    ("n:r:tcp:qo", up to the first word that is none); `%time`'s `--no-raise-error` (or a
+    prefix of it, as its argument parser takes) before the statement. None when the options
+    cannot be told from the statement: an option left after them (`%timeit --`), or for
+    `%time` a word its parser would take as an option anywhere in the line (`--no`, `--help`,
+    `-h`, `--`), which it takes out of the code it runs."""
+    if name == "timeit":
+        statement = TIMEIT_OPTIONS.sub("", line, count=1)
+        return None if statement.startswith("-") else statement
+    words = line.split()
+    while words and len(words[0]) > 2 and "--no-raise-error".startswith(words[0]):
+        words.pop(0)
+    if any(w == "-h" or w == "--" or w.startswith(("--n", "--h")) for w in words):
+        return None
+    at = line.find(words[0]) if words else len(line)
+    return line[at:]
 
 
 class _MagicBodies(ast.NodeTransformer):
@@ -319,7 +365,11 @@ class _MagicBodies(ast.NodeTransformer):
             return self.generic_visit(node)
         cell = node.value.func.attr == "run_cell_magic"
         line = texts[0]
-        if name == "timeit":
+        if not cell:
+            line = _timed_statement(name, line) if name in ("time", "timeit") else None
+            if line is None:
+                return self.generic_visit(node)  # unread: unreadable (`_unreadable_why`)
+        elif name == "timeit":
             line = TIMEIT_OPTIONS.sub("", line, count=1)
         body: list[ast.stmt] = []
         if cell and name == "capture":
@@ -338,8 +388,8 @@ class _MagicBodies(ast.NodeTransformer):
         name, args = _magic(node)
         text = args[0].value if args and isinstance(args[0], ast.Constant) else None
         if name in ("time", "timeit") and node.func.attr == "run_line_magic":
-            if isinstance(text, str):
-                statement = TIMEIT_OPTIONS.sub("", text, count=1) if name == "timeit" else text
+            statement = _timed_statement(name, text) if isinstance(text, str) else None
+            if statement is not None:
                 parsed = self._parsed(statement, node.lineno - 1)
                 if parsed and len(parsed) == 1 and isinstance(parsed[0], ast.Expr):
                     return parsed[0].value
@@ -4173,6 +4223,18 @@ def _unreadable_why(
             line = given[0].value if given and isinstance(given[0], ast.Constant) else None
             if magic != "store" or not isinstance(line, str) or "-r" in line.split():
                 return "history"  # %rerun 9: an earlier cell again, after the later ones
+            return ""
+        if magic and getattr(node.func, "attr", "") == "run_line_magic":
+            line = given[0].value if given and isinstance(given[0], ast.Constant) else None
+            if magic in ("time", "timeit") or magic not in LINE_MAGICS:
+                return "line"  # %prun, or a %time whose statement was not read: not read
+            if magic in ("load_ext", "reload_ext") and (
+                not isinstance(line, str) or not set(line.split()) <= LOADED_EXTENSIONS
+            ):
+                return "line"
+            if magic == "config" and not _inline_setting(line):
+                return "line"
+            return ""
         called = _dotted(node.func).split(".")[-1]
         named = _literal_name(node.args[1]) if called == "getattr" and len(node.args) > 1 else None
         if named and named.startswith("_") and not named.endswith("__"):
