@@ -210,10 +210,24 @@ def measured_limit(measure_set, sets: int = 3, *, busy: float = 1.0) -> dict:
     if others:  # as 3b: the load during the two sets that decide the limit and its low end
         most = max(others[label] for label in verdict.deciding(taken))
         limit |= {"others_share": others, "deciding_share": most, "busy": most > busy}
+    usable = timing.usable_cpus()
     if any(cores.values()):  # 3b's starved rule: a set's fastest round short of the cores
-        usable = timing.usable_cpus()
         limit |= {"cores": cores, "starved": verdict.starved_sets(taken, cores, usable)}
+    # as 3b: how far above its value (a lower bound) the limit may lie (a GPU records no cores)
+    limit["headroom"] = verdict.headroom(taken, cores if any(cores.values()) else {}, usable)
     return limit
+
+
+def ridge_range(peak: dict, bandwidth: dict) -> list[float]:
+    """The ridge (FLOP per byte) across the limits' ranges, as 3b prints it: each limit is a
+    lower bound searched up to its `headroom`, so from the peak over the bandwidth's top to the
+    peak's top over the bandwidth (the slower sets' fastest rounds only flag).
+
+    >>> ridge_range({"value": 100e9, "headroom": 3.2}, {"value": 20e9, "headroom": 1.25})
+    [4.0, 16.0]
+    """
+    ridge = peak["value"] / bandwidth["value"]
+    return [ridge / bandwidth["headroom"], ridge * peak["headroom"]]
 
 
 def machine_figures(mirrored, sizes: Sizes) -> dict:
@@ -283,13 +297,11 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     model = limits["make_model"]()
     step_flops, step_bytes, _ = limits["step_count"](model, PER_REPLICA_BATCH)
     no_ridge = ridge_withheld({"peak": peak, "bandwidth": bandwidth})
-    bw = bandwidth["value"]
     return {
         "peak_flops": peak["value"],
         "memory_bandwidth": bandwidth["value"],
         "ridge_flop_per_byte": None if no_ridge else peak["value"] / bandwidth["value"],
-        # as 3b: the ridge at each limit's low end against the other's value
-        "ridge_range": None if no_ridge else [peak["low"] / bw, peak["value"] / bandwidth["low"]],
+        "ridge_range": None if no_ridge else ridge_range(peak, bandwidth),
         "ridge_note": no_ridge,
         "limits": {"peak": peak, "bandwidth": bandwidth},
         "all_reduce": all_reduce,

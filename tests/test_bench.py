@@ -353,3 +353,23 @@ def test_an_all_reduce_alpha_above_a_size_s_whole_time_is_flagged_as_3c_withhold
     ) in line
     assert "FLAG" not in bench.all_reduce_line(fit | {"seconds": [95e-6, 130e-6]})
     assert "FLAG" not in bench.all_reduce_line(fit | {"seconds": [120e-6, 130e-6]})
+
+
+def test_the_ridge_range_searches_each_limit_up_to_its_headroom_as_3b(monkeypatch):
+    """`course bench`'s ridge range is 3b's: each limit is a lower bound searched up to its
+    `verdict.headroom` (the best rate per core times the usable CPUs), so the range runs from the
+    peak over the bandwidth's top to the peak's top over the bandwidth, not from the slower sets'
+    fastest rounds (which only flag: they are below a value the run reached)."""
+    from course_tools import bench
+    from course_utils import timing, verdict
+
+    monkeypatch.setattr(timing, "usable_cpus", lambda: 2.0)
+    peak_sets = iter([([100e9, 90e9], [1.0, 1.0]), ([80e9], [0.5]), ([95e9], [1.0])])
+    peak = bench.measured_limit(lambda: next(peak_sets))
+    assert peak["low"] == 95e9 and peak["headroom"] == pytest.approx(2 * 160e9 / 100e9)
+    band_sets = iter([([20e9], [2.0]), ([19e9], [2.0]), ([18e9], [2.0])])
+    bandwidth = bench.measured_limit(lambda: next(band_sets))
+    assert bandwidth["headroom"] == pytest.approx(1 / verdict.STARVED)  # full cores: the floor
+    low, high = bench.ridge_range(peak, bandwidth)
+    assert high == pytest.approx(16.0) and low == pytest.approx(5 * verdict.STARVED)
+    assert low < 5.0 < high  # the ridge at the fastest rounds lies inside; 95/20 is no end
