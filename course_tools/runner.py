@@ -176,6 +176,24 @@ class RunOutcome:
             self.timed_out_cells.append(cell_index)
 
 
+#: Bytes a terminal acts on rather than shows (ESC starts title, clear-screen and colour
+#: sequences): written to a log as \xNN, so `cat kernel.log` shows what a kernel wrote and
+#: cannot retitle the window, clear it or print a fake line.
+_CONTROL = bytes([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F])
+_VISIBLE = {byte: f"\\x{byte:02x}".encode() for byte in _CONTROL}
+
+
+def visible(chunk: bytes) -> bytes:
+    """`chunk` with its control bytes but newline and tab written as \\xNN.
+
+    >>> visible(b"ok\\x1b]0;title\\x07 done\\n")
+    b'ok\\\\x1b]0;title\\\\x07 done\\n'
+    """
+    if not any(byte in _VISIBLE for byte in chunk):
+        return chunk
+    return b"".join(_VISIBLE.get(byte, bytes([byte])) for byte in chunk)
+
+
 class CappedLog(threading.Thread):
     """Copies a pipe (a kernel's stdout and stderr) into `path`, at most `limit` bytes, then a line
     saying how much was left out; the rest is read and dropped, so the writer never blocks.
@@ -197,6 +215,7 @@ class CappedLog(threading.Thread):
         kept = 0
         with open(self.path, self.mode) as out, self.pipe:
             while chunk := os.read(self.pipe.fileno(), 2**16):
+                chunk = visible(chunk)
                 room = max(0, self.limit - kept)
                 out.write(chunk[:room])
                 kept += min(room, len(chunk))

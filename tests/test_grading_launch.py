@@ -10,6 +10,7 @@ students' names.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import shlex
@@ -178,3 +179,38 @@ def test_a_long_students_mark_files_fit_a_file_name(tmp_path):
     marks.done(LONG)
     assert supervised.read_marks(tmp_path / "running")[LONG].state == "done"
     assert all(len(p.name) <= 64 for p in (tmp_path / "running").iterdir())
+
+
+def test_programs_run_by_name_are_never_found_in_the_working_folder(monkeypatch, tmp_path):
+    """The grader runs bwrap, mount, chown, sbatch... by name: `course grade` first drops PATH's
+    empty and relative entries (a `.` would find them in the folder it is run from, a
+    submission's own at times), and its Python children get the same PATH."""
+    from course_tools.grade import command
+    from course_tools.grade.core import checker
+
+    monkeypatch.setenv("PATH", f".{os.pathsep}{os.pathsep}bin{os.pathsep}/usr/bin")
+    monkeypatch.chdir(tmp_path)
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args([str(tmp_path / "missing.ipynb"), "--out", str(tmp_path / "out")])
+    assert command.run(args) == 2  # bad input: nothing graded, PATH cleaned first
+    assert os.environ["PATH"] == "/usr/bin"
+    assert checker.child_env({"PATH": f"rel{os.pathsep}/bin"})["PATH"] == "/bin"
+    assert "PATH" not in checker.child_env({"PATH": f".{os.pathsep}"})
+
+
+def test_a_kernel_log_shows_control_bytes_instead_of_acting_on_them(tmp_path):
+    """`kernel.log` is a kernel's own stderr: an escape sequence a submission writes there (a
+    window title, a cleared screen, a fake 'all graded' line in colour) is written as \\xNN, so
+    `cat kernel.log` shows it; newlines and tabs stay."""
+    from course_tools import runner
+
+    read, write = os.pipe()
+    os.write(write, b"\x1b]0;OWNED\x07\x1b[2J\x1b[32mall 12 / 12 graded\x1b[0m\tok\n")
+    os.close(write)
+    log = runner.CappedLog(os.fdopen(read, "rb"), tmp_path / "kernel.log", limit=2**20)
+    log.start()
+    log.join(10)
+    kept = (tmp_path / "kernel.log").read_bytes()
+    assert b"\x1b" not in kept and b"\x07" not in kept
+    assert kept == rb"\x1b]0;OWNED\x07\x1b[2J\x1b[32mall 12 / 12 graded\x1b[0m" + b"\tok\n"

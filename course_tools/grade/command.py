@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 
 from course_tools import exercise
-from course_tools.grade.core import plan, roster
+from course_tools.grade.core import checker, plan, roster
 from course_tools.grade.core.plan import DEFAULT_SOLUTION, GradingSettings
 from course_tools.grade.core.report import Grade, console
 from course_tools.grade.jail import limits as jail_limits
@@ -250,6 +250,7 @@ def route(*, slurm: bool, sandboxed: bool) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """`course grade SUBMISSION... [--out DIR]`: prints the gradebook; `EXIT_STATUS`."""
+    checker.absolute_path()  # programs run by name are never found in the working folder
     try:
         # bad input, on every route, before anything is written or removed: a student whose
         # folder of the grades is a folder of --out that is not the grader's (the checkout, data)

@@ -156,18 +156,31 @@ def child_argv(module: str, *args: str) -> list[str]:
 
 
 def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`env` (default: this process's) for a Python process of the grader: PYTHONPATH keeps only
-    its absolute entries. Python reads an empty entry (`PYTHONPATH=$PYTHONPATH:/x` with PYTHONPATH
-    unset gives one) as the working folder, and a relative one from it, both beyond what `launch`
-    drops: run from a submission's folder, its files would be imported."""
+    """`env` (default: this process's) for a Python process of the grader: PYTHONPATH and PATH
+    keep only their absolute entries. Python reads an empty entry (`PYTHONPATH=$PYTHONPATH:/x`
+    with PYTHONPATH unset gives one) as the working folder, and a relative one from it, both
+    beyond what `launch` drops: run from a submission's folder, its files would be imported."""
     env = dict(os.environ if env is None else env)
-    if "PYTHONPATH" in env:
-        kept = [p for p in env["PYTHONPATH"].split(os.pathsep) if os.path.isabs(p)]
-        if kept:
-            env["PYTHONPATH"] = os.pathsep.join(kept)
-        else:
-            del env["PYTHONPATH"]
+    for name in ("PYTHONPATH", "PATH"):  # PATH: see `absolute_path`
+        if name in env:
+            kept = [p for p in env[name].split(os.pathsep) if os.path.isabs(p)]
+            if kept:
+                env[name] = os.pathsep.join(kept)
+            else:
+                del env[name]
     return env
+
+
+def absolute_path() -> None:
+    """Drop PATH's empty and relative entries from this process's environment: the grader runs
+    programs by name (bwrap, mount, chown, prlimit, setpriv, sbatch, squeue...), and a `.` or an
+    empty entry would find them in the folder `course grade` is run from, a submission's own at
+    times. Called first by `course grade`; its children inherit it (`child_env` drops them too)."""
+    cleaned = child_env({"PATH": os.environ.get("PATH", "")}).get("PATH")
+    if cleaned is None:
+        os.environ.pop("PATH", None)
+    else:
+        os.environ["PATH"] = cleaned
 
 
 class CheckProcess:
