@@ -190,8 +190,8 @@ def measured_limit(measure_set, sets: int = 3, *, busy: float = 1.0) -> dict:
     the fastest round of all (a lower bound), and `low`, the fastest round of the other sets,
     shows how far load alone moved it (the slowest set's when a gap over `verdict.GAP` splits
     them: `verdict.limit_range`). With the others' share, above `busy` (`timing.BUSY`) during one
-    of the sets that decide the limit and its low end (`verdict.deciding`), the limit is flagged
-    as measured on a busy machine. With the cores' worth, the sets that ran starved
+    of the two fastest sets (`verdict.searched`), the limit is flagged as measured on a busy
+    machine. With the cores' worth, the sets that ran starved
     (`verdict.starved_sets`) are listed, flagged as 3b's."""
     taken, others, cores = {}, {}, {}
     for number in range(1, sets + 1):
@@ -207,8 +207,8 @@ def measured_limit(measure_set, sets: int = 3, *, busy: float = 1.0) -> dict:
         "fastest_of_each_set": {label: max(rounds) for label, rounds in taken.items()},
         "set_gap": verdict.set_gap(taken),  # over verdict.GAP: the sets ran unlike, flagged
     }
-    if others:  # as 3b: the load during the two sets that decide the limit and its low end
-        most = max(others[label] for label in verdict.deciding(taken))
+    if others:  # as 3b: the load during the two fastest sets (a set below a gap only flags)
+        most = max(others[label] for label in verdict.searched(taken))
         limit |= {"others_share": others, "deciding_share": most, "busy": most > busy}
     usable = timing.usable_cpus()
     if any(cores.values()):  # 3b's starved rule: a set's fastest round short of the cores

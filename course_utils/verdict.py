@@ -90,7 +90,7 @@ def limit_range(sets: dict[str, list[float]], floor: float = 0.0) -> tuple[float
     """(limit, low): the fastest round of all sets, and the fastest round of the other sets,
     each at least `floor` (the fastest training run, for the peak). When two sets' fastest
     rounds are more than `GAP` apart (`set_gap`), the low end is the slowest set's fastest
-    round: the set that raised the flag is inside the range the verdict is worked out over.
+    round. The low end only flags: the verdict searches upward from the limit (`headroom`).
 
     >>> limit_range({"a": [100.0], "b": [62.0, 60.0]}, floor=80.0)
     (100.0, 80.0)
@@ -108,6 +108,13 @@ def deciding(sets: dict[str, list[float]]) -> list[str]:
     return [*order[:1], *order[-2:]] if set_gap(sets) > GAP and len(order) > 2 else order[-2:]
 
 
+def searched(sets: dict[str, list[float]]) -> list[str]:
+    """The sets whose load can bear on a verdict: the two with the fastest rounds (the limit and
+    its runner-up). A slower set below a gap only flags (the search starts at the limit): load
+    during it, which can only slow its rounds, cannot change a verdict."""
+    return sorted(sets, key=lambda label: max(sets[label]))[-2:]
+
+
 def busiest(loads: dict[str, dict[str, float]], sets: dict[str, dict]) -> tuple[float, str, str]:
     """(share, limit, set): the most other programs used of the cores during a set that decides
     a verdict, each limit's two fastest sets and the sweep's; (0, "", "") with no load recorded.
@@ -119,7 +126,7 @@ def busiest(loads: dict[str, dict[str, float]], sets: dict[str, dict]) -> tuple[
     found = [
         (loads[name][label], label == SWEEP_SET, name, label)
         for name in loads
-        for label in {*deciding(sets[name]), SWEEP_SET}
+        for label in {*searched(sets[name]), SWEEP_SET}
         if label in loads[name]
     ]
     share, _, name, label = max(found, default=(0.0, False, "", ""))
@@ -835,8 +842,9 @@ def step_share_withheld(  # noqa: PLR0913 - each a reason section 2 withholds fo
 def ridge_sides(intensity: float, limits: dict, load: float, busy: float, low: str = "") -> str:
     """The step's side of the ridge at every ridge the limits' ranges give (`limits`: name to
     its two ends), in words; none when `load`, the most other programs used of the cores during
-    a limit's deciding set, is over `busy`, or when `low` says why a limit may be measured low
-    (a limit's sets all starved, `all_starved`; a training run beat the peak, `peak_measured_low`).
+    a limit's two fastest sets (`searched`), is over `busy`, or when `low` says why a limit may be
+    measured low (a limit's sets all starved, `all_starved`; a training run beat the peak,
+    `peak_measured_low`).
 
     >>> print(ridge_sides(50.0, {"peak": (200e9, 150e9), "bandwidth": (10e9, 9e9)}, 0.1, 0.5))
     ... # doctest: +NORMALIZE_WHITESPACE
@@ -845,7 +853,7 @@ def ridge_sides(intensity: float, limits: dict, load: float, busy: float, low: s
     """
     if load > busy:
         return (
-            f"No side of the ridge from this run: a limit's deciding set ran busy (others "
+            f"No side of the ridge from this run: a limit's fastest sets ran busy (others "
             f"{100 * load:.0f}%), so it may be measured low, and a quiet run's limits can move the "
             "ridge either way (a higher peak raises it, a higher bandwidth lowers it)."
         )
@@ -873,9 +881,9 @@ def ridge_sides(intensity: float, limits: dict, load: float, busy: float, low: s
 
 
 def ridge(record: dict) -> str:
-    """`ridge_sides` from 3b's record: its limits, the most others used during a limit's deciding
+    """`ridge_sides` from 3b's record: its limits, the most others used during a limit's fastest
     set, and why a limit may be low (`all_starved`, `peak_measured_low`), as `regime` withholds."""
     sets = {"peak": record["peak_rounds"], "bandwidth": record["bandwidth_rounds"]}
-    load = max(record["loads"][k][label] for k in sets for label in deciding(sets[k]))
+    load = max(record["loads"][k][label] for k in sets for label in searched(sets[k]))
     low = all_starved(record) or peak_measured_low(record)  # each limit up to its `headroom`:
     return ridge_sides(record["intensity"], _ranges(record)[0], load, record["busy"], low)

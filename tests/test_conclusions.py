@@ -214,8 +214,11 @@ def test_a_set_below_a_gap_flags_the_limit_and_is_not_searched():
     assert expected_regime(record) == "below both roofs"
     close = sets | {"section 1": [61.8e9, 155e9]}  # a 1.47x span: the two fastest decide
     assert expected_regime(record | {"peak_rounds": close}) == "below both roofs"
-    # the flagged set's load decides too: busy there, no verdict
+    # the flagged set only flags: load during it (which only slowed its rounds) withholds
+    # nothing; load during one of the two fastest sets does
     loads = {"peak": dict.fromkeys(sets, 0.05) | {"section 1": 0.84}}
+    assert expected_regime(record | {"loads": loads, "busy": 0.5}) == "below both roofs"
+    loads = {"peak": dict.fromkeys(sets, 0.05) | {"after the sweep": 0.84}}
     assert expected_regime(record | {"loads": loads, "busy": 0.5}).startswith(
         "withheld: the machine was busy (other programs used 84% of its cores while the peak"
     )
@@ -262,7 +265,7 @@ def test_the_step_s_side_of_the_ridge_is_read_at_both_ends_or_not_from_busy_sets
     """Intensity 30 against ridges of 12.5 to 22.2 FLOP/B (any pair of limits): the
     compute side at the low ridges (30 at least twice 12.5 and 13.9), near the ridge at the high
     ones, so both are named and the run decides nothing; 5: the memory side at every end; a
-    limit's deciding set at 60% with busy 50%: no side at all."""
+    limit's fastest sets at 60% with busy 50%: no side at all."""
     limits = {"peak": (200e9, 125e9), "bandwidth": (10e9, 9e9)}
     assert verdict.ridge_sides(30.0, limits, 0.1, busy=0.5) == (
         "The step's 30.0 FLOP/B against a ridge of 12.5 to 22.2 (any pair of limits in their "
@@ -270,7 +273,7 @@ def test_the_step_s_side_of_the_ridge_is_read_at_both_ends_or_not_from_busy_sets
     )
     assert verdict.ridge_sides(5.0, limits, 0.1, busy=0.5).endswith(": memory-bandwidth side.")
     assert verdict.ridge_sides(5.0, limits, 0.6, busy=0.5).startswith(
-        "No side of the ridge from this run: a limit's deciding set ran busy (others 60%)"
+        "No side of the ridge from this run: a limit's fastest sets ran busy (others 60%)"
     )
 
 
