@@ -469,3 +469,33 @@ def test_line_magics_are_read_only_from_a_short_list_and_their_statements_when_p
     code = _solution({ANCHOR: f"{ANCHOR}\n{honest}"})
     checks.assert_readable(code)
     checks.assert_pipeline_code(code, "train_ds", "train")
+
+
+def test_a_fit_of_one_batch_an_epoch_then_a_late_load_is_not_the_model_trained(
+    tmp_path, monkeypatch
+):
+    """Red team 24a's late-spe and late-ckpt (12/12 locally and on Slurm): fit_model's fit runs
+    every epoch from 0 but one batch each (`steps_per_epoch=1`), then weights trained without a
+    strategy are loaded after it (the load-after-fit exemption; the file's 48 steps and moments
+    brought along, so every count matched). Keras's History of that fit says 1 step an epoch,
+    not the training set's batches: own_model fails it. A fit over every batch passes."""
+    from course_tools.grade.core import probe
+
+    monkeypatch.setattr(checks, "_labels", lambda split: {"count": 32})  # 4 batches of 8
+
+    def late(model, data, path) -> None:  # noqa: ANN001
+        model.fit(*data, batch_size=8, epochs=2, steps_per_epoch=1, verbose=0)
+        model.load_weights(path)
+
+    found = _fit_then(tmp_path, late)
+    fact = found["models"]["fit_model"]
+    assert (fact["fit_epochs"], fact["fit_steps"]) == ([2, 2], 1)
+    found["global_batch"] = 8
+    with pytest.raises(checks.CheckError, match="last fit ran 1 step an epoch"):
+        checks.own_model(tmp_path, "fit_model", found, _solution())
+    checks.clear_cache()
+    found = _fit_then(tmp_path, lambda m, d, _: m.fit(*d, batch_size=8, epochs=2, verbose=0))
+    assert found["models"]["fit_model"]["fit_steps"] == 4
+    found["global_batch"] = 8
+    checks.own_model(tmp_path, "fit_model", found, _solution())
+    assert probe.fit_steps(object()) is None  # no Keras History: nothing read

@@ -475,7 +475,27 @@ def own_model(artifacts: Path, name: str, facts: dict, observed: dict | None = N
                 f"0 (initial_epoch) are not the model trained; train {name} with one fit of "
                 "all its epochs and save it"
             )
+    _assert_fit_ran_every_batch(fact, name, facts)
     return model
+
+
+def _assert_fit_ran_every_batch(fact: dict, name: str, facts: dict) -> None:
+    """The model's last fit ran the training set's batches each epoch (the probe's
+    `fit_steps`, Keras's History `params["steps"]`): `steps_per_epoch=1` with weights loaded
+    after (their steps and moments brought along) is not the model trained. Checked when the
+    probe read the notebook's GLOBAL_BATCH; None is a length TensorFlow cannot know."""
+    batch = (facts or {}).get("global_batch")
+    if name == CUSTOM_LOOP_MODEL or "fit_steps" not in fact or type(batch) is not int:
+        return
+    expected, got = train_steps(facts, batch), fact["fit_steps"]
+    if got != expected and not (got is None and fit_extra_steps(facts)):
+        ran = "an unknown number of steps" if got is None else f"{got} step{'s' * (got != 1)}"
+        raise CheckError(
+            f"`{name}`'s last fit ran {ran} an epoch (Keras's History of it, "
+            f"`{name}.history.params`), but the training set makes {expected} in batches of "
+            f"GLOBAL_BATCH: train {name} with one fit over all of train_ds each epoch (no "
+            "steps_per_epoch) and save it"
+        )
 
 
 def _assert_optimizer_made_with(fact: dict, name: str) -> None:

@@ -161,6 +161,24 @@ def fit_epochs(model: Any) -> tuple[int, int | None]:
     return (ran, asked)
 
 
+def fit_steps(model: Any) -> int | None:
+    """The steps an epoch the model's last `fit` was set to run: its `History`'s own
+    `params["steps"]` (the training data's batches, `steps_per_epoch` when given; None when
+    the data's length is unknown, or no Keras History), read without running the model's code.
+
+        fit_steps(model)   # 7 after fit on 7 batches; 1 with steps_per_epoch=1
+    """
+    import inspect
+
+    history = inspect.getattr_static(model, "history", None)
+    kind = type(history)
+    if kind.__name__ != "History" or not kind.__module__.startswith("keras."):
+        return None
+    params = inspect.getattr_static(history, "params", None)
+    steps = params.get("steps") if type(params) is dict else None
+    return steps if type(steps) is int else None
+
+
 def optimizer_replicas(model: Any) -> int | None:
     """Over how many replicas the step counter of the model's own optimizer
     (`counted_optimizer`) is distributed: the replicas of the strategy the optimizer was made
@@ -429,6 +447,7 @@ def collect(
                 facts["models"][name]["optimizer_steps"] = steps
                 facts["models"][name]["optimizer_replicas"] = optimizer_replicas(model)
                 facts["models"][name]["fit_epochs"] = list(fit_epochs(model))
+                facts["models"][name]["fit_steps"] = fit_steps(model)
                 try:
                     zero = moments_zero(model)
                 except Exception:  # noqa: BLE001 - the fact only takes a point away
