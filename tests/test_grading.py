@@ -1953,7 +1953,9 @@ def test_a_replaced_json_dumps_and_a_buffer_of_one_earn_no_pipeline_point(red4):
     rows, out, _ = red4
     report = (out / "forge" / "report.md").read_text().replace("\\", "")  # unescaped
     assert "changes a library the grader relies on" in report and "json.dumps" in report, report
-    assert "a buffer of 1" in report, report
+    # the reading refuses the module's attribute set (json.dumps = _tidy) before it would read
+    # the buffer of 1: no pipeline point either way
+    assert "cannot read what a module's names stand for once your code sets one" in report, report
     assert rows["forge"]["q1"] == "0", rows["forge"]
 
 

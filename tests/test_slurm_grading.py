@@ -51,8 +51,8 @@ from grading_submissions import (
 from helpers import require_or_skip
 from test_grading_roster import SLEEPER, abort_graders_running
 
+from course_tools.grade.core import one_submission, report, roster
 from course_tools.grade.core import plan as grading_plan
-from course_tools.grade.core import report, roster
 from course_tools.grade.jail import identity, sandbox
 from course_tools.grade.routes import batch, slurm_array
 from course_tools.runner import Limits
@@ -106,13 +106,17 @@ def task_process(plan: Path) -> psutil.Process | None:
     return None
 
 
+#: The slow submission's work folder: named by the grader from the student, never the name itself.
+SLOW_FOLDER = one_submission.work_folder_name("slow")
+
+
 def waiting() -> list[Path]:
     """The work folders (local, or a Slurm task's on this node) where the slow cell waits: only
     at the two depths where a work folder lies (no recursive glob, which any deep tree another
     run left under /tmp would break)."""
     patterns = [
-        f"{tempfile.gettempdir()}/course-grade-*/slow/WAITING-{TOKEN}",
-        f"{tempfile.gettempdir()}/course-grade-*/course-grade-*/slow/WAITING-{TOKEN}",
+        f"{tempfile.gettempdir()}/course-grade-*/{SLOW_FOLDER}/WAITING-{TOKEN}",
+        f"{tempfile.gettempdir()}/course-grade-*/course-grade-*/{SLOW_FOLDER}/WAITING-{TOKEN}",
     ]
     return [Path(p).parent for pattern in patterns for p in glob.glob(pattern)]
 
@@ -320,7 +324,7 @@ def test_ctrl_c_cancels_the_array_and_leaves_nothing(cluster, tmp_path):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     plan = out / grading_plan.PLAN_FOLDER / "plan.json"
-    pattern = f"{tempfile.gettempdir()}/course-grade-*/course-grade-*/slow/{marker}"
+    pattern = f"{tempfile.gettempdir()}/course-grade-*/course-grade-*/{SLOW_FOLDER}/{marker}"
     slurm.wait_until(lambda: plan.exists() and glob.glob(pattern), 180, "the task's cell to run")
     # the task's node-local folder, made by its batch script
     (work,) = {Path(p).parents[2] for p in glob.glob(pattern)}

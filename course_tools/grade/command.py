@@ -251,6 +251,10 @@ def route(*, slurm: bool, sandboxed: bool) -> str:
 def run(args: argparse.Namespace) -> int:
     """`course grade SUBMISSION... [--out DIR]`: prints the gradebook; `EXIT_STATUS`."""
     checker.absolute_path()  # programs run by name are never found in the working folder
+    jobs = args.jobs
+    if jobs is None and not args.slurm:
+        jobs, why = default_jobs(args.devices, args.memory_mb)
+        print(f"course grade: --jobs {jobs} ({why})")
     try:
         # bad input, on every route, before anything is written or removed: a student whose
         # folder of the grades is a folder of --out that is not the grader's (the checkout, data)
@@ -262,10 +266,6 @@ def run(args: argparse.Namespace) -> int:
     if args.slurm and slurm_array.missing():
         print(f"course grade: {slurm_array.missing()}", file=sys.stderr)
         return 2
-    jobs = args.jobs
-    if jobs is None and not args.slurm:
-        jobs, why = default_jobs(args.devices, args.memory_mb)
-        print(f"course grade: --jobs {jobs} ({why})")
     try:
         # bad paths: a clear error before anything is written
         roster.collect_submissions(args.submissions)
