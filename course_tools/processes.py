@@ -45,10 +45,30 @@ class Deadline:
 
 
 def process_tree(pid: int) -> list[psutil.Process]:
-    """A process and all its descendants ([] when it is gone)."""
+    """A process and all its descendants ([] when it is gone), found by their parent links alone.
+
+    psutil's `Process.children()` also drops a child whose wall-clock start time looks earlier
+    than its parent's, and on Linux that time moves when the clock is set (at boot, by NTP): a
+    child started within a second of its parent can then go missing (psutil 7.2, a known bug:
+    https://github.com/giampaolo/psutil/issues/2910). The links are read in one pass instead.
+
+    Example:
+        >>> import os
+        >>> process_tree(os.getpid())[0].pid == os.getpid()
+        True
+    """
     with contextlib.suppress(psutil.Error):
         root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
+        children: dict[int, list[psutil.Process]] = {}
+        for process in psutil.process_iter(["ppid"]):
+            children.setdefault(process.info["ppid"], []).append(process)
+        tree, seen = [root], {pid}
+        for process in tree:  # grows while it is read: breadth first
+            for child in children.get(process.pid, []):
+                if child.pid not in seen:
+                    seen.add(child.pid)
+                    tree.append(child)
+        return tree
     return []
 
 

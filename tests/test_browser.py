@@ -46,6 +46,7 @@ from helpers import ROOT, require_or_skip
 
 from course_tools import artifact_check, browser, output_check
 from course_tools.paths import course_notebooks
+from course_tools.processes import process_tree
 
 DEVICES = 3
 #: Notebooks the browser leaves to nbval (tests/test_notebooks.py), with the reason: the suite's
@@ -131,7 +132,7 @@ class Lab:
             return json.loads(response.read())
 
     def kernel_processes(self) -> list[psutil.Process]:
-        return psutil.Process(self.process.pid).children(recursive=True)
+        return process_tree(self.process.pid)[1:]
 
     def stop(self) -> None:
         self.process.terminate()

@@ -22,6 +22,7 @@ import pytest
 from helpers import ROOT
 
 from course_tools import doctor
+from course_tools.processes import process_tree
 from course_utils import cluster
 
 WORKERS = Path(__file__).parent / "workers"
@@ -294,8 +295,12 @@ print(json.dumps([p.pid for p in c.processes.values()] + children), flush=True)
 
 
 def _guards_of(parent: psutil.Process) -> list[psutil.Process]:
-    """The cluster guard processes `parent` started."""
-    return [p for p in parent.children() if "course_utils.cluster" in " ".join(p.cmdline())]
+    """The cluster guard processes `parent` started (not psutil's children(): see process_tree)."""
+    return [
+        p
+        for p in process_tree(parent.pid)
+        if p.ppid() == parent.pid and "course_utils.cluster" in " ".join(p.cmdline())
+    ]
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,7 @@ from course_tools.grade.jail import (
     seccomp,
     workdir,
 )
+from course_tools.processes import process_tree
 
 #: Host-wide knobs a process as root (without capabilities) could once rewrite from inside.
 HOST_KNOBS = (
@@ -175,7 +176,7 @@ def test_no_host_wide_write_and_no_core_dump_route_from_inside(jail_as_root, tmp
         host_uids = set()
         while process.poll() is None:
             with contextlib.suppress(psutil.Error):
-                for child in psutil.Process(process.pid).children(recursive=True):
+                for child in process_tree(process.pid)[1:]:
                     with contextlib.suppress(psutil.Error):
                         # the jail's own step (root, before the drop to its uid) runs none of it
                         step = child.cmdline()[:3] == [sys.executable, "-I", memory_folders.STEP]

@@ -55,6 +55,7 @@ from course_tools.grade.core import one_submission, report, roster
 from course_tools.grade.core import plan as grading_plan
 from course_tools.grade.jail import identity, sandbox
 from course_tools.grade.routes import batch, slurm_array
+from course_tools.processes import process_tree
 from course_tools.runner import Limits
 
 NO_SLURM = slurm.missing_programs()
@@ -101,7 +102,7 @@ def task_process(plan: Path) -> psutil.Process | None:
     tail = [str(plan), str(students.index("slow"))]
     for proc in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):
-            if (proc.info["cmdline"] or [])[-2:] == tail and proc.children():
+            if (proc.info["cmdline"] or [])[-2:] == tail and process_tree(proc.pid)[1:]:
                 return proc
     return None
 
