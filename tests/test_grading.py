@@ -1866,9 +1866,10 @@ json.dumps = _tidy"""
 @pytest.fixture(scope="module")
 def red4(tmp_path_factory, sandboxed):
     """`course grade --jobs 2` of: a notebook-sized file whose string never ends; the untouched
-    exercise; the completed exercise with the honest magics; with `json.dumps` replaced and an
-    unshuffled pipeline; with its strategy made by a helper, an annotation and an alias; a
-    notebook whose deepest artifact fits its work folder but not the grades.
+    exercise; the completed exercise with the honest magics and its strategy made by a helper, an
+    annotation and an alias (one run for both: either one read as untrusted costs it its full
+    marks); with `json.dumps` replaced and an unshuffled pipeline; a notebook whose deepest
+    artifact fits its work folder but not the grades.
 
     Run as a hardened host's root runs it (the permission cases ride on this batch): under umask
     077, from a copy of the course's packages and with a data folder (TFDS_DATA_DIR), both inside
@@ -1886,24 +1887,23 @@ def red4(tmp_path_factory, sandboxed):
     mine.chmod(0o640)
     done = completed_exercise()
     strategy = "strategy = tf.distribute.MirroredStrategy()\n"
-    magics = edit(done, strategy, f"%config InlineBackend.figure_format = 'retina'\n{strategy}")
-    magics.cells.append(nbformat.v4.new_code_cell("%load_ext tensorboard\n%load_ext autoreload"))
+    honest = edit(  # the honest magics, and the strategy made by a helper
+        done,
+        strategy,
+        "%config InlineBackend.figure_format = 'retina'\n"
+        "def make_strategy():\n    return tf.distribute.MirroredStrategy()\n\n\n"
+        "mirrored: tf.distribute.Strategy = make_strategy()\nstrategy = mirrored\n",
+    )
+    honest.cells.append(nbformat.v4.new_code_cell("%load_ext tensorboard\n%load_ext autoreload"))
     forge = edit(
         done,
         "train_ds = train_cached.shuffle(10_000)",
         "SHUFFLE_BUFFER = 1  # tuned\ntrain_ds = train_cached.shuffle(SHUFFLE_BUFFER)",
     )
     forge.cells.append(nbformat.v4.new_code_cell(JSON_DUMPS_FORGER))
-    factory = edit(
-        done,
-        strategy,
-        "def make_strategy():\n    return tf.distribute.MirroredStrategy()\n\n\n"
-        "mirrored: tf.distribute.Strategy = make_strategy()\nstrategy = mirrored\n",
-    )
     notebooks = {
-        "magics": magics,
+        "honest": honest,
         "forge": forge,
-        "factory": factory,
         "deep": notebook_of(LONG_ARTIFACT),
     }
     for name, notebook in notebooks.items():
@@ -1944,8 +1944,8 @@ def test_an_unterminated_string_file_gets_its_row_and_the_batch_its_gradebooks(r
 
 def test_honest_magics_keep_full_marks_through_course_grade(red4):
     rows, out, _ = red4
-    assert (rows["magics"]["score"], rows["magics"]["status"]) == ("12", "graded"), (
-        out / "magics" / "report.md"
+    assert (rows["honest"]["score"], rows["honest"]["status"]) == ("12", "graded"), (
+        out / "honest" / "report.md"
     ).read_text()
 
 
@@ -1960,8 +1960,8 @@ def test_a_replaced_json_dumps_and_a_buffer_of_one_earn_no_pipeline_point(red4):
 
 
 def test_a_strategy_made_by_a_helper_keeps_full_marks_through_course_grade(red4):
-    rows, out, _ = red4
-    assert rows["factory"]["score"] == "12", (out / "factory" / "report.md").read_text()
+    rows, out, _ = red4  # the honest submission's strategy is made by a helper
+    assert rows["honest"]["score"] == "12", (out / "honest" / "report.md").read_text()
 
 
 # --- the host's file permissions and paths, on red team 4's batch -------------------------------
@@ -1983,9 +1983,8 @@ def test_under_umask_077_the_completed_exercise_scores_full_marks(red4):
     _as_root()
     rows, _, ran = red4
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
-    for student in ("magics", "factory"):
-        row = rows[student]
-        assert (row["status"], row["score"], row["max_score"]) == ("graded", "12", "12"), row
+    row = rows["honest"]
+    assert (row["status"], row["score"], row["max_score"]) == ("graded", "12", "12"), row
 
 
 def test_a_private_grades_folder_keeps_its_mode_and_its_files_theirs(red4):
@@ -2034,7 +2033,7 @@ def test_an_out_holding_the_checkout_and_the_data_folder_scores_full_marks(red4)
     rows, out, ran = red4
     assert (out / "ck" / "course_tools").is_dir() and (out / "tfds" / "svhn_cropped").is_dir()
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
-    assert (rows["magics"]["status"], rows["magics"]["score"]) == ("graded", "12"), rows["magics"]
+    assert (rows["honest"]["status"], rows["honest"]["score"]) == ("graded", "12"), rows["honest"]
 
 
 def _untrusted(*cells: str) -> str:
