@@ -137,9 +137,9 @@ class LocalCluster:
     `ready` (a regular expression); `timeout` seconds after the start, everything is stopped.
 
     The addresses say `localhost`, but TensorFlow's gRPC server listens on every interface (it
-    binds 0.0.0.0; TensorFlow 2.21 offers no other address) and runs any graph sent to it, with no
-    authentication: start clusters only on a machine or node no one else can reach (notebook 4,
-    section 1)."""
+    binds the wildcard address, IPv4 and IPv6; TensorFlow 2.21 offers no other) and runs any
+    graph sent to it, with no authentication: start clusters only on a machine or node no one
+    else can reach (notebook 4, section 1)."""
 
     # Keyword options notebook 4 writes out where the lesson is about them (ready=, timeout=...).
     def __init__(  # noqa: PLR0913

@@ -464,8 +464,8 @@ def test_error_summary_gives_the_exception_and_the_line_that_says_why():
 @pytest.mark.slow
 def test_tensorflow_servers_listen_on_every_interface(tmp_path):
     """What notebook 4 (section 1) warns about: a TensorFlow server whose TF_CONFIG says
-    `localhost` still listens on every interface (TensorFlow binds 0.0.0.0, with no option for
-    another address in 2.21). If a TensorFlow version binds `localhost` only, this test fails and
+    `localhost` still listens on every interface (TensorFlow binds the wildcard address; none other
+    in 2.21). If a TensorFlow version binds `localhost` only, this test fails and
     the warning, LocalCluster's docstring and appendix A's note must be revised."""
     script = tmp_path / "server.py"
     script.write_text(
