@@ -403,9 +403,12 @@ def step_and_addition_problems(results: dict, name: str) -> list[str]:
         reduce = {k: t for k, t in reduce.items() if k in ranges[0] or k in ranges[1]}
         load = max(results.get("loads", []), default=0.0)  # missing: step_share_problems
         less = min(results["samples"]["loop alone"])
-        said["reduce_line"] = verdict.jump_line("all-reduce", reduce, ranges, load=load, less=less)
-        what = "addition over the same bytes"
-        said["add_line"] = verdict.jump_line(what, samples, ranges, load=results["add_load"])
+        quick = results.get("quick", False)  # a trend stated in quick is labelled a smoke test
+        said["reduce_line"] = verdict.jump_line(
+            "all-reduce", reduce, ranges, load=load, less=less, quick=quick
+        )
+        what, load = "addition over the same bytes", results["add_load"]
+        said["add_line"] = verdict.jump_line(what, samples, ranges, load=load, quick=quick)
     for key, what in (("reduce_line", "all-reduce"), ("add_line", "addition")):
         if results[key] != said[key]:
             found.append(f"{name}: {what} {results[key]!r} printed, its rounds give {said[key]!r}")

@@ -60,7 +60,9 @@ class Timer:
 
 
 #: Other programs using more than this share of the cores during a measurement: the machine was
-#: busy, so a limit or a price measured then is low, and notebooks 3b and 3c draw no verdict.
+#: busy, so a limit or a price measured then is low, and notebooks 3b and 3c draw no verdict. A
+#: threshold set by hand: how often a quiet machine crosses it, or a busy one stays under, is not
+#: measured (no false-alarm rate, unlike `compare`'s).
 BUSY = 0.2
 SHORT = 0.1  # s: under 10 ticks of the CPU counters (0.01 s), a `Load` share is too coarse
 

@@ -150,12 +150,38 @@ def busy_words(share: float, name: str, label: str) -> str:
     )
 
 
+def line_cores(names: list[str], misses: list[float], worths: list[float]) -> str:
+    """Whether the cores' worth explains the sweep point its line misses most (`misses`: the
+    line's error at each point, line / point - 1): it does only when that point got fewer cores
+    than every other (to 0.1, as the table prints them) and lies above the line, or more and below.
+
+    >>> print(line_cores(["16", "32", "64"], [-0.169, 0.05, 0.02], [1.2, 1.0, 1.0]))
+    16 lies above the line on 1.2 cores' worth, the others 1.0: not the cause
+    >>> print(line_cores(["16", "32", "64"], [-0.169, 0.05, 0.02], [0.8, 1.0, 1.1]))
+    16 lies above the line on 0.8 cores' worth, the others 1.0-1.1: fewer cores, the likely cause
+    """
+    i = max(range(len(misses)), key=lambda k: abs(misses[k]))
+    own, rest = round(worths[i], 1), [round(w, 1) for k, w in enumerate(worths) if k != i]
+    others = f"{min(rest):.1f}" if min(rest) == max(rest) else f"{min(rest):.1f}-{max(rest):.1f}"
+    above = misses[i] < 0  # the line below the point's time: the point lies above it
+    fewer, more = own < min(rest), own > max(rest)
+    cause = (
+        f"{'fewer' if fewer else 'more'} cores, the likely cause"
+        if (above and fewer) or (not above and more)
+        else "not the cause"
+    )
+    return (
+        f"{names[i]} lies {'above' if above else 'below'} the line on {own:.1f} cores' worth, "
+        f"the others {others}: {cause}"
+    )
+
+
 def sweep_line(batches: list[float], step_ms: list[float]) -> tuple[float, float, float]:
     """(ms per example, fixed ms, the worst relative miss of a point, signed) of the least-squares
     line through (global batch, ms per step).
 
-    >>> [round(v, 3) for v in sweep_line([64, 128, 192], [10.0, 20.0, 31.0])]
-    [0.164, -0.667, -0.017]
+    >>> [round(v, 3) for v in sweep_line([64, 128, 192], [10.0, 21.0, 30.0])]
+    [0.156, 0.333, 0.033]
     """
     per_example_ms, fixed_ms = (float(v) for v in np.polyfit(batches, step_ms, 1))
     misses = [(fixed_ms + per_example_ms * b) / t - 1 for b, t in zip(batches, step_ms)]
@@ -763,12 +789,15 @@ def slopes_ratio(times: dict, small: list, large: list, fit_line, tolerance: flo
     return large_slope / small_slope
 
 
-def jump_line(what: str, samples: dict, ranges: tuple, *, load: float, less: float = 0.0) -> str:
+def jump_line(  # noqa: PLR0913 - what, its rounds, section 2's lines, the load, the loop's, quick
+    what: str, samples: dict, ranges: tuple, *, load: float, less: float = 0.0, quick: bool = False
+) -> str:
     """Notebook 3c's cost of a byte from its large range against its small one (`slopes_ratio`;
     `ranges`: small sizes, large sizes, 3c's `fit_line`, its tolerance) on the sizes' fastest
     rounds (less `less`, the loop's cost) and each round alone, kept when its lines pass the
     tolerance; the trend over the kept rounds' slopes (`trend`), withheld as 3b's comparison when
-    others used over `timing.BUSY` of the cores during the rounds (`load`); the rounds left out."""
+    others used over `timing.BUSY` of the cores during the rounds (`load`), labelled a smoke test
+    when stated in the quick profile (`quick`); the rounds left out."""
     small, large, fit_line, tolerance = ranges
     fastest = {k: min(s) - less for k, s in samples.items()}
     best = slopes_ratio(fastest, small, large, fit_line, tolerance)  # checked, as each round is
@@ -794,6 +823,8 @@ def jump_line(what: str, samples: dict, ranges: tuple, *, load: float, less: flo
         said += f"; each round alone {low:.2f} to {high:.2f}x"
         if load > timing.BUSY:  # a load on some rounds only can make a trend: none from them
             kept = f"withheld: the machine was busy (others {100 * load:.0f}%)"
+        elif quick:
+            kept += " (quick: a smoke test)"
         if not np.isnan(best) and not round(low, 2) <= round(best, 2) <= round(high, 2):
             kept += (  # the sizes' fastest rounds are unlike any one round
                 "; the first ratio lies outside the rounds': the sizes' fastest rounds are "
@@ -882,8 +913,13 @@ def ridge_sides(intensity: float, limits: dict, load: float, busy: float, low: s
 
 def ridge(record: dict) -> str:
     """`ridge_sides` from 3b's record: its limits, the most others used during a limit's fastest
-    set, and why a limit may be low (`all_starved`, `peak_measured_low`), as `regime` withholds."""
+    set, and why a limit may be low (`all_starved`, `peak_measured_low`), as `regime` withholds;
+    a side from fewer rounds than `min_rounds` (the quick profile) is labelled a smoke test."""
     sets = {"peak": record["peak_rounds"], "bandwidth": record["bandwidth_rounds"]}
     load = max(record["loads"][k][label] for k in sets for label in searched(sets[k]))
     low = all_starved(record) or peak_measured_low(record)  # each limit up to its `headroom`:
-    return ridge_sides(record["intensity"], _ranges(record)[0], load, record["busy"], low)
+    said = ridge_sides(record["intensity"], _ranges(record)[0], load, record["busy"], low)
+    rounds, needed = record.get("rounds"), record.get("min_rounds", 0)
+    if said.startswith("The step's") and rounds is not None and rounds < needed:  # as `withheld`
+        said += f" ({rounds} rounds per set, a smoke test; a verdict needs {needed})"
+    return said

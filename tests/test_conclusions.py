@@ -1579,3 +1579,40 @@ def test_3c_s_trends_over_the_rounds_are_withheld_on_a_busy_machine(tmp_path):
     ]
     path.write_text(json.dumps({k: v for k, v in record.items() if k != "reduce_line"}))
     assert all_reduce_problems(path) == ["results.json: reduce_line not recorded"]
+
+
+def test_a_side_of_the_ridge_from_quick_s_rounds_is_labelled_a_smoke_test():
+    """`verdict.regime` withholds on fewer rounds than `min_rounds` (the quick profile's 3); a
+    review found `verdict.ridge`, printed beside it, naming a side from the same sets with no
+    word of it. It now carries the rule's words: a smoke test (a side withheld on load or
+    starved sets needs none)."""
+    record = _limits_record()
+    sets = {name: record[f"{name}_rounds"] for name in ("peak", "bandwidth")}
+    record["loads"] = {name: dict.fromkeys(rounds, 0.02) for name, rounds in sets.items()}
+    full = verdict.ridge(record)
+    assert full.startswith("The step's 60.0 FLOP/B against a ridge") and full.endswith(".")
+    quick = verdict.ridge(record | {"rounds": 3})
+    assert quick == full + " (3 rounds per set, a smoke test; a verdict needs 5)"
+    assert verdict.regime(record | {"rounds": 3}) == (
+        "withheld: 3 rounds per set, a smoke test; a verdict needs 5"
+    )
+    assert verdict.ridge(record | {"rounds": 5}) == full
+    busy = record | {"rounds": 3, "loads": {k: dict.fromkeys(s, 0.5) for k, s in sets.items()}}
+    assert verdict.ridge(busy).startswith("No side of the ridge")
+    assert "smoke" not in verdict.ridge(busy)
+
+
+def test_a_3c_trend_stated_in_quick_must_be_labelled_a_smoke_test(tmp_path):
+    """3c records its profile (`quick`); the artifact check rebuilds each cost-of-a-byte line
+    with it, so a trend stated in quick without its smoke-test label fails the check."""
+    results = _all_reduce_results()
+    assert results["add_line"].endswith("1 time in 35)")  # a trend stated, 4 rounds
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results | {"quick": True}))
+    (problem,) = all_reduce_problems(path)
+    assert problem.startswith("results.json: addition ") and problem.endswith('smoke test)"')
+    labelled = results["add_line"] + " (quick: a smoke test)"
+    path.write_text(json.dumps(results | {"quick": True, "add_line": labelled}))
+    assert all_reduce_problems(path) == []
+    path.write_text(json.dumps(results | {"add_line": labelled}))  # full: no label
+    assert len(all_reduce_problems(path)) == 1

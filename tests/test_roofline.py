@@ -371,3 +371,65 @@ def test_the_all_reduce_call_is_the_notebook_s_rule_plus_its_withholds(reduce):
         assert call == reduce["alpha_or_bytes"](alpha, bytes_part, worst), (alpha, bytes_part)
         said.add(call)
     assert said == {"too close to call", "alpha dominates", "the bytes dominate"}
+
+
+def test_a_trend_stated_in_quick_is_labelled_a_smoke_test(reduce):
+    """Quick times the all-reduce in 5 rounds a set, enough for a trend (4 kept and most): a
+    review found the notebook saying quick never states one. Stated in quick, it is labelled a
+    smoke test, as notebook 3's verdicts; withheld or too few, nothing is stated to label."""
+    from course_utils import verdict
+
+    truth = {"alpha": 80e-6, "beta_small": 250e-12, "beta_large": 400e-12, "overhead": 20e-6}
+    samples = _synthetic_samples(truth, noise=0.02, rounds=5)
+    del samples["loop alone"]
+    ranges = (SMALL, LARGE, reduce["fit_line"], reduce["TOLERANCE"])
+    less = truth["overhead"]
+    full = verdict.jump_line("all-reduce", samples, ranges, load=0.05, less=less)
+    quick = verdict.jump_line("all-reduce", samples, ranges, load=0.05, less=less, quick=True)
+    assert full.endswith("over the rounds: more")
+    assert quick == full + " (quick: a smoke test)"
+    busy = verdict.jump_line("all-reduce", samples, ranges, load=0.65, less=less, quick=True)
+    assert "smoke" not in busy and busy.endswith("withheld: the machine was busy (others 65%)")
+    three = {size: rounds[:3] for size, rounds in samples.items()}  # the addition's 3 in quick
+    few = verdict.jump_line("all-reduce", three, ranges, load=0.05, less=less, quick=True)
+    assert "too few rounds' lines hold to say (3 of 3" in few and "smoke" not in few
+
+
+def _one_replica_check(samples: dict, others: float) -> tuple[str, bool]:
+    """3c's section 2 cell, one replica, on these rounds and this load: (printed, FLAGGED)."""
+    import contextlib
+    import io
+    import json
+    from pathlib import Path
+
+    from course_utils import timing, verdict
+
+    cells = json.loads(Path(bench.ALL_REDUCE_NOTEBOOK).read_text())["cells"]
+    source = next(
+        "".join(c["source"])
+        for c in cells
+        if c["cell_type"] == "code" and "".join(c["source"]).startswith("fit, FLAGGED,")
+    )
+    namespace = {"REPLICAS": 1, "samples": samples, "others": others, "timing": timing}
+    namespace |= {"TOLERANCE": verdict.ALL_REDUCE_TOLERANCE}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(source, namespace)  # noqa: S102 - the notebook's own cell
+    return printed.getvalue(), namespace["FLAGGED"]
+
+
+def test_one_replica_checks_the_subtraction_only_on_a_quiet_machine():
+    """With one replica every size should take the loop's own time, within the tolerance. A
+    review found dev1's run printing "FLAG: ... load?" beside others at 92%: on a busy machine
+    the check cannot be made, and the cell says so instead of flagging; quiet, a miss is flagged.
+    The miss is printed with one decimal beside the tolerance (+24.6% passes; +25% looked not to)
+    """
+    samples = {"loop alone": [40e-6, 41e-6], 4096: [41e-6], 1 << 20: [49.84e-6, 60e-6]}
+    printed, flagged = _one_replica_check(samples, others=0.05)
+    assert "1,024 KiB, +24.6% (tolerance 25%)" in printed and not flagged and "FLAG" not in printed
+    samples[1 << 20] = [273e-6]  # +576%
+    printed, flagged = _one_replica_check(samples, others=0.92)
+    assert "the machine was busy (others 92%): the subtraction is not checked" in printed
+    assert "FLAG" not in printed and flagged  # recorded as measured; the step share says 1 replica
+    printed, flagged = _one_replica_check(samples, others=0.05)
+    assert "FLAG: a size differs from the loop alone by more than the tolerance\n" in printed

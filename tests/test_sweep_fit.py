@@ -318,3 +318,25 @@ def test_the_artifact_check_works_out_the_fit_gap_and_fixed_part_again(tmp_path)
     path.write_text(json.dumps(record | {"fixed_ms": fixed_ms + 1, "fit_minus_loop_ms": -gap}))
     problems = fit_gap_problems(path)
     assert [p.split(" ")[1] for p in problems] == ["fixed_ms", "fit_minus_loop_ms"], problems
+
+
+def test_a_missed_sweep_point_s_cores_worth_is_named_and_a_cause_only_when_it_holds():
+    """A review found 3b printing "a point on fewer cores runs above the others' line" when the
+    point above the line (16/replica, -16.9%) got the most cores (1.2; the others 1.0): the
+    check read only the spread. `verdict.line_cores` names the missed point's own cores' worth
+    against the others' and gives the cause only when it holds (fewer cores and above the line,
+    or more and below)."""
+    names = ["16/replica", "32/replica", "64/replica", "128/replica"]
+    misses = [-0.169, 0.08, 0.05, -0.02]
+    said = verdict.line_cores(names, misses, [1.2, 1.0, 1.04, 0.98])
+    assert (
+        said == "16/replica lies above the line on 1.2 cores' worth, the others 1.0: not the cause"
+    )
+    said = verdict.line_cores(names, misses, [0.8, 1.0, 1.1, 1.0])
+    assert said.endswith("on 0.8 cores' worth, the others 1.0-1.1: fewer cores, the likely cause")
+    below = [0.169, -0.08, -0.05, 0.02]  # the point below the line: more cores explain it
+    assert verdict.line_cores(names, below, [1.2, 1.0, 1.0, 1.0]).endswith(
+        "more cores, the likely cause"
+    )
+    assert verdict.line_cores(names, below, [0.8, 1.0, 1.0, 1.0]).endswith("not the cause")
+    assert verdict.line_cores(names, misses, [1.0, 1.0, 1.04, 1.0]).endswith("not the cause")
