@@ -395,8 +395,9 @@ def test_a_trend_stated_in_quick_is_labelled_a_smoke_test(reduce):
     assert "too few rounds' lines hold to say (3 of 3" in few and "smoke" not in few
 
 
-def _one_replica_check(samples: dict, others: float) -> tuple[str, bool]:
-    """3c's section 2 cell, one replica, on these rounds and this load: (printed, FLAGGED)."""
+def _one_replica_check(samples: dict, others: float, **names) -> tuple[str, bool]:
+    """3c's section 2 cell, one replica, on these rounds and this load: (printed, FLAGGED);
+    `names` overrides the notebook's names the cell reads (REPLICAS, its code)."""
     import contextlib
     import io
     import json
@@ -411,7 +412,7 @@ def _one_replica_check(samples: dict, others: float) -> tuple[str, bool]:
         if c["cell_type"] == "code" and "".join(c["source"]).startswith("fit, FLAGGED,")
     )
     namespace = {"REPLICAS": 1, "samples": samples, "others": others, "timing": timing}
-    namespace |= {"TOLERANCE": verdict.ALL_REDUCE_TOLERANCE}
+    namespace |= {"TOLERANCE": verdict.ALL_REDUCE_TOLERANCE} | names
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(source, namespace)  # noqa: S102 - the notebook's own cell
@@ -433,3 +434,21 @@ def test_one_replica_checks_the_subtraction_only_on_a_quiet_machine():
     assert "FLAG" not in printed and flagged  # recorded as measured; the step share says 1 replica
     printed, flagged = _one_replica_check(samples, others=0.05)
     assert "FLAG: a size differs from the loop alone by more than the tolerance\n" in printed
+
+
+def test_each_extra_set_of_rounds_prints_its_own_load(reduce):
+    """A review found 3c withholding its call on 87% that no cell printed: the first set's 76%
+    was printed, the two extra sets' loads were not. Each extra set now prints its own."""
+    truth = {"alpha": 80e-6, "beta_small": 250e-12, "beta_large": 400e-12, "overhead": 20e-6}
+    samples = _synthetic_samples(truth, noise=0.02, rounds=5)
+    samples[64 << 10] = [t * 2 for t in samples[64 << 10]]  # a size off its line in every set
+    sets = iter([(samples, 0.81), (samples, 0.87)])
+    code = {"fit_all_reduce": reduce["fit_all_reduce"], "SMALL": SMALL, "LARGE": LARGE}
+    code |= {"seconds_per_run": lambda *_: next(sets), "calls": {}, "repeats": {}}
+    code |= {"AR_ROUNDS": 5, "LOADS": [0.76], "REPLICAS": 2}
+    printed, _ = _one_replica_check(samples, 0.76, **code)
+    assert printed.splitlines() == [
+        f"a size missed its line beyond the tolerance: one more set (others {load})"
+        for load in ("81%", "87%")
+    ]
+    assert code["LOADS"] == [0.76, 0.81, 0.87]
