@@ -360,12 +360,14 @@ def test_the_tie_to_fit_counts_the_epochs_fit_ran_not_that_it_was_entered(tmp_pa
     checks.own_model(tmp_path, "fit_model", found, _solution())
 
 
-def test_a_load_into_a_fit_model_counts_by_its_loaders_name_before_its_fit_only(tmp_path):
+def test_a_load_into_a_fit_model_counts_by_its_loaders_name_before_or_after_its_fit(tmp_path):
     """Red team 23a's unbound-init, type-init, ks-alias and ckpt-attr (12/12): the loader named
     by its class, by `type(...)`, imported under another name, and a checkpoint given the model
     as an attribute. Before fit_model's fit (fit runs on another's weights) each fails
     `own_model` and the scope point, naming the cell. Red team 23a's honest-q6-into-fit and
-    honest-best (7/12): fit_model restores its own checkpoint after its fit; no load counts."""
+    honest-best: fit_model restoring a checkpoint into itself, before or after its fit, counts
+    as well (red team 25a: a fit before a load in the text may never run); the exercise
+    restores into a new model."""
     found = _trained_fit_model(tmp_path)
     for forged in (
         "keras.Model.load_weights(fit_model, path)",
@@ -384,14 +386,14 @@ def test_a_load_into_a_fit_model_counts_by_its_loaders_name_before_its_fit_only(
         with pytest.raises(checks.CheckError, match=r"weights loaded into it from elsewhere"):
             checks.assert_created_in_scope(code, "fit_model")
         checks.clear_cache()
-    for honest in (
+    for restored in (
         {ANCHOR: f'fit_model.load_weights("/tmp/best_fit.weights.h5")\n{ANCHOR}'},
         {ANCHOR: f"{ANCHOR}\nfit_model.load_weights(latest_fit)"},
     ):
-        code = _solution(honest)
-        assert reading.Code.of(code).hand_steps("fit_model", loads=True) == []
-        checks.own_model(tmp_path, "fit_model", found, code)
-        checks.assert_created_in_scope(code, "fit_model")
+        code = _solution(restored)
+        assert reading.Code.of(code).hand_steps("fit_model", loads=True)
+        with pytest.raises(checks.CheckError, match="loads weights into `fit_model`"):
+            checks.own_model(tmp_path, "fit_model", found, code)
         checks.clear_cache()
 
 

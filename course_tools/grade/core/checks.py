@@ -373,10 +373,21 @@ def load_model(path: Path) -> keras.Model:
     return _cache[key]
 
 
-def own_model(artifacts: Path, name: str, facts: dict, observed: dict | None = None) -> keras.Model:
+def own_model(
+    artifacts: Path,
+    name: str,
+    facts: dict,
+    observed: dict | None = None,
+    *,
+    epochs: int | None = None,
+) -> keras.Model:
     """The saved model `<name>.keras`, checked to be the `<name>` this run trained and kept in
     memory, and (with the grader's observations) not given its optimizer step count by the
-    notebook's code (`reading.Code.step_assignments`).
+    notebook's code (`reading.Code.step_assignments`). A model graded as trained by its `fit`
+    (not `CUSTOM_LOOP_MODEL`) has no weights loaded or set into it anywhere in the code
+    (`reading.Code.hand_steps`), and its own optimizer made `epochs` epochs of the training
+    set's steps (`_assert_steps_of_every_epoch`; `epochs`: the hidden test's EPOCHS, default
+    the grader's profile's, `graded_epochs`).
 
     This ties the files to the run: files copied from elsewhere do not match the kernel's own model,
     and a model whose weights were copied in makes no optimizer step of its own (unless its count
@@ -461,12 +472,12 @@ def own_model(artifacts: Path, name: str, facts: dict, observed: dict | None = N
         )
     ran = fact.get("fit_epochs")
     if name != CUSTOM_LOOP_MODEL and isinstance(ran, list) and len(ran) == 2:
-        epochs, asked = ran
-        if not epochs or (type(asked) is int and epochs != asked):
+        ran_epochs, asked = ran
+        if not ran_epochs or (type(asked) is int and ran_epochs != asked):
             done = (
                 "never ran an epoch of fit from epoch 0"
-                if not epochs
-                else f"ran {epochs} of the {asked} epochs its last fit was asked for"
+                if not ran_epochs
+                else f"ran {ran_epochs} of the {asked} epochs its last fit was asked for"
             )
             raise CheckError(
                 f"`{name}` in the notebook's memory {done} (Keras's History of its last fit, "
@@ -476,7 +487,71 @@ def own_model(artifacts: Path, name: str, facts: dict, observed: dict | None = N
                 "all its epochs and save it"
             )
     _assert_fit_ran_every_batch(fact, name, facts)
+    _assert_steps_of_every_epoch(fact, name, facts, epochs, observed)
     return model
+
+
+#: The exercise's epochs by profile (its `EPOCHS = settings.pick(full=6, quick=3)`) and the
+#: examples a replica takes a step (`PER_REPLICA_BATCH`).
+EPOCHS_BY_PROFILE = {"full": 6, "quick": 3}
+PER_REPLICA_BATCH = 64
+
+
+def graded_epochs(observed: dict | None) -> int | None:
+    """The epochs the exercise trains in the grader's run: `EPOCHS_BY_PROFILE` for the profile
+    the check process was set up with (`course_utils.setup` writes COURSE_PROFILE back), when
+    the grader observed the run (`observed` not None) and the profile is a resolved one; None
+    otherwise (the solution's own kernel, a test of the checks)."""
+    from course_utils.settings import read_settings
+
+    if observed is None:
+        return None
+    try:
+        profile = read_settings().profile
+    except ValueError:
+        return None
+    if profile not in ("full", "cpu", "quick"):
+        return None
+    return EPOCHS_BY_PROFILE["quick" if profile == "quick" else "full"]
+
+
+def _assert_steps_of_every_epoch(
+    fact: dict, name: str, facts: dict, epochs: int | None, observed: dict | None
+) -> None:
+    """The model's own optimizer in the kernel made exactly `epochs` epochs of the training
+    set's steps (`train_steps`, plus `fit_extra_steps` an epoch), for a model graded as
+    trained by its `fit`: a fit whose epochs a callback ends early (`raise StopIteration`,
+    `stop_training`), or of `steps_per_epoch=1` however its History reads, made fewer. With no
+    weights loaded or set into the model (the reading refuses those), its count is its own.
+    `epochs`: the hidden test's EPOCHS, else `graded_epochs`; the steps an epoch from the
+    probe's GLOBAL_BATCH, else `PER_REPLICA_BATCH` on each of COURSE_DEVICES."""
+    from course_utils.settings import read_settings
+
+    epochs = epochs if epochs is not None else graded_epochs(observed)
+    kernel_steps = fact.get("optimizer_steps")
+    if name == CUSTOM_LOOP_MODEL or epochs is None or type(kernel_steps) is not int:
+        return
+    batch = (facts or {}).get("global_batch")
+    if type(batch) is not int or batch <= 0:
+        try:
+            devices = read_settings().devices
+        except ValueError:
+            devices = None
+        if not devices:
+            return
+        batch = PER_REPLICA_BATCH * devices
+    steps, extra = train_steps(facts, batch), fit_extra_steps(facts)
+    expected = epochs * steps
+    if kernel_steps in (expected, expected + epochs * extra):
+        return
+    raise CheckError(
+        f"`{name}` in the notebook's memory made {kernel_steps} optimizer steps, but "
+        f"{epochs} epochs of the training set in batches of GLOBAL_BATCH make {expected}: "
+        f"its fit did not run every batch of every epoch (steps_per_epoch, a callback that "
+        f"ends an epoch early or stops training, or another fit), so it is not the model "
+        f"the question asks for; train {name} with one fit of EPOCHS epochs over all of "
+        "train_ds and save it"
+    )
 
 
 def _assert_fit_ran_every_batch(fact: dict, name: str, facts: dict) -> None:

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import ast
+import builtins
 import codecs
 import io
 import re
@@ -290,12 +291,16 @@ LOADED_EXTENSIONS = frozenset({"tensorboard", "autoreload"})
 
 
 def _inline_setting(line: object) -> bool:
-    """`line` is a `%config` of the inline backend set to a literal (`InlineBackend.figure_format
-    = 'retina'`): the shell evaluates a `%config` value as Python in the kernel's namespace."""
+    """`line` is a `%config` of the inline backend, or of which values a cell shows
+    (`InteractiveShell.ast_node_interactivity`), set to a literal (`InlineBackend.figure_format
+    = 'retina'`, `InteractiveShell.ast_node_interactivity = 'all'`): the shell evaluates a
+    `%config` value as Python in the kernel's namespace."""
     if not isinstance(line, str):
         return False
     setting, _, value = line.partition("=")
-    if not re.fullmatch(r"\s*InlineBackend\.\w+\s*", setting):
+    if not re.fullmatch(
+        r"\s*(InlineBackend\.\w+|InteractiveShell\.ast_node_interactivity)\s*", setting
+    ):
         return False
     try:
         ast.literal_eval(value.strip())
@@ -3546,12 +3551,43 @@ class Code:
                 names.update(n.id for n in ast.walk(made) if isinstance(n, ast.Name))
             return names
 
+        def loader(value: ast.AST) -> bool:
+            """`value` is a loader (`LOADED_INTO`) not called: `keras.Model.load_weights`,
+            `fit_model.set_weights`, `getattr(m, "load_weights")`, a name bound to one."""
+            if isinstance(value, ast.Attribute):
+                return value.attr in LOADED_INTO
+            if isinstance(value, ast.Name):
+                if value.id in loaders:
+                    return True
+                resolved = _resolved(value, self._imports)
+                return bool(resolved) and resolved.split(".")[-1] in LOADED_INTO
+            return (
+                isinstance(value, ast.Call)
+                and _dotted(value.func).endswith("getattr")
+                and len(value.args) > 1
+                and _literal_name(value.args[1]) in LOADED_INTO
+            )
+
+        loaders: set[str] = set()  # lw = keras.Model.load_weights; lw(fit_model, path)
+        for _ in range(5):
+            before = set(loaders)
+            for node in self._walk():
+                value = getattr(node, "value", None)
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and value:
+                    if loader(value):
+                        loaders.update(_targets(node))
+            if loaders == before:
+                break
+
         def loader_named(node: ast.Call) -> bool:
             """`node` calls a loader by its name (`LOADED_INTO`), whatever its receiver:
             `keras.Model.load_weights(...)`, `type(m).load_weights(...)`, an imported or
-            aliased `keras.saving.load_weights`."""
+            aliased `keras.saving.load_weights`, a name bound to a loader (`lw =
+            keras.Model.load_weights`, `sw = fit_model.set_weights`)."""
             if isinstance(node.func, ast.Attribute):
                 return node.func.attr in LOADED_INTO
+            if isinstance(node.func, ast.Name) and node.func.id in loaders:
+                return True
             resolved = _resolved(node.func, self._imports) or _dotted(node.func)
             return resolved.split(".")[-1] in LOADED_INTO
 
@@ -3600,7 +3636,10 @@ class Code:
                 ):
                     return False
                 return model_of(node.value) or reached(node.value, held)
-            if isinstance(node, ast.Call) and loader_named(node):
+            if isinstance(node, ast.Call) and (
+                loader_named(node)  # or a loader given with the model: partial(lw, fit_model)
+                or any(loader(a) for a in [*node.args, *(k.value for k in node.keywords)])
+            ):
                 given = [*node.args, *(k.value for k in node.keywords)]
                 if isinstance(node.func, ast.Attribute) and given and untrained(given[-1]):
                     given = given[:-1]  # fit_model.set_weights(initial.get_weights())
@@ -3647,18 +3686,9 @@ class Code:
                 scoped.append((function, held | given))
         found = []
         loading = []
-        fits = [  # where the model's fit runs: a load after the last one restores its own
-            place
-            for node in self._walk()
-            if isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "fit"
-            and model_of(node.func.value)
-            for place in places.runs(node)
-        ]
-        for tree_index, tree in enumerate(self.trees):
-            for node in ast.walk(tree):
-                if loaded(node) and (not fits or min(places.runs(node)) < max(fits)):
+        for tree_index, tree in enumerate(self.trees):  # before or after its fit: a fit in
+            for node in ast.walk(tree):  # the text before a load may never run (`if 0:`)
+                if loaded(node):
                     loading.append((self.cells[tree_index], _short(node, 80)))
         for top, names in scoped:
             index = next(
@@ -3809,10 +3839,102 @@ class Code:
                     models.add(target)
             if models == before:
                 break
+        ties = self._history_ties(models, run, imports)
         for number, tree in run:
-            for node in _model_writes(tree, models):
+            for node in _model_writes(tree, models, ties):
                 found.append((number, _short(node, 80), "model"))
         return found
+
+    def _history_ties(
+        self, models: set[str], run: list[tuple[int, ast.Module]], imports: dict[str, str]
+    ) -> _Ties:
+        """What the reading ties to a graded model or a fit's History (`_Ties`): `models`, the
+        parameters of the notebook's functions and lambdas (a method's `self` aside: what a call
+        gives them is not followed), and the names bound to a tied value, as an assignment's, a
+        loop's or a `with`'s target, or holding one (`box.h = fit_model.history`,
+        `kept.append(h)`, `setattr(box, "h", h)`: `box` holds it)."""
+        trees = [tree for _, tree in run]
+        walked = [node for tree in trees for node in ast.walk(tree)]
+        classes: dict[str, bool] = {}
+        for _ in range(5):  # class H(keras.callbacks.History), class G(H)
+            before = dict(classes)
+            for node in walked:
+                if isinstance(node, ast.ClassDef):
+                    bases = [_dotted(b).split(".")[-1] for b in node.bases]
+                    classes[node.name] = any(
+                        b in HISTORY_CLASSES - {"Callback"} or classes.get(b) for b in bases
+                    ) or any(
+                        isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and f.name == "__new__"
+                        for f in node.body
+                    )
+            if classes == before:
+                break
+        parents = {
+            id(c): n for tree in trees for n in ast.walk(tree) for c in ast.iter_child_nodes(n)
+        }
+        names = set(models)
+        for node in walked:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                arguments = node.args
+                given = [
+                    *arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                    *filter(None, [arguments.vararg, arguments.kwarg]),
+                ]  # fmt: skip
+                method = isinstance(parents.get(id(node)), ast.ClassDef)
+                names.update(a.arg for a in given[1 if method else 0 :])
+        ties = _Ties(names, imports, classes)
+        ties.bound = {
+            name
+            for node in walked
+            for name in (
+                [node.id]
+                if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load)
+                else [node.name]
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                else [(a.asname or a.name).split(".")[0] for a in node.names]
+                if isinstance(node, (ast.Import, ast.ImportFrom))
+                else [node.arg]
+                if isinstance(node, ast.arg)
+                else [node.name]
+                if isinstance(node, ast.ExceptHandler) and node.name
+                else []
+            )
+        } | set(imports)
+        ties.instances = {
+            target
+            for node in walked
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and getattr(node.value.func, "id", "") in classes
+            for target in _targets(node)
+        }
+        for _ in range(5):
+            before = set(names)
+            for node in walked:
+                value = getattr(node, "value", None)
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and value:
+                    if ties.tied(value):
+                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                        names.update(n for t in targets for n in _holders(t))
+                elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                    if ties.tied(node.iter):
+                        names.update(_holders(node.target))
+                elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                    if ties.tied(node.context_expr):
+                        names.update(_holders(node.optional_vars))
+                elif isinstance(node, ast.Call):
+                    function, holder = node.func, None
+                    given = [*node.args, *(k.value for k in node.keywords)]
+                    if isinstance(function, ast.Attribute) and function.attr in FILLERS:
+                        holder = function.value  # kept.append(fit_model.history)
+                    elif _dotted(function).split(".")[-1] in {"setattr", *FILL_FUNCTIONS}:
+                        holder, given = (node.args[0], given[1:]) if node.args else (None, [])
+                    if holder is not None and any(ties.tied(g) for g in given):
+                        names.update(_holders(holder))
+            if names == before:
+                break
+        return ties
 
     def _bindings_by_name(self) -> dict[str, list[ast.AST | None]]:
         """{name: the value of each of its bindings (None for one without a value: a loop's
@@ -4300,17 +4422,128 @@ IN_PLACE = frozenset(
 HISTORY_FIELDS = frozenset({"history", "epoch", "params"})
 
 
-def _model_writes(tree: ast.AST, models: set[str]) -> list[ast.AST]:
+#: The methods by which Keras writes a `History` (`keras.callbacks.History`, from
+#: `keras.callbacks.Callback`): `set_params` sets `params`, `on_train_begin` empties `epoch`,
+#: `on_epoch_end` appends to it and sets `model.history` to the History, `set_model` names
+#: that model. `fit` calls them; a notebook that calls them writes what the probe reads.
+HISTORY_WRITERS = frozenset({"set_params", "set_model", "on_train_begin", "on_epoch_end"})
+#: The classes whose methods are `HISTORY_WRITERS`, called through the class
+#: (`keras.callbacks.History.set_params(h, ...)`).
+HISTORY_CLASSES = frozenset({"History", "Callback", "CallbackList"})
+#: Python's builtins, bound in every namespace.
+BUILTIN_NAMES = frozenset(dir(builtins))
+#: The builtins that make a new object of their own: their result is tied to a History only
+#: through what they are given (`dict(h=fit_model.history)`).
+NEW_OBJECTS = frozenset(
+    {"dict", "list", "set", "tuple", "frozenset", "object", "str", "int", "float", "bool",
+     "bytes", "range", "len", "print", "isinstance", "super", "repr", "sorted", "min", "max",
+     "sum", "round", "abs", "zip", "enumerate", "iter", "next", "format", "hash", "id"}
+)  # fmt: skip
+
+
+class _Ties:
+    """The names the reading ties to a graded model or a fit's `History` (`Code._history_ties`),
+    and whether an expression is tied: one of those names or `models`, an attribute `history`
+    or `model` on the way (`other.history`, a callback's `self.model`), a `fit(...)` (which
+    returns its History), a `History()` or `CallbackList(...)` made by the notebook (or of a
+    class of its own deriving from one, or defining `__new__`), or a call the reading does not
+    resolve to a library's function (the notebook's own, a lambda, a method of its objects):
+    what those give back may be a History."""
+
+    def __init__(self, names: set[str], imports: dict[str, str], classes: dict[str, bool]):
+        self.names = names
+        self.imports = imports
+        self.classes = classes  # the notebook's classes: whether one may be (or give) a History
+        self.instances: set[str] = set()  # the names bound to a new object of one of them
+        self.bound: set[str] | None = None  # every name the code binds (None: all of them)
+
+    def named(self, name: str) -> bool:
+        """`name` is tied: one of `names`, or a name the code never binds (nor Python's
+        builtins: the reading cannot tell what it holds)."""
+        if name in self.names:
+            return True
+        return self.bound is not None and name not in self.bound and name not in BUILTIN_NAMES
+
+    def call(self, call: ast.Call) -> bool:
+        function = call.func
+        dotted = _dotted(function)
+        if isinstance(function, ast.Attribute) and function.attr == "fit":
+            return True
+        if dotted.split(".")[-1] in HISTORY_CLASSES - {"Callback"}:
+            return True
+        if isinstance(function, ast.Name):
+            if function.id in self.classes:
+                return self.classes[function.id]
+            if function.id in NEW_OBJECTS or function.id in self.imports:
+                return False  # a builtin's new object, a library's function
+            return True  # the notebook's own function: what it returns is not read
+        if isinstance(function, ast.Attribute):  # a method of a tied object or of one of the
+            receiver = function.value  # notebook's classes: what it returns is not read
+            root = _root(receiver)
+            own = (
+                isinstance(receiver, ast.Call) and getattr(receiver.func, "id", "") in self.classes
+            )
+            return own or self.tied(receiver) or root is not None and root.id in self.instances
+        return True  # (lambda: fit_model.history)()
+
+    def tied(self, node: ast.AST | None) -> bool:
+        """`node`'s value may be a graded model or a History, or hold one (in a container, a
+        branch of a condition); not a value read from one (`len(h.epoch)`,
+        `fit_model.history.history`, the dict of its metrics)."""
+        if isinstance(node, ast.Name):
+            return self.named(node.id)
+        if isinstance(node, ast.Attribute):
+            if node.attr == "history" and getattr(node.value, "attr", None) == "history":
+                return False  # fit_model.history.history: the metrics, a dict
+            return node.attr in ("history", "model") or self.tied(node.value)
+        if isinstance(node, ast.Subscript):
+            return self.tied(node.value)
+        if isinstance(node, ast.Call):
+            if _dotted(node.func).endswith("getattr") and node.args:
+                return self.tied(node.args[0])
+            return self.call(node)
+        if isinstance(node, ast.Dict):
+            return any(self.tied(v) for v in node.values)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(self.tied(e) for e in node.elts)
+        if isinstance(node, (ast.Starred, ast.NamedExpr)):
+            return self.tied(node.value)
+        if isinstance(node, ast.IfExp):
+            return self.tied(node.body) or self.tied(node.orelse)
+        if isinstance(node, ast.BoolOp):
+            return any(self.tied(v) for v in node.values)
+        return False
+
+    def owner(self, node: ast.AST) -> bool:
+        """`node`, an object whose attribute is set or method called, is tied: its attribute
+        path starts from a tied name or call, or passes through `history` or `model`."""
+        start, path = _attribute_path(node)
+        if "history" in path or "model" in path:
+            return True
+        if isinstance(start, ast.Name):
+            return self.named(start.id)
+        if isinstance(start, ast.Call):
+            super_call = isinstance(start.func, ast.Name) and start.func.id == "super"
+            return not super_call and self.tied(start)  # super().on_epoch_end(epoch, logs)
+        return False
+
+
+def _model_writes(tree: ast.AST, models: set[str], ties: _Ties | None = None) -> list[ast.AST]:
     """The statements of `tree` that set or delete what a graded model holds (`models`: the
     `GRADED_MODELS` and their aliases), or change what a fit's `History` holds: an attribute of
     the model (`fit_model.history = h`, `fit_model.history.epoch[:] = ...`, a loop's or a
     `with`'s target too, `setattr`/`delattr`; what its optimizer holds aside, which
     `Code.step_assignments` and the probe's optimizer facts read), an attribute named as one of
-    `HISTORY_FIELDS` (`h.epoch = [0, 1, 2]` on the History a fit returned), or a call that
-    changes `epoch` or `params` in place (`h.epoch.extend(...)`, `operator.setitem(h.epoch,
-    ...)`); a class's own `self.epoch` aside. The probe reads these as the run's facts: a value
-    the code sets is no fact of the run."""
+    `HISTORY_FIELDS` of an object tied to a model or a History (`ties`: `h.epoch = [0, 1, 2]`
+    on the History a fit returned; not `run_info.history = ...` on an object of its own), a
+    call that changes `epoch` or `params` of one in place (`h.epoch.extend(...)`,
+    `operator.setitem(h.epoch, ...)`), or one of the History's own writers
+    (`HISTORY_WRITERS`: `h.set_params(...)`, `keras.callbacks.History.on_epoch_end(h, 0)`, a
+    `keras.callbacks.History()` of the notebook's own fed by hand), called or looked up; a
+    class's own `self.epoch` aside. The probe reads these as the run's facts: a value the code
+    sets is no fact of the run."""
     parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    ties = ties or _Ties(set(models), {}, {})
 
     def of_model(node: ast.AST) -> bool:  # its optimizer aside: the optimizer's rules read it
         start, path = _attribute_path(node)
@@ -4318,8 +4551,26 @@ def _model_writes(tree: ast.AST, models: set[str]) -> list[ast.AST]:
 
     def history_field(node: ast.AST) -> bool:
         return any(
-            isinstance(sub, ast.Attribute) and sub.attr in HISTORY_FIELDS - {"history"}
+            isinstance(sub, ast.Attribute)
+            and sub.attr in HISTORY_FIELDS - {"history"}
+            and ties.owner(sub.value)
             for sub in ast.walk(node)
+        )
+
+    def writer(node: ast.AST) -> bool:  # h.set_params, History.on_epoch_end, getattr(h, ...)
+        if isinstance(node, ast.Attribute) and node.attr in HISTORY_WRITERS:
+            if _dotted(node.value).split(".")[-1] in HISTORY_CLASSES:
+                call = parents.get(id(node))
+                first = call.args[0] if isinstance(call, ast.Call) and call.args else None
+                # keras.callbacks.Callback.on_epoch_end(self, ...) in a callback's own method
+                return not (call is not None and call.func is node and _is_self(first))
+            return ties.owner(node.value)
+        return (
+            isinstance(node, ast.Call)
+            and _dotted(node.func).endswith("getattr")
+            and len(node.args) > 1
+            and _literal_name(node.args[1]) in HISTORY_WRITERS
+            and ties.owner(node.args[0])
         )
 
     found = []
@@ -4329,22 +4580,25 @@ def _model_writes(tree: ast.AST, models: set[str]) -> list[ast.AST]:
             node.ctx, (ast.Store, ast.Del)
         ):
             owner = node.value
-            own = getattr(_attribute_path(owner)[0], "id", None) == "self"  # a class's own
             hit = (
                 of_model(owner)
-                or not own
-                and (
-                    isinstance(node, ast.Attribute)
-                    and node.attr in HISTORY_FIELDS
-                    or history_field(owner)
-                )
+                or isinstance(node, ast.Attribute)
+                and node.attr in HISTORY_FIELDS
+                and ties.owner(owner)
+                or history_field(owner)
             )
+        elif writer(node):
+            hit = True
         elif isinstance(node, ast.Call):
             name = _dotted(node.func).split(".")[-1]
             given = node.args[:1]
             if name in {"setattr", "delattr", *SET_ATTRIBUTE} and given:
                 field = _literal_name(node.args[1]) if len(node.args) > 1 else None
-                hit = of_model(given[0]) or field in HISTORY_FIELDS
+                hit = (
+                    of_model(given[0])
+                    or (field is None or field in HISTORY_FIELDS)
+                    and (ties.owner(given[0]))
+                )
             elif isinstance(node.func, ast.Attribute) and node.func.attr in IN_PLACE:
                 hit = history_field(node.func.value)  # h.epoch.append(2)
             elif name in FILL_FUNCTIONS | NAMESPACE_CHANGES and given:
@@ -4357,15 +4611,31 @@ def _model_writes(tree: ast.AST, models: set[str]) -> list[ast.AST]:
     return found
 
 
+def _is_self(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def _holders(target: ast.AST) -> list[str]:
+    """The names that hold what is stored into `target`: its plain names (`h`, `a, b`), or the
+    name its attributes and items hang from (`box` of `box.h[0]`); a class's `self` aside."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for e in target.elts for n in _holders(e)]
+    if isinstance(target, ast.Starred):
+        return _holders(target.value)
+    root = target if isinstance(target, ast.Name) else _root(target)
+    return [root.id] if root is not None and root.id != "self" else []
+
+
 def _module_writes(tree: ast.AST, imports: dict[str, str], classes: set[str]) -> list[ast.AST]:
     """The statements of `tree` that set or delete an attribute of a module object: one the code
     imports (`import tqdm.auto`, `from tqdm import auto`, `from tqdm.auto import tqdm`, whose
     class attribute is the module's business too), or one reached through a call
     (`inspect.getmodule(f).train_ds = ...`, `importlib.import_module("itertools").islice =
-    ...`; any call's result but a new object of the notebook's own class), as an assignment's,
-    a loop's or a `with`'s target, or by `setattr`/`delattr`. The reading trusts what a
-    module's names stand for (a wrapper it looks through, the notebook's own `__main__`), so it
-    cannot read past such a write. A literal (`tqdm.monitor_interval = 0`) is data, not code."""
+    ...`: `_may_give_module`; `logging.getLogger("tensorflow").level = ...` is no module's),
+    as an assignment's, a loop's or a `with`'s target, or by `setattr`/`delattr`. The reading
+    trusts what a module's names stand for (a wrapper it looks through, the notebook's own
+    `__main__`), so it cannot read past such a write. A literal (`tqdm.monitor_interval = 0`) is
+    data, not code."""
     parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
     gotten = {  # m = inspect.getmodule(f); m.train_ds = ...
         target
@@ -4386,7 +4656,7 @@ def _module_writes(tree: ast.AST, imports: dict[str, str], classes: set[str]) ->
                 return True
             return start.id in imports and not imports[start.id].startswith("builtins.")
         if isinstance(start, ast.Call):
-            return not (isinstance(start.func, ast.Name) and start.func.id in classes)
+            return _may_give_module(start, imports, classes)
         return False
 
     found = []
@@ -4408,6 +4678,37 @@ def _module_writes(tree: ast.AST, imports: dict[str, str], classes: set[str]) ->
         ):
             found.append(statement)
     return list({id(n): n for n in found}.values())
+
+
+#: The calls whose result is a module (`sys.modules.get(name)`, `importlib.reload(m)`), by the
+#: dotted names they resolve to, beside `MODULE_GETTERS` and `IMPORTERS`.
+MODULE_GIVERS = ("sys.modules", "importlib.", "builtins.__import__", "builtins.getattr")
+
+
+def _may_give_module(call: ast.Call, imports: dict[str, str], classes: set[str]) -> bool:
+    """`call`'s result may be a module object: a call that gives one (`inspect.getmodule(f)`,
+    `importlib.import_module(n)`, `__import__(n)`, `sys.modules.get(n)`, `getattr(m, n)`), a
+    call of a library's function given a module (`functools.reduce(getattr, [...], os)`), or a
+    call the reading does not resolve to a library's function (the notebook's own function, a
+    lambda, a method of an object of its own), a new object of the notebook's own class aside.
+    A library's function given no module gives none of the notebook's modules:
+    `logging.getLogger("tensorflow")` is a logger."""
+    if isinstance(call.func, ast.Name) and call.func.id in classes:
+        return False
+    if _imported_module(call) is not None:
+        return True
+    resolved = _resolved(call.func, imports)
+    if not resolved:
+        return True  # the notebook's own function, a lambda, a method of its own objects
+    if resolved in MODULE_GETTERS or resolved.startswith(MODULE_GIVERS):
+        return True
+    return any(  # a module given to the library's function may come back
+        isinstance(sub, ast.Name)
+        and sub.id in imports
+        and not imports[sub.id].startswith("builtins.")
+        for given in [*call.args, *(k.value for k in call.keywords)]
+        for sub in ast.walk(given)
+    )
 
 
 def _sets_data(node: ast.AST, classes: set[str]) -> bool:

@@ -1,0 +1,260 @@
+"""The grader's tie of a fit-graded model to its own fit on red team 25a's routes, and the honest
+lines beside them: weights loaded into the model after its fit (behind a fit in dead code),
+epochs a callback cuts short while Keras's History lists them all, History's own writers called
+by the notebook, a loader bound to another name; and four honest lines the reading refused
+(`%config InteractiveShell.ast_node_interactivity`, a namespace's `.history`, a logger's level).
+
+Run: pytest tests/test_grading_reading3.py  (a few seconds; one test trains a tiny model).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_grading_reading import _cell_of, _solution
+
+from course_tools.grade.core import checks, reading
+
+ANCHOR = 'fit_model.save(ARTIFACTS / "fit_model.keras")'
+#: The line of the solution's fit cell just before fit_model's fit runs.
+BEFORE_FIT = "fit_clock = EpochClock()"
+SINGLE_SAVE = 'single_model.save(ARTIFACTS / "single_model.keras")'
+
+
+def _refused(code: dict, anchor: str, why: str) -> None:
+    """`assert_readable` refuses `code` for `why`, naming the cell that holds `anchor`."""
+    cell = _cell_of(code, anchor)
+    with pytest.raises(checks.CheckError, match=rf"{why}.* \(cell \[{cell}\]: "):
+        checks.assert_readable(code)
+    checks.clear_cache()
+
+
+MODEL_WRITE = r"what a model \(or its fit's History\) holds"
+
+
+def test_no_weights_load_into_a_fit_graded_model_before_or_after_its_fit():
+    """Red team 25a's stopiter, setparams, nofit and nosingle (12/12): a load into `fit_model`
+    (or `single_model`) after its fit in the text, also behind a fit that never runs (`if not
+    EPOCHS:`), was taken for restoring its own checkpoint. Every load into a fit-graded model
+    now counts, wherever it stands; the solution, which restores into a new model, has none."""
+    for model, anchor, late in (
+        ("fit_model", ANCHOR, f"{ANCHOR}\nfit_model.load_weights(latest_fit)"),
+        ("fit_model", ANCHOR, f'fit_model.load_weights("/tmp/best.weights.h5")\n{ANCHOR}'),
+        (
+            "fit_model",
+            BEFORE_FIT,
+            "if not EPOCHS:\n    fit_model.fit(train_ds, epochs=EPOCHS)\n"
+            f'fit_model.load_weights("/tmp/one.weights.h5")\n{BEFORE_FIT}',
+        ),
+        (
+            "single_model",
+            SINGLE_SAVE,
+            f'single_model.load_weights("/tmp/nudged.weights.h5")\n{SINGLE_SAVE}',
+        ),
+    ):
+        code = _solution({anchor: late})
+        loads = reading.Code.of(code).hand_steps(model, loads=True)
+        assert loads and loads[0][0] == _cell_of(code, anchor), (model, late, loads)
+        if model == "fit_model":  # single_model's loads cost own_model (its file's points)
+            with pytest.raises(checks.CheckError, match="weights loaded into it from elsewhere"):
+                checks.assert_created_in_scope(code, model)
+        checks.clear_cache()
+    solution = reading.Code.of(_solution())
+    assert solution.hand_steps("fit_model", loads=True) == []
+    assert solution.hand_steps("single_model", loads=True) == []
+
+
+def test_a_loader_bound_to_another_name_is_read_as_the_load_it_is():
+    """Red team 25a's aliasload (12/12): `sw = keras.Model.set_weights; sw(fit_model, w)` before
+    the fit (and `lw = keras.Model.load_weights`) was no load to the reading. A loader bound to a
+    name, bound from the model (`lw = fit_model.load_weights`), or given with the model to
+    another call (`functools.partial`) counts as the load; the solution's own loads into new
+    models do not."""
+    for forged in (
+        "lw = keras.Model.load_weights\nlw(fit_model, 'classmate.weights.h5')",
+        "sw = keras.Model.set_weights\nsw(fit_model, classmate.get_weights())",
+        "sw = keras.Model.set_weights\nsw2 = sw\nsw2(fit_model, classmate.get_weights())",
+        "lw = fit_model.load_weights\nlw('classmate.weights.h5')",
+        "lw = getattr(keras.Model, 'load_weights')\nlw(fit_model, 'classmate.weights.h5')",
+        "import functools\nfunctools.partial(keras.Model.load_weights, fit_model)('c.h5')",
+    ):
+        code = _solution({BEFORE_FIT: f"{forged}\n{BEFORE_FIT}"})
+        assert reading.Code.of(code).hand_steps("fit_model", loads=True), forged
+        with pytest.raises(checks.CheckError, match="weights loaded into it from elsewhere"):
+            checks.assert_created_in_scope(code, "fit_model")
+        checks.clear_cache()
+
+
+def test_historys_own_writers_are_writes_of_the_history():
+    """Red team 25a's setparams and nofit (12/12): `fit_model.history.set_params(...)` after a
+    fit of one batch an epoch, and a `keras.callbacks.History()` of the notebook's own wired to
+    fit_model (`set_model`, `set_params`, `on_train_begin`, `on_epoch_end`, which sets
+    `fit_model.history`), wrote what the probe reads. Each spelling (the method, the class's,
+    `getattr`, a name bound to the method, a function given the History, a History held in a
+    namespace, a `CallbackList` keeping one) makes the reading unreadable, naming the cell. A
+    callback's `super().on_epoch_end(...)`, Keras's class spelling given `self`, matplotlib's
+    `set_params` and a callback of the notebook's own called by hand stay readable."""
+    for forged in (
+        "fit_model.history.set_params({'verbose': 2, 'epochs': EPOCHS, 'steps': 16})",
+        "keras.callbacks.History.set_params(fit_model.history, {'epochs': EPOCHS})",
+        "record = keras.callbacks.History()\nrecord.set_model(fit_model)\n"
+        "record.on_train_begin()\nfor epoch in range(EPOCHS):\n    record.on_epoch_end(epoch)",
+        "from keras.callbacks import History\nHistory().set_model(fit_model)",
+        "h = fit_model.history\nh.on_epoch_end(3)",
+        "getattr(fit_model.history, 'set_params')({})",
+        "w = fit_model.history.on_epoch_end\nw(0)",
+        "def forge(h):\n    h.set_params({'steps': 16})\nforge(fit_model.history)",
+        "import types\nbox = types.SimpleNamespace()\nbox.h = fit_model.history\n"
+        "box.h.epoch.append(3)",
+        "kept = []\nkept.append(fit_model.history)\nkept[0].params['steps'] = 16",
+        "calls = keras.callbacks.CallbackList(add_history=True, model=fit_model)\n"
+        "calls.on_epoch_end(0)",
+        "keras.callbacks.Callback.set_model(single_model.history, fit_model)",
+    ):
+        _refused(_solution({ANCHOR: f"{ANCHOR}\n{forged}"}), ANCHOR, MODEL_WRITE)
+    honest = (
+        "class Quiet(keras.callbacks.Callback):\n"
+        "    def on_epoch_end(self, epoch, logs=None):\n"
+        "        super().on_epoch_end(epoch, logs)\n"
+        "        keras.callbacks.Callback.on_epoch_end(self, epoch, logs)\n"
+        "Quiet().on_epoch_end(0)\n"
+        "import matplotlib.pyplot as plt\n"
+        "plt.gca().xaxis.get_major_locator().set_params(integer=True)\n"
+        "kept = keras.callbacks.History()\n"
+        "print(fit_model.history.params, len(fit_model.history.epoch))"
+    )
+    checks.assert_readable(_solution({ANCHOR: f"{ANCHOR}\n{honest}"}))
+
+
+def test_history_fields_set_on_objects_not_tied_to_a_model_or_history_are_readable():
+    """Red team 25a's nshist (1/12): `run_info.history = fit_model.history.history` on a
+    SimpleNamespace (the metrics kept to plot them) made every code point unreadable; so did
+    `.epoch` or `.params` on an object of the notebook's own class. Those read now; the same
+    fields set on a model, on a fit's History or on a name bound to one (an alias, a loop's
+    target, a namespace holding it) still make the reading unreadable."""
+    honest = (
+        "import types\nrun_info = types.SimpleNamespace()\n"
+        "run_info.history = fit_model.history.history\n"
+        "class Log:\n    pass\nlog = Log()\nlog.epoch = 0\nlog.params = {'lr': 1e-3}\n"
+        "setattr(log, 'epoch', 1)\nrun_info.params = dict(epochs=EPOCHS)\n"
+        "run_info.params.update(steps=16)"
+    )
+    checks.assert_readable(_solution({ANCHOR: f"{ANCHOR}\n{honest}"}))
+    for forged in (
+        "fit_model.history.epoch = [0, 1, 2]",
+        "h = fit_model.history\nh.params = {'epochs': 3}",
+        "_h = fit_model.fit(train_ds, epochs=EPOCHS, initial_epoch=EPOCHS)\n_h.epoch = [0, 1]",
+        "for h in [fit_model.history]:\n    h.epoch = [0, 1, 2]",
+        "setattr(fit_model.history, 'epoch', [0, 1, 2])",
+        "import types\nbox = types.SimpleNamespace(h=None)\nbox.h = fit_model.history\n"
+        "box.h.params = {}",
+        "m = single_model\nm.history.epoch[:] = [0, 1, 2]",
+    ):
+        _refused(_solution({ANCHOR: f"{ANCHOR}\n{forged}"}), ANCHOR, MODEL_WRITE)
+
+
+def test_config_of_which_values_a_cell_shows_reads_and_other_configs_do_not():
+    """Red team 25a's config (1/12): the README says `%config
+    InteractiveShell.ast_node_interactivity = 'all'` is fine, and it made every code point
+    unreadable. It reads now (a literal value only, as for `InlineBackend`); another
+    `InteractiveShell` setting or a value that is code is still refused."""
+    code = _solution({ANCHOR: f"{ANCHOR}\n%config InteractiveShell.ast_node_interactivity = 'all'"})
+    checks.assert_readable(code)
+    checks.assert_pipeline_code(code, "train_ds", "train")
+    assert reading.Code.of(code).shell_reached() == []
+    for line in (
+        "%config InteractiveShell.ast_node_interactivity = (train_ds := train_cached)",
+        "%config InteractiveShell.autocall = 2",
+    ):
+        _refused(_solution({ANCHOR: f"{ANCHOR}\n{line}"}), ANCHOR, "the Python a line magic runs")
+
+
+def test_an_attribute_of_a_librarys_object_got_through_a_call_is_no_module_attribute():
+    """Red team 25a's logger (1/12): `logging.getLogger("tensorflow").level = logging.ERROR` was
+    read as a module's attribute set ("reached through a call"). A library's call given no
+    module gives none; the calls that give modules (`importlib.import_module`, `__import__`,
+    `inspect.getmodule`, `sys.modules.get`, `getattr` by a name not written out, the notebook's
+    own function) still do."""
+    for honest in (
+        "import logging\nlogging.getLogger('tensorflow').level = logging.ERROR",
+        "import logging\nlogging.getLogger('absl').setLevel(logging.ERROR)",
+    ):
+        checks.assert_readable(_solution({ANCHOR: f"{ANCHOR}\n{honest}"}))
+    for forged in (
+        "import importlib\nimportlib.import_module('tqdm').tqdm = list",
+        "__import__('tqdm').tqdm = list",
+        "import inspect\ninspect.getmodule(make_model).train_ds = train_cached",
+        "import sys\nname = 'tqdm'\nsys.modules.get(name).tqdm = list",
+        "import tqdm\nname = 'tqdm'\ngetattr(tqdm, name).tqdm = list",
+        "import tqdm\ndef mod():\n    return tqdm\nmod().tqdm = list",
+        "import functools, tqdm\nfunctools.reduce(getattr, ['auto'], tqdm).tqdm = list",
+    ):
+        why = "(what a module's names stand for|code run through exec/eval/globals)"
+        _refused(_solution({ANCHOR: f"{ANCHOR}\n{forged}"}), ANCHOR, why)
+
+
+def _trained(tmp_path: Path, callbacks: list) -> dict:  # noqa: ANN001
+    """The probe's facts of a small model fit 2 epochs on 4 batches of 8 with `callbacks`,
+    saved as fit_model.keras in `tmp_path`; the GLOBAL_BATCH the probe read, 8."""
+    import keras
+    import numpy as np
+
+    from course_tools.grade.core import probe
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+    rng = np.random.default_rng(0)
+    data = (rng.random((32, 4)), rng.random((32, 3)))
+    model.fit(*data, batch_size=8, epochs=2, callbacks=callbacks, verbose=0)
+    model.save(tmp_path / "fit_model.keras")
+    checks.clear_cache()
+    found = probe.collect({"fit_model": model}, models=["fit_model"])
+    found["global_batch"] = 8
+    return found
+
+
+def test_the_kernel_step_count_is_every_batch_of_every_epoch_whatever_history_says(
+    tmp_path, monkeypatch
+):
+    """Red team 25a's stopiter, lambdastop and toggle (12/12): a callback ends each epoch after
+    its first batch (`raise StopIteration`, or `stop_training` set and cleared), while Keras's
+    History lists every epoch and `params["steps"]` the full count. `own_model` now checks the
+    kernel's own optimizer count against EPOCHS epochs of the training set's steps (the hidden
+    test's `epochs`, else the grader's profile, `graded_epochs`), whatever the History says. A
+    fit of every batch passes; the custom loop's model and the solution's own kernel (no
+    observations) are not checked here."""
+    import keras
+
+    monkeypatch.setattr(checks, "_labels", lambda split: {"count": 32})  # 4 batches of 8
+
+    class OneBatch(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):  # noqa: ANN001, ARG002
+            raise StopIteration
+
+    found = _trained(tmp_path, [OneBatch()])
+    fact = found["models"]["fit_model"]
+    assert (fact["fit_epochs"], fact["fit_steps"], fact["optimizer_steps"]) == ([2, 2], 4, 2)
+    with pytest.raises(checks.CheckError, match=r"made 2 optimizer steps, but 2 epochs .* make 8"):
+        checks.own_model(tmp_path, "fit_model", found, _solution(), epochs=2)
+    checks.clear_cache()
+    monkeypatch.setenv("COURSE_PROFILE", "quick")
+    monkeypatch.setenv("COURSE_DEVICES", "2")
+    assert checks.graded_epochs({}) == 3
+    assert checks.graded_epochs(None) is None
+    with pytest.raises(checks.CheckError, match=r"made 2 optimizer steps, but 3 epochs"):
+        checks.own_model(tmp_path, "fit_model", found, _solution())
+    checks.clear_cache()
+    checks.own_model(tmp_path, "fit_model", found)  # the solution's kernel: no observations
+    checks.clear_cache()
+    found = _trained(tmp_path, [])
+    assert found["models"]["fit_model"]["optimizer_steps"] == 8
+    checks.own_model(tmp_path, "fit_model", found, _solution(), epochs=2)
+    checks.clear_cache()
+    with pytest.raises(checks.CheckError, match=r"made 8 optimizer steps, but 3 epochs"):
+        checks.own_model(tmp_path, "fit_model", found, _solution())
+    checks.clear_cache()
+    del found["global_batch"]  # GLOBAL_BATCH not an int at the end: 64 a device, 2 devices
+    with pytest.raises(checks.CheckError, match=r"3 epochs of the training set .* make 3"):
+        checks.own_model(tmp_path, "fit_model", found, _solution())
+    checks.clear_cache()
