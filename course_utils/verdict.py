@@ -321,21 +321,33 @@ def _ranges(record: dict) -> tuple[dict, dict, dict, dict, float]:
     band = worst * step  # the line's worst miss, at this step's time
     fixes = {"line": fixed_ms, "low": fixed_ms - band, "high": fixed_ms + band}
     cores, usable = record.get("cores", {}), record.get("usable_cpus", 0.0)
-    up = {k: headroom(record.get(f"{k}_rounds", {}), cores.get(k, {}), usable) for k in UNITS}
-    limits = {k: (v, v * up[k]) for k, (v, _) in limits_of(record).items()}  # value, searched to
+    physical = record.get("physical_devices", 1)
+    values = limits_of(record)  # the peak's value can be a training run's floor: searched from it
+    up = {
+        k: headroom(
+            record.get(f"{k}_rounds", {}), cores.get(k, {}), usable, values[k][0] / physical
+        )
+        for k in UNITS
+    }
+    limits = {k: (v, v * up[k]) for k, (v, _) in values.items()}  # value, searched to
     return limits, steps, factors, fixes, worst
 
 
-def headroom(sets: dict[str, list[float]], cores: dict[str, list[float]], usable: float) -> float:
-    """How far above its value (the fastest round, a lower bound) a limit is searched: the best
-    rate per core of any set (its fastest round over that round's cores' worth) times `usable`
-    CPUs, over the value; at least 1 / `STARVED`, as load slows a round without taking cores too
-    (a GPU records none); 1 with no `sets` (exact limits). The low end is never searched.
+def headroom(
+    sets: dict[str, list[float]], cores: dict[str, list[float]], usable: float, floor: float = 0.0
+) -> float:
+    """How far above its value (the fastest round, or `floor` where a training run beat it: a
+    lower bound) a limit is searched: the best rate per core of any set (its fastest round over
+    that round's cores' worth) times `usable` CPUs, over the value; at least 1 / `STARVED`, as
+    load slows a round without taking cores too (a GPU records none); 1 with no `sets` (exact
+    limits). The low end is never searched.
     >>> round(headroom({"a": [2.0, 3.0], "b": [2.4]}, {"a": [1.2, 1.5], "b": [0.8]}, 2.0), 2)
-    2.0"""
+    2.0
+    >>> round(headroom({"a": [2.0, 3.0], "b": [2.4]}, {"a": [1.2, 1.5], "b": [0.8]}, 2.0, 4.0), 2)
+    1.5"""
     rates = [max(r) / c[r.index(max(r))] for k, r in sets.items() if (c := cores.get(k))]
-    top = max((max(r) for r in sets.values()), default=0.0)
-    return max(1 / STARVED, usable * max(rates) / top if rates else 0.0) if sets else 1.0
+    value = max(max((max(r) for r in sets.values()), default=0.0), floor)
+    return max(1 / STARVED, usable * max(rates) / value if rates else 0.0) if sets else 1.0
 
 
 def _changes(case: tuple) -> int:

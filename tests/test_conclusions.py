@@ -1324,6 +1324,17 @@ def test_the_headroom_is_the_best_rate_per_core_of_any_set_times_the_usable_core
     assert verdict.headroom(sets, {k: [2.0] * len(v) for k, v in sets.items()}, 2.0) == 4 / 3
 
 
+def test_a_peak_a_training_run_beat_is_searched_from_that_floor():
+    """A review's 2-device run: a training run's 65.6 GFLOP/s beat every peak round (fastest 39.4),
+    so the peak's value is that floor; the best rate per core, 101.2 on 2 cores, bounds the search
+    at 2 x 101.2 / 65.6 = 3.09x the floor. Dividing by the fastest round printed 5.13x and searched
+    the peak up to 336 GFLOP/s, past what the cores can do."""
+    sets = {"section 1": [39.4], "section 3": [30.0]}
+    cores = {"section 1": [0.3893], "section 3": [1.0]}  # 39.4 / 0.3893 = 101.2 per core
+    assert round(verdict.headroom(sets, cores, 2.0), 2) == 5.14
+    assert round(verdict.headroom(sets, cores, 2.0, floor=65.6), 2) == 3.09
+
+
 def test_a_fixed_part_band_below_zero_is_printed_from_zero():
     """A review's quiet 7-device replay printed "the fixed part between -4.20 and 20.47 ms": the
     worst relative miss at the step's time reaches below 0, where a line measures none."""
