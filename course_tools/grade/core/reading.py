@@ -27,6 +27,20 @@ import tokenize
 from dataclasses import dataclass, field
 from functools import cached_property
 
+
+def _nodes(tree: ast.AST) -> tuple[ast.AST, ...]:
+    """`ast.walk(tree)` as a tuple, kept on the tree: every rule walks the same trees again (the
+    reading made ~20 million walk steps for one notebook), and a tree never changes once parsed.
+
+    >>> [type(n).__name__ for n in _nodes(ast.parse("x = 1"))]
+    ['Module', 'Assign', 'Name', 'Constant', 'Store']
+    """
+    nodes = tree.__dict__.get("_course_nodes")
+    if nodes is None:
+        nodes = tree._course_nodes = tuple(ast.walk(tree))
+    return nodes
+
+
 #: The most code read, in characters (the exercise's is about 20,000).
 MAX_CHARS = 2_000_000
 #: What reaches IPython's shell, where a notebook can rewrite the probe's answer (its display
@@ -82,8 +96,8 @@ def _harmless_memory(trees: list[ast.Module]) -> set[int]:
     set, mutated, or given to a call: an object whose interface is a dict the notebook built
     makes an array over any address)."""
     harmless: set[int] = set()
-    parents = {id(c): n for t in trees for n in ast.walk(t) for c in ast.iter_child_nodes(n)}
-    for node in (n for t in trees for n in ast.walk(t)):
+    parents = {id(c): n for t in trees for n in _nodes(t) for c in ast.iter_child_nodes(n)}
+    for node in (n for t in trees for n in _nodes(t)):
         if isinstance(node, ast.Call) and any(
             k.arg == "writeable" and isinstance(k.value, ast.Constant) and k.value.value is False
             for k in node.keywords
@@ -107,11 +121,11 @@ def _harmless_memory(trees: list[ast.Module]) -> set[int]:
         ):
             continue  # Holder(x.__array_interface__)
         harmless.add(id(node))
-    for node in (n for t in trees for n in ast.walk(t)):
+    for node in (n for t in trees for n in _nodes(t)):
         if isinstance(node, ast.ImportFrom) and [a.name for a in node.names] == ["as_strided"]:
             bound = node.names[0].asname or "as_strided"
             uses = [
-                n for t in trees for n in ast.walk(t) if isinstance(n, ast.Name) and n.id == bound
+                n for t in trees for n in _nodes(t) if isinstance(n, ast.Name) and n.id == bound
             ]
             if uses and all(
                 isinstance(parents.get(id(n)), ast.Call)
@@ -768,7 +782,7 @@ def _load_marks(node: ast.AST, imported: set[str]) -> set[str]:
     again: `Code._training_calls` knows a second load of the training examples by it."""
     return {
         f"<load {_split_of(sub)!r} {ast.dump(sub)}>"
-        for sub in ast.walk(node)
+        for sub in _nodes(node)
         if isinstance(sub, ast.Call)
         and isinstance(sub.func, ast.Attribute)
         and sub.func.attr in LOADERS
@@ -996,7 +1010,7 @@ def _parent_folder(node: ast.AST) -> bool:
     dots ("..", ".", "", `os.getcwd()`, `os.curdir`, `Path.cwd().parent`): a folder, never an
     archive, so only the files in it an import finds, which the reading marks when the notebook
     writes them (the working folder is on the import path already)."""
-    parts = list(ast.walk(node))
+    parts = list(_nodes(node))
     texts = [n.value for n in parts if isinstance(n, ast.Constant)]
     names = {getattr(n, "attr", getattr(n, "id", "")) for n in parts}
     names.discard("")
@@ -1416,7 +1430,7 @@ def _patches(node: ast.AST, modules: dict[str, str]) -> bool:
         written = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
         stored = (ast.Store, ast.Del)  # a.b = 1 stores a.b; (a.b, c) = ... too; a[b.c] = no
         targets = [
-            t for w in written for t in ast.walk(w) if isinstance(getattr(t, "ctx", None), stored)
+            t for w in written for t in _nodes(w) if isinstance(getattr(t, "ctx", None), stored)
         ]
         return any(module_attribute(t) for t in targets)
     if not isinstance(node, ast.Call):
@@ -1460,7 +1474,7 @@ def _changes_internals(node: ast.AST) -> bool:
         return any(
             internal(t)
             for w in written
-            for t in ast.walk(w)
+            for t in _nodes(w)
             if isinstance(getattr(t, "ctx", None), stored)
         )
     if not isinstance(node, ast.Call):
@@ -1483,9 +1497,9 @@ def _branched(function: ast.FunctionDef) -> set[int]:
     """The ids of the nodes of `function` that sit in a branch (`if training: ds = ...`): code
     that runs for some calls and not for others."""
     inside = set()
-    for node in ast.walk(function):
+    for node in _nodes(function):
         if isinstance(node, BRANCHES) and node is not function:
-            inside.update(id(sub) for sub in ast.walk(node) if sub is not node)
+            inside.update(id(sub) for sub in _nodes(node) if sub is not node)
     return inside
 
 
@@ -1495,7 +1509,7 @@ def _inlined(function: ast.FunctionDef, name: str, value: ast.AST) -> tuple[list
     applied in a branch of the function (`if training: ds = ds.shuffle(...)`) is named with a
     trailing "?" ("shuffle?"): the code alone cannot say whether this call ran it."""
     body = Code(trees=[ast.Module(body=function.body, type_ignores=[])])
-    returned = [n.value for n in ast.walk(body.trees[0]) if isinstance(n, ast.Return) and n.value]
+    returned = [n.value for n in _nodes(body.trees[0]) if isinstance(n, ast.Return) and n.value]
     if not returned:
         return [], ""
     calls, start, _ = _chain(returned[-1])
@@ -1504,11 +1518,7 @@ def _inlined(function: ast.FunctionDef, name: str, value: ast.AST) -> tuple[list
         calls = inner + calls
     parameters = [a.arg for a in function.args.args]
     call = next(
-        (
-            n
-            for n in ast.walk(value)
-            if isinstance(n, ast.Call) and getattr(n.func, "id", "") == name
-        ),
+        (n for n in _nodes(value) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == name),
         None,
     )
     if call is None or start not in parameters:
@@ -1555,7 +1565,7 @@ class _Places:
         self.loads: dict[str, list[ast.Name]] = {}
         self._rebound: dict[str, list[tuple[int, int, int]]] = {}
         for index, tree in enumerate(trees):
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 self.tree_of[id(node)] = index
                 for child in ast.iter_child_nodes(node):
                     self.parents[id(child)] = node
@@ -1713,7 +1723,7 @@ class Code:
         )
         parameters = self._parameter_buffers(once)
         for index, tree in enumerate(self.trees):
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "shuffle"):
                     continue
                 if node.args:
@@ -1779,7 +1789,7 @@ class Code:
         for name, function in functions.items():
             parameters = [a.arg for a in function.args.args]
             defaults = dict(zip(parameters[::-1], function.args.defaults[::-1], strict=False))
-            for node in ast.walk(function):
+            for node in _nodes(function):
                 if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "shuffle"):
                     continue
                 buffer = [
@@ -1915,7 +1925,7 @@ class Code:
             more = []
             imports = _imports(found)
             for number, tree in todo:
-                for node in ast.walk(tree):
+                for node in _nodes(tree):
                     texts = [_code_text(node)]
                     texts += [_literal_code(a) or "" for a in _string_code(node, imports)]
                     for text in filter(None, texts):
@@ -1928,7 +1938,7 @@ class Code:
 
     def _walk(self):
         for tree in self.trees:
-            yield from ast.walk(tree)
+            yield from _nodes(tree)
 
     def _imported(self) -> dict[str, str]:
         """{name: the module or object it is imported as}, for names only imports bind."""
@@ -1975,7 +1985,7 @@ class Code:
         tf.distribute.MirroredStrategy()`)."""
         makers = set()
         for name, function in self._functions().items():
-            returned = [n.value for n in ast.walk(function) if isinstance(n, ast.Return)]
+            returned = [n.value for n in _nodes(function) if isinstance(n, ast.Return)]
             if returned and all(v is not None and self._is_mirrored(v) for v in returned):
                 makers.add(name)
         return makers
@@ -2093,7 +2103,7 @@ class Code:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
                 isinstance(sub, (ast.With, ast.AsyncWith))
                 and any(self._is_scope(i, strategies, scopes) for i in sub.items)
-                for sub in ast.walk(node)
+                for sub in _nodes(node)
             ):
                 names.add(node.name)
         return names
@@ -2117,7 +2127,7 @@ class Code:
             value = getattr(node, "value", None)
             called = [
                 sub.func.id
-                for sub in ast.walk(value or ast.Module(body=[], type_ignores=[]))
+                for sub in _nodes(value or ast.Module(body=[], type_ignores=[]))
                 if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name)
             ]
             return in_scope or bool(helpers & set(called))
@@ -2128,7 +2138,7 @@ class Code:
         """Each assignment to `name` with its place in the code (cell, line, column), in order."""
         placed = []
         for index, tree in enumerate(self.trees):
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if name in _targets(node) and getattr(node, "value", None) is not None:
                     placed.append(((index, node.lineno, node.col_offset), node))
         return sorted(placed, key=lambda item: item[0])
@@ -2248,7 +2258,7 @@ class Code:
         whose order the probe reads, not one made beside them."""
         sliced = [
             sub
-            for sub in ast.walk(value)
+            for sub in _nodes(value)
             if isinstance(sub, ast.Call) and getattr(sub.func, "attr", "") == SLICED[-1]
         ]
         if not sliced or not sliced[-1].args:
@@ -2323,7 +2333,7 @@ class Code:
         be on the same `name` as the distributed runs."""
         others, bare = [], False
         for index, tree in enumerate(self.trees):
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if not _fit_of(node, baseline):
                     continue
                 given = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "x")]
@@ -2354,14 +2364,14 @@ class Code:
         parameters = positional + [a.arg for a in arguments.kwonlyargs]
         fits = [
             (node.func.value.id, node.args[0] if node.args else None)
-            for node in ast.walk(function)
+            for node in _nodes(function)
             if isinstance(node, ast.Call)
             and getattr(node.func, "attr", "") == "fit"
             and getattr(node.func.value, "id", None) in parameters
         ]
         found = []
         for index, tree in enumerate(self.trees):
-            for call in ast.walk(tree):
+            for call in _nodes(tree):
                 if not (
                     isinstance(call, ast.Call) and getattr(call.func, "id", "") == function.name
                 ):
@@ -2381,10 +2391,10 @@ class Code:
         made = self._made_from(name)
         for mine in (True, False):
             for index, tree in enumerate(self.trees):
-                for node in ast.walk(tree):
+                for node in _nodes(tree):
                     if mine and not set(_targets(node)) & made:
                         continue
-                    for sub in ast.walk(node):
+                    for sub in _nodes(node):
                         if getattr(sub, "unread_buffer", None) is not None:
                             return self.cells[index], sub.unread_buffer
         return 0, "?"
@@ -2452,7 +2462,7 @@ class Code:
             arg.arg
             for node in self._walk()
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            for arg in ast.walk(node.args)
+            for arg in _nodes(node.args)
             if isinstance(arg, ast.arg)
         }
         bindings: dict[str, list] = {}  # {name: the values assigned to it}, `_unresolved`
@@ -2462,8 +2472,8 @@ class Code:
                     bindings.setdefault(target, []).append(node.value)
         places, problems = [], []
         for index, tree in enumerate(self.trees):
-            called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-            for node in ast.walk(tree):
+            called = {id(n.func) for n in _nodes(tree) if isinstance(n, ast.Call)}
+            for node in _nodes(tree):
                 cell, code = self.cells[index], _short(node)
                 if (
                     isinstance(node, ast.Attribute)
@@ -2576,9 +2586,9 @@ class Code:
         holders = [  # the defs holding the call, outermost first (ast.walk goes down)
             function
             for tree in self.trees
-            for function in ast.walk(tree)
+            for function in _nodes(tree)
             if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and any(sub is call for sub in ast.walk(function))
+            and any(sub is call for sub in _nodes(function))
         ]
         if not holders:
             return None
@@ -2589,7 +2599,7 @@ class Code:
             return None
         if any(
             isinstance(sub, ast.Name) and sub.id == parameter.id and isinstance(sub.ctx, ast.Store)
-            for sub in ast.walk(inner)
+            for sub in _nodes(inner)
         ):
             return None  # rebound inside the helper
         return inner
@@ -2607,7 +2617,7 @@ class Code:
         positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
         found, uses = [], 0
         for index, tree in enumerate(self.trees):
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if isinstance(node, ast.Name) and node.id == function.name:
                     uses += 1
                 if not (
@@ -2727,7 +2737,7 @@ class Code:
             return True
         return any(
             isinstance(sub, ast.Call) and _dotted(sub.func).endswith("get_strategy")
-            for sub in ast.walk(owner)
+            for sub in _nodes(owner)
         )
 
     @cached_property
@@ -2756,7 +2766,7 @@ class Code:
         steps = {
             name
             for name, nodes in candidates.items()
-            if any(self._runs_on_strategy(sub) for node in nodes for sub in ast.walk(node))
+            if any(self._runs_on_strategy(sub) for node in nodes for sub in _nodes(node))
         }
         while True:
             more = {
@@ -2766,7 +2776,7 @@ class Code:
                 and any(
                     isinstance(sub, ast.Name) and sub.id in steps
                     for node in nodes
-                    for sub in ast.walk(node)
+                    for sub in _nodes(node)
                 )
             }
             if not more:
@@ -2780,7 +2790,7 @@ class Code:
         if not isinstance(node, ast.Call):
             return []
         arguments = [*node.args, *(k.value for k in node.keywords)]
-        called = {n.id for n in ast.walk(node.func) if isinstance(n, ast.Name)}
+        called = {n.id for n in _nodes(node.func) if isinstance(n, ast.Name)}
         if called & self._step_functions:  # step(batch), tf.function(step)(batch)
             return arguments or [node]
         if self._runs_on_strategy(node):
@@ -2819,7 +2829,7 @@ class Code:
             )
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") in self._functions():
             function = self._functions()[node.func.id]
-            returned = [n.value for n in ast.walk(function) if isinstance(n, ast.Return)]
+            returned = [n.value for n in _nodes(function) if isinstance(n, ast.Return)]
             return bool(returned) and all(
                 v is not None and self._distributed(v, place, depth + 1) for v in returned
             )
@@ -2885,16 +2895,16 @@ class Code:
         problems = []
         for index, tree in enumerate(self.trees):
             targets: dict[int, set[str]] = {}  # id of a node in a loop: the loops' variables
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 for loop in [node] if isinstance(node, (ast.For, ast.AsyncFor)) else []:
-                    bound = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-                    for sub in ast.walk(node):
+                    bound = {n.id for n in _nodes(loop.target) if isinstance(n, ast.Name)}
+                    for sub in _nodes(node):
                         targets.setdefault(id(sub), set()).update(bound)
                 for loop in getattr(node, "generators", []):
-                    bound = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-                    for sub in ast.walk(node):
+                    bound = {n.id for n in _nodes(loop.target) if isinstance(n, ast.Name)}
+                    for sub in _nodes(node):
                         targets.setdefault(id(sub), set()).update(bound)
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 loops: list[tuple[ast.AST, list[ast.AST]]] = []
                 if isinstance(node, (ast.For, ast.AsyncFor)):
                     loops.append((node.iter, node.body))
@@ -2904,7 +2914,7 @@ class Code:
                     )
                     loops += [(g.iter, [*results, *g.ifs]) for g in node.generators]
                 for looped, body in loops:
-                    if not any(self._feeds(sub) for part in body for sub in ast.walk(part)):
+                    if not any(self._feeds(sub) for part in body for sub in _nodes(part)):
                         continue
                     for iterated in _iterated(looped):
                         place = (index, iterated.lineno, iterated.col_offset)
@@ -2952,7 +2962,7 @@ class Code:
         and methods called in all that code are added to it."""
         functions, imported = self._functions(), set(self._imported())
         seen = _load_marks(node, imported)
-        todo = [(sub.id, place) for sub in ast.walk(node) if isinstance(sub, ast.Name)]
+        todo = [(sub.id, place) for sub in _nodes(node) if isinstance(sub, ast.Name)]
         code = [node]
         while todo and len(seen) < 400:
             name, before = todo.pop()
@@ -2964,23 +2974,21 @@ class Code:
                 at, assignment = found[-1]
                 code.append(assignment.value)
                 seen |= _load_marks(assignment.value, imported)
-                todo += [(s.id, at) for s in ast.walk(assignment.value) if isinstance(s, ast.Name)]
+                todo += [(s.id, at) for s in _nodes(assignment.value) if isinstance(s, ast.Name)]
             for at, value in self._filled[name] if name in self._filled else []:
                 if at < before:  # batches.append(b), in a loop over the training pipeline
                     code.append(value)
                     seen |= _load_marks(value, imported)
-                    todo += [(s.id, at) for s in ast.walk(value) if isinstance(s, ast.Name)]
+                    todo += [(s.id, at) for s in _nodes(value) if isinstance(s, ast.Name)]
             if name in functions:
                 code.append(functions[name])
                 seen |= _load_marks(functions[name], imported)
-                todo += [
-                    (s.id, before) for s in ast.walk(functions[name]) if isinstance(s, ast.Name)
-                ]
+                todo += [(s.id, before) for s in _nodes(functions[name]) if isinstance(s, ast.Name)]
         if calls is not None:
             calls.update(
                 _dotted(sub.func).split(".")[-1] or getattr(sub.func, "attr", "")
                 for part in code
-                for sub in ast.walk(part)
+                for sub in _nodes(part)
                 if isinstance(sub, ast.Call)
             )
         return seen
@@ -3096,7 +3104,7 @@ class Code:
                         allowed |= {
                             id(sub)
                             for target in targets
-                            for sub in ast.walk(target)
+                            for sub in _nodes(target)
                             if isinstance(sub, ast.Name)
                         }
                 if isinstance(node, ast.arg):
@@ -3125,7 +3133,7 @@ class Code:
         """Code in `scope` gives `name` to a training call (`TRAINERS`) or to a function of the
         notebook's own."""
         functions = self._functions()
-        for node in ast.walk(scope):
+        for node in _nodes(scope):
             if not isinstance(node, ast.Call):
                 continue
             if getattr(node.func, "attr", "") in TRAINERS or getattr(node.func, "id", "") in (
@@ -3135,7 +3143,7 @@ class Code:
                 if any(
                     isinstance(sub, ast.Name) and sub.id == name
                     for value in given
-                    for sub in ast.walk(value)
+                    for sub in _nodes(value)
                 ):
                     return True
         return False
@@ -3149,7 +3157,7 @@ class Code:
             id(sub)
             for node in self._walk()
             if isinstance(node, scopes)
-            for sub in ast.walk(node)
+            for sub in _nodes(node)
             if sub is not node
         }
 
@@ -3196,7 +3204,7 @@ class Code:
         examples = self._made_from(name) - modules - {name}
         functions, found = self._functions(), []
         for index, tree in enumerate(self.trees):
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                     continue
                 keyword = {"fit": "x", "experimental_distribute_dataset": "dataset"}
@@ -3265,7 +3273,7 @@ class Code:
             texts = [
                 sub.value
                 for arg in given
-                for sub in ast.walk(arg)
+                for sub in _nodes(arg)
                 if isinstance(sub, ast.Constant) and isinstance(sub.value, str)
             ]
             if any(text.endswith(file_name) for text in texts):
@@ -3281,9 +3289,7 @@ class Code:
         `fit_model = keras.models.load_model(path)` -> ['load_model']."""
         found = []
         for node, _ in self.assignments(name):
-            for sub in ast.walk(
-                getattr(node, "value", None) or ast.Module(body=[], type_ignores=[])
-            ):
+            for sub in _nodes(getattr(node, "value", None) or ast.Module(body=[], type_ignores=[])):
                 if isinstance(sub, ast.Call):
                     called = getattr(sub.func, "attr", None) or getattr(sub.func, "id", "")
                     if called in COPIERS:
@@ -3302,7 +3308,7 @@ class Code:
         Reading the count (`int(name.optimizer.iterations)`) writes nothing."""
 
         def optimizer_of(node: ast.AST, *, follow: bool = True) -> bool:
-            for sub in ast.walk(node):
+            for sub in _nodes(node):
                 if (
                     isinstance(sub, ast.Attribute)
                     and sub.attr == "optimizer"
@@ -3310,7 +3316,7 @@ class Code:
                     and sub.value.id == name
                 ):
                     return True
-            roots = {s.id for s in ast.walk(node) if isinstance(s, ast.Name)} - {name}
+            roots = {s.id for s in _nodes(node) if isinstance(s, ast.Name)} - {name}
             for root in roots if follow else ():
                 found = self._assignments_in_order(root)
                 if found and optimizer_of(found[-1][1].value, follow=False):
@@ -3323,15 +3329,15 @@ class Code:
             loops += getattr(node, "generators", [])
             for loop in loops:
                 if optimizer_of(loop.iter):
-                    bound = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-                    for sub in ast.walk(node):
+                    bound = {n.id for n in _nodes(loop.target) if isinstance(n, ast.Name)}
+                    for sub in _nodes(node):
                         looped.setdefault(id(sub), set()).update(bound)
 
         def written(target: ast.AST, inside: ast.AST) -> bool:
             root = _root(target)
             if root is not None and root.id in looped.get(id(inside), set()):
                 return True
-            attributes = {a.attr for a in ast.walk(target) if isinstance(a, ast.Attribute)}
+            attributes = {a.attr for a in _nodes(target) if isinstance(a, ast.Attribute)}
             if (
                 isinstance(inside, ast.Call)
                 and getattr(inside.func, "value", None) is target
@@ -3342,7 +3348,7 @@ class Code:
 
         found = []
         for index, tree in enumerate(self.trees):
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if isinstance(node, ast.Call):
                     called = getattr(node.func, "attr", None) or getattr(node.func, "id", "")
                     if called not in STEP_WRITERS | VALUE_SETTERS:
@@ -3423,9 +3429,7 @@ class Code:
                 elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
                     items = getattr(node.iter, "elts", [])
                     if any(isinstance(i, ast.Name) and i.id in models for i in items):
-                        models.update(
-                            n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)
-                        )
+                        models.update(n.id for n in _nodes(node.target) if isinstance(n, ast.Name))
             if models == before:
                 break
 
@@ -3459,7 +3463,7 @@ class Code:
                 or isinstance(sub, ast.Name)
                 and sub.id in names
                 and in_force(sub.id, at)
-                for sub in ast.walk(node)
+                for sub in _nodes(node)
             )
 
         def reached(node: ast.AST, names: set[str]) -> bool:  # where the code of `node` runs
@@ -3512,7 +3516,7 @@ class Code:
                     if any(
                         isinstance(t, ast.Attribute) and getattr(t.value, "id", None) in names
                         for target in targets
-                        for t in ast.walk(target)
+                        for t in _nodes(target)
                     ):
                         found.append(sub.value)
                 elif (
@@ -3545,10 +3549,10 @@ class Code:
 
         def checkpoint_names(node: ast.Call) -> set[str]:
             """The names the checkpoint `node` reads stands for (its own, its manager's)."""
-            names = {n.id for n in ast.walk(node.func.value) if isinstance(n, ast.Name)}
+            names = {n.id for n in _nodes(node.func.value) if isinstance(n, ast.Name)}
             made = made_of(node.func.value, places.at(node))
             if isinstance(made, ast.Call):
-                names.update(n.id for n in ast.walk(made) if isinstance(n, ast.Name))
+                names.update(n.id for n in _nodes(made) if isinstance(n, ast.Name))
             return names
 
         def loader(value: ast.AST) -> bool:
@@ -3644,7 +3648,7 @@ class Code:
                 if isinstance(node.func, ast.Attribute) and given and untrained(given[-1]):
                     given = given[:-1]  # fit_model.set_weights(initial.get_weights())
                 if any(
-                    reaches(value, held) or any(model_of(sub) for sub in ast.walk(value))
+                    reaches(value, held) or any(model_of(sub) for sub in _nodes(value))
                     for value in given
                 ):
                     return True
@@ -3652,10 +3656,10 @@ class Code:
             if checkpoint is None:
                 return False
             at = places.at(node)
-            given = [made_of(sub, at) for sub in ast.walk(checkpoint) if isinstance(sub, ast.Name)]
+            given = [made_of(sub, at) for sub in _nodes(checkpoint) if isinstance(sub, ast.Name)]
             given += attached(checkpoint_names(node))  # _c.model = fit_model
             return any(  # Checkpoint(model=fit_model), Checkpoint(**kept), kept = dict(model=...)
-                reaches(value, held, at) or any(model_of(sub) for sub in ast.walk(value))
+                reaches(value, held, at) or any(model_of(sub) for sub in _nodes(value))
                 for value in [checkpoint, *given]
             )
 
@@ -3687,15 +3691,15 @@ class Code:
         found = []
         loading = []
         for tree_index, tree in enumerate(self.trees):  # before or after its fit: a fit in
-            for node in ast.walk(tree):  # the text before a load may never run (`if 0:`)
+            for node in _nodes(tree):  # the text before a load may never run (`if 0:`)
                 if loaded(node):
                     loading.append((self.cells[tree_index], _short(node, 80)))
         for top, names in scoped:
             index = next(
-                (i for i, tree in enumerate(self.trees) if any(n is top for n in ast.walk(tree))),
+                (i for i, tree in enumerate(self.trees) if any(n is top for n in _nodes(tree))),
                 0,
             )
-            for node in ast.walk(top):
+            for node in _nodes(top):
                 looked = (
                     isinstance(node, ast.Call)
                     and _dotted(node.func).split(".")[-1] in LOOKUPS
@@ -3758,14 +3762,14 @@ class Code:
             and any(
                 isinstance(sub, ast.Name) and sub.id in models
                 for value in [*node.args, *(k.value for k in node.keywords)]
-                for sub in ast.walk(value)
+                for sub in _nodes(value)
             )
         }
         found = set()
         for node in self._walk():
             if not isinstance(node, ast.ClassDef):
                 continue
-            for sub in ast.walk(node):
+            for sub in _nodes(node):
                 if not isinstance(sub, ast.Attribute):
                     continue
                 if node.name in callbacks and sub.attr == "model":
@@ -3780,7 +3784,7 @@ class Code:
         with `name` is not read."""
         found = []
         for index, tree in enumerate(self.trees):
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if not isinstance(node, ast.Call):
                     continue
                 called = getattr(node.func, "id", "")
@@ -3809,7 +3813,7 @@ class Code:
         EpochClock()`) or of modules other than TensorFlow's and Keras's."""
         run = self._run_code()
         imports = _imports(run)
-        classes = {n.name for _, t in run for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
+        classes = {n.name for _, t in run for n in _nodes(t) if isinstance(n, ast.ClassDef)}
         instances = {  # names only ever bound to a new object of a class of the notebook's own
             target
             for target, values in self._bindings_by_name().items()
@@ -3820,8 +3824,8 @@ class Code:
         }
         found = []
         for number, tree in run:
-            parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
-            for node in ast.walk(tree):
+            parents = {id(c): n for n in _nodes(tree) for c in ast.iter_child_nodes(n)}
+            for node in _nodes(tree):
                 why = _unreadable_why(node, parents, imports, instances)
                 shown = node
                 while not isinstance(shown, ast.stmt) and id(shown) in parents:
@@ -3854,7 +3858,7 @@ class Code:
         loop's or a `with`'s target, or holding one (`box.h = fit_model.history`,
         `kept.append(h)`, `setattr(box, "h", h)`: `box` holds it)."""
         trees = [tree for _, tree in run]
-        walked = [node for tree in trees for node in ast.walk(tree)]
+        walked = [node for tree in trees for node in _nodes(tree)]
         classes: dict[str, bool] = {}
         for _ in range(5):  # class H(keras.callbacks.History), class G(H)
             before = dict(classes)
@@ -3871,7 +3875,7 @@ class Code:
             if classes == before:
                 break
         parents = {
-            id(c): n for tree in trees for n in ast.walk(tree) for c in ast.iter_child_nodes(n)
+            id(c): n for tree in trees for n in _nodes(tree) for c in ast.iter_child_nodes(n)
         }
         names = set(models)
         for node in walked:
@@ -3951,7 +3955,7 @@ class Code:
         for node in self._walk():  # targets that are no plain assignment: a loop's, a `with`'s
             if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension, ast.withitem)):
                 target = getattr(node, "target", None) or getattr(node, "optional_vars", None)
-                for sub in ast.walk(target) if target is not None else ():
+                for sub in _nodes(target) if target is not None else ():
                     if isinstance(sub, ast.Name):
                         found.setdefault(sub.id, []).append(None)
         return found
@@ -3979,7 +3983,7 @@ class Code:
         for node in self._walk():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 found = calls[node.name] = set()
-                for sub in ast.walk(node):
+                for sub in _nodes(node):
                     if isinstance(sub, ast.Call):
                         callee = sub.func
                         called = (
@@ -4005,7 +4009,7 @@ class Code:
         allowed = set()  # the get_ipython names of a magic's call, as the transformer writes it
         trees = [tree for _, tree in self._run_code()]
         for tree in trees:
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Attribute)
@@ -4018,23 +4022,23 @@ class Code:
                         reached.add(f"%{_magic(node)[0]}")
         allowed |= _harmless_memory(trees)
         for tree in trees:
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if _shows_every_value(node):  # InteractiveShell.ast_node_interactivity = "all"
-                    allowed.update(id(sub) for sub in ast.walk(node.targets[0]))
+                    allowed.update(id(sub) for sub in _nodes(node.targets[0]))
         shell_class = [
-            n for t in trees for n in ast.walk(t) if getattr(n, "id", "") == "InteractiveShell"
+            n for t in trees for n in _nodes(t) if getattr(n, "id", "") == "InteractiveShell"
         ]
         if all(id(n) in allowed for n in shell_class):  # its import serves only that line
             allowed.update(
                 id(n)
                 for t in trees
-                for n in ast.walk(t)
+                for n in _nodes(t)
                 if isinstance(n, ast.ImportFrom)
                 and n.module == "IPython.core.interactiveshell"
                 and [(a.name, a.asname) for a in n.names] == [("InteractiveShell", None)]
             )
         for tree in trees:
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if id(node) in allowed:
                     continue
                 if (
@@ -4073,7 +4077,7 @@ class Code:
         run = self._run_code()
         assigned: dict[str, list[ast.AST]] = {}
         for _, tree in run:
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 for name in _targets(node):
                     assigned.setdefault(name, []).append(getattr(node, "value", None))
         literals = {  # PATH = "helpers.py": a name only ever assigned one literal
@@ -4085,24 +4089,24 @@ class Code:
         functions = {
             n.name
             for _, tree in run
-            for n in ast.walk(tree)
+            for n in _nodes(tree)
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
         }
         tars = frozenset(  # t = tarfile.open(...), with tarfile.open(...) as t
             name
             for _, tree in run
-            for n in ast.walk(tree)
+            for n in _nodes(tree)
             for value, target in _bindings(n)
             if isinstance(value, ast.Call) and _resolved(value.func, imports).startswith("tarfile.")
             for name in [getattr(target, "id", "")]
         )
         for _, tree in run:  # timeit.timeit(step): a function the notebook defines, read
-            for n in ast.walk(tree):
+            for n in _nodes(tree):
                 if isinstance(n, ast.Name) and n.id in functions and n.id not in assigned:
                     n._function = True  # type: ignore[attr-defined]
         found = []
         for number, tree in run:
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 coding = _changed_coding(node)
                 if coding:
                     name, args = _magic(node)
@@ -4135,7 +4139,7 @@ class Code:
         modules: dict[str, str] = {}
         classes: set[str] = set()  # Dataset of `from tensorflow.data import Dataset`
         for _, tree in run:
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if isinstance(node, ast.Import):
                     for a in node.names:
                         name = a.asname or a.name.split(".")[0]
@@ -4154,7 +4158,7 @@ class Code:
         for _ in range(5):  # aliases of aliases: m = json; n = m
             before = dict(modules)
             for _, tree in run:
-                for node in ast.walk(tree):
+                for node in _nodes(tree):
                     for target, module in _aliases(node, modules):
                         modules.setdefault(_bound_name(target), module)
                         aliases.add(id(target))
@@ -4243,7 +4247,7 @@ RATES = frozenset({"learning_rate", "lr"})
 
 def _bound_targets(node: ast.AST) -> list[str]:
     """The plain names a `for`'s or `with`'s target binds."""
-    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+    return [n.id for n in _nodes(node) if isinstance(n, ast.Name)]
 
 
 #: The builtins that run code or give a namespace the kernel's names are bound in
@@ -4542,7 +4546,7 @@ def _model_writes(tree: ast.AST, models: set[str], ties: _Ties | None = None) ->
     `keras.callbacks.History()` of the notebook's own fed by hand), called or looked up; a
     class's own `self.epoch` aside. The probe reads these as the run's facts: a value the code
     sets is no fact of the run."""
-    parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    parents = {id(c): n for n in _nodes(tree) for c in ast.iter_child_nodes(n)}
     ties = ties or _Ties(set(models), {}, {})
 
     def of_model(node: ast.AST) -> bool:  # its optimizer aside: the optimizer's rules read it
@@ -4554,7 +4558,7 @@ def _model_writes(tree: ast.AST, models: set[str], ties: _Ties | None = None) ->
             isinstance(sub, ast.Attribute)
             and sub.attr in HISTORY_FIELDS - {"history"}
             and ties.owner(sub.value)
-            for sub in ast.walk(node)
+            for sub in _nodes(node)
         )
 
     def writer(node: ast.AST) -> bool:  # h.set_params, History.on_epoch_end, getattr(h, ...)
@@ -4574,7 +4578,7 @@ def _model_writes(tree: ast.AST, models: set[str], ties: _Ties | None = None) ->
         )
 
     found = []
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         hit = False
         if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(
             node.ctx, (ast.Store, ast.Del)
@@ -4636,10 +4640,10 @@ def _module_writes(tree: ast.AST, imports: dict[str, str], classes: set[str]) ->
     trusts what a module's names stand for (a wrapper it looks through, the notebook's own
     `__main__`), so it cannot read past such a write. A literal (`tqdm.monitor_interval = 0`) is
     data, not code."""
-    parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    parents = {id(c): n for n in _nodes(tree) for c in ast.iter_child_nodes(n)}
     gotten = {  # m = inspect.getmodule(f); m.train_ds = ...
         target
-        for node in ast.walk(tree)
+        for node in _nodes(tree)
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
         and isinstance(node.value, ast.Call)
         and (
@@ -4660,7 +4664,7 @@ def _module_writes(tree: ast.AST, imports: dict[str, str], classes: set[str]) ->
         return False
 
     found = []
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         statement = node
         while not isinstance(statement, ast.stmt) and id(statement) in parents:
             statement = parents[id(statement)]
@@ -4707,7 +4711,7 @@ def _may_give_module(call: ast.Call, imports: dict[str, str], classes: set[str])
         and sub.id in imports
         and not imports[sub.id].startswith("builtins.")
         for given in [*call.args, *(k.value for k in call.keywords)]
-        for sub in ast.walk(given)
+        for sub in _nodes(given)
     )
 
 
@@ -4741,7 +4745,7 @@ def _imports(run: list[tuple[int, ast.Module]]) -> dict[str, str]:
     one of them (`p = sys.path`, `f = pickle.loads`)."""
     imports: dict[str, str] = {}
     for _, tree in run:
-        for node in ast.walk(tree):
+        for node in _nodes(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     imports[a.asname or a.name.split(".")[0]] = (
@@ -4752,7 +4756,7 @@ def _imports(run: list[tuple[int, ast.Module]]) -> dict[str, str]:
                     imports[a.asname or a.name] = f"{node.module}.{a.name}"
     for _ in range(3):  # aliases of aliases
         for _, tree in run:
-            for node in ast.walk(tree):
+            for node in _nodes(tree):
                 if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
                     value = _resolved(node.value, imports)
                     if value and not isinstance(node.value, ast.Call):
@@ -4774,7 +4778,7 @@ def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
     type(x).__mro__:`), each as "cell [N], line L: `...`". A class named directly is the
     notebook's own (`EpochTimer.x = 1`); one reached through an object is not, except `self`
     in a method of a class the notebook defines (`type(self).count += 1`, `_own_instances`)."""
-    nodes = [(number, n) for number, tree in run for n in ast.walk(tree)]
+    nodes = [(number, n) for number, tree in run for n in _nodes(tree)]
     held: set[str] = set()
     own = _own_instances(run)
 
@@ -4783,7 +4787,7 @@ def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
             return False  # type(self) in a method of the notebook's class: that class
         if isinstance(node, ast.Call) and _class_named(node):
             return True  # getattr(x, "__class__"), object.__getattribute__(x, "__class__")
-        if any(getattr(n, "attr", "") in REACH_CLASSES for n in ast.walk(node)):
+        if any(getattr(n, "attr", "") in REACH_CLASSES for n in _nodes(node)):
             return True  # x.__reduce_ex__(2)[1][0], f.__globals__["_PrefetchDataset"]
         if isinstance(node, ast.Subscript):
             return reached(node.value) or _dotted(node.value).endswith("getmro")
@@ -4802,7 +4806,7 @@ def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
                     held.update(_targets(node))
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
                 if reached(node.iter):  # for k in type(x).__mro__:
-                    held.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+                    held.update(n.id for n in _nodes(node.target) if isinstance(n, ast.Name))
     found = []
     for number, node in nodes:
         if _counted(node):
@@ -4812,7 +4816,7 @@ def _class_changes(run: list[tuple[int, ast.Module]]) -> list[str]:
             changed = any(
                 isinstance(t, ast.Attribute) and reached(t.value)
                 for w in written
-                for t in ast.walk(w)
+                for t in _nodes(w)
                 if isinstance(getattr(t, "ctx", None), (ast.Store, ast.Del))
             )
         else:
@@ -4866,7 +4870,7 @@ def _own_instances(run: list[tuple[int, ast.Module]]) -> set[int]:
     (which can return another object), or the code names "__class__" as a string or calls a
     `__setattr__` (`object.__setattr__(self, "__class__", type(train_ds))` makes `self` an object
     of a library's class): then none is exempt."""
-    classes = [n for _, tree in run for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    classes = [n for _, tree in run for n in _nodes(tree) if isinstance(n, ast.ClassDef)]
     names = {c.name for c in classes}
     methods = {
         f.name
@@ -4874,7 +4878,7 @@ def _own_instances(run: list[tuple[int, ast.Module]]) -> set[int]:
         for f in c.body
         if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
-    nodes = [n for _, tree in run for n in ast.walk(tree)]
+    nodes = [n for _, tree in run for n in _nodes(tree)]
     if any(
         f.name == "__new__" for c in classes for f in c.body if isinstance(f, ast.FunctionDef)
     ) or any(k.arg == "metaclass" for c in classes for k in c.keywords):
@@ -4930,7 +4934,7 @@ def _own_instances(run: list[tuple[int, ast.Module]]) -> set[int]:
             if f.name in unsafe or not f.args.args:
                 continue
             first = f.args.args[0].arg
-            inside = list(ast.walk(f))
+            inside = list(_nodes(f))
             if any(
                 _bound_name(n) == first
                 or isinstance(n, (ast.Global, ast.Nonlocal))
@@ -4977,7 +4981,7 @@ def _children_in_scopes(
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
         outside = [*getattr(node, "decorator_list", []), *node.args.defaults]
         outside += [d for d in node.args.kw_defaults if d is not None]
-        outside += [a.annotation for a in ast.walk(node.args) if getattr(a, "annotation", None)]
+        outside += [a.annotation for a in _nodes(node.args) if getattr(a, "annotation", None)]
         outside += [node.returns] if getattr(node, "returns", None) else []
         body = [node.body] if isinstance(node, ast.Lambda) else node.body
         scope = inner(node, getattr(node, "_enclosing", known))
@@ -4986,7 +4990,7 @@ def _children_in_scopes(
         outside = [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]
         scope = inner(node, known)
         for sub in node.body:  # a method sees the enclosing scope, not the class's names
-            for function in ast.walk(sub):
+            for function in _nodes(sub):
                 if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                     function._enclosing = known  # type: ignore[attr-defined]
         return [(n, known) for n in outside] + [(n, scope) for n in node.body]
@@ -5038,9 +5042,9 @@ def _top_level_rebindings(
                 elif name and isinstance(statement, (ast.Assign, ast.AnnAssign)):
                     if statement.value is not None:
                         found.setdefault(name, []).append((where, False))
-            for node in ast.walk(statement):
+            for node in _nodes(statement):
                 if isinstance(node, SCOPES[:4]):  # functions, lambdas and classes
-                    anywhere.update(_bound_name(n) for n in ast.walk(node) if id(n) in aliases)
+                    anywhere.update(_bound_name(n) for n in _nodes(node) if id(n) in aliases)
                 named = _namespace_binding(node)
                 if named:
                     anywhere.add(named[0])
@@ -5122,7 +5126,7 @@ def _aliases(node: ast.AST, modules: dict[str, str]) -> list[tuple[ast.AST, str]
         captures = [
             n
             for case in node.cases
-            for n in ast.walk(case.pattern)
+            for n in _nodes(case.pattern)
             if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name
         ]
         return [(capture, module(node.subject)) for capture in captures]
@@ -5196,11 +5200,11 @@ def _scope_locals(scope: ast.AST, aliases: set[int]) -> set[str]:
     the binding nodes) does not hide the module."""
     if isinstance(scope, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
         return {
-            n.id for g in scope.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)
-        } - {n.id for g in scope.generators for n in ast.walk(g.target) if id(n) in aliases}
+            n.id for g in scope.generators for n in _nodes(g.target) if isinstance(n, ast.Name)
+        } - {n.id for g in scope.generators for n in _nodes(g.target) if id(n) in aliases}
     names = set()
     if not isinstance(scope, ast.ClassDef):
-        names = {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}
+        names = {a.arg for a in _nodes(scope.args) if isinstance(a, ast.arg)}
     body = [scope.body] if isinstance(scope, ast.Lambda) else scope.body
     declared = set()
     todo = list(body)
