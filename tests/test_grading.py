@@ -8,9 +8,9 @@ two at a time (jobs=2), in the sandbox, 2 simulated devices, quick profile, synt
   checks (plus made-up results and "PASSED"); network access and writes outside the work folder;
   a print flood (into the notebook, and into the kernel's own stdout/stderr); an archive bomb and
   symbolic links as artifacts;
-- four mistakes in two notebooks, two each whose points do not overlap (reduce_mean loss with
-  global batch = per-replica batch, graded beside the hostile ones so that the kernel-to-kernel
-  attack has a kernel to find; no strategy scope with the advanced part missing), the untouched
+- four mistakes in one notebook whose points do not overlap (a reduce_mean loss, global batch =
+  per-replica batch, no strategy scope, the advanced part missing), graded beside the hostile
+  ones so that the kernel-to-kernel attack has a kernel to find; the untouched
   exercise, a file that is not JSON, and last the completed solution (after every attack above).
 
 The solution must score full marks; after the batch no process a submission started
@@ -131,17 +131,27 @@ def batch(tmp_path_factory, sandboxed):
     survivor = SURVIVOR.replace("CODE", repr(fill(SURVIVOR_LOOP, out)))
     first = {
         "survivor": notebook_of(survivor),
-        "reduce_mean_wrong_global_batch": (
-            edit(  # two independent mistakes in one run: each costs its own points
+        # four mistakes in one run of the notebook, whose points do not overlap: each costs its
+        # own points (a kernel that trains, beside the hostile ones: cross_kernel needs one to find)
+        "four_mistakes": restub(
+            restub(
                 edit(
-                    done,
-                    "return tf.nn.compute_average_loss("
-                    "per_example_loss, global_batch_size=examples)",
-                    "return tf.reduce_mean(per_example_loss)",
+                    edit(
+                        edit(
+                            done,
+                            "return tf.nn.compute_average_loss("
+                            "per_example_loss, global_batch_size=examples)",
+                            "return tf.reduce_mean(per_example_loss)",
+                        ),
+                        "GLOBAL_BATCH = PER_REPLICA_BATCH * strategy.num_replicas_in_sync",
+                        "GLOBAL_BATCH = PER_REPLICA_BATCH",
+                    ),
+                    "with strategy.scope():\n    fit_model = make_model()",
+                    "if True:  # forgot `with strategy.scope():`\n    fit_model = make_model()",
                 ),
-                "GLOBAL_BATCH = PER_REPLICA_BATCH * strategy.num_replicas_in_sync",
-                "GLOBAL_BATCH = PER_REPLICA_BATCH",
-            )
+                "latest_fit = max(",
+            ),
+            "latest_custom = manager.latest_checkpoint",
         ),
         "cross_kernel": notebook_of(CROSS_KERNEL),
         "tampering": notebook_of(fill(TAMPER, out)),
@@ -153,33 +163,6 @@ def batch(tmp_path_factory, sandboxed):
     paths += [
         folder / "untouched.ipynb",
         folder / "invalid_json.ipynb",
-        write(  # two independent mistakes in one run of the notebook: each costs its own points;
-            # compute_loss's all-reduce moved into a helper of its own: right, and earns its point
-            restub(
-                restub(
-                    edit(
-                        edit(
-                            edit(
-                                done,
-                                "with strategy.scope():\n    fit_model = make_model()",
-                                "if True:  # forgot `with strategy.scope():`\n"
-                                "    fit_model = make_model()",
-                            ),
-                            "def compute_loss(labels, logits):\n",
-                            "def step_examples(labels):\n    return "
-                            "tf.distribute.get_replica_context().all_reduce('sum', "
-                            "tf.shape(labels)[0])\n\n\ndef compute_loss(labels, logits):\n",
-                        ),
-                        "    examples = tf.distribute.get_replica_context().all_reduce("
-                        '"sum", tf.shape(labels)[0])\n',
-                        "    examples = step_examples(labels)\n",
-                    ),
-                    "latest_fit = max(",
-                ),
-                "latest_custom = manager.latest_checkpoint",
-            ),
-            folder / "no_scope_missing_advanced.ipynb",
-        ),
         # last: after every attack above, beside the other long run
         write(done, folder / "solution.ipynb"),
     ]
@@ -253,49 +236,37 @@ def test_the_untouched_exercise_scores_zero(batch):
     assert "no code and no answer" in (out / "untouched" / "report.md").read_text()
 
 
-@pytest.mark.parametrize(
-    "student, score, failing",
-    [
-        (
-            "reduce_mean_wrong_global_batch",
-            9,
-            {
-                "the custom loop's loss is scaled by the global batch size": "compute_loss must "
-                "divide",
-                (
-                    "train_ds gives every training example once an epoch, shuffled, in global "
-                    "batches"
-                ): "batch it with GLOBAL_BATCH",
-                "test_ds gives every test example once, in order, in global batches": (
-                    "batch it with GLOBAL_BATCH"
-                ),
-            },
-        ),
-        (
-            "no_scope_missing_advanced",
-            9,
-            {
-                "fit_model was trained under MirroredStrategy": "inside `with strategy.scope():`",
-                "the restored fit checkpoint is the last one and its test accuracy is right": (
-                    "no 'advanced_fit'"
-                ),
-                (
-                    "the restored custom-loop checkpoint is the newest "
-                    "and its test accuracy is right"
-                ): "no 'advanced_custom'",
-            },
-        ),
-    ],
-)
-def test_mistakes_lose_the_points_they_deserve(batch, student, score, failing):
+FOUR_MISTAKES = {  # title of each check the four mistakes fail: words its message must hold
+    "the custom loop's loss is scaled by the global batch size": "compute_loss must divide",
+    "train_ds gives every training example once an epoch, shuffled, in global batches": (
+        "batch it with GLOBAL_BATCH"
+    ),
+    "test_ds gives every test example once, in order, in global batches": (
+        "batch it with GLOBAL_BATCH"
+    ),
+    "fit_model was trained under MirroredStrategy": "inside `with strategy.scope():`",
+    "the restored fit checkpoint is the last one and its test accuracy is right": (
+        "no 'advanced_fit'"
+    ),
+    "the restored custom-loop checkpoint is the newest and its test accuracy is right": (
+        "no 'advanced_custom'"
+    ),
+}
+
+
+def test_mistakes_lose_the_points_they_deserve(batch):
+    """Four mistakes in one notebook (a per-replica mean loss, the global batch left at the
+    per-replica batch, fit_model made outside the strategy's scope, the advanced part missing):
+    each costs the points of its own checks, one point each, and no other point."""
     grades, out, _ = batch
-    g = grades[student]
+    g = grades["four_mistakes"]
+    failing = FOUR_MISTAKES
     assert g.status == "graded"
     assert set(failed(g)) == set(failing), failed(g)
     for title, words in failing.items():
         assert words in failed(g)[title], failed(g)[title]
-    assert g.score == score
-    report = (out / student / "report.md").read_text()
+    assert g.score == 12 - len(failing)
+    report = (out / "four_mistakes" / "report.md").read_text()
     assert all(escape(title) in report and "FAILED" in report for title in failing)
 
 
@@ -321,7 +292,7 @@ def test_the_gradebook_has_one_row_per_submission(batch):
         assert sum(float(row[q]) for q in ("q1", "q2", "q3", "q4", "q5", "q6")) == g.score
         assert (out / row["report"]).exists()
         assert row["to_read"] == ("q5" if float(row["q5"]) else ""), row  # q5 is a written answer
-    assert rows["reduce_mean_wrong_global_batch"]["to_read"] == "q5"
+    assert rows["four_mistakes"]["to_read"] == "q5"
 
 
 # --- hostile submissions --------------------------------------------------------------------------
