@@ -258,3 +258,167 @@ def test_the_kernel_step_count_is_every_batch_of_every_epoch_whatever_history_sa
     with pytest.raises(checks.CheckError, match=r"3 epochs of the training set .* make 3"):
         checks.own_model(tmp_path, "fit_model", found, _solution())
     checks.clear_cache()
+
+
+#: Red team 26a's fit_model compiled with a learning rate of 0 (its fit trains nothing).
+COMPILED = "        optimizer=keras.optimizers.Adam(),"
+CLASSMATE = "src = keras.models.load_model('/tmp/classmate.keras')\n"
+
+
+def test_weights_written_into_a_fit_graded_model_through_its_layers_or_variables_are_a_load():
+    """Red team 26a's forged (11/12): single_model's weights put into fit_model layer by layer
+    (`mine.set_weights(...)` over `zip(fit_model.layers, single_model.layers)`) were no load to
+    the reading, which only counted a loader called on the model itself. A loader or a
+    variable's writer (`assign`, `assign_add`, `assign_sub`) reached from the model's layers or
+    variables (an index, `get_layer`, a layer's kernel, a name bound to one, a loop's, a
+    lambda's or a helper's variable fed them, through `map`, `tf.nest` or `getattr`) is a load;
+    reading them (shapes, `get_weights()`, copying them into a new model) is not."""
+    for forged in (
+        CLASSMATE + "for mine, theirs in zip(fit_model.layers, src.layers):\n"
+        "    mine.set_weights(theirs.get_weights())",
+        CLASSMATE + "fit_model.layers[1].set_weights(src.layers[1].get_weights())",
+        "fit_model.get_layer('dense').set_weights(w)",
+        "for l in fit_model.layers:\n    l.load_own_variables(store)",
+        CLASSMATE + "for v, w in zip(fit_model.weights, src.weights):\n    v.assign(w)",
+        "for v in fit_model.trainable_variables:\n    v.assign(v * 1.0)",
+        CLASSMATE + "list(map(lambda p: p[0].assign(p[1]), zip(fit_model.weights, src.weights)))",
+        CLASSMATE
+        + "tf.nest.map_structure(lambda v, w: v.assign(w), fit_model.weights, src.weights)",
+        "fit_model.layers[-1].kernel.assign(fit_model.layers[-1].kernel * 1.01)",
+        "ls = fit_model.layers\nls[1].set_weights(w)",
+        "k = fit_model.layers[-1].kernel\nk.assign_add(k)",
+        "for i, layer in enumerate(fit_model.layers):\n    layer.set_weights(w[i])",
+        "[v.assign(w) for v, w in zip(fit_model.variables, ws)]",
+        "list(map(tf.Variable.assign, fit_model.weights, ws))",
+        "keras.backend.batch_set_value(zip(fit_model.weights, ws))",
+        "tf.compat.v1.assign(fit_model.weights[0], ws[0])",
+        "keras.layers.Layer.set_weights(fit_model.layers[1], ws)",
+        "def put(v, w):\n    v.assign(w)\nfor v, w in zip(fit_model.non_trainable_variables, ws):\n"
+        "    put(v, w)",
+        "getattr(fit_model.layers[1], 'set_weights')(ws)",
+        "a = fit_model.trainable_weights[0].assign\na(ws[0])",
+        "import operator\nlist(map(operator.methodcaller('assign', 0.0), fit_model.weights))",
+        "keras.optimizers.SGD(1.0).apply_gradients(zip(gs, fit_model.trainable_variables))",
+        "for layer in fit_model.layers:\n    for v in layer.weights:\n        v.assign(v)",
+    ):
+        code = _solution({ANCHOR: f"{forged}\n{ANCHOR}"})
+        loads = reading.Code.of(code).hand_steps("fit_model", loads=True)
+        assert loads and loads[0][0] == _cell_of(code, ANCHOR), (forged, loads)
+    code = _solution(
+        {
+            SINGLE_SAVE: f"{SINGLE_SAVE}\n{CLASSMATE.replace('src', 'theirs')}"
+            "for mine, theirs in zip(fit_model.layers, single_model.layers):\n"
+            "    mine.set_weights([w * 1.0001 for w in theirs.get_weights()])"
+        }
+    )
+    with pytest.raises(checks.CheckError, match="weights loaded into it from elsewhere"):
+        checks.assert_created_in_scope(code, "fit_model")
+    checks.clear_cache()
+    assert reading.Code.of(code).hand_steps("single_model", loads=True) == []
+    honest = (
+        "for layer in fit_model.layers:\n"
+        "    print(layer.name, [w.shape for w in layer.get_weights()])\n"
+        "print([v.numpy().shape for v in fit_model.weights])\nfit_model.summary()\n"
+        "copy = make_model()\ncopy.set_weights(fit_model.get_weights())\n"
+        "layered = make_model()\nfor a, b in zip(layered.layers, fit_model.layers):\n"
+        "    a.set_weights(b.get_weights())\n"
+        "assigned = make_model()\nfor a, b in zip(assigned.weights, fit_model.weights):\n"
+        "    a.assign(b)"
+    )
+    code = _solution({ANCHOR: f"{ANCHOR}\n{honest}"})
+    assert reading.Code.of(code).hand_steps("fit_model", loads=True) == []
+    checks.assert_created_in_scope(code, "fit_model")
+    checks.clear_cache()
+
+
+def test_one_set_of_initial_weights_bound_to_a_name_is_no_load():
+    """Red team 26a's sameinit (7/12): `initial_weights = make_model().get_weights()` given to
+    `fit_model.set_weights` in its scope (and `make_model().get_weights()` given directly) was
+    read as a load, while the README sets one set of initial weights aside. Weights of a new
+    model of the notebook's own maker, bound to a name used only to be given them, are no
+    load; a name bound to a trained model's or a file's weights, weights changed after, a
+    maker sharing another model's layers and a helper that loads or returns another model
+    still are."""
+    made = "    fit_model = make_model()"
+    for honest in (
+        "    initial_weights = make_model().get_weights()\n    fit_model = make_model()\n"
+        "    fit_model.set_weights(initial_weights)",
+        "    fit_model = make_model()\n    fit_model.set_weights(make_model().get_weights())",
+        "    w0 = keras.models.clone_model(make_model()).get_weights()\n    print(len(w0))\n"
+        "    fit_model = make_model()\n    fit_model.set_weights(w0)",
+    ):
+        code = _solution({made: honest})
+        assert reading.Code.of(code).hand_steps("fit_model", loads=True) == [], honest
+        checks.assert_created_in_scope(code, "fit_model")
+        checks.clear_cache()
+    helpers = (
+        "def trained():\n    m = make_model()\n    m.load_weights('c.h5')\n    return m\n"
+        "def other():\n    return single_model\n"
+    )
+    for forged in (
+        "    w = single_model.get_weights()\n    fit_model = make_model()\n"
+        "    fit_model.set_weights(w)",
+        "    w = make_model().get_weights()\n"
+        "    w = keras.models.load_model('c.keras').get_weights()"
+        "\n    fit_model = make_model()\n    fit_model.set_weights(w)",
+        "    w = make_model().get_weights()\n    w[0][:] = 1\n    fit_model = make_model()\n"
+        "    fit_model.set_weights(w)",
+        f"{made}\n    fit_model.set_weights(keras.Sequential(single_model.layers).get_weights())",
+        f"{made}\n    fit_model.set_weights(keras.models.load_model('c.keras').get_weights())",
+        f"{made}\n    fit_model.set_weights(trained().get_weights())",
+        f"{made}\n    fit_model.set_weights(other().get_weights())",
+    ):
+        code = _solution({made: forged}, added=(helpers,))
+        assert reading.Code.of(code).hand_steps("fit_model", loads=True), forged
+
+
+def test_a_learning_rate_too_small_given_at_compile_is_a_step_outside_fit():
+    """Red team 26a's lr0only: `fit_model.compile(optimizer=keras.optimizers.Adam(
+    learning_rate=0.0))` read fine, while the same rate set after compile is read as steps
+    outside fit. A literal rate below 1e-6 given to the optimizer fit_model compiles with
+    (by keyword or position, inside a `LossScaleOptimizer`, or an optimizer bound to a name
+    first) counts as that rate set later; a rate that trains does not."""
+    for forged in (
+        "        optimizer=keras.optimizers.Adam(learning_rate=0.0),",
+        "        optimizer=keras.optimizers.SGD(0),",
+        "        optimizer=keras.optimizers.Adam(1e-9),",
+        "        optimizer=keras.mixed_precision.LossScaleOptimizer("
+        "keras.optimizers.Adam(learning_rate=0)),",
+    ):
+        code = _solution({COMPILED: forged})
+        assert reading.Code.of(code).hand_steps("fit_model"), forged
+    code = _solution(
+        {
+            "    fit_model = make_model()": "    slow = keras.optimizers.Adam(learning_rate=0.0)\n"
+            "    fit_model = make_model()",
+            COMPILED: "        optimizer=slow,",
+        }
+    )
+    with pytest.raises(checks.CheckError, match="steps of its optimizer outside fit"):
+        checks.assert_created_in_scope(code, "fit_model")
+    checks.clear_cache()
+    for honest in (
+        "        optimizer=keras.optimizers.Adam(learning_rate=1e-3),",
+        "        optimizer=keras.optimizers.SGD(0.01, momentum=0.0),",
+        "        optimizer='adam',",
+    ):
+        assert reading.Code.of(_solution({COMPILED: honest})).hand_steps("fit_model") == []
+
+
+def test_a_load_through_the_notebooks_own_helper_is_a_load():
+    """A loader called in the notebook's own function on a parameter given fit_model
+    (`def ld(m, p): m.load_weights(p)`; `ld(fit_model, path)`), or writing the layers of one,
+    is a load, as the reading already follows helpers for the optimizer's steps; the same
+    helper given a new model is not."""
+    for forged in (
+        "def ld(m, p):\n    m.load_weights(p)\nld(fit_model, '/tmp/c.weights.h5')",
+        "def ld(m, p):\n    keras.Model.load_weights(m, p)\nld(fit_model, '/tmp/c.weights.h5')",
+        "def cp(m, src):\n    for a, b in zip(m.layers, src.layers):\n"
+        "        a.set_weights(b.get_weights())\ncp(fit_model, single_model)",
+    ):
+        code = _solution({ANCHOR: f"{forged}\n{ANCHOR}"})
+        assert reading.Code.of(code).hand_steps("fit_model", loads=True), forged
+    honest = "def ld(m, p):\n    m.load_weights(p)\nrestored_x = make_model()\n"
+    honest += "ld(restored_x, latest_fit)"
+    code = _solution({ANCHOR: f"{ANCHOR}\n{honest}"})
+    assert reading.Code.of(code).hand_steps("fit_model", loads=True) == []

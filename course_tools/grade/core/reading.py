@@ -24,6 +24,7 @@ import codecs
 import io
 import re
 import tokenize
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -3302,10 +3303,28 @@ class Code:
         `STEP_WRITERS`), one through `optimizer.variables` or a name bound to `name.optimizer`,
         one given it as an argument (`tf.compat.v1.assign(name.optimizer.iterations, 12)`,
         `keras.backend.set_value(...)`), one to a loop's or a comprehension's variable over
-        them (`for v in name.optimizer.variables: v.assign(...)`), and
-        `name.optimizer.iterations = ...`. A count so written says that a model trained which
-        did not (weights copied in, then the count copied too): a copy, as `set_weights`.
+        them (`for v in name.optimizer.variables: v.assign(...)`), or to a lambda's parameter
+        fed them (`tf.nest.map_structure(lambda v: v.assign(0), name.optimizer.variables)`),
+        and `name.optimizer.iterations = ...`. A count so written says that a model trained
+        which did not (weights copied in, then the count copied too): a copy, as `set_weights`.
         Reading the count (`int(name.optimizer.iterations)`) writes nothing."""
+        return self._state_writes(name)
+
+    def _state_writes(
+        self, name: str, model_of: Callable[[ast.AST], bool] | None = None
+    ) -> list[tuple[int, str]]:
+        """`step_assignments` (without `model_of`), or (with `model_of`: the model `name`, an
+        alias of it, a callback's `self.model`) each write of the model's weights through what
+        is reached from it (`MODEL_PARTS`: `name.layers`, `.layers[i]`, `.get_layer(...)`,
+        `.weights`, `.trainable_variables`, a layer's `.kernel`, a name bound to one of these,
+        a loop's or a comprehension's variable over them, paired through `zip`/`enumerate`, a
+        lambda's or the notebook's own function's parameter fed them): `STEP_WRITERS` or
+        `LOADED_INTO` reached on it (called, bound or given to `map`), given it first
+        (`tf.compat.v1.assign(v, w)`, `keras.backend.batch_set_value(zip(...))`,
+        `keras.Model.set_weights(layer, w)`), mapped over it (`map(tf.Variable.assign,
+        name.weights, ...)`), or an optimizer's step given its variables. One walk for both:
+        weights written in, like a count written, are a copy, not the model trained."""
+        weights = model_of is not None
 
         def optimizer_of(node: ast.AST, *, follow: bool = True) -> bool:
             for sub in _nodes(node):
@@ -3324,16 +3343,116 @@ class Code:
             return False
 
         looped: dict[int, set[str]] = {}  # id of a node in a loop over them: its variables
+        bound: set[str] = set()  # names assigned what is reached from the model (weights)
+
+        def part(node: ast.AST, inside: ast.AST) -> bool:
+            """`node` is reached from the model through its layers or variables (weights), or
+            starts from a name that holds them at `inside`."""
+            attributes = []
+            given = aliased.get(id(inside), ())  # def copy(m): ...; copy(fit_model)
+            while not (model_of(node) or isinstance(node, ast.Name) and node.id in given):
+                if isinstance(node, ast.Attribute):
+                    attributes.append(node.attr)
+                    node = node.value
+                elif isinstance(node, ast.Subscript):
+                    node = node.value
+                elif (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and (node.func.attr in PART_CALLS)
+                ):
+                    attributes.append(node.func.attr)
+                    node = node.func.value
+                elif (
+                    isinstance(node, ast.Call)
+                    and _dotted(node.func).endswith("getattr")
+                    and len(node.args) > 1
+                    and _literal_name(node.args[1]) is not None
+                ):
+                    attributes.append(node.args[1].value)
+                    node = node.args[0]
+                else:
+                    break
+            if isinstance(node, ast.Name) and (
+                node.id in bound or node.id in looped.get(id(inside), ())
+            ):
+                return True
+            return (
+                bool(attributes)
+                and attributes[-1] in MODEL_PARTS
+                and (model_of(node) or isinstance(node, ast.Name) and node.id in given)
+            )
+
+        def reaches(node: ast.AST, inside: ast.AST) -> bool:
+            if not weights:
+                return optimizer_of(node)
+            return any(part(sub, inside) for sub in _nodes(node))
+
+        aliased: dict[int, set[str]] = {}  # id of a node in a helper: parameters given the model
+
+        def feed(names: list[tuple[str, ast.AST]], body: ast.AST, at: ast.AST) -> None:
+            held = {n for n, value in names if reaches(value, at)}
+            for sub in _nodes(body) if held else ():
+                looped.setdefault(id(sub), set()).update(held)
+            models = {n for n, value in names if weights and model_of(value)}
+            for sub in _nodes(body) if models and body is not at else ():
+                aliased.setdefault(id(sub), set()).update(models)
+
+        callables = {  # the notebook's own functions and the lambdas bound to a name
+            node.name: node
+            for node in self._walk()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
         for node in self._walk():
-            loops = [node] if isinstance(node, (ast.For, ast.AsyncFor)) else []
-            loops += getattr(node, "generators", [])
-            for loop in loops:
-                if optimizer_of(loop.iter):
-                    bound = {n.id for n in _nodes(loop.target) if isinstance(n, ast.Name)}
-                    for sub in _nodes(node):
-                        looped.setdefault(id(sub), set()).update(bound)
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+                callables.update((t, node.value) for t in _targets(node))
+
+        def parameters(function: ast.AST) -> list[str]:
+            arguments = function.args
+            return [a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]]
+
+        for _ in range(5):  # chains: ls = fit_model.layers; for l in ls: for v in l.weights
+            before = (sum(map(len, looped.values())), len(bound), len(aliased))
+            for node in self._walk():
+                loops = [node] if isinstance(node, (ast.For, ast.AsyncFor)) else []
+                loops += getattr(node, "generators", [])
+                for loop in loops:
+                    feed(_fed(loop.target, loop.iter), node, node)
+                if weights and isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+                    if node.value is not None and reaches(node.value, node):
+                        bound.update(_targets(node))
+                if not isinstance(node, ast.Call):
+                    continue
+                given = [*node.args, *(k.value for k in node.keywords)]
+                function = (
+                    node.func
+                    if isinstance(node.func, ast.Lambda)
+                    else callables.get(getattr(node.func, "id", ""))
+                )
+                if function is not None:  # (lambda v: v.assign(0))(w); put(v, w)
+                    feed(list(zip(parameters(function), node.args)), function, node)
+                for value in given:  # map(lambda v, w: v.assign(w), a, b); map(put, a, b)
+                    function = (
+                        value
+                        if isinstance(value, ast.Lambda)
+                        else callables.get(getattr(value, "id", ""))
+                    )
+                    if function is None:
+                        continue
+                    others = [v for v in given if v is not value]
+                    names = parameters(function)
+                    pairs = (
+                        list(zip(names, others))
+                        if len(others) == len(names)
+                        else [(n, v) for n in names for v in others]
+                    )
+                    feed(pairs, function, node)
+            if (sum(map(len, looped.values())), len(bound), len(aliased)) == before:
+                break
 
         def written(target: ast.AST, inside: ast.AST) -> bool:
+            if weights:
+                return part(target, inside)
             root = _root(target)
             if root is not None and root.id in looped.get(id(inside), set()):
                 return True
@@ -3346,9 +3465,56 @@ class Code:
                 attributes.add("variables")  # the optimizer, written by its own method
             return bool(attributes & {"iterations", "variables"}) and optimizer_of(target)
 
+        writers = STEP_WRITERS | LOADED_INTO
+
+        def weight_write(node: ast.AST) -> bool:
+            if isinstance(node, ast.Attribute):  # v.assign, layer.set_weights: called or not
+                return node.attr in writers and part(node.value, node)
+            if not isinstance(node, ast.Call):
+                return False
+            called = getattr(node.func, "attr", None) or getattr(node.func, "id", "")
+            if called == "getattr" and len(node.args) > 1:  # getattr(v, "assign")
+                return _literal_name(node.args[1]) in writers and part(node.args[0], node)
+            if called in STEP_METHODS:  # another optimizer's steps on its variables
+                return any(
+                    reaches(v, node) for v in [*node.args, *(k.value for k in node.keywords)]
+                )
+            receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+            if (
+                called in writers | VALUE_SETTERS
+                and node.args
+                and (
+                    receiver is None
+                    or _resolved(receiver, self._imports)
+                    or isinstance(receiver, ast.Call)
+                    and getattr(receiver.func, "id", "") == "type"
+                )
+            ):  # tf.compat.v1.assign(v, w), keras.Model.set_weights(layer, w), set_value
+                first = node.args[0]
+                if isinstance(first, ast.Call) and _dotted(first.func) == "zip" and first.args:
+                    first = first.args[0]
+                return reaches(first, node)
+            mapped = [  # map(tf.Variable.assign, fit_model.weights, ws), methodcaller("assign")
+                v
+                for v in node.args
+                if isinstance(v, ast.Attribute)
+                and v.attr in writers
+                or isinstance(v, ast.Call)
+                and _dotted(v.func).endswith("methodcaller")
+                and v.args
+                and _literal_name(v.args[0]) in writers
+            ]
+            return bool(mapped) and any(
+                reaches(v, node) for v in node.args if all(v is not m for m in mapped)
+            )
+
         found = []
         for index, tree in enumerate(self.trees):
             for node in _nodes(tree):
+                if weights:
+                    if weight_write(node):
+                        found.append((self.cells[index], _short(node, 80)))
+                    continue
                 if isinstance(node, ast.Call):
                     called = getattr(node.func, "attr", None) or getattr(node.func, "id", "")
                     if called not in STEP_WRITERS | VALUE_SETTERS:
@@ -3595,28 +3761,74 @@ class Code:
             resolved = _resolved(node.func, self._imports) or _dotted(node.func)
             return resolved.split(".")[-1] in LOADED_INTO
 
-        def untrained(node: ast.AST) -> bool:
+        makers = ("Sequential", "Model", "clone_model")
+        own_functions = self._functions()
+        touched = {"compile", "fit", "train_on_batch", *LOADED_INTO}
+        shared = {"fit", "train_on_batch", "load_model", *LOADED_INTO, *MODEL_PARTS, *MODEL_ENDS}
+
+        def foreign(sub: ast.AST) -> bool:  # single_model.layers; not keras.layers.Dense
+            return (
+                isinstance(sub, ast.Attribute)
+                and sub.attr in shared
+                and not _resolved(sub, self._imports)
+            )
+
+        def fresh(value: ast.AST, depth: int = 0) -> bool:
+            """`value` makes a new model of initial weights: Keras's model makers given no
+            other model's layers (`keras.Sequential(single_model.layers)` shares them;
+            `clone_model` makes new ones), or the notebook's own function that returns only
+            such a call (or a name of its own bound to one) and neither fits, loads nor reaches
+            another model's layers (`make_model()`)."""
+            if not isinstance(value, ast.Call) or depth > 5:
+                return False
+            if _dotted(value.func).endswith(makers):
+                return _dotted(value.func).endswith("clone_model") or not any(
+                    map(foreign, _nodes(value))
+                )
+            function = own_functions.get(getattr(value.func, "id", ""))
+            if function is None or any(map(foreign, _nodes(function))):
+                return False
+            local = {n.id for n in _nodes(function) if isinstance(n, ast.Name)
+                     and isinstance(n.ctx, ast.Store)}  # fmt: skip
+            returned = [n.value for n in _nodes(function) if isinstance(n, ast.Return)]
+            return bool(returned) and all(
+                fresh(r, depth + 1) or isinstance(r, ast.Name) and r.id in local for r in returned
+            )
+
+        def untrained(node: ast.AST, depth: int = 0) -> bool:
             """`node` is `y.get_weights()` of a model `y` never trained nor loaded: bound only
             to a call of the notebook's own function or of Keras's model makers
             (`make_model()`, `keras.models.clone_model(...)`), never compiled, fit or given
-            weights (red team 16a's honest clone: one set of initial weights for every run)."""
+            weights (red team 16a's honest clone: one set of initial weights for every run);
+            `make_model().get_weights()` itself; or a name bound only to such weights and
+            used only to be given to `set_weights` (`initial = make_model().get_weights()`)."""
+            if isinstance(node, ast.Name) and depth < 5:
+                values = self._bindings_by_name().get(node.id, [])
+                uses = places.loads.get(node.id, [])
+                return (
+                    bool(values)
+                    and all(v is not None and untrained(v, depth + 1) for v in values)
+                    and all(kept(use) for use in uses)
+                )
             if not (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "get_weights"
-                and isinstance(node.func.value, ast.Name)
+                and not node.args
             ):
+                return False
+            if fresh(node.func.value):  # make_model().get_weights()
+                return True
+            if not isinstance(node.func.value, ast.Name):
                 return False
             other = node.func.value.id
             values = self._bindings_by_name().get(other, [])
-            makers = ("Sequential", "Model", "clone_model")
             if not values or not all(
                 isinstance(v, ast.Call)
                 and (getattr(v.func, "id", "") in own or _dotted(v.func).endswith(makers))
                 for v in values
             ):
                 return False
-            touched = {"compile", "fit", "train_on_batch", *LOADED_INTO}
             return not any(
                 isinstance(sub, ast.Attribute)
                 and sub.attr in touched
@@ -3626,6 +3838,33 @@ class Code:
                 and any(getattr(a, "id", None) == other for a in sub.args)
                 for sub in self._walk()
             )
+
+        def kept(use: ast.Name) -> bool:
+            """The weights `use` names are only given to `set_weights`, counted or printed:
+            nothing writes into them (`initial[0][:] = trained[0]`)."""
+            parent = places.parents.get(id(use))
+            return (
+                isinstance(parent, ast.Call)
+                and use in parent.args
+                and (
+                    getattr(parent.func, "attr", "") == "set_weights"
+                    or getattr(parent.func, "id", "") in {"len", "print"}
+                )
+            )
+
+        def gives_model(value: ast.AST, helper: set[str] = frozenset()) -> bool:
+            """`value` is the model itself (or holds it: `*[fit_model]`, `m if c else n`), not
+            something computed from it: `new.set_weights(fit_model.get_weights())` gives
+            `new` arrays read from fit_model."""
+            if isinstance(value, ast.Starred | ast.NamedExpr):
+                return gives_model(value.value, helper)
+            if isinstance(value, ast.IfExp):
+                return gives_model(value.body, helper) or gives_model(value.orelse, helper)
+            if isinstance(value, ast.Tuple | ast.List | ast.Set):
+                return any(gives_model(e, helper) for e in value.elts)
+            if isinstance(value, ast.Dict):
+                return any(gives_model(v, helper) for v in value.values)
+            return model_of(value) or isinstance(value, ast.Name) and value.id in helper
 
         def loaded(node: ast.AST) -> bool:
             """`node` loads weights and optimizer state into the model or its optimizer."""
@@ -3639,7 +3878,9 @@ class Code:
                     and untrained(call.args[0])
                 ):
                     return False
-                return model_of(node.value) or reached(node.value, held)
+                return model_of(node.value) or reached(
+                    node.value, held | given_in.get(id(node), set())
+                )
             if isinstance(node, ast.Call) and (
                 loader_named(node)  # or a loader given with the model: partial(lw, fit_model)
                 or any(loader(a) for a in [*node.args, *(k.value for k in node.keywords)])
@@ -3647,9 +3888,9 @@ class Code:
                 given = [*node.args, *(k.value for k in node.keywords)]
                 if isinstance(node.func, ast.Attribute) and given and untrained(given[-1]):
                     given = given[:-1]  # fit_model.set_weights(initial.get_weights())
+                helper = given_in.get(id(node), set())  # the model given to a helper
                 if any(
-                    reaches(value, held) or any(model_of(sub) for sub in _nodes(value))
-                    for value in given
+                    reaches(value, held | helper) or gives_model(value, helper) for value in given
                 ):
                     return True
             checkpoint = restored(node)
@@ -3664,6 +3905,7 @@ class Code:
             )
 
         scoped: list[tuple[ast.AST, set[str]]] = [(tree, held) for tree in self.trees]
+        given_in: dict[int, set[str]] = {}  # id of a node in a helper: its parameters given them
         for function in self._functions().values():  # def step(opt): opt.apply_gradients(...)
             arguments = function.args
             positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
@@ -3688,12 +3930,46 @@ class Code:
             )
             if given:
                 scoped.append((function, held | given))
+                for sub in _nodes(function):  # def ld(m, p): m.load_weights(p); ld(fit_model, p)
+                    given_in.setdefault(id(sub), set()).update(given)
+
+        def still_at_compile(node: ast.AST) -> bool:
+            """`node` compiles the model with an optimizer made with a literal learning rate
+            too small to move a weight (`optimizer=keras.optimizers.Adam(learning_rate=0.0)`,
+            `SGD(0)`, such an optimizer bound to a name first, inside a `LossScaleOptimizer`):
+            as the same rate set later (`_rate_written`)."""
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "compile"
+                and model_of(node.func.value)
+            ):
+                return False
+            todo = [_argument(node, ["optimizer"], "optimizer")]
+            seen = 0
+            while todo and seen < 20:
+                value, seen = todo.pop(), seen + 1
+                if isinstance(value, ast.Name):
+                    todo += [v for v in self._bindings_by_name().get(value.id, []) if v]
+                elif isinstance(value, ast.NamedExpr):
+                    todo.append(value.value)
+                elif isinstance(value, ast.Call):
+                    if _dotted(value.func).endswith("LossScaleOptimizer"):
+                        todo.append(_argument(value, ["inner_optimizer"], "inner_optimizer"))
+                        continue
+                    rates = [_argument(value, ["learning_rate"], "learning_rate")]
+                    rates += [k.value for k in value.keywords if k.arg == "lr"]
+                    if any(_tiny_rate(rate) for rate in rates):
+                        return True
+            return False
+
         found = []
         loading = []
         for tree_index, tree in enumerate(self.trees):  # before or after its fit: a fit in
             for node in _nodes(tree):  # the text before a load may never run (`if 0:`)
                 if loaded(node):
                     loading.append((self.cells[tree_index], _short(node, 80)))
+        loading += self._state_writes(name, model_of)  # fit_model.layers[1].set_weights(w)
         for top, names in scoped:
             index = next(
                 (i for i, tree in enumerate(self.trees) if any(n is top for n in _nodes(tree))),
@@ -3723,6 +3999,8 @@ class Code:
                     and (model_of(node.value) or reached(node.value, names))
                 ):
                     found.append((self.cells[index], _short(node, 80)))  # train_on_batch
+                elif still_at_compile(node):
+                    found.append((self.cells[index], _short(node, 80)))  # Adam(learning_rate=0)
                 elif _rate_written(node) is not None and reached(_rate_written(node), names):
                     found.append((self.cells[index], _short(node, 80)))  # learning rate 0
                 elif restored(node) and reached(restored(node), names):
@@ -4206,6 +4484,37 @@ FILL_FUNCTIONS = frozenset(
 #: its optimizer) from a file or another's state: Keras 3 saves a compiled model's optimizer with
 #: its weights; a model graded as trained by `fit` given another's weights is a copy either way.
 LOADED_INTO = frozenset({"load_weights", "load_own_variables", "set_state_tree", "set_weights"})
+#: What of a model holds its weights (`Code._state_writes`): its layers and variables, as
+#: attributes (`fit_model.layers[0].kernel`) or through a call (`fit_model.get_layer("dense")`).
+MODEL_PARTS = frozenset(
+    {"layers", "_layers", "get_layer", "_flatten_layers", "submodules", "weights", "variables",
+     "trainable_variables", "trainable_weights", "non_trainable_variables",
+     "non_trainable_weights", "_trainable_variables", "_non_trainable_variables"}
+)  # fmt: skip
+#: The calls that give a part of a model (`MODEL_PARTS`).
+PART_CALLS = frozenset({"get_layer", "_flatten_layers"})
+#: The ends of a model through which a new model shares its layers (`keras.Model(m.input, ...)`).
+MODEL_ENDS = frozenset({"input", "output", "inputs", "outputs"})
+
+
+def _fed(target: ast.AST, value: ast.AST) -> list[tuple[str, ast.AST]]:
+    """(name, what it takes its items from) for each name the loop target `target` binds over
+    `value`: paired by position through `zip(...)` and `enumerate(...)` (`for mine, theirs in
+    zip(a, b)`: mine from a, theirs from b; the index of enumerate from nothing), each name
+    from the whole of `value` otherwise."""
+    if isinstance(target, ast.Name):
+        return [(target.id, value)]
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, ast.Call):
+        called = _dotted(value.func)
+        elements = target.elts
+        plain = not any(isinstance(e, ast.Starred) for e in [*elements, *value.args])
+        if plain and called == "zip" and len(value.args) == len(elements):
+            return [pair for e, v in zip(elements, value.args) for pair in _fed(e, v)]
+        if plain and called == "enumerate" and len(elements) == 2 and value.args:
+            return _fed(elements[1], value.args[0])
+    return [(n, value) for n in _bound_targets(target)]
+
+
 #: The methods of a `tf.train.Checkpoint` (or a `CheckpointManager`) that read it into its objects.
 CHECKPOINT_READS = frozenset({"read", "restore", "restore_or_initialize"})
 MODEL_STEPS = frozenset({"train_on_batch", "train_step", "train_function", "make_train_function"})
@@ -4217,14 +4526,7 @@ def _rate_written(node: ast.AST) -> ast.AST | None:
     its steps then leave the weights as they are while its moments and count grow. A rate
     an optimizer trains with (`assign(1e-3)`) or one from a name is not such a write."""
 
-    def tiny(value: ast.AST | None) -> bool:
-        sign = 1
-        if isinstance(value, ast.UnaryOp) and isinstance(value.op, (ast.USub, ast.UAdd)):
-            sign, value = (-1 if isinstance(value.op, ast.USub) else 1), value.operand
-        number = getattr(value, "value", None) if isinstance(value, ast.Constant) else None
-        real = isinstance(number, (int, float)) and not isinstance(number, bool)
-        return real and sign * number < TINY_RATE
-
+    tiny = _tiny_rate
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
         target = node.func.value
         if node.func.attr == "assign" and getattr(target, "attr", "") in RATES:
@@ -4234,6 +4536,16 @@ def _rate_written(node: ast.AST) -> ast.AST | None:
             if isinstance(target, ast.Attribute) and target.attr in RATES:
                 return target.value
     return None
+
+
+def _tiny_rate(value: ast.AST | None) -> bool:
+    """`value` is a literal learning rate below `TINY_RATE` (`0`, `0.0`, `-1.0`, `1e-9`)."""
+    sign = 1
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, (ast.USub, ast.UAdd)):
+        sign, value = (-1 if isinstance(value.op, ast.USub) else 1), value.operand
+    number = getattr(value, "value", None) if isinstance(value, ast.Constant) else None
+    real = isinstance(number, (int, float)) and not isinstance(number, bool)
+    return real and sign * number < TINY_RATE
 
 
 #: A learning rate below this moves no float32 weight of the exercise's size by a step of
