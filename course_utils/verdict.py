@@ -18,7 +18,7 @@ during each set. One rule, used by the notebook, `course bench` and the artifact
   a verdict any of whose outcomes names a side is withheld then (the side rests on its ridge);
 - what an undecided run rules out: the outcomes no case produced (`ruled_out`);
 - the step's side of the ridge at every ridge the limits' ranges give, or none from busy or
-  starved sets (`ridge_sides`, `ridge`);
+  starved sets, and not decided across a gap between a limit's sets (`ridge_sides`, `ridge`);
 - notebook 3c's call between the all-reduce's alpha and its bytes (`all_reduce_call`),
   whether its share of a step can be given (`step_share_withheld`), and whether a byte's cost
   rises over rounds (`trend`).
@@ -882,12 +882,15 @@ def step_share_withheld(  # noqa: PLR0913 - each a reason section 2 withholds fo
     return next((reason for reason, holds in reasons if holds), "")
 
 
-def ridge_sides(intensity: float, limits: dict, load: float, busy: float, low: str = "") -> str:
+def ridge_sides(  # noqa: PLR0913 - the step's intensity, the limits, load, busy, two reasons
+    intensity: float, limits: dict, load: float, busy: float, low: str = "", gap: str = ""
+) -> str:
     """The step's side of the ridge at every ridge the limits' ranges give (`limits`: name to
     its two ends), in words; none when `load`, the most other programs used of the cores during
     a limit's two fastest sets (`searched`), is over `busy`, or when `low` says why a limit may be
     measured low (a limit's sets all starved, `all_starved`; a training run beat the peak,
-    `peak_measured_low`).
+    `peak_measured_low`). When `gap` names limits whose sets disagree beyond `GAP` (`set_gap`),
+    one side is not decided: it would rest on that limit's fastest set alone.
 
     >>> print(ridge_sides(50.0, {"peak": (200e9, 150e9), "bandwidth": (10e9, 9e9)}, 0.1, 0.5))
     ... # doctest: +NORMALIZE_WHITESPACE
@@ -916,21 +919,28 @@ def ridge_sides(intensity: float, limits: dict, load: float, busy: float, low: s
         )
         if holds
     ]
-    return (
+    said = (
         f"The step's {intensity:.1f} FLOP/B against a ridge of {low:.1f} to {high:.1f} (any "
         f"pair of limits in their ranges): {' or '.join(sides)}"
-        + (", not decided by this run." if len(sides) > 1 else ".")
     )
+    if gap and len(sides) == 1:  # a side from one set, across a gap: not decided
+        return (
+            f"{said} at the fastest sets, not decided by this run: a limit's sets disagree "
+            f"beyond {GAP:g}x ({gap}), so that side would rest on its fastest set alone."
+        )
+    return said + (", not decided by this run." if len(sides) > 1 else ".")
 
 
 def ridge(record: dict) -> str:
     """`ridge_sides` from 3b's record: its limits, the most others used during a limit's fastest
-    set, and why a limit may be low (`all_starved`, `peak_measured_low`), as `regime` withholds;
-    a side from fewer rounds than `min_rounds` (the quick profile) is labelled a smoke test."""
+    set, why a limit may be low (`all_starved`, `peak_measured_low`), as `regime` withholds, and
+    the limits whose sets disagree beyond `GAP` (no side from one set); a side from fewer rounds
+    than `min_rounds` (the quick profile) is labelled a smoke test."""
     sets = {"peak": record["peak_rounds"], "bandwidth": record["bandwidth_rounds"]}
     load = max(record["loads"][k][label] for k in sets for label in searched(sets[k]))
     low = all_starved(record) or peak_measured_low(record)  # each limit up to its `headroom`:
-    said = ridge_sides(record["intensity"], _ranges(record)[0], load, record["busy"], low)
+    gap = ", ".join(f"{k} {set_gap(v):.2f}x" for k, v in sets.items() if set_gap(v) > GAP)
+    said = ridge_sides(record["intensity"], _ranges(record)[0], load, record["busy"], low, gap)
     rounds, needed = record.get("rounds"), record.get("min_rounds", 0)
     if said.startswith("The step's") and rounds is not None and rounds < needed:  # as `withheld`
         said += f" ({rounds} rounds per set, a smoke test; a verdict needs {needed})"

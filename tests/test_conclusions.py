@@ -1110,6 +1110,29 @@ BOTH = {
 BOTH_CORES = {label: [v / 57 for v in rates] for label, rates in BOTH.items()}
 
 
+def test_no_side_of_the_ridge_is_decided_across_a_gap_between_a_limits_sets():
+    """A review's 8-device run: the bandwidth's sets read 31.7, 60.5 (one round of five) and
+    35.1 GB/s, a 1.91x gap flagged, yet the side was read from the fastest set alone ("compute
+    side") where the other device counts' limits gave "not decided". Here, on full cores and a
+    quiet machine, a 1.67x gap: the side at the fastest sets is named, but not decided, and
+    says why; the same sets within 1.5x decide it."""
+    gapped = {
+        "section 1": [88.0, 90.0, 89.0, 87.0, 86.0],
+        "section 3": [140.0, 150.0, 120.0, 118.0, 119.0],
+        "after the sweep": [95.0, 94.0, 93.0, 92.0, 91.0],
+    }
+    full = {label: [1.9] * 5 for label in gapped}
+    record = _quiet_record(gapped, full)
+    assert verdict.set_gap(record["bandwidth_rounds"]) > verdict.GAP
+    assert verdict.ridge(record) == (
+        "The step's 10.1 FLOP/B against a ridge of 2.2 to 3.9 (any pair of limits in their "
+        "ranges): compute side at the fastest sets, not decided by this run: a limit's sets "
+        "disagree beyond 1.5x (bandwidth 1.67x), so that side would rest on its fastest set alone."
+    )
+    close = gapped | {"section 1": [130.0] * 5, "after the sweep": [140.0, 138.0, 137.0]}
+    assert verdict.ridge(_quiet_record(close, full)).endswith("): compute side.")
+
+
 def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
     """Every bandwidth set at ~60 GB/s on about one core's worth of two, with nobody else busy:
     each set ran starved (under 75% of the usable cores' worth in its fastest round) while about
