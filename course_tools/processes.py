@@ -23,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import threading
 import time
+from dataclasses import dataclass
 
 import psutil
 
@@ -72,6 +74,88 @@ def process_tree(pid: int) -> list[psutil.Process]:
     return []
 
 
+#: The oom_score_adj of a kernel and its children (`first_to_go`): the out-of-memory killer takes
+#: them before any process of the grader (any user may raise its own processes' value).
+KERNEL_OOM_SCORE_ADJ = 1000
+
+
+def first_to_go() -> None:
+    """Make this process (and the children it makes) the out-of-memory killer's first choice: a
+    `preexec_fn`, run in the kernel's process before it execs (os calls only)."""
+    with contextlib.suppress(OSError):
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, str(KERNEL_OOM_SCORE_ADJ).encode())
+        finally:
+            os.close(fd)
+
+
+def keep_first_to_go(processes: list[psutil.Process]) -> None:
+    """Raise back to `KERNEL_OOM_SCORE_ADJ` the oom_score_adj of those of `processes` that lowered
+    it (an ordinary user's process may lower its own down to the value it started with)."""
+    for process in processes:
+        path = f"/proc/{process.pid}/oom_score_adj"
+        with contextlib.suppress(OSError, ValueError):
+            with open(path) as now:
+                if int(now.read()) >= KERNEL_OOM_SCORE_ADJ:
+                    continue
+            with open(path, "w") as out:
+                out.write(str(KERNEL_OOM_SCORE_ADJ))
+
+
+@dataclass
+class HeldFiles:
+    """What a process tree holds open (`held_files`), each file once by (st_dev, st_ino)."""
+
+    #: bytes of the memory files (memfd_create) they hold: memory no process's RSS shows
+    memfd_bytes: int = 0
+    #: bytes of the regular files they hold that no folder lists any more (deleted while open)
+    deleted_bytes: int = 0
+    #: processes whose descriptors could not be read
+    unreadable: int = 0
+
+
+def held_files(processes: list[psutil.Process]) -> HeldFiles:
+    """The files `processes` hold open through /proc/<pid>/fd: a memfd's pages, and the blocks of
+    a regular file deleted while open (os.stat follows the fd link to the file itself), each
+    (st_dev, st_ino) counted once however many descriptors or processes hold it.
+
+    Example:
+        >>> import os
+        >>> fd = os.memfd_create("x"); os.write(fd, b"x" * 2**20)
+        1048576
+        >>> held_files(process_tree(os.getpid())).memfd_bytes >= 2**20
+        True
+        >>> os.close(fd)
+    """
+    held, seen = HeldFiles(), set()
+    for process in processes:
+        folder = f"/proc/{process.pid}/fd"
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            continue  # gone
+        except OSError:
+            held.unreadable += 1
+            continue
+        for name in names:
+            link = f"{folder}/{name}"
+            try:
+                target = os.readlink(link)
+                info = os.stat(link)
+            except OSError:
+                continue  # closed while we look
+            if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) in seen:
+                continue
+            seen.add((info.st_dev, info.st_ino))
+            size = info.st_blocks * 512
+            if target.startswith("/memfd:"):
+                held.memfd_bytes += size
+            elif info.st_nlink == 0:
+                held.deleted_bytes += size
+    return held
+
+
 def kill_tree(pid: int) -> None:
     """SIGKILL a process, its process group (when it leads one) and every descendant, those that
     left the group with setsid too. Nothing happens for a process that is gone."""
@@ -88,15 +172,17 @@ def kill_tree(pid: int) -> None:
 class Watchdog:
     """In a `with` block, kills a process tree (`kill_tree`) once it uses more than `memory_mb`
     of resident memory, or `seconds` after the watchdog was made; a thread looks every
-    `INTERVAL` seconds. `reason` says why it killed ("" if it did not), `peak_mb` is the most
-    memory seen. It also kills the tree once `cancel` is set (the caller gives up on it, e.g. on
-    Ctrl-C). (Not `setrlimit(RLIMIT_AS)`: TensorFlow reserves far more address space than it
-    uses.)"""
+    `INTERVAL` seconds (resident memory, and the memfds the tree holds: `held_files`). `reason`
+    says why it killed ("" if it did not), `peak_mb` is the most memory seen. With `first_to_go`
+    (a kernel's tree) it raises back the oom_score_adj a process of the tree lowered
+    (`keep_first_to_go`). It also kills the tree once `cancel` is set (the caller gives up on
+    it, e.g. on Ctrl-C). (Not `setrlimit(RLIMIT_AS)`: TensorFlow reserves far more address space
+    than it uses.)"""
 
     #: Seconds between two looks at the tree's memory.
     INTERVAL = 0.2
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the tree, its two limits, and how to name, stop, rank it
         self,
         pid: int,
         memory_mb: float,
@@ -104,8 +190,10 @@ class Watchdog:
         *,
         what: str = "it",
         cancel: threading.Event | None = None,
+        first_to_go: bool = False,
     ) -> None:
         self.pid, self.memory_mb, self.what = pid, memory_mb, what
+        self.first_to_go = first_to_go
         self.cancel = cancel
         self.deadline = Deadline(seconds)
         self.reason, self.peak_mb = "", 0.0
@@ -128,10 +216,15 @@ class Watchdog:
     def _watch(self) -> None:
         while not self._stop.wait(self.INTERVAL) and psutil.pid_exists(self.pid):
             rss = 0.0
-            for process in process_tree(self.pid):
+            tree = process_tree(self.pid)
+            for process in tree:
                 # It may end while we look.
                 with contextlib.suppress(psutil.Error):
                     rss += process.memory_info().rss / 2**20
+            # a memfd's pages are in no process's RSS until mapped: counted once each
+            rss += held_files(tree).memfd_bytes / 2**20
+            if self.first_to_go:
+                keep_first_to_go(tree)
             self.peak_mb = max(self.peak_mb, rss)
             if self.cancel is not None and self.cancel.is_set():
                 why = f"cancelled: {self.what} was stopped because grading stopped"

@@ -54,7 +54,14 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from tqdm.auto import tqdm
 
 from course_tools.grade.core import files
-from course_tools.processes import Deadline, Watchdog, kill_tree
+from course_tools.processes import (
+    Deadline,
+    Watchdog,
+    first_to_go,
+    held_files,
+    kill_tree,
+    process_tree,
+)
 
 ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 #: The error recorded in a cell interrupted at its time limit.
@@ -162,6 +169,7 @@ class RunOutcome:
     extra_output: str = ""  # what the `extra_cell` printed, or the `extra_expression`'s text
     extra_error: str = ""  # how the extra cell or expression failed, if it did
     log_dropped: int = 0  # bytes of the kernel's own output left out of `log_path`
+    log_error: str = ""  # why `log_path` could not be written (a full disk), if it could not
     notebook: object = None  # the executed copy
     # Seen by this process, not the kernel, in seconds since the run started (this process's
     # clock): [cell index, start, end] of each cell sent, and for each file of `clock_folder`
@@ -210,17 +218,39 @@ class CappedLog(threading.Thread):
         self.pipe, self.path, self.limit = pipe, Path(path), limit
         self.mode = "ab" if append else "wb"
         self.dropped = 0
+        #: the error that stopped the log being written (a full disk), or None: the pipe is
+        #: drained all the same (the kernel never blocks on it)
+        self.error: OSError | None = None
 
     def run(self) -> None:
+        with self.pipe:
+            try:
+                out = open(self.path, self.mode)  # noqa: SIM115 - closed below, whatever happens
+            except OSError as exc:
+                self.error, out = exc, None
+            try:
+                self._copy(out)
+            finally:
+                if out is not None:
+                    with contextlib.suppress(OSError):
+                        out.close()
+
+    def _copy(self, out) -> None:
         kept = 0
-        with open(self.path, self.mode) as out, self.pipe:
-            while chunk := os.read(self.pipe.fileno(), 2**16):
-                chunk = visible(chunk)
-                room = max(0, self.limit - kept)
-                out.write(chunk[:room])
-                kept += min(room, len(chunk))
-                self.dropped += len(chunk) - min(room, len(chunk))
-            if self.dropped:
+        while chunk := os.read(self.pipe.fileno(), 2**16):
+            chunk = visible(chunk)
+            room = max(0, self.limit - kept) if out is not None else 0
+            if room:
+                try:
+                    out.write(chunk[:room])
+                    out.flush()
+                except OSError as exc:
+                    self.error, room = exc, 0
+                    self.limit = kept  # nothing more is kept
+            kept += min(room, len(chunk))
+            self.dropped += len(chunk) - min(room, len(chunk))
+        if self.dropped and out is not None and self.error is None:
+            with contextlib.suppress(OSError):
                 out.write(f"\n[{self.dropped:,} more bytes left out of this log]\n".encode())
 
 
@@ -248,6 +278,8 @@ class _CappedClient(NotebookClient):
 
     def start_new_kernel(self, **kwargs) -> None:
         """Start the kernel, its output into the capped log (or nowhere)."""
+        # the out-of-memory killer's first choice, before the grader (`processes.first_to_go`)
+        kwargs["preexec_fn"] = first_to_go
         if self.log_path is None:
             super().start_new_kernel(**kwargs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             return
@@ -569,6 +601,8 @@ def run_notebook(
         if bar is not None:
             bar.close()
         outcome.log_dropped = _stop_kernel(client, km, pid)
+        if client.kernel_log is not None and client.kernel_log.error is not None:
+            outcome.log_error = f"{client.log_path}: {client.kernel_log.error}"
         private.cleanup()
     outcome.seconds = time.monotonic() - started
     _finish(notebook, options.limits, outcome, client.dropped)
@@ -807,7 +841,8 @@ def _take_message_cut(client: _CappedClient, index: int, limits: Limits) -> None
 
 
 class DiskWatch(threading.Thread):
-    """Kills the kernel (through `dog`) once the files under `folder` take more than `limit_mb`,
+    """Kills the kernel (through `dog`) once the files under `folder`, with those the kernel's
+    processes hold open after deleting them (`processes.held_files`), take more than `limit_mb`,
     or number more than `max_entries` files, folders and links (default: the capped work
     folder's inodes, `workdir.INODES`: empty files take no bytes), or hold a folder it cannot
     list; it looks every `interval` seconds, at any depth and path length (`files.usage`).
@@ -835,10 +870,15 @@ class DiskWatch(threading.Thread):
     def over(self) -> str:
         """Why the folder is over its caps now ("" when it is not)."""
         used = files.usage(self.folder, max_entries=self.max_entries)
-        if used.bytes > self.limit_mb * 2**20:
+        # files deleted while the kernel's processes hold them open: on a disk, no folder lists
+        # them, yet they take its blocks until closed
+        pid = getattr(self.dog, "pid", None)
+        deleted = held_files(process_tree(pid)).deleted_bytes if pid is not None else 0
+        if used.bytes + deleted > self.limit_mb * 2**20:
+            held = f" ({deleted / 2**20:,.0f} MB of it in files deleted while open)" * bool(deleted)
             return (
-                f"disk limit: the notebook's folder took {used.bytes / 2**20:,.0f} MB, more than "
-                f"the {self.limit_mb:g} MB allowed, and the notebook was stopped"
+                f"disk limit: the notebook's folder took {(used.bytes + deleted) / 2**20:,.0f} MB"
+                f"{held}, more than the {self.limit_mb:g} MB allowed, and the notebook was stopped"
             )
         if used.entries > self.max_entries:
             return (
@@ -871,7 +911,9 @@ def _run_watched(  # noqa: PLR0913 - and the kernel's folder, the clock's start
     """Run the cells (then the extra code) while a Watchdog holds the kernel to its limits; the
     clock's folder, when inside `cwd` (the kernel's), is reached from it (`FileClock`)."""
     limits = options.limits
-    dog = Watchdog(pid, limits.memory_mb, limits.timeout, what="the notebook", cancel=cancel)
+    dog = Watchdog(
+        pid, limits.memory_mb, limits.timeout, what="the notebook", cancel=cancel, first_to_go=True
+    )
     disk = None
     if options.watch_folder is not None:
         disk = DiskWatch(options.watch_folder, limits.disk_mb, dog)

@@ -366,3 +366,217 @@ def test_the_check_log_keeps_at_most_its_cap_of_a_check_process_output(tmp_path)
     assert answers == [(True, "")]
     assert checker.LOG_BYTES <= log.stat().st_size < checker.LOG_BYTES + 1000
     assert "left out" in log.read_text()[-200:], log.read_text()[-200:]
+
+
+#: A child that holds `MB` MB in a file it deleted (in its folder) or in a memfd, then sleeps.
+HOLDER = """
+import os, sys, time
+kind, mb = sys.argv[1], int(sys.argv[2])
+if kind == "deleted":
+    fd = os.open("hold.bin", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.unlink("hold.bin")
+else:
+    fd = os.memfd_create("hold")
+for _ in range(mb):
+    os.write(fd, b"\\xab" * 2**20)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def _holder(folder: Path, kind: str, mb: int) -> subprocess.Popen:
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, kind, str(mb)],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_the_disk_watch_counts_a_file_the_kernel_deleted_while_open(tmp_path):
+    """The user route's watch sees the blocks of a file deleted while a process of the kernel's
+    tree holds it (no folder lists it), each file once, and stops the kernel past the cap."""
+    from course_tools.processes import held_files, process_tree
+
+    child = _holder(tmp_path, "deleted", 8)
+    try:
+        assert list(tmp_path.iterdir()) == []  # nothing for a walk of the folder to find
+        held = held_files(process_tree(child.pid))
+        assert 8 * 2**20 <= held.deleted_bytes < 9 * 2**20 and held.memfd_bytes == 0
+
+        class Dog:
+            reason, pid = "", child.pid
+
+            def kill(self, reason: str) -> None:
+                self.reason = reason
+
+        dog = Dog()
+        watch = DiskWatch(tmp_path, limit_mb=4, dog=dog, interval=0.01)
+        watch.start()
+        watch.join(timeout=30)
+        assert "took 8 MB (8 MB of it in files deleted while open), more than the 4 MB" in (
+            dog.reason
+        )
+        dog = Dog()
+        assert DiskWatch(tmp_path, limit_mb=16, dog=dog).over() == ""
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_watchdog_counts_the_memory_a_memfd_holds(tmp_path):
+    """A memfd's pages are in no process's resident memory: the watchdog adds them (once per
+    file), and kills the tree past its memory limit."""
+    from course_tools.processes import Watchdog
+
+    child = _holder(tmp_path, "memfd", 96)
+    try:
+        with Watchdog(child.pid, memory_mb=80, seconds=30, what="the notebook") as dog:
+            child.wait(timeout=20)
+        assert dog.reason.startswith("memory limit: the notebook used more than 80 MB")
+        assert dog.peak_mb > 96
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_kernel_tree_is_the_out_of_memory_killers_first_choice(tmp_path):
+    """A kernel starts with oom_score_adj 1000 (set before it execs, inherited by its children);
+    one that lowers it has it raised back by its watchdog."""
+    import nbformat
+
+    from course_tools.processes import Watchdog, first_to_go
+    from course_tools.runner import Limits, RunOptions, run_notebook
+
+    notebook = nbformat.v4.new_notebook()
+    code = (
+        "import subprocess\n"
+        "print(open('/proc/self/oom_score_adj').read().strip(),\n"
+        "      subprocess.run(['cat', '/proc/self/oom_score_adj'], capture_output=True,\n"
+        "                     text=True).stdout.strip())"
+    )
+    notebook.cells = [nbformat.v4.new_code_cell(code)]
+    outcome = run_notebook(notebook, tmp_path, dict(os.environ), RunOptions(limits=Limits(60, 120)))
+    assert outcome.status == "ran", outcome.reason
+    assert notebook.cells[0].outputs[0]["text"].split() == ["1000", "1000"]
+
+    child = subprocess.Popen(["sleep", "30"], preexec_fn=first_to_go, start_new_session=True)
+    adj = Path(f"/proc/{child.pid}/oom_score_adj")
+    try:
+        assert adj.read_text().strip() == "1000"
+        adj.write_text("0")  # root may lower it; an ordinary user's process down to its start
+        with Watchdog(child.pid, memory_mb=10**6, seconds=30, first_to_go=True):
+            deadline = time.monotonic() + 10
+            while adj.read_text().strip() != "1000" and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert adj.read_text().strip() == "1000"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_kernel_killed_for_a_deleted_file_says_disk_limit(tmp_path):
+    """End to end in the runner: a cell writing into a file it deleted is stopped at the work
+    folder's cap, and the row's reason says why."""
+    import nbformat
+
+    from course_tools.runner import Limits, RunOptions, run_notebook
+
+    notebook = nbformat.v4.new_notebook()
+    code = (
+        "import os, time\n"
+        "f = open('hold.bin', 'wb'); os.unlink('hold.bin')\n"
+        "for _ in range(12): f.write(b'x' * 2**20); f.flush()\n"
+        "time.sleep(30)"
+    )
+    notebook.cells = [nbformat.v4.new_code_cell(code)]
+    options = RunOptions(limits=Limits(60, 120, disk_mb=4), watch_folder=tmp_path)
+    outcome = run_notebook(notebook, tmp_path, dict(os.environ), options)
+    assert outcome.status == "killed"
+    assert "deleted while open" in outcome.reason and "4 MB allowed" in outcome.reason
+
+
+def test_the_kernel_log_on_a_full_disk_is_drained_and_its_error_kept(tmp_path):
+    """A kernel log that cannot be written (no space left: /dev/full; or not opened at all)
+    never stops its pipe being read (a kernel printing never blocks) and keeps the error."""
+    from course_tools.runner import CappedLog
+
+    for path in (Path("/dev/full"), tmp_path / "absent" / "kernel.log"):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdout.write('x' * 2**22)"],
+            stdout=subprocess.PIPE,
+        )
+        log = CappedLog(writer.stdout, path, limit=2**20)
+        log.start()
+        assert writer.wait(timeout=30) == 0
+        log.join(timeout=30)
+        assert not log.is_alive() and isinstance(log.error, OSError)
+
+
+def _full(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_mark_that_cannot_be_written_is_that_rows_grader_error(tmp_path, monkeypatch):
+    """The grader's own record of a submission (`RunningMarks`) failing on a full disk makes
+    that row a grader error (graded again next run) and the batch goes on, never an exception
+    that ends the batch with an empty gradebook."""
+    from types import SimpleNamespace
+
+    from course_tools.grade.core import report
+    from course_tools.grade.core.roster import Submission
+    from course_tools.grade.routes import batch
+    from course_tools.grade.routes.supervised import RunningMarks
+
+    parts = SimpleNamespace(max_points=12, tests=[], answers=[])
+    b = SimpleNamespace(out=tmp_path / "grades", parts=parts)
+    graded = []
+
+    def grade_one(b, s, where):
+        graded.append(s.student)
+        g = report.Grade(s.student, s.path, "graded", max_score=12)
+        report.save(g, b.out / s.student)
+        return g
+
+    monkeypatch.setattr(batch, "grade_one", grade_one)
+    marks = RunningMarks(tmp_path / "running", 2)
+    monkeypatch.setattr(marks, "_write", _full)
+    g = batch._recorded(b, Submission("alice", tmp_path / "a.ipynb"), None, marks)
+    assert graded == [] and g.status == "grader error" and g.key == ""
+    assert "No space left on device" in g.reason and "not run" in g.reason
+    assert report.load(b.out / "alice").status == "grader error"
+
+    marks = RunningMarks(tmp_path / "running", 2)
+    monkeypatch.setattr(
+        marks, "_write", lambda student, state, alone: _full() if state == "done" else None
+    )
+    g = batch._recorded(b, Submission("bob", tmp_path / "b.ipynb"), None, marks)
+    assert graded == ["bob"] and g.status == "grader error" and "after it was graded" in g.reason
+    assert report.load(b.out / "bob").status == "grader error"
+
+
+def test_a_grade_that_could_not_be_saved_still_has_its_row_and_a_full_gradebook_exits_1(
+    tmp_path, monkeypatch, capsys
+):
+    """A submission whose grade could not be saved (a full disk) gets a grader error row in the
+    gradebook; when even the gradebook cannot be written, a message names its file system and
+    the command exits 1."""
+    from types import SimpleNamespace
+
+    from course_tools.grade.core.roster import Submission
+    from course_tools.grade.routes import supervised
+
+    parts = SimpleNamespace(max_points=12, tests=[], answers=[])
+    b = SimpleNamespace(out=tmp_path / "grades", parts=parts)
+    g = supervised.unsaved(b, Submission("alice", tmp_path / "a.ipynb"))
+    assert g.status == "grader error" and g.key == "" and "could not save" in g.reason
+
+    monkeypatch.setattr(supervised, "write_gradebooks", _full)
+    with pytest.raises(SystemExit) as exit_:
+        supervised.write_or_exit(b, [g])
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert f"the gradebook could not be written in {b.out}" in err and "is full" in err

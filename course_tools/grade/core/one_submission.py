@@ -210,6 +210,8 @@ def _run(
         if left:  # the grader's matter, not the student's row
             left_out = report.console("; ".join(left))
             print(f"course grade: could not remove {workdir}: {left_out}", file=sys.stderr)
+    if outcome.log_error:  # the grader's own file (a full disk): graded again next run
+        raise OSError(f"the grader could not write the kernel's log {outcome.log_error}")
     # its outputs may hold lone surrogates: written escaped
     text = nbformat.writes(outcome.notebook)
     (folder / "executed.ipynb").write_text(text, encoding="utf-8", errors="backslashreplace")

@@ -43,6 +43,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sys
@@ -56,8 +57,8 @@ from typing import TYPE_CHECKING
 import psutil
 from tqdm.auto import tqdm
 
-from course_tools.grade.core import files
-from course_tools.grade.core.one_submission import Workspace, grade_one
+from course_tools.grade.core import files, report
+from course_tools.grade.core.one_submission import Workspace, grade_one, zero_results
 from course_tools.grade.core.plan import (
     DEFAULT_SOLUTION,
     Batch,
@@ -140,11 +141,30 @@ def remove_dead_graders_folders(where: Path | None = None) -> list[Path]:
 
 def _recorded(batch: Batch, s: Submission, where: Workspace, marks: RunningMarks | None) -> Grade:
     """`grade_one`, recorded in `marks` before it runs and once its grade is saved."""
-    if marks is not None:
-        marks.started(s.student)
+    try:
+        if marks is not None:
+            marks.started(s.student)
+    except OSError as exc:  # a full disk: this row's grader error, the batch goes on
+        return _unrecorded(batch, s, exc, ran=False)
     g = grade_one(batch, s, where)
-    if marks is not None:
-        marks.done(s.student)
+    try:
+        if marks is not None:
+            marks.done(s.student)
+    except OSError as exc:
+        return _unrecorded(batch, s, exc, ran=True)
+    return g
+
+
+def _unrecorded(batch: Batch, s: Submission, exc: OSError, *, ran: bool) -> Grade:
+    """The grader error of a submission whose mark (`RunningMarks`) could not be written: saved
+    without a key (graded again on the next run), where it can be."""
+    when = "after it was graded" if ran else "so it was not run"
+    reason = f"the grader could not record it {when}: {type(exc).__name__}: {exc}"
+    g = Grade(s.student, Path(s.path), "grader error", reason, max_score=batch.parts.max_points)
+    g.results = zero_results(batch.parts, "not graded: grader error")
+    with contextlib.suppress(OSError):
+        report.save(g, batch.out / s.student)
+    print(f"course grade: {console(s.student)}: {reason}", file=sys.stderr, flush=True)
     return g
 
 

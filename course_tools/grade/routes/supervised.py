@@ -222,7 +222,8 @@ def score_died(
     g.results = one_submission.zero_results(b.parts, "not graded: the grader's process died")
     with contextlib.suppress(Exception):  # no key: graded again next time, the row is written
         g.key = b.key(s.path)
-    report.save(g, b.out / s.student)
+    with contextlib.suppress(OSError):  # a full disk: the gradebook's row says so (`unsaved`)
+        report.save(g, b.out / s.student)
     print(f"course grade: {report.console(s.student)}: {note}", file=sys.stderr, flush=True)
     return g
 
@@ -241,7 +242,8 @@ def grader_failed(
     g.results = one_submission.zero_results(b.parts, "not graded: grader error")
     with contextlib.suppress(Exception):  # graded again all the same (a grader failure)
         g.key = b.key(s.path)
-    report.save(g, b.out / s.student)
+    with contextlib.suppress(OSError):  # a full disk: graded again all the same
+        report.save(g, b.out / s.student)
     return g
 
 
@@ -395,6 +397,7 @@ def grade(
     folder = plan.parent / "running"
     queue = _Queue([], to_grade(b, submissions, regrade=regrade))
     idle_deaths = 0
+    finished: list[Submission] = []  # graded by a child that ended well: each has a row
     try:
         while queue.alone or queue.rest:
             if queue.alone:
@@ -406,6 +409,8 @@ def grade(
             # in the grader's own folder, never the instructor's (a submission's at times)
             code, pid = run_child(argv, cwd=plan.parent)
             _note_beside(b, queue, ran, folder)
+            if code == 0:
+                finished += ran
             if code < 0:
                 remove_leftovers(pid)
             if code > 0:
@@ -426,9 +431,45 @@ def grade(
         clear_marks(folder)
         b.forget_solution()
         found = saved_grades(b, submissions)
+        for s in finished:  # its grade could not be saved (a full disk): its row all the same
+            if s.student not in found:
+                found[s.student] = unsaved(b, s)
         grades = [found[s.student] for s in submissions if s.student in found]
-        write_gradebooks(b, grades)
+        write_or_exit(b, grades)
     return grades
+
+
+def unsaved(b: Batch, s: Submission) -> Grade:
+    """The gradebook's row (a grader error, graded again next run) of a submission graded by a
+    child that ended well but whose grade is not in `b.out`: the grader could not save it."""
+    reason = (
+        f"the grader could not save its grade in {b.out / s.student} (is that file system "
+        "full?): it is graded again on the next run"
+    )
+    g = Grade(s.student, Path(s.path), "grader error", reason, max_score=b.parts.max_points)
+    g.results = one_submission.zero_results(b.parts, "not graded: grader error")
+    print(f"course grade: {report.console(s.student)}: {reason}", file=sys.stderr, flush=True)
+    return g
+
+
+def write_or_exit(b: Batch, grades: list[Grade]) -> None:
+    """`write_gradebooks`; when even they cannot be written (a full file system), a message
+    that names that file system, and exit 1."""
+    try:
+        write_gradebooks(b, grades)
+    except OSError as exc:
+        where = b.out
+        with contextlib.suppress(OSError):
+            free = shutil.disk_usage(where).free / 2**20
+            where = f"{where} ({free:,.0f} MB free there)"
+        print(
+            f"course grade: the gradebook could not be written in {where}: {exc}; the file "
+            "system holding it is full (or not writable): free space there and run the same "
+            "command again (graded submissions are not graded again)",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(1) from exc
 
 
 def main(argv: list[str] | None = None) -> int:
