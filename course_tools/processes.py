@@ -136,7 +136,11 @@ def held_files(processes: list[psutil.Process]) -> HeldFiles:
         except FileNotFoundError:
             continue  # gone
         except OSError:
-            held.unreadable += 1
+            # a zombie's are unreadable to its own user too (and it holds none); a live process
+            # of the same user is unreadable once it made itself undumpable (prctl)
+            with contextlib.suppress(psutil.Error):
+                if process.status() != psutil.STATUS_ZOMBIE:
+                    held.unreadable += 1
             continue
         for name in names:
             link = f"{folder}/{name}"
@@ -175,9 +179,9 @@ class Watchdog:
     `INTERVAL` seconds (resident memory, and the memfds the tree holds: `held_files`). `reason`
     says why it killed ("" if it did not), `peak_mb` is the most memory seen. With `first_to_go`
     (a kernel's tree) it raises back the oom_score_adj a process of the tree lowered
-    (`keep_first_to_go`). It also kills the tree once `cancel` is set (the caller gives up on
-    it, e.g. on Ctrl-C). (Not `setrlimit(RLIMIT_AS)`: TensorFlow reserves far more address space
-    than it uses.)"""
+    (`keep_first_to_go`), and kills the tree once a process of it hides its descriptors. It
+    also kills the tree once `cancel` is set (the caller gives up on it, e.g. on Ctrl-C). (Not
+    `setrlimit(RLIMIT_AS)`: TensorFlow reserves far more address space than it uses.)"""
 
     #: Seconds between two looks at the tree's memory.
     INTERVAL = 0.2
@@ -222,7 +226,8 @@ class Watchdog:
                 with contextlib.suppress(psutil.Error):
                     rss += process.memory_info().rss / 2**20
             # a memfd's pages are in no process's RSS until mapped: counted once each
-            rss += held_files(tree).memfd_bytes / 2**20
+            held = held_files(tree)
+            rss += held.memfd_bytes / 2**20
             if self.first_to_go:
                 keep_first_to_go(tree)
             self.peak_mb = max(self.peak_mb, rss)
@@ -232,6 +237,11 @@ class Watchdog:
                 return
             if rss > self.memory_mb:
                 why = f"memory limit: {self.what} used more than {self.memory_mb:g} MB"
+            elif held.unreadable and self.first_to_go:
+                why = (
+                    f"memory limit: a process of {self.what} hid the files it holds open (it "
+                    "made itself undumpable), so its memory and disk use could not be counted,"
+                )
             elif self.deadline.passed():
                 why = f"time limit: {self.what} ran longer than {self.deadline.seconds:.0f} s"
             else:

@@ -580,3 +580,38 @@ def test_a_grade_that_could_not_be_saved_still_has_its_row_and_a_full_gradebook_
     assert exit_.value.code == 1
     err = capsys.readouterr().err
     assert f"the gradebook could not be written in {b.out}" in err and "is full" in err
+
+
+def test_a_kernel_process_that_hides_its_descriptors_is_stopped(tmp_path, monkeypatch):
+    """As an ordinary user, a process of the kernel that made itself undumpable (prctl) has a
+    /proc/<pid>/fd its own user cannot read (root reads it: forced here): its memfds and deleted
+    files would be unseen, so the kernel's watchdog stops the tree; a zombie (unreadable too,
+    holding nothing) is no such process."""
+    from course_tools import processes
+
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    zombie = subprocess.Popen(["true"])
+    time.sleep(0.3)  # `true` ended, not reaped: a zombie
+    hidden = {f"/proc/{child.pid}/fd", f"/proc/{zombie.pid}/fd"}
+    listdir = os.listdir
+
+    def refusing(path="."):
+        if str(path) in hidden:
+            raise PermissionError(13, "Permission denied", str(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", refusing)
+    try:
+        assert processes.held_files([processes.psutil.Process(zombie.pid)]).unreadable == 0
+        with processes.Watchdog(child.pid, 10**6, seconds=30, what="the notebook") as dog:
+            time.sleep(0.5)
+        assert dog.reason == ""  # not a kernel's tree: nothing said
+        with processes.Watchdog(
+            child.pid, 10**6, seconds=30, what="the notebook", first_to_go=True
+        ) as dog:
+            child.wait(timeout=10)
+        assert "hid the files it holds open" in dog.reason
+    finally:
+        child.kill()
+        child.wait()
+        zombie.wait()
