@@ -412,6 +412,7 @@ def _one_replica_check(samples: dict, others: float, **names) -> tuple[str, bool
         if c["cell_type"] == "code" and "".join(c["source"]).startswith("fit, FLAGGED,")
     )
     namespace = {"REPLICAS": 1, "samples": samples, "others": others, "timing": timing}
+    namespace["LASTED"] = 1.0  # the rounds' seconds (section 1): long enough to measure the load
     namespace |= {"TOLERANCE": verdict.ALL_REDUCE_TOLERANCE} | names
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
@@ -434,6 +435,10 @@ def test_one_replica_checks_the_subtraction_only_on_a_quiet_machine():
     assert "FLAG" not in printed and flagged  # recorded as measured; the step share says 1 replica
     printed, flagged = _one_replica_check(samples, others=0.05)
     assert "FLAG: a size differs from the loop alone by more than the tolerance\n" in printed
+    # rounds too short for the load (section 1 says "unmeasured"): not used, and said so
+    printed, flagged = _one_replica_check(samples, others=0.92, LASTED=0.04)
+    assert "the load was not measured (section 1): this check assumes nothing else ran" in printed
+    assert "busy" not in printed and "FLAG: a size differs" in printed and flagged
 
 
 def test_each_extra_set_of_rounds_prints_its_own_load(reduce):
