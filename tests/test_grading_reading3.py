@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_grading_reading import _cell_of, _solution
+from test_grading_reading import BASELINE, FIT, _cell_of, _solution
 
 from course_tools.grade.core import checks, reading
 
@@ -422,3 +422,80 @@ def test_a_load_through_the_notebooks_own_helper_is_a_load():
     honest += "ld(restored_x, latest_fit)"
     code = _solution({ANCHOR: f"{ANCHOR}\n{honest}"})
     assert reading.Code.of(code).hand_steps("fit_model", loads=True) == []
+
+
+RESTORE = "    restored_fit = make_model()\n    # before compile"
+RESTORED = "    restored_fit.load_weights(latest_fit)"
+
+
+def test_a_name_stands_for_fit_model_only_until_it_is_bound_again():
+    """Review s10-revB4 F1 (5 of 12 points): `for model in (fit_model, single_model)` in
+    question 4, then `model = make_model()` and `model.load_weights(...)` in question 6 (a),
+    read as a load into fit_model and single_model, as if the name held them for ever. A name
+    stands for the model from its binding to it until it is bound again, in the order the cells
+    run (a `for` over a literal list binds its target at the loop); loads through an alias
+    while it holds the model are still refused (`best = fit_model`, a loop over the models, a
+    loop that binds it again after the load in its body, a binding that may not run)."""
+    looped = f"{SINGLE_SAVE}\nfor model in (fit_model, single_model):\n    print(model.name)"
+    for restore in (
+        "    model = make_model()\n    # before compile",  # under `with strategy.scope():`
+        "    restored_fit = make_model()\nmodel = make_model()\nmodel.load_weights(latest_fit)\n"
+        "with strategy.scope():\n    # before compile",
+        "    restored_fit = make_model()\nfor model in (make_model(),):\n"
+        "    model.load_weights(latest_fit)\nwith strategy.scope():\n    # before compile",
+    ):
+        changes = {SINGLE_SAVE: looped, RESTORE: restore}
+        if restore.startswith("    model"):
+            changes[RESTORED] = "    model.load_weights(latest_fit)\n    restored_fit = model"
+        code = _solution(changes)
+        read = reading.Code.of(code)
+        for model in ("fit_model", "single_model"):
+            assert read.hand_steps(model, loads=True) == [], (restore, model)
+        checks.assert_created_in_scope(code, "fit_model")
+        checks.clear_cache()
+    for forged in (
+        "best = fit_model\nbest.load_weights('/tmp/c.weights.h5')",
+        "for m in (fit_model, single_model):\n    m.set_weights(m.get_weights())",
+        "model = make_model()\nfor i in range(2):\n    if i:\n"
+        "        model.load_weights('/tmp/c.weights.h5')\n    model = fit_model",
+        "best = fit_model\nif EPOCHS > 99:\n    best = make_model()\nbest.load_weights('c.h5')",
+        "for best in (fit_model,):\n    pass\nfor best in []:\n    pass\nbest.load_weights('c.h5')",
+        "def f():\n    model = fit_model\n    model.load_weights('c.h5')\nmodel = 1\nf()",
+    ):
+        code = _solution({ANCHOR: f"{ANCHOR}\n{forged}"})
+        loads = reading.Code.of(code).hand_steps("fit_model", loads=True)
+        assert loads and loads[0][0] == _cell_of(code, ANCHOR), forged
+
+
+def test_a_helper_fitting_on_the_global_train_ds_reads_the_same_for_both_models():
+    """Review s10-revB4 F2 (1 point, and a false message): one helper `def train(model,
+    callbacks): model.fit(train_ds, ...)` on the global `train_ds`, accepted for fit_model,
+    read for single_model as training 'on something else'. The baseline's reading now takes a
+    helper's bare global name as the distributed runs' reading does (not a parameter, not
+    bound in the helper); a helper fitting on another dataset, or on a local of that name, is
+    still refused."""
+    helper = "def train(model, callbacks):\n    model.fit({}, epochs=EPOCHS, callbacks=callbacks)\n"
+    fit_call = f"    {FIT}=EPOCHS, callbacks=[fit_clock, fit_checkpoints], verbose=2)"
+    baseline = BASELINE
+    scoped = "with strategy.scope():\n    fit_model = make_model()"
+    both = {
+        scoped: helper.format("train_ds") + "\n\n" + scoped,
+        fit_call: "    train(fit_model, [fit_clock, fit_checkpoints])",
+        baseline: "train(single_model, [single_clock])",
+    }
+    alone = {baseline: helper.format("train_ds") + "train(single_model, [single_clock])"}
+    for changes in (both, alone):
+        code = _solution(changes)
+        checks.assert_pipeline_code(code, "train_ds", "train")
+        checks.assert_baseline_code(code, "single_model", "train_ds")
+        checks.clear_cache()
+    for dataset in ("train_cached.batch(GLOBAL_BATCH)", "train_ds.take(3)"):
+        code = _solution({baseline: helper.format(dataset) + "train(single_model, [])"})
+        with pytest.raises(checks.CheckError, match="trains `single_model` on something else"):
+            checks.assert_baseline_code(code, "single_model", "train_ds")
+        checks.clear_cache()
+    local = "def train(model):\n    train_ds = train_cached.batch(GLOBAL_BATCH)\n"
+    code = _solution({baseline: local + "    model.fit(train_ds)\ntrain(single_model)"})
+    with pytest.raises(checks.CheckError, match="trains `single_model` on something else"):
+        checks.assert_baseline_code(code, "single_model", "train_ds")
+    checks.clear_cache()

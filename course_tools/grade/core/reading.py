@@ -1615,11 +1615,15 @@ class _Places:
             found += self.runs(scope, depth + 1)
         return found
 
-    def rebound(self, name: str) -> list[tuple[int, int, int]]:
+    def rebound(self, name: str, *, loops: bool = False) -> list[tuple[int, int, int]]:
         """The places of the plain assignments to `name` at the top of a cell (under `with`
         only, of a context manager that lets every exception through, `SURE_CONTEXTS`: one
         under `if`, `for` or `try`, or under `with contextlib.suppress(...)` or another that
-        may swallow an exception, may not run)."""
+        may swallow an exception, may not run); with `loops`, also each `for` there whose
+        target is `name` over a literal list or tuple of items (it binds `name` at least once:
+        `for model in (a, b)`, not `for model in []` or `for model in models`)."""
+        if loops:
+            return self._rebound_by_loops(name)
         if name in self._rebound:
             return self._rebound[name]
         found = self._rebound[name] = []
@@ -1643,6 +1647,114 @@ class _Places:
                     if statement.value is not None:
                         found.append((index, statement.lineno, statement.col_offset))
         return found
+
+    def _rebound_by_loops(self, name: str) -> list[tuple[int, int, int]]:
+        key = f"for {name}"
+        if key in self._rebound:
+            return self._rebound[key]
+        found = list(self.rebound(name))
+        for index, tree in enumerate(self.trees):
+            todo = list(tree.body)
+            while todo:
+                statement = todo.pop()
+                if isinstance(statement, (ast.With, ast.AsyncWith)) and all(
+                    isinstance(item.context_expr, ast.Call)
+                    and (
+                        getattr(item.context_expr.func, "attr", "")
+                        or getattr(item.context_expr.func, "id", "")
+                    )
+                    in SURE_CONTEXTS
+                    for item in statement.items
+                ):
+                    todo += statement.body
+                elif (
+                    isinstance(statement, (ast.For, ast.AsyncFor))
+                    and isinstance(statement.target, ast.Name)
+                    and statement.target.id == name
+                    and isinstance(statement.iter, (ast.Tuple, ast.List))
+                    and statement.iter.elts
+                    and not any(isinstance(e, ast.Starred) for e in statement.iter.elts)
+                ):
+                    found.append((index, statement.lineno, statement.col_offset))
+        self._rebound[key] = sorted(found)
+        return self._rebound[key]
+
+
+class _Holds:
+    """Whether a use of a name (an `ast.Name`) stands for model `name` where it runs
+    (`Code._model_names`): the name itself; a name bound to the model inside a function,
+    wherever it is used; a name bound to it at the top of the cells (a binding inside a `for`,
+    a `while` or a comprehension from where that loop starts) from that binding until it is
+    bound again at the top of a cell (`_Places.rebound`, a `for` over a literal list too),
+    not where a function of the notebook's own has a local of that name.
+
+        holds = _Holds("fit_model", places)
+        holds.bind("model", for_node)  # for model in (fit_model, single_model): ...
+        holds(use)                     # True before `model = make_model()`, False after
+    """
+
+    LOOPS = (
+        ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp
+    )  # fmt: skip
+
+    def __init__(self, name: str, places: _Places):
+        self.name = name
+        self.places = places
+        self.starts: dict[str, set[tuple[int, int, int]]] = {}
+        self.everywhere: set[str] = set()
+        self._runs: dict[int, list[tuple[int, int, int]]] = {}
+        self._locals: dict[int, set[str]] = {}
+
+    @property
+    def names(self) -> set[str]:
+        """Every name that stands for the model somewhere."""
+        return {self.name, *self.starts, *self.everywhere}
+
+    def size(self) -> int:
+        return len(self.everywhere) + sum(map(len, self.starts.values()))
+
+    def bind(self, target: str, node: ast.AST) -> None:
+        """`target` is bound to the model by `node` (an assignment, a loop or a comprehension's
+        generator)."""
+        if target == self.name or target in self.everywhere:
+            return
+        if self.places._scope(node) is not None:  # bound in a function: held wherever used
+            self.everywhere.add(target)
+            self.starts.pop(target, None)
+            return
+        start, parent = node, node
+        while parent is not None:  # a loop runs its body again: held from the loop's start
+            if isinstance(parent, self.LOOPS):
+                start = parent
+            parent = self.places.parents.get(id(parent))
+        self.starts.setdefault(target, set()).add(self.places.at(start))
+
+    def _local(self, node: ast.Name) -> bool:
+        """`node` is a local of a function of the notebook's (a parameter, a name bound in it)."""
+        parent = self.places.parents.get(id(node))
+        while parent is not None:
+            if isinstance(parent, SCOPE_NODES):
+                if id(parent) not in self._locals:
+                    self._locals[id(parent)] = _scope_locals(parent, set())
+                if node.id in self._locals[id(parent)]:
+                    return True
+            parent = self.places.parents.get(id(parent))
+        return False
+
+    def __call__(self, node: ast.Name) -> bool:
+        if node.id == self.name or node.id in self.everywhere:
+            return True
+        starts = self.starts.get(node.id)
+        if not starts or self._local(node):
+            return False
+        if id(node) not in self._runs:
+            self._runs[id(node)] = self.places.runs(node)
+        again = self.places.rebound(node.id, loops=True)
+        return any(
+            start < at and not any(start < other < at for other in again)
+            for at in self._runs[id(node)]
+            for start in starts
+        )
 
 
 @dataclass
@@ -2359,12 +2471,23 @@ class Code:
         """[((cell, call), the dataset it gives)] for each call of the notebook's own `function`
         that gives `model` for a parameter `function` calls `fit` on, with the dataset given for
         that `fit`'s parameter (`def train_with_fit(model, dataset): model.fit(dataset)`,
-        `train_with_fit(single_model, train_ds)`); None for a dataset that is not a parameter."""
+        `train_with_fit(single_model, train_ds)`), or the global name the fit is given itself,
+        as the distributed runs' reading takes it (`def train(model): model.fit(train_ds)`: a
+        name neither a parameter nor bound in the helper); None for any other dataset."""
         arguments = function.args
         positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
         parameters = positional + [a.arg for a in arguments.kwonlyargs]
+        local = _scope_locals(function, set())
+
+        def dataset_of(fit: ast.Call) -> ast.AST | None:
+            given = [*fit.args[:1], *(k.value for k in fit.keywords if k.arg == "x")]
+            unpacked = any(isinstance(a, ast.Starred) for a in fit.args) or any(
+                k.arg is None for k in fit.keywords
+            )
+            return given[0] if not unpacked and len(given) == 1 else None
+
         fits = [
-            (node.func.value.id, node.args[0] if node.args else None)
+            (node.func.value.id, dataset_of(node))
             for node in _nodes(function)
             if isinstance(node, ast.Call)
             and getattr(node.func, "attr", "") == "fit"
@@ -2383,6 +2506,8 @@ class Code:
                     given = None
                     if isinstance(dataset, ast.Name) and dataset.id in parameters:
                         given = _argument(call, positional, dataset.id)
+                    elif isinstance(dataset, ast.Name) and dataset.id not in local:
+                        given = dataset  # the global: `model.fit(train_ds)` in the helper
                     found.append(((self.cells[index], _short(call)), given))
         return found
 
@@ -3534,6 +3659,30 @@ class Code:
                     found.append((self.cells[index], _short(node, 80)))
         return found
 
+    def _model_names(self, name: str, places: _Places) -> _Holds:
+        """Which uses of a name stand for model `name` (`_Holds`): the name itself, and a name
+        bound to it (`m = fit_model`, an alias of an alias, a `for`'s or a comprehension's
+        variable over a literal list of names holding it) from that binding until the name is
+        bound again to another object, in the order the cells run (`model = make_model()` in a
+        later cell ends `for model in (fit_model, single_model)`); a name bound to it inside a
+        function stands for it wherever it is used."""
+        holds = _Holds(name, places)
+        for _ in range(5):  # aliases of aliases: a = fit_model; b = a
+            before = holds.size()
+            for node in self._walk():
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+                    if isinstance(node.value, ast.Name) and holds(node.value):
+                        for target in _targets(node):
+                            holds.bind(target, node)
+                elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                    items = getattr(node.iter, "elts", [])
+                    if any(isinstance(i, ast.Name) and holds(i) for i in items):
+                        for target in _bound_targets(node.target):
+                            holds.bind(target, node)
+            if holds.size() == before:
+                break
+        return holds
+
     def hand_steps(self, name: str, *, loads: bool = False) -> list[tuple[int, str]]:
         """(cell, code) of each place the code reaches a method that steps the optimizer of
         model `name` (`STEP_METHODS`: `apply_gradients`, `apply`, `minimize`, ...), called or
@@ -3585,24 +3734,11 @@ class Code:
                     held.add(compiled)
                     holding.setdefault(compiled, []).append(places.at(node))
 
-        models = {name}  # m = fit_model; for m in [fit_model]: ...
-        for _ in range(5):
-            before = set(models)
-            for node in self._walk():
-                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
-                    if isinstance(node.value, ast.Name) and node.value.id in models:
-                        models.update(_targets(node))
-                elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                    items = getattr(node.iter, "elts", [])
-                    if any(isinstance(i, ast.Name) and i.id in models for i in items):
-                        models.update(n.id for n in _nodes(node.target) if isinstance(n, ast.Name))
-            if models == before:
-                break
-
-        holders = self._model_holders(models)
+        holds = self._model_names(name, places)  # m = fit_model; for m in [fit_model]: ...
+        holders = self._model_holders(holds.names)
 
         def model_of(node: ast.AST) -> bool:  # fit_model, an alias, a callback's self.model
-            return isinstance(node, ast.Name) and node.id in models or id(node) in holders
+            return isinstance(node, ast.Name) and holds(node) or id(node) in holders
 
         def in_force(held_name: str, at: tuple | None) -> bool:
             """`held_name` holds the optimizer at `at`: bound to it (compile's object, an alias)
