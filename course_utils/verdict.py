@@ -433,7 +433,8 @@ def regime(record: dict) -> str:
     differ: "undecided: A or B, with ...", naming every limit (and the step, the count, the fixed
     part) that any listed outcome needs. From a limit whose sets all ran starved (`all_starved`:
     the limit may be low), an outcome naming a side of the ridge withholds the verdict: the side
-    rests on that limit's ridge. A higher limit's smaller roof's part is searched (`headroom`)."""
+    rests on that limit's ridge. A higher limit's smaller roof's part is searched (`headroom`).
+    A side named across a gap between a limit's sets (`gaps`) is said to rest on one set."""
     reason = withheld(record)
     if reason:
         return reason
@@ -449,8 +450,12 @@ def regime(record: dict) -> str:
             "undecided: the step ran above its roof at both ends of each limit's range, so "
             f"{ABOVE_ROOF}, and no roof can be named"
         )
+    gap = gaps(record)  # a side from the fastest sets alone, across a gap, is said to be one
+    rests = (
+        f"; its side rests on the fastest sets alone: {gap}" if gap and SIDES & set(found) else ""
+    )
     if len(found) == 1:
-        return first
+        return first + rests
     needs: dict[str, None] = {}
     for outcome in set(found) - {first}:
         making = [case for case in found_cases if found_cases[case] == outcome]
@@ -482,7 +487,16 @@ def regime(record: dict) -> str:
             f"(the line's worst miss of a point, {100 * worst:.0f}%"
             f"{'; none below 0' * (fixes['low'] < 0)})"
         )
-    return f"undecided: {' or '.join(found)}, with {' and '.join(ranges)}"
+    return f"undecided: {' or '.join(found)}, with {' and '.join(ranges)}{rests}"
+
+
+def gaps(record: dict) -> str:
+    """The limits whose sets disagree beyond `GAP` (`set_gap`), in words; "" when none: a side of
+    the ridge from such a limit would rest on its fastest set alone (`regime` says so, `ridge`
+    does not decide it)."""
+    sets = {k: record.get(f"{k}_rounds") or {} for k in UNITS}
+    apart = ", ".join(f"{k} {set_gap(v):.2f}x" for k, v in sets.items() if v and set_gap(v) > GAP)
+    return f"a limit's sets disagree beyond {GAP:g}x ({apart})" if apart else ""
 
 
 def set_gap(sets: dict[str, list[float]]) -> float:
@@ -890,7 +904,7 @@ def ridge_sides(  # noqa: PLR0913 - the step's intensity, the limits, load, busy
     a limit's two fastest sets (`searched`), is over `busy`, or when `low` says why a limit may be
     measured low (a limit's sets all starved, `all_starved`; a training run beat the peak,
     `peak_measured_low`). When `gap` names limits whose sets disagree beyond `GAP` (`set_gap`),
-    one side is not decided: it would rest on that limit's fastest set alone.
+    one side is not decided: it would rest on that limit's fastest set alone (`gaps` words it).
 
     >>> print(ridge_sides(50.0, {"peak": (200e9, 150e9), "bandwidth": (10e9, 9e9)}, 0.1, 0.5))
     ... # doctest: +NORMALIZE_WHITESPACE
@@ -925,8 +939,8 @@ def ridge_sides(  # noqa: PLR0913 - the step's intensity, the limits, load, busy
     )
     if gap and len(sides) == 1:  # a side from one set, across a gap: not decided
         return (
-            f"{said} at the fastest sets, not decided by this run: a limit's sets disagree "
-            f"beyond {GAP:g}x ({gap}), so that side would rest on its fastest set alone."
+            f"{said} at the fastest sets, not decided by this run: {gap}, so that side would "
+            "rest on its fastest set alone."
         )
     return said + (", not decided by this run." if len(sides) > 1 else ".")
 
@@ -939,8 +953,9 @@ def ridge(record: dict) -> str:
     sets = {"peak": record["peak_rounds"], "bandwidth": record["bandwidth_rounds"]}
     load = max(record["loads"][k][label] for k in sets for label in searched(sets[k]))
     low = all_starved(record) or peak_measured_low(record)  # each limit up to its `headroom`:
-    gap = ", ".join(f"{k} {set_gap(v):.2f}x" for k, v in sets.items() if set_gap(v) > GAP)
-    said = ridge_sides(record["intensity"], _ranges(record)[0], load, record["busy"], low, gap)
+    said = ridge_sides(
+        record["intensity"], _ranges(record)[0], load, record["busy"], low, gaps(record)
+    )
     rounds, needed = record.get("rounds"), record.get("min_rounds", 0)
     if said.startswith("The step's") and rounds is not None and rounds < needed:  # as `withheld`
         said += f" ({rounds} rounds per set, a smoke test; a verdict needs {needed})"

@@ -411,9 +411,12 @@ def test_a_peak_a_training_run_beat_withholds_the_verdict(tmp_path):
     assert f"its sweep says {withheld!r}" in regime_problems(path)[0]
     path.write_text(json.dumps(record | {"regime": withheld}))
     assert regime_problems(path) == []
-    # the peak's sets reach the run's rate: a verdict again
+    # the peak's sets reach the run's rate: a verdict again (its side across the sets' 1.81x gap)
     reached = record["peak_rounds"] | {"after the sweep": [260e9]}
-    assert expected_regime(record | {"peak_rounds": reached}) == "compute-bound"
+    assert expected_regime(record | {"peak_rounds": reached}) == (
+        "compute-bound; its side rests on the fastest sets alone: a limit's sets disagree beyond "
+        "1.5x (peak 1.81x)"
+    )
 
 
 def test_no_side_of_the_ridge_from_a_peak_a_training_run_beat(tmp_path):
@@ -468,7 +471,8 @@ def test_undecided_names_every_limit_an_outcome_needs():
     ridge); raising one limit leaves the roof at the other's, so only BOTH raised (273 and 16
     GB/s) give 48%, no single part dominates: the sentence names both limits (a review found one
     left out), and the count's factor, which lets the peak alone move the roof as few ways. The
-    bandwidth's slower 5 GB/s set is a flag only: without it, the same verdict."""
+    bandwidth's slower 5 GB/s set is a flag only: without it, the same verdict (with it, a side
+    named across its gap is said to rest on the fastest sets alone)."""
     record = _limits_record(
         intensity=205 / 12,
         flops_per_step=1.3e9,
@@ -477,10 +481,11 @@ def test_undecided_names_every_limit_an_outcome_needs():
     assert expected_regime(record) == (
         "undecided: near the ridge or no single part dominates, with the peak between 205.0 and "
         "273.3 GFLOP/s (1.33x, `headroom`) and the bandwidth between 12.0 and 16.0 GB/s (1.33x, "
-        "`headroom`) and the count's factor 2 (an intensity of 8.5 to 34.2 FLOP/B)"
+        "`headroom`) and the count's factor 2 (an intensity of 8.5 to 34.2 FLOP/B); its side "
+        "rests on the fastest sets alone: a limit's sets disagree beyond 1.5x (bandwidth 2.40x)"
     )
     one = record | {"bandwidth_rounds": {"section 1": [12e9], "section 3": [11.9e9]}}
-    assert expected_regime(one) == expected_regime(record)
+    assert expected_regime(record).startswith(f"{expected_regime(one)}; its side rests on")
 
 
 def _two_replica_record(
@@ -1115,7 +1120,8 @@ def test_no_side_of_the_ridge_is_decided_across_a_gap_between_a_limits_sets():
     35.1 GB/s, a 1.91x gap flagged, yet the side was read from the fastest set alone ("compute
     side") where the other device counts' limits gave "not decided". Here, on full cores and a
     quiet machine, a 1.67x gap: the side at the fastest sets is named, but not decided, and
-    says why; the same sets within 1.5x decide it."""
+    says why; the same sets within 1.5x decide it. A verdict naming a side says it rests on one
+    set."""
     gapped = {
         "section 1": [88.0, 90.0, 89.0, 87.0, 86.0],
         "section 3": [140.0, 150.0, 120.0, 118.0, 119.0],
@@ -1131,6 +1137,13 @@ def test_no_side_of_the_ridge_is_decided_across_a_gap_between_a_limits_sets():
     )
     close = gapped | {"section 1": [130.0] * 5, "after the sweep": [140.0, 138.0, 137.0]}
     assert verdict.ridge(_quiet_record(close, full)).endswith("): compute side.")
+    # a verdict naming a side across a gap says that its side rests on the fastest sets alone
+    apart = {"section 1": [11.5e9, 12e9], "section 3": [11.2e9, 11.9e9], "after the sweep": [7e9]}
+    assert expected_regime(_limits_record()) == "compute-bound"
+    assert expected_regime(_limits_record(bandwidth_rounds=apart)) == (
+        "compute-bound; its side rests on the fastest sets alone: a limit's sets disagree beyond "
+        "1.5x (bandwidth 1.71x)"
+    )
 
 
 def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
