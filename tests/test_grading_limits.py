@@ -544,7 +544,7 @@ def test_a_mark_that_cannot_be_written_is_that_rows_grader_error(tmp_path, monke
     monkeypatch.setattr(batch, "grade_one", grade_one)
     marks = RunningMarks(tmp_path / "running", 2)
     monkeypatch.setattr(marks, "_write", _full)
-    g = batch._recorded(b, Submission("alice", tmp_path / "a.ipynb"), None, marks)
+    g = batch.recorded(b, Submission("alice", tmp_path / "a.ipynb"), None, marks)
     assert graded == [] and g.status == "grader error" and g.key == ""
     assert "No space left on device" in g.reason and "not run" in g.reason
     assert report.load(b.out / "alice").status == "grader error"
@@ -553,7 +553,7 @@ def test_a_mark_that_cannot_be_written_is_that_rows_grader_error(tmp_path, monke
     monkeypatch.setattr(
         marks, "_write", lambda student, state, alone: _full() if state == "done" else None
     )
-    g = batch._recorded(b, Submission("bob", tmp_path / "b.ipynb"), None, marks)
+    g = batch.recorded(b, Submission("bob", tmp_path / "b.ipynb"), None, marks)
     assert graded == ["bob"] and g.status == "grader error" and "after it was graded" in g.reason
     assert report.load(b.out / "bob").status == "grader error"
 
@@ -615,3 +615,114 @@ def test_a_kernel_process_that_hides_its_descriptors_is_stopped(tmp_path, monkey
         child.kill()
         child.wait()
         zombie.wait()
+
+
+def test_the_empty_tfds_folders_of_this_process_are_removed(tmp_path):
+    """tensorflow-datasets leaves an empty tmp*tfds folder in the temporary folder whenever the
+    batch's data source is decided on a dataset not prepared: the routes remove those this
+    process made (empty, this user's, since it started), never a fuller or older one."""
+    from course_tools.grade.routes import batch
+
+    new, full, old = (
+        tmp_path / "tmpa1b2c3d4tfds",
+        tmp_path / "tmpfull0000tfds",
+        tmp_path / "tmpold00000tfds",
+    )
+    for folder in (new, full, old):
+        folder.mkdir()
+    (full / "dataset_info.json").write_text("{}")
+    os.utime(old, (1_000_000, 1_000_000))
+    assert batch.remove_tfds_leftovers(tmp_path) == [new]
+    assert not new.exists() and full.exists() and old.exists()
+
+
+def test_the_slurm_route_says_which_jail_limits_are_not_enforced(tmp_path, monkeypatch, capsys):
+    """At submission, the Slurm route prints the `NOT ENFORCED` lines a local run prints (the
+    same function), and each task's log starts with what its node's kernel enforced."""
+    from types import SimpleNamespace
+
+    from course_tools.grade.core.roster import Submission
+    from course_tools.grade.jail import limits as jail_limits
+    from course_tools.grade.routes import slurm_array
+
+    rows = [
+        jail_limits.Limit("memory", held=False, how="resident memory only"),
+        jail_limits.Limit("host knobs", held=True, how="/proc/sys read-only"),
+    ]
+    monkeypatch.setattr(jail_limits, "enforced", lambda: rows)
+    monkeypatch.setattr(slurm_array, "missing", lambda: None)
+    monkeypatch.setattr(slurm_array.roster, "collect_submissions", lambda paths: [])
+    monkeypatch.setattr(slurm_array, "check_out", lambda *args: None)
+    alice = Submission("alice", tmp_path / "alice.ipynb")
+    monkeypatch.setattr(slurm_array, "to_grade", lambda b, s, regrade: [alice])
+
+    class Submitted(Exception):
+        pass
+
+    def submit(*args):
+        raise Submitted
+
+    monkeypatch.setattr(slurm_array, "submit", submit)
+    monkeypatch.setattr(slurm_array, "_cancel_after", lambda *args, **kwargs: None)
+    b = SimpleNamespace(
+        sandboxed=True, out=tmp_path, solution_path=None, forget_solution=lambda: None
+    )
+    with pytest.raises(Submitted):
+        slurm_array.grade(b, [], slurm_array.SlurmOptions(), progress=False)
+    out = capsys.readouterr().out
+    assert out == (
+        "course grade: jail memory: NOT ENFORCED by the kernel here: resident memory only\n"
+    )
+    assert jail_limits.missing() == [out.removeprefix("course grade: ").strip()]
+    node = os.uname().nodename
+    assert slurm_array.node_limits() == [
+        f"jail memory on {node}: NOT ENFORCED by the kernel: resident memory only",
+        f"jail host knobs on {node}: enforced: /proc/sys read-only",
+    ]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_slurm_kernel_killed_at_the_tasks_memory_limit_says_memory_limit(
+    tmp_path, monkeypatch, version
+):
+    """In a Slurm task without a group of its own for the kernel (an ordinary user's), a kernel
+    that died while the out-of-memory killer took a process in the task's cgroup (up to the
+    job's, never above: other jobs share those) is "killed" for the memory limit, saved so."""
+    from course_tools.grade.core import report
+    from course_tools.grade.jail import cgroups
+    from course_tools.grade.routes import slurm_array
+
+    root = tmp_path / "cgroup"
+    own = "/slurm/uid_1001/job_7/step_0/task_0"
+    if version == 1:
+        proc = f"5:memory:{own}\n4:pids:{own}\n"
+        top, name, line = root / "memory", "memory.oom_control", "oom_kill_disable 0\noom_kill {}\n"
+    else:
+        proc = f"0::{own}\n"
+        top, name, line = root, "memory.events", "low 0\noom {}\noom_kill {}\n"
+        (root / "cgroup.controllers").parent.mkdir(parents=True)
+        (root / "cgroup.controllers").write_text("memory pids\n")
+    folders = {p: top / p for p in ("slurm/uid_1001", "slurm/uid_1001/job_7", own.lstrip("/"))}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def kills(uid: int, job: int, task: int) -> None:
+        for key, count in (("slurm/uid_1001", uid), ("slurm/uid_1001/job_7", job)):
+            (folders[key] / name).write_text(line.format(count, count))
+        (folders[own.lstrip("/")] / name).write_text(line.format(task, task))
+
+    kills(5, 0, 0)
+    assert cgroups.own_oom_kills(root, proc) == 0  # another job's kills: not this task's
+    kills(6, 1, 1)
+    assert cgroups.own_oom_kills(root, proc) == 2
+
+    before = {"n": 0}
+    monkeypatch.setattr(cgroups, "own_oom_kills", lambda: before["n"])
+    g = report.Grade("alice", tmp_path / "alice.ipynb", "kernel died", "the kernel died")
+    assert not slurm_array.memory_killed(g, 0, tmp_path / "alice")  # no kill meanwhile
+    before["n"] = 2
+    assert slurm_array.memory_killed(g, 0, tmp_path / "alice")
+    assert g.status == "killed" and g.reason.startswith("memory limit:")
+    assert report.load(tmp_path / "alice").status == "killed"
+    graded = report.Grade("bob", tmp_path / "bob.ipynb", "graded")
+    assert not slurm_array.memory_killed(graded, 0, tmp_path / "bob")

@@ -52,6 +52,36 @@ def _own_path(controller: str, proc_cgroup: str) -> str | None:
     return None
 
 
+def own_oom_kills(root: Path = ROOT, proc_cgroup: str | None = None) -> int:
+    """The processes the out-of-memory killer took at the memory limit of this process's own
+    memory cgroup or of one above it up to a Slurm job's (`job_<id>`; v1 or v2; the sum over
+    them, 0 where unreadable; never a group above the job's, which other jobs share): a Slurm
+    task's, where its kernel has no group of its own, tells that a kernel died at `--mem`."""
+    if proc_cgroup is None:
+        try:
+            proc_cgroup = Path("/proc/self/cgroup").read_text()
+        except OSError:
+            return 0
+    v1 = _own_path("memory", proc_cgroup)
+    if v1 is not None and (root / "memory").is_dir():
+        top, path, name = root / "memory", v1, "memory.oom_control"
+    else:
+        unified = root if (root / "cgroup.controllers").exists() else root / "unified"
+        top, path, name = unified, _own_path("", proc_cgroup), "memory.events"
+    if path is None:
+        return 0
+    folder, kills = top / path.lstrip("/"), 0
+    chain = [folder, *folder.parents]
+    jobs = [i for i, f in enumerate(chain) if f.name.startswith("job_")]
+    for folder in chain[: jobs[0] + 1] if jobs else chain[:1]:
+        with contextlib.suppress(OSError, ValueError):
+            for line in (folder / name).read_text().splitlines():
+                field, _, value = line.partition(" ")
+                if field == "oom_kill":
+                    kills += int(value)
+    return kills
+
+
 def _v1_folders(root: Path, proc_cgroup: str) -> dict[str, Path] | None:
     folders = {}
     for controller in CONTROLLERS:

@@ -80,7 +80,10 @@ def enforced() -> list[Limit]:
         memory = Limit("memory", held=True, how="cgroup: memfd, tmpfs, shm, page cache counted")
         tasks = Limit("processes", held=True, how=f"cgroup pids.max {sandbox.NPROC}")
     else:
-        how = f"resident memory only (memfd and tmpfs unseen): {cgroup_missing}"
+        how = (
+            "resident memory and the memfds the kernel's processes hold, summed every 0.2 s "
+            f"(tmpfs files, a memfd mapped then closed, socket buffers unseen): {cgroup_missing}"
+        )
         memory = Limit("memory", held=False, how=how)
         if root and not absent:
             how = f"RLIMIT_NPROC {sandbox.NPROC} of the sandbox's own uid"
@@ -100,7 +103,10 @@ def enforced() -> list[Limit]:
         how = f"a tmpfs: the disk limit, {workdir.INODES:,} inodes, unlinked files counted"
         folder = Limit("work folder", held=True, how=how)
     else:
-        how = "its files summed every 0.5 s (a capped file system needs root)"
+        how = (
+            "its files and those the kernel's processes deleted while open, summed every 0.5 s "
+            "(a capped file system needs root)"
+        )
         folder = Limit("work folder", held=False, how=how)
     if own_uid:
         how = "those of the sandbox's own uid (epoll watches, message queues, pipe pages, ...)"

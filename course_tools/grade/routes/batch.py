@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import sys
 import tempfile
 import threading
@@ -139,7 +140,24 @@ def remove_dead_graders_folders(where: Path | None = None) -> list[Path]:
     return removed
 
 
-def _recorded(batch: Batch, s: Submission, where: Workspace, marks: RunningMarks | None) -> Grade:
+def remove_tfds_leftovers(where: Path | None = None) -> list[Path]:
+    """Remove the empty `tmp*tfds` folders tensorflow-datasets 4.9 leaves in the temporary folder
+    (`where`) each time a process builds the builder of a dataset not prepared yet
+    (DatasetInfo.initialize_from_bucket makes one before it finds its bucket disabled: deciding
+    the batch's data source, `plan.batch_data`, does): those of this user made since this
+    process started (never one another process of the user may still fill). Returns them."""
+    since = psutil.Process().create_time() - 1
+    removed = []
+    for folder in Path(where or tempfile.gettempdir()).glob("tmp*tfds"):
+        with contextlib.suppress(OSError):  # not empty, gone, or not ours: left
+            info = folder.lstat()
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and info.st_mtime >= since:
+                folder.rmdir()
+                removed.append(folder)
+    return removed
+
+
+def recorded(batch: Batch, s: Submission, where: Workspace, marks: RunningMarks | None) -> Grade:
     """`grade_one`, recorded in `marks` before it runs and once its grade is saved."""
     try:
         if marks is not None:
@@ -192,7 +210,7 @@ def grade_here(
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         futures = [
-            pool.submit(_recorded, batch, s, Workspace(checks, base, cancel, watch), marks)
+            pool.submit(recorded, batch, s, Workspace(checks, base, cancel, watch), marks)
             for s in submissions
         ]
         for future in as_completed(futures):
@@ -258,7 +276,10 @@ def grade_batch(
     """`grade` for a prepared batch."""
     submissions = collect_submissions(paths)
     check_out(b.out, submissions, b.solution_path)
-    grade_here(b, to_grade(b, submissions, regrade=regrade), jobs, progress=progress)
+    try:
+        grade_here(b, to_grade(b, submissions, regrade=regrade), jobs, progress=progress)
+    finally:
+        remove_tfds_leftovers()
     found = saved_grades(b, submissions)
     grades = [found[s.student] for s in submissions if s.student in found]
     write_gradebooks(b, grades)

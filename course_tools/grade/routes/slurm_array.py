@@ -63,6 +63,8 @@ from course_tools.grade.core.plan import (
 )
 from course_tools.grade.core.report import Grade
 from course_tools.grade.core.roster import Submission
+from course_tools.grade.jail import cgroups
+from course_tools.grade.jail import limits as jail_limits
 from course_tools.grade.jail import workdir as jail_workdir
 from course_tools.grade.routes import batch, supervised
 from course_utils import tables
@@ -454,6 +456,9 @@ def grade(
     why = missing()
     if why:
         raise SlurmError(why)
+    if b.sandboxed:  # the lines of a local run (those of this host: each task logs its node's)
+        for line in jail_limits.missing():
+            print(f"course grade: {line}", flush=True)
     submissions = roster.collect_submissions(paths)
     check_out(b.out, submissions, b.solution_path)  # before the plan is written
     todo = to_grade(b, submissions, regrade=regrade)
@@ -482,6 +487,7 @@ def grade(
                 raise
             finally:
                 b.forget_solution()  # every task has ended (or was cancelled)
+    batch.remove_tfds_leftovers()  # deciding the batch's data source made one
     grades = _all_grades(b, submissions, collect(b, todo, states, job, held))
     write_gradebooks(b, grades)
     return grades
@@ -651,11 +657,43 @@ def run_task(plan: Path, index: int) -> int:
             signal.signal(sig, old)
 
 
+def memory_killed(g: Grade, oom_kills: int, folder: Path) -> bool:
+    """Make `g` (saved in `folder`) "killed" for the memory limit when its kernel died while the
+    out-of-memory killer took a process in the task's cgroup (`oom_kills` of them before): Slurm's
+    `--mem` held, where the kernel has no group of its own (an ordinary user's task). Whether it
+    did."""
+    if g.status != "kernel died" or cgroups.own_oom_kills() <= oom_kills:
+        return False
+    g.status = "killed"
+    g.reason = (
+        "memory limit: the notebook used more than the Slurm task's memory (--mem: its "
+        "processes, and the files it kept in memory) and the kernel's out-of-memory killer "
+        "stopped it"
+    )
+    with contextlib.suppress(OSError):  # a full disk: the row read back says "kernel died"
+        report.save(g, folder)
+    return True
+
+
+def node_limits() -> list[str]:
+    """One line per limit of the jail, enforced or not by this node's kernel (`limits.enforced`):
+    what a task's log says first."""
+    node = os.uname().nodename
+    return [
+        f"jail {row.name} on {node}: "
+        f"{'enforced' if row.held else 'NOT ENFORCED by the kernel'}: {row.how}"
+        for row in jail_limits.enforced()
+    ]
+
+
 def grade_task(plan: Path, index: int) -> int:
     """The child of `run_task`: grade submission `index` of the plan and save its grade."""
     supervised.die_with_parent()
     b, submissions = load_task(plan)
     submission = submissions[index]
+    if b.sandboxed:  # in the task's log: what this node's kernel enforced
+        for line in node_limits():
+            print(line, flush=True)
     marks = supervised.RunningMarks(plan.parent / f"running-{index}", 1)
     checks = None
     # named with its pid and locked while it lives: `run_task` removes it if this process dies
@@ -674,9 +712,11 @@ def grade_task(plan: Path, index: int) -> int:
             checks = start_checks(b, base, f"{PLAN_FOLDER}/checks-{index}.log")
             watch = tamper.TamperWatch(b, "this submission or one graded at the same time")
             where = one_submission.Workspace(checks, base, watch=watch)
-            marks.started(submission.student)
-            g = one_submission.grade_one(b, submission, where)
-            marks.done(submission.student)
+            # a mark that cannot be written (a full disk): that row's grader error
+            oom_kills = cgroups.own_oom_kills()
+            g = batch.recorded(b, submission, where, marks)
+            if memory_killed(g, oom_kills, b.out / submission.student):
+                print("the kernel was killed at the task's memory limit", file=sys.stderr)
         finally:
             if threading.current_thread() is threading.main_thread():
                 # a second SIGTERM must not stop the clean-up half-way

@@ -50,6 +50,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from course_tools.grade.core import checker, one_submission, report
 from course_tools.grade.core.plan import (
@@ -393,7 +394,10 @@ def grade(
     the gradebook and its exports are written however it ends."""
     submissions = collect_submissions(paths)
     check_out(b.out, submissions, b.solution_path)  # before the plan is written
-    plan = b.save_plan(submissions)
+    try:
+        plan = b.save_plan(submissions)
+    except OSError as exc:  # nothing graded yet: nothing to write
+        full(b.out, exc, "the batch's plan could not be written")
     folder = plan.parent / "running"
     queue = _Queue([], to_grade(b, submissions, regrade=regrade))
     idle_deaths = 0
@@ -430,6 +434,7 @@ def grade(
     finally:
         clear_marks(folder)
         b.forget_solution()
+        batch.remove_tfds_leftovers()  # deciding the batch's data source made one
         found = saved_grades(b, submissions)
         for s in finished:  # its grade could not be saved (a full disk): its row all the same
             if s.student not in found:
@@ -458,18 +463,24 @@ def write_or_exit(b: Batch, grades: list[Grade]) -> None:
     try:
         write_gradebooks(b, grades)
     except OSError as exc:
-        where = b.out
-        with contextlib.suppress(OSError):
-            free = shutil.disk_usage(where).free / 2**20
-            where = f"{where} ({free:,.0f} MB free there)"
-        print(
-            f"course grade: the gradebook could not be written in {where}: {exc}; the file "
-            "system holding it is full (or not writable): free space there and run the same "
-            "command again (graded submissions are not graded again)",
-            file=sys.stderr,
-            flush=True,
-        )
-        raise SystemExit(1) from exc
+        full(b.out, exc, "the gradebook could not be written")
+
+
+def full(out: Path, exc: OSError, what: str) -> NoReturn:
+    """Say that `what` failed in `out` with `exc`, naming its file system and its free space,
+    and exit 1."""
+    where = str(out)
+    with contextlib.suppress(OSError):
+        free = shutil.disk_usage(out).free / 2**20
+        where = f"{where} ({free:,.0f} MB free there)"
+    print(
+        f"course grade: {what} in {where}: {exc}; the file system holding it is full (or not "
+        "writable): free space there and run the same command again (graded submissions are "
+        "not graded again)",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise SystemExit(1) from exc
 
 
 def main(argv: list[str] | None = None) -> int:
