@@ -1023,3 +1023,77 @@ def test_a_private_folder_inside_a_bound_one_is_covered_whatever_encloses_it(tmp
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["examples", "[]"], done.stdout  # the data, and no report
+
+
+#: Runs as a throwaway ordinary user: a program in the jail such a user gets holds 8 MB in a
+#: memfd and 8 MB in a file of its work folder it deleted (and, given "hide", makes itself
+#: undumpable); prints what `processes.held_files` sees of the sandbox's tree, as that user.
+HELD_AS_A_USER = r"""
+import json, os, subprocess, sys
+from pathlib import Path
+from course_tools.grade.jail import sandbox
+from course_tools.processes import held_files, kill_tree, process_tree
+work, python, hold = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+sys.executable = python
+env = {**sandbox.kernel_env(dict(os.environ), work), "PYTHONPATH": sys.argv[4]}
+seen = []
+for mode in ("show", "hide"):
+    argv = sandbox.wrap([python, "-c", hold, mode], writable=[work], cwd=work)
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    assert child.stdout.readline().strip() == "ready"
+    held = held_files(process_tree(child.pid))
+    seen.append([held.memfd_bytes, held.deleted_bytes, held.unreadable])
+    kill_tree(child.pid)
+    child.wait()
+print(json.dumps(seen))
+"""
+
+HOLD = r"""
+import ctypes, os, sys, time
+memfd = os.memfd_create("hold")
+os.write(memfd, b"m" * 8 * 2**20)
+deleted = os.open("hold.bin", os.O_WRONLY | os.O_CREAT, 0o600)
+os.unlink("hold.bin")
+os.write(deleted, b"d" * 8 * 2**20)
+if sys.argv[1] == "hide":
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_as_an_ordinary_user_the_grader_sees_what_the_sandbox_holds_open():
+    """As an ordinary user (no control group, a plain work folder) the grader reads the
+    descriptors of the sandbox's processes: a memfd's 8 MB and a deleted file's 8 MB are seen
+    through the real jail, and a process that made itself undumpable is seen as hiding them
+    (the kernel's watchdog then stops it). As root, through a throwaway uid."""
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if not identity.privileged() or system_python is None:
+        pytest.skip("needs root (a throwaway uid) and the system's python3")
+    available, detail = sandbox.status()
+    if not available:
+        require_or_skip("sandbox", f"no grading sandbox: {detail}")
+    nobody = 54322
+    top = Path(tempfile.mkdtemp(prefix="course-test-user-"))
+    try:
+        work = top / "work"
+        work.mkdir()
+        os.chown(work, nobody, nobody)
+        top.chmod(0o755)
+        script = [HELD_AS_A_USER, str(work), system_python, HOLD, str(ROOT)]
+        done = subprocess.run(
+            ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups"]
+            + [sys.executable, "-c", *script],
+            cwd=ROOT,
+            env={**{k: v for k, v in os.environ.items() if k != "TFDS_DATA_DIR"}, "HOME": str(top)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        shown, hidden = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    mb = 2**20
+    assert 8 * mb <= shown[0] < 9 * mb and 8 * mb <= shown[1] < 9 * mb and shown[2] == 0, shown
+    assert hidden[2] >= 1, hidden
