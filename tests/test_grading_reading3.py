@@ -499,3 +499,180 @@ def test_a_helper_fitting_on_the_global_train_ds_reads_the_same_for_both_models(
     with pytest.raises(checks.CheckError, match="trains `single_model` on something else"):
         checks.assert_baseline_code(code, "single_model", "train_ds")
     checks.clear_cache()
+
+
+def test_code_the_kernel_ran_but_the_reading_cannot_parse_or_passes_the_cap_is_unreadable():
+    """Red team 27a's unread (12/12): a cell nested too deep for the check process to parse
+    (the kernel parses it after `sys.setrecursionlimit(20000)`), or read past `_MagicBodies`,
+    and the code past `reading.MAX_CHARS` (blanked in the observations), were left out of the
+    reading without a word, with every rule of the code hidden behind them. Each is now
+    unreadable, naming its cell; a cell that does not parse at all ran nothing (still read
+    past)."""
+    load = "fit_model.set_weights([w * 1.0001 for w in donor.get_weights()])"
+    for deep in ("_ = None if True else a" + ".b" * 3000, "junk = a" + ".b" * 990):
+        code = _solution({ANCHOR: f"{deep}\n{load}\n{ANCHOR}"})
+        cell = _cell_of(code, ANCHOR)
+        with pytest.raises(checks.CheckError, match=rf"nested this deep.*\(cell \[{cell}\]: "):
+            checks.assert_readable(code)
+        checks.clear_cache()
+        assert f"cell [{cell}]" in " ".join(reading.Code.of(code).unread_code())
+    code = _solution({ANCHOR: f"{ANCHOR}\nthis is no Python"})
+    checks.assert_readable(code)
+    checks.clear_cache()
+    pad = "PAD = '" + "x" * reading.MAX_CHARS + "'"
+    code = _solution({ANCHOR: f"{pad}\n{ANCHOR}"})
+    cell = _cell_of(code, ANCHOR)
+    with pytest.raises(checks.CheckError, match=rf"2,000,000 characters.*cell \[{cell}\]"):
+        checks.assert_readable(code)
+    checks.clear_cache()
+    cells = [dict(c) for c in code["cells"]]  # as one_submission.observations cuts them
+    chars = 0
+    for c in cells:
+        chars += len(c["source"])
+        if chars > reading.MAX_CHARS:
+            c["cut"], c["source"] = bool(c["source"].strip()), ""
+    cut = {"cells": cells, "files": {}}
+    with pytest.raises(checks.CheckError, match=rf"2,000,000 characters.*cell \[{cell}\]"):
+        checks.assert_readable(cut)
+    checks.clear_cache()
+
+
+def test_a_helper_copying_out_of_fit_model_and_initial_weights_looked_at_are_no_loads():
+    """Red team 27a's backup (7/12, honest): `def copy_into(dst, src):
+    dst.set_weights(src.get_weights())` called `copy_into(backup, fit_model)` (or by keywords)
+    was a load into fit_model: only the receiver of a loader reached from the model is loaded
+    into, never an argument. One set of initial weights looked at before it is given
+    (`print(initial[0].shape)`, `for w in initial: print(w.shape)`) stays the honest shared
+    start; written into, or the helper given fit_model as `dst`, it is a load."""
+    helper = (
+        "def copy_into(dst, src):\n    dst.set_weights(src.get_weights())\n"
+        "backup = make_model()\n"
+    )
+    made = "    fit_model = make_model()"
+    start = (
+        "    initial = make_model().get_weights()\n{}    fit_model = make_model()\n"
+        "    fit_model.set_weights(initial)"
+    )
+    honest = [
+        {ANCHOR: f"{ANCHOR}\n{helper}copy_into(backup, fit_model)"},
+        {ANCHOR: f"{ANCHOR}\n{helper}copy_into(src=fit_model, dst=backup)"},
+        {made: start.format("    print(initial[0].shape, len(initial))\n")},
+        {made: start.format("    for w in initial:\n        print(w.shape)\n")},
+    ]
+    forged = [
+        {ANCHOR: f"{ANCHOR}\n{helper}copy_into(fit_model, backup)"},
+        {ANCHOR: f"{ANCHOR}\n{helper}copy_into(dst=fit_model, src=backup)"},
+        {made: start.format("    initial[0][:] = 0\n")},
+        {made: start.format("    for w in initial:\n        w[:] = 0\n")},
+        {made: start.format("    initial[0].fill(0)\n")},
+    ]
+    for changes in honest:
+        code = _solution(changes)
+        assert reading.Code.of(code).hand_steps("fit_model", loads=True) == [], changes
+        checks.assert_created_in_scope(code, "fit_model")
+        checks.clear_cache()
+    for changes in forged:
+        code = _solution(changes)
+        assert reading.Code.of(code).hand_steps("fit_model", loads=True), changes
+
+
+def test_weights_written_through_what_fit_model_is_built_from_are_loads():
+    """Red team 27a's heldlayers and donated (12/12): weights put into fit_model through a layer
+    or model it shares with an object the notebook holds (`parts` placed in it, a `head` layer,
+    `keras.Sequential(pre.layers)`, `keras.Model(pre.inputs, pre.outputs)`, `clone_model(pre,
+    clone_function=...)`), given as initializers (`Constant(w)` of a donor's arrays, through an
+    alias, a lambda), through a callback's `self.model` bound to a name or by `getattr`, or
+    through a container of its layers (`ls.append`, an object's attribute, `dict.get`,
+    `next(iter(...))`). A write into (or a fit of) anything fit_model is built from is one into
+    it; `make_model()`, a literal `Constant(0.1)`, a seeded initializer and `clone_model(pre)`
+    (new layers) share nothing."""
+    made = "    fit_model = make_model()"
+    donor = "    donor = keras.models.load_model('/tmp/donor.keras')\n"
+    maker = (  # in the scope's `with`, as the solution's fit_model is
+        "    def make_from(ws, init):\n        C = keras.initializers.Constant\n"
+        "        return keras.Sequential([keras.Input(shape=(32, 32, 3)), keras.layers.Flatten(),\n"
+        "            keras.layers.Dense(10, kernel_initializer={}, bias_initializer={})])\n"
+    )
+    cb = "class Warm(keras.callbacks.Callback):\n    def on_train_begin(self, logs=None):\n"
+    pre = donor + "    pre = make_model()\n"
+    given = "    fit_model = make_from(donor.get_weights(), 0)"
+    forged = [
+        {made: donor + "    parts = [keras.Input(shape=(32, 32, 3)), *make_model().layers]\n"
+         "    fit_model = keras.Sequential(parts)\n"
+         "    for mine, theirs in zip(parts[1:], donor.layers):\n"
+         "        mine.set_weights(theirs.get_weights())"},
+        {made: donor + "    head = keras.layers.Dense(10)\n"
+         "    fit_model = keras.Sequential([*make_model().layers[:-1], head])\n"
+         "    head.kernel.assign(donor.layers[-1].kernel)"},
+        {made: pre + "    pre.set_weights(donor.get_weights())\n"
+         "    fit_model = keras.Sequential(pre.layers)"},
+        {made: pre + "    pre.fit(train_ds, epochs=EPOCHS)\n"
+         "    fit_model = keras.Model(pre.inputs, pre.outputs)"},
+        {made: pre + "    pre.fit(train_ds)\n    x = keras.Input(shape=(32, 32, 3))\n"
+         "    fit_model = keras.Model(x, pre(x))"},
+        {made: pre + "    pre.set_weights(donor.get_weights())\n"
+         "    fit_model = keras.models.clone_model(pre, clone_function=lambda layer: layer)"},
+        {made: maker.format("C(ws[0])", "'zeros'") + donor + given},
+        {made: maker.format("lambda shape, dtype=None: ws[0]", "'zeros'") + donor + given},
+        {made: maker.format("init", "'zeros'") + donor
+         + "    fit_model = make_from(0, keras.initializers.Constant(donor.get_weights()[0]))"},
+        {ANCHOR: cb + "        m = self.model\n        m.set_weights(DONOR)\n" + ANCHOR},
+        {ANCHOR: cb + "        getattr(self, 'model').set_weights(DONOR)\n" + ANCHOR},
+        {ANCHOR: "ls = []\nls.append(fit_model.layers[-1])\nls[0].set_weights(W)\n" + ANCHOR},
+        {ANCHOR: "class Box:\n    pass\nb = Box()\nb.layer = fit_model.layers[-1]\n"
+         "b.layer.set_weights(W)\n" + ANCHOR},
+        {ANCHOR: "parts = dict(zip(['a', 'b'], fit_model.layers))\n"
+         "parts.get('a').set_weights(W)\n" + ANCHOR},
+        {ANCHOR: "it = iter(fit_model.layers)\nnext(it).set_weights(W)\n" + ANCHOR},
+    ]
+    honest = [
+        {made: maker.format("keras.initializers.Constant(0.1)", "init") + "    SEED = 1\n"
+         "    fit_model = make_from(0, keras.initializers.HeNormal(seed=SEED))"},
+        {made: pre + "    pre.fit(train_ds, epochs=1)\n"
+         "    fit_model = keras.models.clone_model(pre)"},
+        {made: "    model = make_model()\n    fit_model = model"},
+        {ANCHOR: cb + "        m = self.model\n        print(m.count_params())\n" + ANCHOR},
+    ]
+    for changes in forged:
+        code = _solution(changes)
+        assert reading.Code.of(code).hand_steps("fit_model", loads=True), changes
+    for changes in honest:
+        code = _solution(changes)
+        assert reading.Code.of(code).hand_steps("fit_model", loads=True) == [], changes
+        checks.assert_created_in_scope(code, "fit_model")
+        checks.clear_cache()
+
+
+def test_a_learning_rate_too_small_to_move_a_weight_is_read_by_its_value():
+    """Red team 27a's stilled (11/12 with a fit that learned nothing): the rule of a learning
+    rate below 1e-6 at compile read only a literal. It now reads the value: a name bound once
+    to constant arithmetic, `1e-3 * 0`, `float('0')`, `lambda: 0.0`, a schedule starting from
+    0, `Adam(**{...})`, `optimizers.get({...})` and `from_config({...})` of a literal dict. A
+    rate that trains (`LR = 1e-3`, `1e-5`) is no step outside fit."""
+    compiled = "        optimizer=keras.optimizers.Adam(),"
+    made = "    fit_model = make_model()"
+    adam = "        optimizer=keras.optimizers.Adam({}),"
+    tiny = [
+        {made: "    STILL = 0.0\n" + made, compiled: adam.format("learning_rate=STILL")},
+        {made: "    LR, B = 0.0, 1\n" + made, compiled: adam.format("LR")},
+        {compiled: adam.format("learning_rate=1e-3 * 0")},
+        {compiled: adam.format("learning_rate=float('0')")},
+        {compiled: adam.format("learning_rate=lambda: 0.0")},
+        {compiled: adam.format("keras.optimizers.schedules.ExponentialDecay(0.0, 10, 0.9)")},
+        {compiled: adam.format("**{'learning_rate': 0.0}")},
+        {compiled: "        optimizer=keras.optimizers.get("
+         "{'class_name': 'adam', 'config': {'learning_rate': 0.0}}),"},
+        {compiled: "        optimizer=keras.optimizers.Adam.from_config({'learning_rate': 0.0}),"},
+    ]
+    trains = [
+        {made: "    LR = 1e-3\n" + made, compiled: adam.format("learning_rate=LR")},
+        {compiled: adam.format("learning_rate=1e-5")},
+        {compiled: adam.format("learning_rate=float('1e-3'), **{'beta_1': 0.0}")},
+    ]
+    for changes in tiny:
+        code = _solution(changes)
+        steps = reading.Code.of(code).hand_steps("fit_model")
+        assert steps and "compile" in steps[0][1], changes
+    for changes in trains:
+        code = _solution(changes)
+        assert reading.Code.of(code).hand_steps("fit_model") == [], changes

@@ -133,6 +133,11 @@ UNREADABLE = {
     "and the History fit gives, and leave their attributes as Keras sets them",
     "history": "it cannot read code a magic runs again from the history or a store ({where}): "
     "write that code out in the cell where it runs",
+    "deep": "it cannot parse a cell nested this deep, which the kernel ran ({where}): write "
+    "that expression in steps, bound to names, and leave `sys.setrecursionlimit` alone",
+    "cut": f"it reads no more than the first {reading.MAX_CHARS:,} characters of the code "
+    "cells, and the code from {where} on lies past them: keep data out of the code (in a file "
+    "the notebook reads) so that all of your code is read",
 }
 
 

@@ -268,9 +268,12 @@ def observations(outcome: RunOutcome) -> dict:
         source = cell.get("source")
         source = source if isinstance(source, str) else ""
         chars += len(source)
-        if chars > reading.MAX_CHARS:  # no more than the check process reads
+        cut = chars > reading.MAX_CHARS and bool(source.strip())  # the check process's cap:
+        if chars > reading.MAX_CHARS:  # marked, code the kernel ran unread is unreadable
             source = ""
         cells.append({"index": index, "source": source, "start": start, "end": end})
+        if cut:
+            cells[-1]["cut"] = True
     return {"cells": cells, "files": outcome.file_times}
 
 

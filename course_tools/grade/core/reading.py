@@ -263,19 +263,29 @@ def _changed_coding(node: ast.AST) -> str:
     return coding if text is None else ""
 
 
-def _python(source: str, depth: int = 0) -> ast.Module | None:
+class TooDeep(Exception):
+    """A cell nested too deep for the check process to parse or read (RecursionError,
+    MemoryError), which the kernel may run (after `sys.setrecursionlimit(...)`)."""
+
+
+def _python(source: str, depth: int = 0, *, strict: bool = False) -> ast.Module | None:
     """`source` (a cell, magics and all) as IPython runs it, parsed; the code of a `%%time`,
     `%%capture` or `%%timeit` cell and of a `%time` or `%timeit` line is read as the code it
-    runs (`_MagicBodies`). None when it does not parse."""
+    runs (`_MagicBodies`). None when it does not parse; with `strict`, `TooDeep` when it is
+    nested too deep to parse or read here (a SyntaxError runs nothing in the kernel either)."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     try:
         tree = ast.parse(TransformerManager().transform_cell(source))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        if depth < 3:
+            tree = _MagicBodies(depth).visit(tree)
+            ast.fix_missing_locations(tree)
+    except (SyntaxError, ValueError):
         return None
-    if depth < 3:
-        tree = _MagicBodies(depth).visit(tree)
-        ast.fix_missing_locations(tree)
+    except (RecursionError, MemoryError) as exc:
+        if strict:
+            raise TooDeep(type(exc).__name__) from None
+        return None
     return tree
 
 
@@ -1772,6 +1782,9 @@ class Code:
     _shadowed: frozenset = field(default=frozenset(), repr=False)
     #: What `_fold` may read beyond arithmetic (`_fold_buffers`).
     _folding: Folding = field(default_factory=Folding, repr=False)
+    #: (cell, code, why) of the code the kernel ran that is not read: "deep" for a cell nested
+    #: too deep to parse here (`TooDeep`), "cut" for the first cell past `MAX_CHARS`.
+    unparsed: list = field(default_factory=list, repr=False)
 
     @classmethod
     def of(cls, observed: dict | None) -> Code:
@@ -1781,11 +1794,16 @@ class Code:
             source = cell.get("source") if isinstance(cell, dict) else None
             if not isinstance(source, str):
                 continue
-            number += bool(source.strip())  # nbclient runs, and numbers, the others only
+            number += bool(source.strip() or cell.get("cut"))  # nbclient numbers the others
             chars += len(source)
-            if chars > MAX_CHARS:
+            if chars > MAX_CHARS or cell.get("cut"):  # the observations cut it (`MAX_CHARS`)
+                code.unparsed.append((number, source.strip().split("\n")[0][:80], "cut"))
                 break
-            tree = _python(source)
+            try:
+                tree = _python(source, strict=True)
+            except TooDeep:
+                code.unparsed.append((number, source.strip().split("\n")[0][:80], "deep"))
+                continue
             if tree is not None:
                 code.trees.append(tree)
                 code.cells.append(number)
@@ -3422,6 +3440,152 @@ class Code:
                         found.append(called)
         return found
 
+    def _tiny(self, value: ast.AST | None) -> bool:
+        """`value` is a learning rate below `TINY_RATE`: a literal (`_tiny_rate`), constant
+        arithmetic (`1e-3 * 0`, a name bound once to such a value: `_fold`), `float("0")`, a
+        lambda of no parameter that returns one, a Keras schedule that starts from one."""
+        if value is None:
+            return False
+        if _tiny_rate(value):
+            return True
+        if isinstance(value, ast.Lambda) and not _nodes(value.args)[1:]:  # lambda: 0.0
+            return self._tiny(value.body)
+        if isinstance(value, ast.Call) and "schedules" in _dotted(value.func).split("."):
+            start = _argument(value, ["initial_learning_rate"], "initial_learning_rate")
+            return self._tiny(start)  # ExponentialDecay(0.0, ...): the rate it starts from
+        if (
+            isinstance(value, ast.Call)
+            and getattr(value.func, "id", "") == "float"
+            and "float" not in self._bound_names()
+            and len(value.args) == 1
+            and not value.keywords
+        ):
+            value = value.args[0]
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                try:
+                    return float(value.value) < TINY_RATE
+                except ValueError:
+                    return False
+        number = _fold(value, self._once, 1, folding=self._folding)
+        return number is not None and number < TINY_RATE
+
+    def _built_from(self, name: str, places: _Places) -> tuple[set[str], list[tuple[int, str]]]:
+        """What model `name` is built from, in the values bound to it and the notebook's own
+        functions they call (`make_from(donated)`): (1) the names whose objects flow into it, a
+        layer or model placed in it (`keras.Sequential(parts)`, `head` in `keras.Sequential([...,
+        head])`, `keras.Model(pre.inputs, pre.outputs)`, `keras.Model(x, pre(x))`,
+        `clone_model(pre, clone_function=...)`), and the names theirs are bound from, all but
+        the notebook's own functions, imports and builtins: a weight written into one of them
+        (or a fit of one but the model itself: `fit_model = model`) is written into the model;
+        (2) (cell, code) of each initializer given weights: `Constant(x)` of a value not
+        literal, a `*_initializer` that is a lambda or the notebook's own function, a layer's
+        `weights=`. `make_model()` shares nothing: its layers are new."""
+        functions = self._functions()
+        classes = {n.name for n in self._walk() if isinstance(n, ast.ClassDef)}
+        excluded = set(self._imports) | set(functions) | classes | BUILTIN_NAMES | {name}
+        values: dict[str, list[ast.AST]] = {}  # a, b = x, y: each its own; a, b = runs: none
+        for node in self._walk():
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value:
+                for target in getattr(node, "targets", None) or [node.target]:
+                    if isinstance(target, ast.Name):
+                        values.setdefault(target.id, []).append(node.value)
+                    elif _paired(target, node.value):
+                        for each, value in zip(target.elts, node.value.elts, strict=True):
+                            if isinstance(each, ast.Name):
+                                values.setdefault(each.id, []).append(value)
+        shared: set[str] = set()
+        found: list[tuple[int, str]] = []
+        todo = [(v, None) for v in values.get(name, [])]
+        seen: set[int] = set()
+
+        bindings = self._bindings_by_name()
+
+        def plain(value: ast.AST) -> bool:  # 0.1, SEED = 42: no array
+            if isinstance(value, ast.Name):
+                values = bindings.get(value.id, [])
+                return bool(values) and all(_literal_data(v) for v in values)
+            return _literal_data(value)
+
+        def constant(function: ast.AST) -> bool:  # keras.initializers.Constant, C = Constant
+            dotted = _resolved(function, self._imports) or _dotted(function)
+            if dotted.split(".")[-1] == "Constant" or dotted.endswith("initializers.constant"):
+                return True
+            values = bindings.get(function.id, []) if isinstance(function, ast.Name) else []
+            return any(
+                v is not None and not isinstance(v, ast.Call) and constant(v) for v in values
+            )
+
+        def initializer(value: ast.AST, depth: int = 0) -> bool:
+            """`value`, given as a `*_initializer`, may give weights: the notebook's own
+            callable, a `Constant` of no literal, another initializer given no literal."""
+            if isinstance(value, ast.Lambda) or getattr(value, "id", "") in functions:
+                return True
+            if isinstance(value, ast.Name) and depth < 3:
+                given = bindings.get(value.id, [])
+                return any(v is not None and initializer(v, depth + 1) for v in given)
+            if isinstance(value, ast.Call):
+                return not all(plain(a) for a in [*value.args, *(k.value for k in value.keywords)])
+            return False
+
+        while todo and len(seen) < 200:
+            value, scope = todo.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            local = _scope_locals(scope, set()) if scope is not None else set()
+            called = set()  # clone_model(pre): new layers, pre's weights not shared
+            for sub in _nodes(value):
+                if not isinstance(sub, ast.Call):
+                    continue
+                dotted = _resolved(sub.func, self._imports) or _dotted(sub.func)
+                if dotted.endswith("clone_model") and not any(
+                    k.arg == "clone_function" for k in sub.keywords
+                ):
+                    called.update(id(n) for a in sub.args[:1] for n in _nodes(a))  # new layers
+                function = functions.get(getattr(sub.func, "id", ""))
+                if function is not None:
+                    todo.append((function, function))
+                given = _argument(sub, ["value"], "value")
+                weights = [
+                    k.value
+                    for k in sub.keywords
+                    if k.arg == "weights"
+                    and not (isinstance(k.value, ast.Constant) and k.value.value is None)
+                    or (k.arg or "").endswith("_initializer")
+                    and initializer(k.value)
+                ]
+                if constant(sub.func) and given is not None and not plain(given):
+                    weights.append(given)
+                if weights:
+                    at = places.tree_of.get(id(sub))
+                    found.append((self.cells[at] if at is not None else 0, _short(sub, 80)))
+            for sub in _nodes(value):
+                if (
+                    isinstance(sub, ast.Name)
+                    and isinstance(sub.ctx, ast.Load)
+                    and id(sub) not in called
+                    and sub.id not in excluded
+                    and sub.id not in local
+                    and sub.id not in shared
+                ):
+                    shared.add(sub.id)
+                    todo += [(v, None) for v in values.get(sub.id, [])]
+        whole = {name}  # fit_model = model: model's own fit is fit_model's
+        for _ in range(5):
+            whole |= {
+                v.id for n in list(whole) for v in values.get(n, []) if isinstance(v, ast.Name)
+            }
+        for index, tree in enumerate(self.trees):  # pre.fit(...): trains the layers it shares
+            for node in _nodes(tree):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in {"fit", *MODEL_STEPS}
+                    and getattr(_root(node.func.value), "id", None) in shared - whole
+                ):
+                    found.append((self.cells[index], _short(node, 80)))
+        return shared, found
+
     def step_assignments(self, name: str) -> list[tuple[int, str]]:
         """(cell, code) of each write to the optimizer state of model `name`, which holds its
         step count: `name.optimizer.iterations.assign(...)` (`assign_add`, `assign_sub`,
@@ -3436,7 +3600,10 @@ class Code:
         return self._state_writes(name)
 
     def _state_writes(
-        self, name: str, model_of: Callable[[ast.AST], bool] | None = None
+        self,
+        name: str,
+        model_of: Callable[[ast.AST], bool] | None = None,
+        shared: frozenset[str] = frozenset(),
     ) -> list[tuple[int, str]]:
         """`step_assignments` (without `model_of`), or (with `model_of`: the model `name`, an
         alias of it, a callback's `self.model`) each write of the model's weights through what
@@ -3447,7 +3614,8 @@ class Code:
         `LOADED_INTO` reached on it (called, bound or given to `map`), given it first
         (`tf.compat.v1.assign(v, w)`, `keras.backend.batch_set_value(zip(...))`,
         `keras.Model.set_weights(layer, w)`), mapped over it (`map(tf.Variable.assign,
-        name.weights, ...)`), or an optimizer's step given its variables. One walk for both:
+        name.weights, ...)`), or an optimizer's step given its variables; `shared`: names whose
+        objects the model is built from (`_built_from`), written as its parts. One walk for both:
         weights written in, like a count written, are a copy, not the model trained."""
         weights = model_of is not None
 
@@ -3468,7 +3636,7 @@ class Code:
             return False
 
         looped: dict[int, set[str]] = {}  # id of a node in a loop over them: its variables
-        bound: set[str] = set()  # names assigned what is reached from the model (weights)
+        bound: set[str] = set(shared)  # names assigned what is reached from the model (weights)
 
         def part(node: ast.AST, inside: ast.AST) -> bool:
             """`node` is reached from the model through its layers or variables (weights), or
@@ -3496,6 +3664,12 @@ class Code:
                 ):
                     attributes.append(node.args[1].value)
                     node = node.args[0]
+                elif isinstance(node, ast.Call) and (  # next(it), parts.get("a"): an item
+                    getattr(node.func, "attr", "") in TAKERS
+                    or getattr(node.func, "id", "") in {"next", "iter", "list", "tuple"}
+                    and node.args
+                ):
+                    node = node.func.value if isinstance(node.func, ast.Attribute) else node.args[0]
                 else:
                     break
             if isinstance(node, ast.Name) and (
@@ -3546,6 +3720,22 @@ class Code:
                 if weights and isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
                     if node.value is not None and reaches(node.value, node):
                         bound.update(_targets(node))
+                        for target in getattr(node, "targets", None) or [node.target]:
+                            held_in = _root(target)  # d[k] = layer, box.layer = layer
+                            if held_in not in (None, target) and held_in.id != "self":
+                                bound.add(held_in.id)
+                if (  # ls.append(fit_model.layers[-1]): ls holds a part
+                    weights
+                    and isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in FILLERS
+                    and isinstance(_root(node.func.value), ast.Name)
+                    and _root(node.func.value).id != "self"
+                    and any(
+                        reaches(a, node) for a in [*node.args, *(k.value for k in node.keywords)]
+                    )
+                ):
+                    bound.add(_root(node.func.value).id)
                 if not isinstance(node, ast.Call):
                     continue
                 given = [*node.args, *(k.value for k in node.keywords)]
@@ -3975,15 +4165,30 @@ class Code:
                 for sub in self._walk()
             )
 
-        def kept(use: ast.Name) -> bool:
-            """The weights `use` names are only given to `set_weights`, counted or printed:
-            nothing writes into them (`initial[0][:] = trained[0]`)."""
-            parent = places.parents.get(id(use))
+        def kept(use: ast.Name, depth: int = 0) -> bool:
+            """The weights `use` names are only given to `set_weights`, counted, printed or
+            looked at (`initial[0].shape`; a loop's variable over them used so, `for w in
+            initial: print(w.shape)`): nothing writes into them (`initial[0][:] = trained[0]`)."""
+            parent, node = places.parents.get(id(use)), use
+            while isinstance(parent, ast.Subscript) and parent.value is node:
+                if not isinstance(parent.ctx, ast.Load):
+                    return False
+                parent, node = places.parents.get(id(parent)), parent
+            if isinstance(parent, ast.Attribute) and parent.attr in LOOKED_AT:
+                return True  # initial[0].shape: a new value, read
+            if (
+                isinstance(parent, (ast.For, ast.comprehension))
+                and parent.iter is node
+                and isinstance(parent.target, ast.Name)
+                and depth < 3
+            ):
+                return all(kept(u, depth + 1) for u in places.loads.get(parent.target.id, []))
             return (
                 isinstance(parent, ast.Call)
-                and use in parent.args
+                and node in parent.args
                 and (
-                    getattr(parent.func, "attr", "") == "set_weights"
+                    node is use
+                    and getattr(parent.func, "attr", "") == "set_weights"
                     or getattr(parent.func, "id", "") in {"len", "print"}
                 )
             )
@@ -4024,6 +4229,14 @@ class Code:
                 given = [*node.args, *(k.value for k in node.keywords)]
                 if isinstance(node.func, ast.Attribute) and given and untrained(given[-1]):
                     given = given[:-1]  # fit_model.set_weights(initial.get_weights())
+                receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+                if (  # dst.set_weights(src.get_weights()): only its receiver is loaded into
+                    receiver is not None
+                    and not _resolved(receiver, self._imports)
+                    and not (isinstance(receiver, ast.Call) and _dotted(receiver.func) == "type")
+                    and not any(loader(a) for a in given)
+                ):
+                    given = []
                 helper = given_in.get(id(node), set())  # the model given to a helper
                 if any(
                     reaches(value, held | helper) or gives_model(value, helper) for value in given
@@ -4095,7 +4308,12 @@ class Code:
                         continue
                     rates = [_argument(value, ["learning_rate"], "learning_rate")]
                     rates += [k.value for k in value.keywords if k.arg == "lr"]
-                    if any(_tiny_rate(rate) for rate in rates):
+                    for given in [  # Adam(**{...}), optimizers.get({...}), from_config({...})
+                        *(k.value for k in value.keywords if k.arg is None),
+                        *value.args[:1],
+                    ]:
+                        rates += _dict_rates(given)
+                    if any(self._tiny(rate) for rate in rates):
                         return True
             return False
 
@@ -4105,7 +4323,9 @@ class Code:
             for node in _nodes(tree):  # the text before a load may never run (`if 0:`)
                 if loaded(node):
                     loading.append((self.cells[tree_index], _short(node, 80)))
-        loading += self._state_writes(name, model_of)  # fit_model.layers[1].set_weights(w)
+        shared, initialized = self._built_from(name, places)  # Sequential(parts); Constant(w)
+        loading += initialized
+        loading += self._state_writes(name, model_of, frozenset(shared))  # .layers[1].set_weights
         for top, names in scoped:
             index = next(
                 (i for i, tree in enumerate(self.trees) if any(n is top for n in _nodes(tree))),
@@ -4137,7 +4357,9 @@ class Code:
                     found.append((self.cells[index], _short(node, 80)))  # train_on_batch
                 elif still_at_compile(node):
                     found.append((self.cells[index], _short(node, 80)))  # Adam(learning_rate=0)
-                elif _rate_written(node) is not None and reached(_rate_written(node), names):
+                elif _rate_written(node, self._tiny) is not None and reached(
+                    _rate_written(node, self._tiny), names
+                ):
                     found.append((self.cells[index], _short(node, 80)))  # learning rate 0
                 elif restored(node) and reached(restored(node), names):
                     found.append((self.cells[index], _short(node, 80)))
@@ -4190,6 +4412,29 @@ class Code:
                     found.add(id(sub))
                 elif node.name in given and isinstance(sub.value, ast.Name):
                     found.add(id(sub))  # self.net, whatever the name
+            for sub in _nodes(node) if node.name in callbacks else ():
+                if (  # getattr(self, "model")
+                    isinstance(sub, ast.Call)
+                    and _dotted(sub.func).endswith("getattr")
+                    and len(sub.args) > 1
+                    and _literal_name(sub.args[1]) == "model"
+                ):
+                    found.add(id(sub))
+            for method in _nodes(node):  # m = self.model in a method: m there is the model
+                if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                held = set()
+                for _ in range(3):
+                    for sub in _nodes(method):
+                        if (
+                            isinstance(sub, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
+                            and sub.value is not None
+                            and (id(sub.value) in found or getattr(sub.value, "id", None) in held)
+                        ):
+                            held.update(_targets(sub))
+                for sub in _nodes(method):
+                    if isinstance(sub, ast.Name) and sub.id in held:
+                        found.add(id(sub))
         return found
 
     def unfollowed_calls(self, name: str) -> list[tuple[int, str]]:
@@ -4236,7 +4481,7 @@ class Code:
                 isinstance(v, ast.Call) and getattr(v.func, "id", "") in classes for v in values
             )
         }
-        found = []
+        found = list(self.unparsed)  # code the kernel ran that is not read here
         for number, tree in run:
             parents = {id(c): n for n in _nodes(tree) for c in ast.iter_child_nodes(n)}
             for node in _nodes(tree):
@@ -4532,6 +4777,7 @@ class Code:
                 elif _unread_code(node, literals, imports, tars):
                     line = (_as_typed(node) or ast.unparse(node)).splitlines()[0][:80]
                     found.append(f"cell [{number}], line {node.lineno}: `{line}`")
+        found += [f"cell [{number}]: `{line}` ({why})" for number, line, why in self.unparsed]
         return list(dict.fromkeys(found))
 
     def module_patches(self) -> list[str]:
@@ -4598,6 +4844,10 @@ class Code:
         return list(dict.fromkeys(found + _class_changes(run)))
 
 
+#: The methods that give a container's item (`Code._state_writes`: `parts.get("a")`).
+TAKERS = frozenset({"get", "pop", "popleft", "popitem", "values", "setdefault", "copy"})
+#: What looking at an array reads (`Code.hand_steps`: initial weights looked at are kept).
+LOOKED_AT = frozenset({"shape", "dtype", "ndim", "size", "nbytes"})
 #: The methods of an optimizer that make a step (`Code.hand_steps`).
 STEP_METHODS = frozenset(
     {"apply_gradients", "apply", "minimize", "update_step", "stateless_apply", "_apply",
@@ -4656,13 +4906,14 @@ CHECKPOINT_READS = frozenset({"read", "restore", "restore_or_initialize"})
 MODEL_STEPS = frozenset({"train_on_batch", "train_step", "train_function", "make_train_function"})
 
 
-def _rate_written(node: ast.AST) -> ast.AST | None:
+def _rate_written(node: ast.AST, tiny: Callable | None = None) -> ast.AST | None:
     """The optimizer whose learning rate `node` sets to a literal too small to move a weight
     (`opt.learning_rate.assign(0.0)`, `opt.learning_rate = 0`, `opt.lr = 1e-9`: `TINY_RATE`):
-    its steps then leave the weights as they are while its moments and count grow. A rate
-    an optimizer trains with (`assign(1e-3)`) or one from a name is not such a write."""
+    its steps then leave the weights as they are while its moments and count grow (`tiny`:
+    `Code._tiny`, which reads constant arithmetic too). A rate an optimizer trains with
+    (`assign(1e-3)`) is not such a write."""
 
-    tiny = _tiny_rate
+    tiny = tiny or _tiny_rate
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
         target = node.func.value
         if node.func.attr == "assign" and getattr(target, "attr", "") in RATES:
@@ -4672,6 +4923,21 @@ def _rate_written(node: ast.AST) -> ast.AST | None:
             if isinstance(target, ast.Attribute) and target.attr in RATES:
                 return target.value
     return None
+
+
+def _dict_rates(node: ast.AST | None, depth: int = 0) -> list[ast.AST]:
+    """The learning rates a literal dict gives an optimizer made from it (`{"learning_rate":
+    0.0}`, `{"class_name": "adam", "config": {"lr": 0.0}}`)."""
+    if not isinstance(node, ast.Dict) or depth > 3:
+        return []
+    found = []
+    for key, value in zip(node.keys, node.values, strict=True):
+        name = _literal_name(key) if key is not None else None
+        if name in RATES:
+            found.append(value)
+        elif name == "config" or key is None:  # **{...} inside
+            found += _dict_rates(value, depth + 1)
+    return found
 
 
 def _tiny_rate(value: ast.AST | None) -> bool:
