@@ -652,11 +652,18 @@ def train_steps(facts: dict, global_batch: int) -> int:
     probe's `train_ds`: that is the one the notebook ends with, which need not be the one that
     trained (`assert_pipeline_code` names a later one). A wrong GLOBAL_BATCH costs question 1's
     points, not the models' step counts again; a made-up one buys no more than made-up batches
-    of `train_ds` did."""
+    of `train_ds` did. When the probe's `train_ds` drops the short last batch
+    (`drop_remainder=True`: every batch full, one fewer), an epoch is that one step fewer: the
+    examples it leaves out cost question 1's point, not the step counts again."""
     batch = (facts or {}).get("global_batch")
     if type(batch) is not int or batch <= 0:
         batch = global_batch
-    return math.ceil(_labels("train")["count"] / batch)
+    count = _labels("train")["count"]
+    train = ((facts or {}).get("datasets") or {}).get("train_ds") or {}
+    passes = train.get("passes") if isinstance(train, dict) else None
+    sizes = passes[0].get("batch_sizes") if isinstance(passes, list) and passes else None
+    dropped = isinstance(sizes, list) and len(sizes) == count // batch and set(sizes) == {batch}
+    return count // batch if count % batch and dropped else math.ceil(count / batch)
 
 
 def optimizer_steps(path: Path) -> int | None:
