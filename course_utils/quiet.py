@@ -4,7 +4,8 @@ TensorFlow's C++ libraries print some lines while they load, before any setting 
 log messages before absl::InitializeLog() ...", "failed call to cuInit" without a GPU), so the
 import runs with file descriptor 2 (the cell's error stream) pointed at /dev/null. Switched off
 too: C++ INFO and WARNING logs (TF_CPP_MIN_LOG_LEVEL=2), TensorFlow's and absl's Python logs
-below ERROR, and the two warnings in HIDDEN_WARNINGS, which no student code can avoid. The C++
+below ERROR, and the two warnings in HIDDEN_WARNINGS (TensorFlow's own, and fit's default
+shuffle=True on a dataset, which `fit(..., shuffle=False)` would avoid). The C++
 lines hidden include tf.data's notes on the input pipeline ("Input of
 GeneratorDatasetOp::Dataset will not be optimized ...", from the multi-device iterator a
 strategy reads its input with) and its warning "The calling iterator did not fully read the

@@ -177,14 +177,48 @@ for kind in ("sum", "all-reduce", "direct all-reduce"):
         print(kind, float(loop(iter(strategy.experimental_distribute_dataset(data)))))
     except tf.errors.InvalidArgumentError as error:
         print(kind, "fails:", "must feed a value for placeholder" in str(error))
+
+
+def all_reduced(x):
+    return tf.distribute.get_replica_context().all_reduce("sum", tf.reduce_sum(x))
+
+
+@tf.function
+def nested_step(x):
+    return strategy.reduce("SUM", strategy.run(all_reduced, args=(x,)), axis=None)
+
+
+@tf.function
+def plain_loop(iterator):  # the nested all-reduce in a loop with no conditional
+    total = tf.constant(0.0)
+    for _ in tf.range(5):
+        total += nested_step(iterator.get_next())
+    return total
+
+
+@tf.function
+def one_cond(iterator, flag):  # no loop: one conditional branch
+    x = iterator.get_next()
+    return tf.cond(flag, lambda: nested_step(x), lambda: 0.0)
+
+
+for kind, run in (("no conditional", plain_loop), ("one cond", one_cond)):
+    args = (iter(strategy.experimental_distribute_dataset(data)),)
+    args += (tf.constant(True),) if kind == "one cond" else ()
+    try:
+        print(kind, float(run(*args)))
+    except tf.errors.InvalidArgumentError as error:
+        print(kind, "fails:", "must feed a value for placeholder" in str(error))
 """
 
 
 @pytest.mark.slow
-def test_a_nested_tf_function_that_all_reduces_fails_the_optional_loop(tmp_path):
-    """Part 5's note, with TensorFlow 2.21 at two replicas: a get_next_as_optional loop runs a
-    nested tf.function whose replica function only sums, and the same all-reduce called directly,
-    but fails with the placeholder error when the nested function all-reduces. A TensorFlow that
+def test_a_nested_tf_function_that_all_reduces_fails_in_a_conditional_branch(tmp_path):
+    """Part 5's note, with TensorFlow 2.21 at two replicas: a get_next_as_optional loop (its
+    `if ...: break` is a conditional AutoGraph makes) runs a nested tf.function whose replica
+    function only sums, and the same all-reduce called directly, but fails with the placeholder
+    error when the nested function all-reduces; a loop with no conditional runs it, and one
+    `tf.cond` with no loop fails it: the conditional branch is the trigger. A TensorFlow that
     fixes it makes the second line a number: the note must then go. (A file, not `-c`: AutoGraph
     reads the loop's source.)"""
     script = tmp_path / "nested.py"
@@ -197,5 +231,11 @@ def test_a_nested_tf_function_that_all_reduces_fails_the_optional_loop(tmp_path)
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.splitlines()[-3:]
-    assert lines == ["sum 780.0", "all-reduce fails: True", "direct all-reduce 1560.0"], lines
+    lines = done.stdout.splitlines()[-5:]
+    assert lines == [
+        "sum 780.0",
+        "all-reduce fails: True",
+        "direct all-reduce 1560.0",
+        "no conditional 1560.0",
+        "one cond fails: True",
+    ], lines
