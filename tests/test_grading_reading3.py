@@ -624,6 +624,13 @@ def test_weights_written_through_what_fit_model_is_built_from_are_loads():
         {ANCHOR: "parts = dict(zip(['a', 'b'], fit_model.layers))\n"
          "parts.get('a').set_weights(W)\n" + ANCHOR},
         {ANCHOR: "it = iter(fit_model.layers)\nnext(it).set_weights(W)\n" + ANCHOR},
+        {made: donor + "    def build(src):\n        m = make_model()\n"  # a maker that loads
+         "        for a, b in zip(m.layers, src.layers):\n"
+         "            a.set_weights(b.get_weights())\n"
+         "        return m\n    fit_model = build(donor)"},
+        {made: "    head = keras.layers.Dense(10)\n"
+         "    fit_model = keras.Sequential([*make_model().layers[:-1], head])\n"
+         "    head.kernel_initializer = keras.initializers.Constant(W)"},
     ]
     honest = [
         {made: maker.format("keras.initializers.Constant(0.1)", "init") + "    SEED = 1\n"
@@ -676,3 +683,26 @@ def test_a_learning_rate_too_small_to_move_a_weight_is_read_by_its_value():
     for changes in trains:
         code = _solution(changes)
         assert reading.Code.of(code).hand_steps("fit_model") == [], changes
+
+
+def test_a_module_patched_through_a_container_or_its_namespace_is_a_module_write():
+    """Red team 27a's finding 5: `mods = [hashlib]; mods[0].sha256 = f`, `d = np.__dict__;
+    d["asarray"] = f` and `operator.setitem(json.__dict__, ...)` were neither module patches
+    (which decide whether the probe's facts are trusted) nor unreadable; `timing.__dict__.update`
+    and `object.__setattr__(timing, ...)` were patches but readable. One detection now serves
+    both: every module patch is an attribute set on a module."""
+    f = "def f(*a, **k):\n    return '{}'\nimport hashlib, operator\nimport numpy as np\n"
+    for patch in (
+        "mods = [hashlib]\nmods[0].sha256 = f",
+        "ns = np.__dict__\nns['asarray'] = f",
+        "operator.setitem(json.__dict__, 'dumps', f)",
+        "timing.__dict__.update(compare=f)",
+        "object.__setattr__(timing, 'compare', f)",
+    ):
+        code = _solution({ANCHOR: f"{f}{patch}\n{ANCHOR}"})
+        assert reading.Code.of(code).module_patches(), patch
+        _refused(code, ANCHOR, "what a module's names stand for")
+    code = _solution({ANCHOR: f"{f}CONFIG = {{'np': np}}\nCONFIG['x'] = 1\n{ANCHOR}"})
+    assert reading.Code.of(code).module_patches() == []
+    checks.assert_readable(code)
+    checks.clear_cache()

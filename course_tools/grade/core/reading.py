@@ -1415,6 +1415,8 @@ def _patches(node: ast.AST, modules: dict[str, str]) -> bool:
         found = _module_of(owner, modules)
         if found is not None and ".".join([found[0], *found[1]]).endswith("sys.modules"):
             return True  # the modules every import gives: sys.modules["hashlib"] = fake
+        if found is not None and found[0].endswith(".__dict__") and not found[1]:
+            return _relied_on(found[0].removesuffix(".__dict__"), [])  # d = np.__dict__
         if isinstance(owner, ast.Attribute) and owner.attr == "__dict__":
             return relied(owner.value)
         return (
@@ -1453,6 +1455,12 @@ def _patches(node: ast.AST, modules: dict[str, str]) -> bool:
             [name.value] if isinstance(name, ast.Constant) and isinstance(name.value, str) else []
         )
         return relied(node.args[0], more)
+    if (  # operator.setitem(json.__dict__, ...), dict.__setitem__(vars(np), ...)
+        _dotted(function).split(".")[-1] in ("setitem", "delitem", "__setitem__", "__delitem__")
+        and node.args
+        and namespace_of(node.args[0])
+    ):
+        return True
     if not isinstance(function, ast.Attribute):
         return False
     if function.attr in SET_ATTRIBUTE:
@@ -3545,6 +3553,9 @@ class Code:
                 function = functions.get(getattr(sub.func, "id", ""))
                 if function is not None:
                     todo.append((function, function))
+                if scope is not None and getattr(sub.func, "attr", "") in MAKER_WRITES:
+                    at = places.tree_of.get(id(sub))  # the maker loads or trains what it makes
+                    found.append((self.cells[at] if at is not None else 0, _short(sub, 80)))
                 given = _argument(sub, ["value"], "value")
                 weights = [
                     k.value
@@ -3577,6 +3588,16 @@ class Code:
             }
         for index, tree in enumerate(self.trees):  # pre.fit(...): trains the layers it shares
             for node in _nodes(tree):
+                if (  # head.kernel_initializer = Constant(w): set on a part, not a literal
+                    isinstance(node, (ast.Assign, ast.AnnAssign))
+                    and node.value is not None
+                    and not _literal_data(node.value)
+                    and any(
+                        isinstance(t, ast.Attribute) and getattr(_root(t), "id", None) in shared
+                        for t in getattr(node, "targets", None) or [node.target]
+                    )
+                ):
+                    found.append((self.cells[index], _short(node, 80)))
                 if (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Attribute)
@@ -4494,6 +4515,8 @@ class Code:
         for number, tree in run:
             for node in _module_writes(tree, imports, classes):
                 found.append((number, _short(node, 80), "module"))
+        for number, _, text in self._patch_places()[0]:  # mods[0].sha256 = f, np.__dict__[...]
+            found.append((number, text, "module"))
         models = set(GRADED_MODELS)  # m = fit_model: an alias is the model
         for _ in range(5):
             before = set(models)
@@ -4777,18 +4800,23 @@ class Code:
                 elif _unread_code(node, literals, imports, tars):
                     line = (_as_typed(node) or ast.unparse(node)).splitlines()[0][:80]
                     found.append(f"cell [{number}], line {node.lineno}: `{line}`")
-        found += [f"cell [{number}]: `{line}` ({why})" for number, line, why in self.unparsed]
+        unparsed = {"deep": "nested too deep to parse", "cut": f"past {MAX_CHARS:,} characters"}
+        found += [f"cell [{n}]: `{line}`, {unparsed[why]}" for n, line, why in self.unparsed]
         return list(dict.fromkeys(found))
 
-    def module_patches(self) -> list[str]:
+    def _patch_places(self) -> tuple[list[tuple[int, int, str]], list[str]]:
         """The assignments, in the code the kernel runs, to an attribute of a module the grader
         relies on (`RELIED_ON`), imported (`import json`, `import tensorflow as tf`) or an alias
         of one (`m = json`, and as a walrus, a loop over a literal list, a `with ... as`, a
         tuple) (`json.dumps = f`, `tf.distribute.MirroredStrategy = Fake`,
         `setattr(json, "dumps", f)`, `vars(np).update(...)`, `object.__setattr__(np, ...)`,
-        `importlib.import_module("json").dumps = f`), each as "cell [N], line L: `...`": with one,
-        a library the probe or the course calls may answer for the notebook. A function's
-        parameter or local of the same name is not the module (`def f(np): np.x = 1`); a name
+        `importlib.import_module("json").dumps = f`, through a container or a namespace, `mods =
+        [hashlib]; mods[0].sha256 = f`, `d = np.__dict__; d["asarray"] = f`,
+        `operator.setitem(json.__dict__, ...)`), each as (cell, line, code), with the changes of
+        a relied-on class (`_class_changes`): with one, a library the probe or the course calls
+        may answer for the notebook (and `unreadable` counts it as a module's attribute set).
+        A function's parameter or local of the same name is not the module (`def f(np): np.x =
+        1`); a name
         imported from a module relied on is that module's, whatever it is (`from json import
         encoder`; `from tensorflow.data import Dataset; Dataset.__iter__ = f`; `from keras import
         Model`; a literal set on such a class is data: `Callback.verbose = 0`), while a class the
@@ -4834,14 +4862,21 @@ class Code:
             visible = _unless_rebound(known, rebound, where) if top else known
             if _patches(node, visible) and not _sets_data(node, classes):
                 line = ast.unparse(node).splitlines()[0][:80]
-                found.append(f"cell [{number}], line {node.lineno}: `{line}`")
+                found.append((number, node.lineno, line))
             for child, scope in _children_in_scopes(node, known, modules, aliases):
                 visit(child, scope, number, top=top and scope is known)
 
         for number, tree in run:
             for statement in tree.body:
                 visit(statement, modules, number, top=True)
-        return list(dict.fromkeys(found + _class_changes(run)))
+        return found, _class_changes(run)
+
+    def module_patches(self) -> list[str]:
+        """`_patch_places`, each as "cell [N], line L: `...`" (a class of a module relied on
+        changed, `keras.Model.fit = fake`, too)."""
+        found, classes = self._patch_places()
+        shown = [f"cell [{number}], line {line}: `{text}`" for number, line, text in found]
+        return list(dict.fromkeys(shown + classes))
 
 
 #: The methods that give a container's item (`Code._state_writes`: `parts.get("a")`).
@@ -4904,6 +4939,11 @@ def _fed(target: ast.AST, value: ast.AST) -> list[tuple[str, ast.AST]]:
 #: The methods of a `tf.train.Checkpoint` (or a `CheckpointManager`) that read it into its objects.
 CHECKPOINT_READS = frozenset({"read", "restore", "restore_or_initialize"})
 MODEL_STEPS = frozenset({"train_on_batch", "train_step", "train_function", "make_train_function"})
+#: What a model maker of the notebook's own may not call on what it makes (`Code._built_from`):
+#: weights loaded or assigned, a fit or a step, a checkpoint read.
+MAKER_WRITES = frozenset(
+    {*LOADED_INTO, *STEP_WRITERS, *MODEL_STEPS, *CHECKPOINT_READS, "fit", "apply_gradients"}
+)
 
 
 def _rate_written(node: ast.AST, tiny: Callable | None = None) -> ast.AST | None:
@@ -5792,6 +5832,21 @@ def _aliases(node: ast.AST, modules: dict[str, str]) -> list[tuple[ast.AST, str]
     def module(value: ast.AST | None) -> str | None:
         if isinstance(value, ast.Name):
             return modules.get(value.id)
+        namespace = (  # d = np.__dict__, d = vars(np): the module's namespace
+            value.value
+            if isinstance(value, ast.Attribute) and value.attr == "__dict__"
+            else value.args[0]
+            if isinstance(value, ast.Call)
+            and getattr(value.func, "id", "") == "vars"
+            and len(value.args) == 1
+            else None
+        )
+        if namespace is not None:
+            inner = module(namespace)
+            return f"{inner}.__dict__" if inner and not inner.endswith(".__dict__") else None
+        if isinstance(value, (ast.List, ast.Tuple, ast.Set, ast.Dict)):  # mods = [hashlib]
+            items = value.values if isinstance(value, ast.Dict) else value.elts
+            return next(filter(None, map(module, items)), None)
         if isinstance(value, (ast.BoolOp, ast.IfExp)):
             operands = value.values if isinstance(value, ast.BoolOp) else [value.body, value.orelse]
             return next(filter(None, map(module, operands)), None)
