@@ -638,6 +638,8 @@ def test_weights_written_through_what_fit_model_is_built_from_are_loads():
         {made: pre + "    pre.fit(train_ds, epochs=1)\n"
          "    fit_model = keras.models.clone_model(pre)"},
         {made: "    model = make_model()\n    fit_model = model"},
+        {made: "    def made(ds):\n        print(train_ds, ds)\n        return make_model()\n"
+         "    fit_model = made(train_ds)"},  # the data it names is no part of the model
         {ANCHOR: cb + "        m = self.model\n        print(m.count_params())\n" + ANCHOR},
     ]
     for changes in forged:

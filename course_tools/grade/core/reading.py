@@ -3490,7 +3490,10 @@ class Code:
         `weights=`. `make_model()` shares nothing: its layers are new."""
         functions = self._functions()
         classes = {n.name for n in self._walk() if isinstance(n, ast.ClassDef)}
-        excluded = set(self._imports) | set(functions) | classes | BUILTIN_NAMES | {name}
+        defined = {  # the notebook's functions, followed or not
+            n.name for n in self._walk() if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        excluded = set(self._imports) | defined | classes | BUILTIN_NAMES | {name}
         values: dict[str, list[ast.AST]] = {}  # a, b = x, y: each its own; a, b = runs: none
         for node in self._walk():
             if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value:
@@ -3542,17 +3545,23 @@ class Code:
             seen.add(id(value))
             local = _scope_locals(scope, set()) if scope is not None else set()
             called = set()  # clone_model(pre): new layers, pre's weights not shared
+            placed = set()  # in a maker's body: what its Sequential, Model or add is given
             for sub in _nodes(value):
                 if not isinstance(sub, ast.Call):
                     continue
                 dotted = _resolved(sub.func, self._imports) or _dotted(sub.func)
+                given = [*sub.args, *(k.value for k in sub.keywords)]
                 if dotted.endswith("clone_model") and not any(
                     k.arg == "clone_function" for k in sub.keywords
                 ):
                     called.update(id(n) for a in sub.args[:1] for n in _nodes(a))  # new layers
+                if dotted.split(".")[-1] in {*MODEL_MAKERS, "add"}:
+                    placed.update(id(n) for a in given for n in _nodes(a))
                 function = functions.get(getattr(sub.func, "id", ""))
-                if function is not None:
+                if function is not None:  # trained(train_ds): read in the maker's own body
                     todo.append((function, function))
+                if getattr(sub.func, "id", "") in defined:
+                    called.update(id(n) for a in given for n in _nodes(a))
                 if scope is not None and getattr(sub.func, "attr", "") in MAKER_WRITES:
                     at = places.tree_of.get(id(sub))  # the maker loads or trains what it makes
                     found.append((self.cells[at] if at is not None else 0, _short(sub, 80)))
@@ -3575,6 +3584,7 @@ class Code:
                     isinstance(sub, ast.Name)
                     and isinstance(sub.ctx, ast.Load)
                     and id(sub) not in called
+                    and (scope is None or id(sub) in placed)
                     and sub.id not in excluded
                     and sub.id not in local
                     and sub.id not in shared
