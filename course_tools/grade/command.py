@@ -273,6 +273,11 @@ def run(args: argparse.Namespace) -> int:
             return benchmark(args, jobs or 1)
         b = _prepare(args, args.out, sandboxed=not args.no_sandbox)
         print(f"course grade: {route(slurm=args.slurm, sandboxed=not args.no_sandbox)}")
+        if args.profile == "quick":  # the default: the course's own tests grade in it
+            print(
+                "course grade: profile quick, a smoke test: its few short epochs may miss the "
+                "accuracy the checks ask for on real data; for grades, --profile cpu"
+            )
         if not args.no_sandbox and not args.slurm:
             for line in jail_limits.missing():
                 print(f"course grade: {line}")
