@@ -694,7 +694,10 @@ def test_the_order_must_change_between_passes_not_only_the_batches(examples):
         assert found["datasets"]["train_ds"]["neighbours_kept"] > 0.9
         with pytest.raises(checks.CheckError, match="keeps its examples' order between epochs"):
             checks.assert_pipeline(found, "train_ds", "train", GLOBAL_BATCH)
-    found = facts(train_ds=train_cached.shuffle(10_000).batch(GLOBAL_BATCH))
+    # Seeded: an unseeded shuffle of these 2,048 examples keeps 0.1% of the neighbours on average,
+    # but 1 run in 220 reaches this bound (0.33%; measured over 2,000 pairs of shuffles). The
+    # grader's own bound, NEIGHBOURS_AT_MOST (1%), is 21 pairs kept: a real shuffle never does.
+    found = facts(train_ds=train_cached.shuffle(10_000, seed=1).batch(GLOBAL_BATCH))
     assert found["datasets"]["train_ds"]["neighbours_kept"] < checks.NEIGHBOURS_AT_MOST / 3
     checks.assert_pipeline(found, "train_ds", "train", GLOBAL_BATCH)
 

@@ -545,8 +545,7 @@ def test_a_helper_copying_out_of_fit_model_and_initial_weights_looked_at_are_no_
     (`print(initial[0].shape)`, `for w in initial: print(w.shape)`) stays the honest shared
     start; written into, or the helper given fit_model as `dst`, it is a load."""
     helper = (
-        "def copy_into(dst, src):\n    dst.set_weights(src.get_weights())\n"
-        "backup = make_model()\n"
+        "def copy_into(dst, src):\n    dst.set_weights(src.get_weights())\nbackup = make_model()\n"
     )
     made = "    fit_model = make_model()"
     start = (
@@ -597,49 +596,78 @@ def test_weights_written_through_what_fit_model_is_built_from_are_loads():
     pre = donor + "    pre = make_model()\n"
     given = "    fit_model = make_from(donor.get_weights(), 0)"
     forged = [
-        {made: donor + "    parts = [keras.Input(shape=(32, 32, 3)), *make_model().layers]\n"
-         "    fit_model = keras.Sequential(parts)\n"
-         "    for mine, theirs in zip(parts[1:], donor.layers):\n"
-         "        mine.set_weights(theirs.get_weights())"},
-        {made: donor + "    head = keras.layers.Dense(10)\n"
-         "    fit_model = keras.Sequential([*make_model().layers[:-1], head])\n"
-         "    head.kernel.assign(donor.layers[-1].kernel)"},
-        {made: pre + "    pre.set_weights(donor.get_weights())\n"
-         "    fit_model = keras.Sequential(pre.layers)"},
-        {made: pre + "    pre.fit(train_ds, epochs=EPOCHS)\n"
-         "    fit_model = keras.Model(pre.inputs, pre.outputs)"},
-        {made: pre + "    pre.fit(train_ds)\n    x = keras.Input(shape=(32, 32, 3))\n"
-         "    fit_model = keras.Model(x, pre(x))"},
-        {made: pre + "    pre.set_weights(donor.get_weights())\n"
-         "    fit_model = keras.models.clone_model(pre, clone_function=lambda layer: layer)"},
+        {
+            made: donor + "    parts = [keras.Input(shape=(32, 32, 3)), *make_model().layers]\n"
+            "    fit_model = keras.Sequential(parts)\n"
+            "    for mine, theirs in zip(parts[1:], donor.layers):\n"
+            "        mine.set_weights(theirs.get_weights())"
+        },
+        {
+            made: donor + "    head = keras.layers.Dense(10)\n"
+            "    fit_model = keras.Sequential([*make_model().layers[:-1], head])\n"
+            "    head.kernel.assign(donor.layers[-1].kernel)"
+        },
+        {
+            made: pre + "    pre.set_weights(donor.get_weights())\n"
+            "    fit_model = keras.Sequential(pre.layers)"
+        },
+        {
+            made: pre + "    pre.fit(train_ds, epochs=EPOCHS)\n"
+            "    fit_model = keras.Model(pre.inputs, pre.outputs)"
+        },
+        {
+            made: pre + "    pre.fit(train_ds)\n    x = keras.Input(shape=(32, 32, 3))\n"
+            "    fit_model = keras.Model(x, pre(x))"
+        },
+        {
+            made: pre + "    pre.set_weights(donor.get_weights())\n"
+            "    fit_model = keras.models.clone_model(pre, clone_function=lambda layer: layer)"
+        },
         {made: maker.format("C(ws[0])", "'zeros'") + donor + given},
         {made: maker.format("lambda shape, dtype=None: ws[0]", "'zeros'") + donor + given},
-        {made: maker.format("init", "'zeros'") + donor
-         + "    fit_model = make_from(0, keras.initializers.Constant(donor.get_weights()[0]))"},
+        {
+            made: maker.format("init", "'zeros'")
+            + donor
+            + "    fit_model = make_from(0, keras.initializers.Constant(donor.get_weights()[0]))"
+        },
         {ANCHOR: cb + "        m = self.model\n        m.set_weights(DONOR)\n" + ANCHOR},
         {ANCHOR: cb + "        getattr(self, 'model').set_weights(DONOR)\n" + ANCHOR},
         {ANCHOR: "ls = []\nls.append(fit_model.layers[-1])\nls[0].set_weights(W)\n" + ANCHOR},
-        {ANCHOR: "class Box:\n    pass\nb = Box()\nb.layer = fit_model.layers[-1]\n"
-         "b.layer.set_weights(W)\n" + ANCHOR},
-        {ANCHOR: "parts = dict(zip(['a', 'b'], fit_model.layers))\n"
-         "parts.get('a').set_weights(W)\n" + ANCHOR},
+        {
+            ANCHOR: "class Box:\n    pass\nb = Box()\nb.layer = fit_model.layers[-1]\n"
+            "b.layer.set_weights(W)\n" + ANCHOR
+        },
+        {
+            ANCHOR: "parts = dict(zip(['a', 'b'], fit_model.layers))\n"
+            "parts.get('a').set_weights(W)\n" + ANCHOR
+        },
         {ANCHOR: "it = iter(fit_model.layers)\nnext(it).set_weights(W)\n" + ANCHOR},
-        {made: donor + "    def build(src):\n        m = make_model()\n"  # a maker that loads
-         "        for a, b in zip(m.layers, src.layers):\n"
-         "            a.set_weights(b.get_weights())\n"
-         "        return m\n    fit_model = build(donor)"},
-        {made: "    head = keras.layers.Dense(10)\n"
-         "    fit_model = keras.Sequential([*make_model().layers[:-1], head])\n"
-         "    head.kernel_initializer = keras.initializers.Constant(W)"},
+        {
+            made: donor + "    def build(src):\n        m = make_model()\n"  # a maker that loads
+            "        for a, b in zip(m.layers, src.layers):\n"
+            "            a.set_weights(b.get_weights())\n"
+            "        return m\n    fit_model = build(donor)"
+        },
+        {
+            made: "    head = keras.layers.Dense(10)\n"
+            "    fit_model = keras.Sequential([*make_model().layers[:-1], head])\n"
+            "    head.kernel_initializer = keras.initializers.Constant(W)"
+        },
     ]
     honest = [
-        {made: maker.format("keras.initializers.Constant(0.1)", "init") + "    SEED = 1\n"
-         "    fit_model = make_from(0, keras.initializers.HeNormal(seed=SEED))"},
-        {made: pre + "    pre.fit(train_ds, epochs=1)\n"
-         "    fit_model = keras.models.clone_model(pre)"},
+        {
+            made: maker.format("keras.initializers.Constant(0.1)", "init") + "    SEED = 1\n"
+            "    fit_model = make_from(0, keras.initializers.HeNormal(seed=SEED))"
+        },
+        {
+            made: pre + "    pre.fit(train_ds, epochs=1)\n"
+            "    fit_model = keras.models.clone_model(pre)"
+        },
         {made: "    model = make_model()\n    fit_model = model"},
-        {made: "    def made(ds):\n        print(train_ds, ds)\n        return make_model()\n"
-         "    fit_model = made(train_ds)"},  # the data it names is no part of the model
+        {
+            made: "    def made(ds):\n        print(train_ds, ds)\n        return make_model()\n"
+            "    fit_model = made(train_ds)"
+        },  # the data it names is no part of the model
         {ANCHOR: cb + "        m = self.model\n        print(m.count_params())\n" + ANCHOR},
     ]
     for changes in forged:
@@ -669,8 +697,10 @@ def test_a_learning_rate_too_small_to_move_a_weight_is_read_by_its_value():
         {compiled: adam.format("learning_rate=lambda: 0.0")},
         {compiled: adam.format("keras.optimizers.schedules.ExponentialDecay(0.0, 10, 0.9)")},
         {compiled: adam.format("**{'learning_rate': 0.0}")},
-        {compiled: "        optimizer=keras.optimizers.get("
-         "{'class_name': 'adam', 'config': {'learning_rate': 0.0}}),"},
+        {
+            compiled: "        optimizer=keras.optimizers.get("
+            "{'class_name': 'adam', 'config': {'learning_rate': 0.0}}),"
+        },
         {compiled: "        optimizer=keras.optimizers.Adam.from_config({'learning_rate': 0.0}),"},
     ]
     trains = [
