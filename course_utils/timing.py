@@ -67,6 +67,22 @@ BUSY = 0.2
 SHORT = 0.1  # s: under 10 ticks of the CPU counters (0.01 s), a `Load` share is too coarse
 
 
+def load_reading(others: float, seconds: float) -> tuple[float, str]:
+    """A `Load` share (`others`) over `seconds` of timed rounds, as the busy rule reads it, and
+    in words. Under `SHORT` the CPU counters' 0.01 s ticks are too coarse to measure a share (one
+    tick over 2 CPUs x 25 ms reads 20%, over `BUSY` on a quiet machine): the share is unmeasured,
+    not busy, so the rule reads 0 (notebooks 3b and 3c both read their sets' loads through it).
+
+    >>> load_reading(0.2015, 0.0244)  # one tick over a 24 ms set on 2 CPUs
+    (0.0, 'unmeasured (coarse, 0.02 s)')
+    >>> load_reading(0.2015, 0.5)
+    (0.2015, '20%')
+    """
+    if seconds < SHORT:
+        return 0.0, f"unmeasured (coarse, {seconds:.2f} s)"
+    return others, f"{others:.0%}"
+
+
 def _cpu_seconds() -> tuple[float, float]:
     # The busy CPU seconds so far of the CPUs this process may run on (its affinity, where the
     # system has one; else all), so that they match `usable_cpus`, and this process's own.

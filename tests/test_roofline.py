@@ -450,7 +450,7 @@ def test_each_extra_set_of_rounds_prints_its_own_load(reduce):
     sets = iter([(samples, 0.81), (samples, 0.87)])
     code = {"fit_all_reduce": reduce["fit_all_reduce"], "SMALL": SMALL, "LARGE": LARGE}
     code |= {"seconds_per_run": lambda *_: next(sets), "calls": {}, "repeats": {}}
-    code |= {"AR_ROUNDS": 5, "LOADS": [0.76], "REPLICAS": 2}
+    code |= {"AR_ROUNDS": 5, "LOADS": [0.76], "REPLICAS": 2, "REPEATS": 30}
     printed, _ = _one_replica_check(samples, 0.76, **code)
     assert printed.splitlines() == [
         f"a size missed its line beyond the tolerance: one more set (others {load})"

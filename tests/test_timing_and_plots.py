@@ -371,6 +371,48 @@ def test_the_load_that_decides_busy_is_the_timed_rounds_not_the_warm_up(monkeypa
             assert share > 0.8, (function, share)
 
 
+def test_a_set_too_short_for_the_cpu_counters_reads_unmeasured_not_busy():
+    """A review found 3b's quick addition set (24.4 ms of rounds on 2 CPUs) reading one 0.01 s
+    tick of others' time as 20%, over `timing.BUSY`, and withholding a quiet machine's verdict.
+    Under `timing.SHORT` the share is unmeasured: the busy rule reads 0, the words say so; a
+    longer set's share is read as measured, busy when over the threshold. 3b and 3c read every
+    set through `load_reading`, one rule."""
+    assert timing.load_reading(0.2015, 0.0244) == (0.0, "unmeasured (coarse, 0.02 s)")
+    share, said = timing.load_reading(0.2015, timing.SHORT)
+    assert share > timing.BUSY and said == "20%"
+    for notebook in ("03b_where_time_goes.ipynb", "03c_allreduce_and_profile.ipynb"):
+        text = (ROOT / "notebooks" / notebook).read_text()
+        assert "timing.load_reading(" in text, notebook
+
+
+def test_every_round_of_the_all_reduce_starts_with_an_untimed_call_of_its_first_loop():
+    """A review measured a small loop timed right after 3c's 16 MiB one running 13-16 us per run
+    slower (7 us for the loop alone, 20% of it, subtracted from every size): the loop timed first
+    in each round paid for the previous round's last. Each round now starts with an untimed call
+    of its first loop, which pays that instead; the timed calls keep their order and count."""
+    from types import SimpleNamespace
+
+    order = []
+
+    def loop(name):
+        def run(count):
+            order.append(name)
+            return 0.0
+
+        return run
+
+    namespace = {"timing": timing, "tf": SimpleNamespace(constant=lambda value: value)}
+    seconds_per_run = _notebook_function(
+        "03c_allreduce_and_profile.ipynb", "seconds_per_run", namespace
+    )
+    calls = {name: loop(name) for name in ("loop alone", "4 KiB", "16 MiB")}
+    samples, _ = seconds_per_run(calls, dict.fromkeys(calls, 3), 2)
+    warm_up, rounds = order[:3], order[3:]
+    assert warm_up == list(calls)
+    assert rounds == ["loop alone", *calls] * 2  # the untimed call, then every loop timed
+    assert all(len(s) == 2 for s in samples.values())
+
+
 def test_cache_sizes_count_every_l3_domain_once(tmp_path):
     # Four CPUs in two L3 domains (0-1 and 2-3), each CPU with its own L1: the last level is
     # both domains' L3 together, not cpu0's slice; a shared cache is not counted per CPU.
