@@ -1645,6 +1645,15 @@ class _Places:
         if name in self._rebound:
             return self._rebound[name]
         found = self._rebound[name] = []
+        for index, statement in self._sure_statements():
+            if isinstance(statement, (ast.Assign, ast.AnnAssign)) and name in _targets(statement):
+                if statement.value is not None:
+                    found.append((index, statement.lineno, statement.col_offset))
+        return found
+
+    def _sure_statements(self):
+        """(cell index, statement) of each statement that surely runs once its cell runs: at
+        the top of a cell, or in the body of a `with` of `SURE_CONTEXTS` there."""
         for index, tree in enumerate(self.trees):
             todo = list(tree.body)
             while todo:
@@ -1659,41 +1668,24 @@ class _Places:
                     for item in statement.items
                 ):
                     todo += statement.body
-                elif isinstance(statement, (ast.Assign, ast.AnnAssign)) and name in _targets(
-                    statement
-                ):
-                    if statement.value is not None:
-                        found.append((index, statement.lineno, statement.col_offset))
-        return found
+                else:
+                    yield index, statement
 
     def _rebound_by_loops(self, name: str) -> list[tuple[int, int, int]]:
         key = f"for {name}"
         if key in self._rebound:
             return self._rebound[key]
         found = list(self.rebound(name))
-        for index, tree in enumerate(self.trees):
-            todo = list(tree.body)
-            while todo:
-                statement = todo.pop()
-                if isinstance(statement, (ast.With, ast.AsyncWith)) and all(
-                    isinstance(item.context_expr, ast.Call)
-                    and (
-                        getattr(item.context_expr.func, "attr", "")
-                        or getattr(item.context_expr.func, "id", "")
-                    )
-                    in SURE_CONTEXTS
-                    for item in statement.items
-                ):
-                    todo += statement.body
-                elif (
-                    isinstance(statement, (ast.For, ast.AsyncFor))
-                    and isinstance(statement.target, ast.Name)
-                    and statement.target.id == name
-                    and isinstance(statement.iter, (ast.Tuple, ast.List))
-                    and statement.iter.elts
-                    and not any(isinstance(e, ast.Starred) for e in statement.iter.elts)
-                ):
-                    found.append((index, statement.lineno, statement.col_offset))
+        for index, statement in self._sure_statements():
+            if (
+                isinstance(statement, (ast.For, ast.AsyncFor))
+                and isinstance(statement.target, ast.Name)
+                and statement.target.id == name
+                and isinstance(statement.iter, (ast.Tuple, ast.List))
+                and statement.iter.elts
+                and not any(isinstance(e, ast.Starred) for e in statement.iter.elts)
+            ):
+                found.append((index, statement.lineno, statement.col_offset))
         self._rebound[key] = sorted(found)
         return self._rebound[key]
 
