@@ -574,7 +574,9 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     """What a limit's starved sets (`starved_sets`) say, "" when none ran starved: how many, what
     their fastest rounds got, where the rest went (others, when their load was over `busy`; else
     the share of the cores that sat idle at least: the work did not spread over them), and
-    whether the low end or every set is one.
+    whether the low end or every set is one. A set missing from `loads` had rounds too short to
+    measure the others' share (`timing.load_reading`): when no starved set's was measured, the
+    note says so and guesses neither.
 
     >>> print(starved_note("bandwidth", {"a": [60.0]}, {"a": [1.0]}, {"a": 0.18}, 2.0, 0.2))
     ... # doctest: +NORMALIZE_WHITESPACE
@@ -585,14 +587,18 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     hungry = starved_sets(sets, cores, usable)
     if not hungry:
         return ""
-    others = max(loads.get(label, 0.0) for label in hungry)
+    shares = [loads[label] for label in hungry if label in loads]  # missing: unmeasured
+    others = max(shares, default=0.0)
     most = max(cores[label][sets[label].index(max(sets[label]))] for label in hungry)
     note = (
         f"{name} in {len(hungry)} of {count(len(sets), 'set')} "
-        f"({_fastest_cores(sets, cores, hungry, usable)}; others {100 * others:.0f}%): "
+        f"({_fastest_cores(sets, cores, hungry, usable)}; others "
+        f"{f'{100 * others:.0f}%' if shares else 'unmeasured'}): "
     )
     if others > busy:  # measured: the others' share; thread waits are not (the notebook says)
         note += "others took cores"
+    elif not shares:
+        note += "its rounds too short to tell others' load from idle cores"
     else:
         idle = max(0.0, 1 - most / usable - others)  # wall time nobody's CPU seconds filled
         note += (

@@ -1168,6 +1168,11 @@ def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
     note = verdict.starved_note("bandwidth", bandwidth, cores, some, 2, 0.2)
     assert "others 18%): others under 20%, at least 28% of the cores idle" in note
     assert "nothing else ran" not in note
+    # a set too short to measure the load (3b's quick addition, `timing.load_reading`): left out
+    # of the loads the note gets, it says the share is unmeasured, not 0%, and claims no idle cores
+    note = verdict.starved_note("bandwidth", {"a": [60.0]}, {"a": [1.0]}, {}, 2, 0.2)
+    assert note.startswith("bandwidth in 1 of 1 set (1.0 of 2 cores' worth; others unmeasured): ")
+    assert "too short to tell others' load from idle cores" in note and "idle (the" not in note
     assert verdict.ridge(record) == (
         "No side of the ridge from this run: every bandwidth set ran starved (1.0-1.1 of 2 "
         "cores' worth in its fastest round), so the limit may be low, and a limit measured "
