@@ -145,10 +145,13 @@ def held_files(processes: list[psutil.Process]) -> HeldFiles:
         for name in names:
             link = f"{folder}/{name}"
             try:
-                target = os.readlink(link)
                 info = os.stat(link)
             except OSError:
                 continue  # closed while we look
+            try:
+                target = os.readlink(link)
+            except OSError:  # ENAMETOOLONG: a path past PATH_MAX (a memfd's name is short)
+                target = ""
             if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) in seen:
                 continue
             seen.add((info.st_dev, info.st_ino))

@@ -372,7 +372,10 @@ def test_the_check_log_keeps_at_most_its_cap_of_a_check_process_output(tmp_path)
 HOLDER = """
 import os, sys, time
 kind, mb = sys.argv[1], int(sys.argv[2])
-if kind == "deleted":
+if kind in ("deleted", "deep"):
+    for _ in range(18 if kind == "deep" else 0):  # a path past PATH_MAX (4,096): no readlink
+        os.mkdir("d" * 250)
+        os.chdir("d" * 250)
     fd = os.open("hold.bin", os.O_WRONLY | os.O_CREAT, 0o600)
     os.unlink("hold.bin")
 else:
@@ -394,6 +397,21 @@ def _holder(folder: Path, kind: str, mb: int) -> subprocess.Popen:
     )
     assert child.stdout.readline().strip() == "held"
     return child
+
+
+def test_a_deleted_file_whose_path_is_past_path_max_is_counted(tmp_path):
+    """Red team 28a: a file deleted while open under 18 folders of 250-character names (a path
+    readlink cannot return) was skipped by the fd scan, and 3 GB passed the 1 GB cap; the scan
+    stats the descriptor itself, so the path's length does not matter."""
+    from course_tools.processes import held_files, process_tree
+
+    child = _holder(tmp_path, "deep", 8)
+    try:
+        held = held_files(process_tree(child.pid))
+        assert 8 * 2**20 <= held.deleted_bytes < 9 * 2**20 and held.memfd_bytes == 0
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_the_disk_watch_counts_a_file_the_kernel_deleted_while_open(tmp_path):
