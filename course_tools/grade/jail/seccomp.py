@@ -11,6 +11,10 @@
 - the kernel's asynchronous I/O (`io_setup`, `io_uring_setup`: ENOSYS, and libraries fall back to
   threads): its contexts come from one table for the whole host (`fs.aio-max-nr`), which one
   sandbox could fill, denying every database and emulator on the machine;
+- System V shared memory (`shmget`, and i386's `ipc` multiplexer: ENOSYS): its segments, in the
+  sandbox's own IPC namespace, are in no process's resident memory and behind no descriptor, so
+  the watched route (an ordinary user, no memory cgroup) cannot count them; nothing the course runs
+  uses them (Python's and TensorFlow's shared memory is POSIX, files in /dev/shm);
 - sockets of a family other than `FAMILIES` (`socket`, `socketpair`: EAFNOSUPPORT, as if the
   kernel had not built it in). AF_VSOCK is the one that matters: it has no network namespace, so
   a sandbox could take ports of the host's vsock space and reach the hypervisor. i386's
@@ -59,7 +63,7 @@ class Calls(NamedTuple):
     keys: tuple[int, ...]
     #: unshare, clone: EPERM when argument 0 asks for a new user namespace
     namespaces: tuple[int, ...]
-    #: clone3, io_setup, io_uring_setup (and i386's socketcall): ENOSYS
+    #: clone3, io_setup, io_uring_setup, shmget (and i386's socketcall and ipc): ENOSYS
     nosys: tuple[int, ...]
     #: socket, socketpair: EAFNOSUPPORT for a family not in `FAMILIES`, EPROTONOSUPPORT for a
     #: netlink protocol not in `NETLINK_PROTOCOLS`
@@ -70,12 +74,12 @@ class Calls(NamedTuple):
 #: arch/arm/tools and include/uapi/asm-generic).
 ARCHITECTURES = {
     "x86_64": (
-        Calls(0xC000003E, (248, 249, 250), (272, 56), (435, 206, 425), (41, 53)),
-        Calls(0x40000003, (286, 287, 288), (310, 120), (435, 245, 425, 102), (359, 360)),
+        Calls(0xC000003E, (248, 249, 250), (272, 56), (435, 206, 425, 29), (41, 53)),
+        Calls(0x40000003, (286, 287, 288), (310, 120), (435, 245, 425, 395, 102, 117), (359, 360)),
     ),
     "aarch64": (
-        Calls(0xC00000B7, (217, 218, 219), (97, 220), (435, 0, 425), (198, 199)),
-        Calls(0x40000028, (309, 310, 311), (337, 120), (435, 243, 425), (281, 288)),
+        Calls(0xC00000B7, (217, 218, 219), (97, 220), (435, 0, 425, 194), (198, 199)),
+        Calls(0x40000028, (309, 310, 311), (337, 120), (435, 243, 425, 307), (281, 288)),
     ),
 }
 #: The socket families a sandbox may open: AF_UNIX, AF_INET, AF_INET6 (TensorFlow's gRPC,
@@ -102,7 +106,7 @@ def program(machine: str | None = None) -> bytes:
     kernel loads; ValueError for a machine not in `ARCHITECTURES`.
 
     >>> len(program("x86_64")) // 8  # instructions
-    70
+    73
     """
     machine = machine or platform.machine()
     if machine not in ARCHITECTURES:
