@@ -885,39 +885,49 @@ print(json.dumps({row.name: [row.held, row.how] for row in limits.enforced()}))
 
 
 @contextlib.contextmanager
-def _as_a_user(*programs: str):
-    """Run each of `programs` in the jail an ordinary user gets (`AS_A_USER`), as a throwaway
-    uid, the system's Python inside; yields (the work folder, removed on exit; each one's [return
-    code, output, error]; {limit: [held, how]} of `limits.enforced()` as that user). Skips unless
-    root with a system python3 and a working sandbox."""
+def _throwaway_user(uid: int, argv, timeout: int):
+    """Run `python -c <argv(work, system_python)>` as the throwaway `uid`, in a folder of its own
+    with a work folder it owns; yields (the work folder, removed on exit; the run's output). Skips
+    unless root with a system python3 and a working sandbox."""
     system_python = shutil.which("python3", path="/usr/bin:/bin")
     if not identity.privileged() or system_python is None:
         pytest.skip("needs root (a throwaway uid) and the system's python3")
     available, detail = sandbox.status()
     if not available:
         require_or_skip("sandbox", f"no grading sandbox: {detail}")
-    nobody = 54321
     top = Path(tempfile.mkdtemp(prefix="course-test-user-"))
     try:
         work = top / "work"
         work.mkdir()
-        os.chown(work, nobody, nobody)
+        os.chown(work, uid, uid)
         top.chmod(0o755)
-        script = [AS_A_USER, str(work), json.dumps(programs), system_python, str(ROOT)]
         done = subprocess.run(
-            ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups"]
-            + [sys.executable, "-c", *script],
+            ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+            + [sys.executable, "-c", *argv(work, system_python)],
             cwd=ROOT,
             env={**{k: v for k, v in os.environ.items() if k != "TFDS_DATA_DIR"}, "HOME": str(top)},
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=timeout,
         )
         assert done.returncode == 0, done.stderr[-2000:]
-        outs, rows = done.stdout.strip().splitlines()[-2:]
-        yield work, json.loads(outs), json.loads(rows)
+        yield work, done.stdout
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _as_a_user(*programs: str):
+    """Run each of `programs` in the jail an ordinary user gets (`AS_A_USER`), as a throwaway
+    uid, the system's Python inside; yields (the work folder, removed on exit; each one's [return
+    code, output, error]; {limit: [held, how]} of `limits.enforced()` as that user)."""
+
+    def argv(work: Path, system_python: str) -> list[str]:
+        return [AS_A_USER, str(work), json.dumps(programs), system_python, str(ROOT)]
+
+    with _throwaway_user(54321, argv, timeout=600) as (work, out):
+        outs, rows = out.strip().splitlines()[-2:]
+        yield work, json.loads(outs), json.loads(rows)
 
 
 def test_as_an_ordinary_user_the_in_memory_folders_are_capped_in_files_too():
@@ -1075,33 +1085,12 @@ def test_as_an_ordinary_user_the_grader_sees_what_the_sandbox_holds_open():
     descriptors of the sandbox's processes: a memfd's 8 MB and a deleted file's 8 MB are seen
     through the real jail, and a process that made itself undumpable is seen as hiding them
     (the kernel's watchdog then stops it). As root, through a throwaway uid."""
-    system_python = shutil.which("python3", path="/usr/bin:/bin")
-    if not identity.privileged() or system_python is None:
-        pytest.skip("needs root (a throwaway uid) and the system's python3")
-    available, detail = sandbox.status()
-    if not available:
-        require_or_skip("sandbox", f"no grading sandbox: {detail}")
-    nobody = 54322
-    top = Path(tempfile.mkdtemp(prefix="course-test-user-"))
-    try:
-        work = top / "work"
-        work.mkdir()
-        os.chown(work, nobody, nobody)
-        top.chmod(0o755)
-        script = [HELD_AS_A_USER, str(work), system_python, HOLD, str(ROOT)]
-        done = subprocess.run(
-            ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups"]
-            + [sys.executable, "-c", *script],
-            cwd=ROOT,
-            env={**{k: v for k, v in os.environ.items() if k != "TFDS_DATA_DIR"}, "HOME": str(top)},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        shown, hidden = json.loads(done.stdout.strip().splitlines()[-1])
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
+
+    def argv(work: Path, system_python: str) -> list[str]:
+        return [HELD_AS_A_USER, str(work), system_python, HOLD, str(ROOT)]
+
+    with _throwaway_user(54322, argv, timeout=300) as (_, out):
+        shown, hidden = json.loads(out.strip().splitlines()[-1])
     mb = 2**20
     assert 8 * mb <= shown[0] < 9 * mb and 8 * mb <= shown[1] < 9 * mb and shown[2] == 0, shown
     assert hidden[2] >= 1, hidden
