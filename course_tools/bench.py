@@ -218,6 +218,23 @@ def measured_limit(measure_set, sets: int = 3, *, busy: float = 1.0) -> dict:
     return limit
 
 
+def limit_set_reading(
+    measured: tuple[list[float], list[float], float], work: float, *, gpu: bool
+) -> tuple[list[float], list[float], float]:
+    """One set of a limit's rounds from 3b's `rates_in_rounds` (`measured`: each round's rate, its
+    cores' worth, the share of the cores others used; `work`: what each round did), read as 3b
+    reads it: the cores' worth dropped on a GPU (the process waits for the device), and the share
+    through `timing.load_reading` (rounds lasting under `timing.SHORT` in all read one CPU-counter
+    tick as load, so their share is unmeasured and counts as 0).
+
+    >>> limit_set_reading(([4e9, 5e9], [2.0, 2.0], 0.5), 2e6, gpu=False)  # 0.9 ms in all
+    ([4000000000.0, 5000000000.0], [2.0, 2.0], 0.0)
+    """
+    got, cores, others = measured
+    others, _ = timing.load_reading(others, sum(work / rate for rate in got))
+    return got, [] if gpu else cores, others
+
+
 def ridge_range(peak: dict, bandwidth: dict) -> list[float]:
     """The ridge (FLOP per byte) across the limits' ranges, as 3b prints it: each limit is a
     lower bound searched up to its `headroom`, so from the peak over the bandwidth's top to the
@@ -249,9 +266,8 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     busy = timing.BUSY  # the load rule 3b and 3c share
 
     def limit_set(run, amount: float, repeats: int) -> tuple[list[float], list[float], float]:
-        # rates, each round's cores' worth, the others' share of the cores during the rounds
-        got, cores, others = rates(run, amount, repeats, sizes.rounds)
-        return got, [] if gpu else cores, others  # on a GPU the process waits for the device
+        measured = rates(run, amount, repeats, sizes.rounds)
+        return limit_set_reading(measured, amount * repeats, gpu=gpu)
 
     peak = measured_limit(lambda: limit_set(work, flops, 3 if quick else 10), busy=busy)
     add, moved = limits["additions"](limits["addition_megabytes"](64 if quick else 256))
@@ -265,7 +281,8 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
 
     def reduce_rounds() -> dict:
         taken, others = reduce["seconds_per_run"](calls, repeats, sizes.rounds)
-        shares.append(others)  # during the timed rounds, not the warm-up
+        lasted = sum(repeats[key] * sum(rounds) for key, rounds in taken.items())
+        shares.append(timing.load_reading(others, lasted)[0])  # as 3c; not the warm-up's
         return taken
 
     samples = reduce_rounds()

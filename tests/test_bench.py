@@ -373,3 +373,19 @@ def test_the_ridge_range_searches_each_limit_up_to_its_headroom_as_3b(monkeypatc
     low, high = bench.ridge_range(peak, bandwidth)
     assert high == pytest.approx(16.0) and low == pytest.approx(5 * verdict.STARVED)
     assert low < 5.0 < high  # the ridge at the fastest rounds lies inside; 95/20 is no end
+
+
+def test_a_limit_set_too_short_to_measure_its_load_is_not_called_busy():
+    """As 3b: rounds lasting under `timing.SHORT` in all read one 0.01 s CPU-counter tick as a
+    share of the cores (20% of 2 cores over 25 ms), so `course bench` reads their share as
+    unmeasured (0), not busy; a set long enough to measure keeps its share and its flag."""
+    from course_tools import bench
+    from course_utils import timing
+
+    short = bench.limit_set_reading(([1e9, 1e9], [2.0, 2.0], 0.6), 1e6, gpu=False)  # 2 ms
+    long = bench.limit_set_reading(([1e9, 1e9], [2.0, 2.0], 0.6), 1e9, gpu=False)  # 2 s
+    assert short[2] == 0.0 and long[2] == 0.6 > timing.BUSY
+    flagged = bench.measured_limit(lambda: long, 2, busy=timing.BUSY)
+    assert flagged["busy"] is True
+    assert bench.measured_limit(lambda: short, 2, busy=timing.BUSY)["busy"] is False
+    assert bench.limit_set_reading(([1e9], [1.0], 0.0), 1e9, gpu=True)[1] == []  # GPU: no worth
