@@ -103,6 +103,34 @@ def keep_first_to_go(processes: list[psutil.Process]) -> None:
                 out.write(str(KERNEL_OOM_SCORE_ADJ))
 
 
+#: The open descriptors a watched tree may hold in all (`Watchdog`, counted by `descriptor_count`
+#: before each look's scan): every look stats each one and reads its link (`held_files`: 8 to 16
+#: us a descriptor measured on this course's 2-core host, more while grading loads it), so a
+#: tree of hundreds of thousands (the sandbox's tasks times its RLIMIT_NOFILE) made each look
+#: seconds long and its memory verdict late. The solution's kernel at 2 devices under `course
+#: grade` (quick profile, synthetic data, as root) held at most 83 in all, in 3 processes (74 in
+#: its Python, 57 threads): a margin of over 200 times, and a scan of 20,000 took 0.2-0.35 s.
+MAX_DESCRIPTORS = 20_000
+
+
+def descriptor_count(processes: list[psutil.Process]) -> int:
+    """How many descriptors `processes` hold open, without looking at any of them: the size
+    Linux (6.2 on) gives /proc/<pid>/fd (its count of open descriptors), else its listing's
+    length; a process gone or unreadable counts 0 (`held_files` says which are unreadable).
+
+    Example:
+        >>> import os
+        >>> descriptor_count(process_tree(os.getpid())) >= 3
+        True
+    """
+    total = 0
+    for process in processes:
+        folder = f"/proc/{process.pid}/fd"
+        with contextlib.suppress(OSError):
+            total += os.stat(folder).st_size or len(os.listdir(folder))
+    return total
+
+
 @dataclass
 class HeldFiles:
     """What a process tree holds open (`held_files`), each file once by (st_dev, st_ino)."""
@@ -113,12 +141,18 @@ class HeldFiles:
     deleted_bytes: int = 0
     #: processes whose descriptors could not be read
     unreadable: int = 0
+    #: the descriptors they hold in all (`descriptor_count`)
+    descriptors: int = 0
+    #: False when they held more than the scan's bound: none was looked at (bytes unknown)
+    scanned: bool = True
 
 
-def held_files(processes: list[psutil.Process]) -> HeldFiles:
+def held_files(processes: list[psutil.Process], max_descriptors: int | None = None) -> HeldFiles:
     """The files `processes` hold open through /proc/<pid>/fd: a memfd's pages, and the blocks of
     a regular file deleted while open (os.stat follows the fd link to the file itself), each
-    (st_dev, st_ino) counted once however many descriptors or processes hold it.
+    (st_dev, st_ino) counted once however many descriptors or processes hold it. With
+    `max_descriptors`, they are counted first (`descriptor_count`, cheap) and none is looked at
+    when they are more (`scanned` False).
 
     Example:
         >>> import os
@@ -126,9 +160,16 @@ def held_files(processes: list[psutil.Process]) -> HeldFiles:
         1048576
         >>> held_files(process_tree(os.getpid())).memfd_bytes >= 2**20
         True
+        >>> held_files(process_tree(os.getpid()), max_descriptors=1).scanned
+        False
         >>> os.close(fd)
     """
     held, seen = HeldFiles(), set()
+    if max_descriptors is not None:
+        held.descriptors = descriptor_count(processes)
+        if held.descriptors > max_descriptors:
+            held.scanned = False
+            return held
     for process in processes:
         folder = f"/proc/{process.pid}/fd"
         try:
@@ -163,6 +204,15 @@ def held_files(processes: list[psutil.Process]) -> HeldFiles:
     return held
 
 
+def resident_mb(processes: list[psutil.Process]) -> float:
+    """The resident memory of `processes` in all, in MB (those gone while we look count 0)."""
+    total = 0.0
+    for process in processes:
+        with contextlib.suppress(psutil.Error):  # it may end while we look
+            total += process.memory_info().rss / 2**20
+    return total
+
+
 def kill_tree(pid: int) -> None:
     """SIGKILL a process, its process group (when it leads one) and every descendant, those that
     left the group with setsid too. Nothing happens for a process that is gone."""
@@ -180,16 +230,21 @@ class Watchdog:
     """In a `with` block, kills a process tree (`kill_tree`) once it uses more than `memory_mb`
     of resident memory, or `seconds` after the watchdog was made; a thread looks every
     `INTERVAL` seconds (resident memory, and the memfds the tree holds: `held_files`). `reason`
-    says why it killed ("" if it did not), `peak_mb` is the most memory seen. With `first_to_go`
-    (a kernel's tree) it raises back the oom_score_adj a process of the tree lowered
-    (`keep_first_to_go`), and kills the tree once a process of it hides its descriptors. It
-    also kills the tree once `cancel` is set (the caller gives up on it, e.g. on Ctrl-C). (Not
-    `setrlimit(RLIMIT_AS)`: TensorFlow reserves far more address space than it uses.)"""
+    says why it killed ("" if it did not), `peak_mb` is the most memory seen. Each look scans
+    the tree's descriptors once: `held` is that scan, which the runner's disk watch reads too
+    (its deleted files), and the memory verdict takes the larger of the resident memory read
+    before and after it (a long scan judges no stale reading). A tree holding more than
+    `max_descriptors` descriptors in all is killed, its scan not made (`MAX_DESCRIPTORS`: the
+    grader could not watch it in time). With `first_to_go` (a kernel's tree) it raises back the
+    oom_score_adj a process of the tree lowered (`keep_first_to_go`), and kills the tree once a
+    process of it hides its descriptors. It also kills the tree once `cancel` is set (the caller
+    gives up on it, e.g. on Ctrl-C). (Not `setrlimit(RLIMIT_AS)`: TensorFlow reserves far more
+    address space than it uses.)"""
 
     #: Seconds between two looks at the tree's memory.
     INTERVAL = 0.2
 
-    def __init__(  # noqa: PLR0913 - the tree, its two limits, and how to name, stop, rank it
+    def __init__(  # noqa: PLR0913 - the tree, its limits, and how to name, stop, rank it
         self,
         pid: int,
         memory_mb: float,
@@ -198,9 +253,12 @@ class Watchdog:
         what: str = "it",
         cancel: threading.Event | None = None,
         first_to_go: bool = False,
+        max_descriptors: int = MAX_DESCRIPTORS,
     ) -> None:
         self.pid, self.memory_mb, self.what = pid, memory_mb, what
-        self.first_to_go = first_to_go
+        self.first_to_go, self.max_descriptors = first_to_go, max_descriptors
+        #: the last look's scan of the tree's descriptors (`held_files`), and how many looks
+        self.held, self.looks = HeldFiles(), 0
         self.cancel = cancel
         self.deadline = Deadline(seconds)
         self.reason, self.peak_mb = "", 0.0
@@ -220,26 +278,37 @@ class Watchdog:
         self.reason = self.reason or reason
         kill_tree(self.pid)
 
+    def look(self) -> float:
+        """One look at the tree: its descriptors scanned once (`held`, shared), and its memory in
+        MB (resident, the larger of before and after the scan, plus the memfds it holds)."""
+        tree = process_tree(self.pid)
+        before = resident_mb(tree)
+        self.held = held_files(tree, self.max_descriptors)
+        self.looks += 1
+        # read again after the scan (a process started during it is in the next look's reading);
+        # a memfd's pages are in no process's RSS until mapped: counted once each
+        mb = max(before, resident_mb(tree)) + self.held.memfd_bytes / 2**20
+        if self.first_to_go:
+            keep_first_to_go(tree)
+        self.peak_mb = max(self.peak_mb, mb)
+        return mb
+
     def _watch(self) -> None:
         while not self._stop.wait(self.INTERVAL) and psutil.pid_exists(self.pid):
-            rss = 0.0
-            tree = process_tree(self.pid)
-            for process in tree:
-                # It may end while we look.
-                with contextlib.suppress(psutil.Error):
-                    rss += process.memory_info().rss / 2**20
-            # a memfd's pages are in no process's RSS until mapped: counted once each
-            held = held_files(tree)
-            rss += held.memfd_bytes / 2**20
-            if self.first_to_go:
-                keep_first_to_go(tree)
-            self.peak_mb = max(self.peak_mb, rss)
+            mb = self.look()
+            held = self.held
             if self.cancel is not None and self.cancel.is_set():
                 why = f"cancelled: {self.what} was stopped because grading stopped"
                 self.kill(why)
                 return
-            if rss > self.memory_mb:
+            if mb > self.memory_mb:
                 why = f"memory limit: {self.what} used more than {self.memory_mb:g} MB"
+            elif not held.scanned:
+                why = (
+                    f"too many open descriptors: {held.descriptors:,} (limit "
+                    f"{self.max_descriptors:,}), the grader cannot watch them (the memory and disk "
+                    f"{self.what} held through them could not be counted in time),"
+                )
             elif held.unreadable and self.first_to_go:
                 why = (
                     f"memory limit: a process of {self.what} hid the files it holds open (it "

@@ -58,9 +58,7 @@ from course_tools.processes import (
     Deadline,
     Watchdog,
     first_to_go,
-    held_files,
     kill_tree,
-    process_tree,
 )
 
 ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
@@ -842,10 +840,11 @@ def _take_message_cut(client: _CappedClient, index: int, limits: Limits) -> None
 
 class DiskWatch(threading.Thread):
     """Kills the kernel (through `dog`) once the files under `folder`, with those the kernel's
-    processes hold open after deleting them (`processes.held_files`), take more than `limit_mb`,
-    or number more than `max_entries` files, folders and links (default: the capped work
-    folder's inodes, `workdir.INODES`: empty files take no bytes), or hold a folder it cannot
-    list; it looks every `interval` seconds, at any depth and path length (`files.usage`).
+    processes hold open after deleting them (the scan of `dog`'s last look, `Watchdog.held`),
+    take more than `limit_mb`, or number more than `max_entries` files, folders and links
+    (default: the capped work folder's inodes, `workdir.INODES`: empty files take no bytes), or
+    hold a folder it cannot list; it looks every `interval` seconds, at any depth and path
+    length (`files.usage`).
 
     Example:
 
@@ -871,9 +870,10 @@ class DiskWatch(threading.Thread):
         """Why the folder is over its caps now ("" when it is not)."""
         used = files.usage(self.folder, max_entries=self.max_entries)
         # files deleted while the kernel's processes hold them open: on a disk, no folder lists
-        # them, yet they take its blocks until closed
-        pid = getattr(self.dog, "pid", None)
-        deleted = held_files(process_tree(pid)).deleted_bytes if pid is not None else 0
+        # them, yet they take its blocks until closed; read from the watchdog's last look (one
+        # scan of the tree's descriptors serves both, `Watchdog.held`)
+        held = getattr(self.dog, "held", None)
+        deleted = held.deleted_bytes if held is not None else 0
         if used.bytes + deleted > self.limit_mb * 2**20:
             held = f" ({deleted / 2**20:,.0f} MB of it in files deleted while open)" * bool(deleted)
             return (

@@ -5,10 +5,12 @@ and the user route's disk watch counts files, not only bytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -416,8 +418,9 @@ def test_a_deleted_file_whose_path_is_past_path_max_is_counted(tmp_path):
 
 def test_the_disk_watch_counts_a_file_the_kernel_deleted_while_open(tmp_path):
     """The user route's watch sees the blocks of a file deleted while a process of the kernel's
-    tree holds it (no folder lists it), each file once, and stops the kernel past the cap."""
-    from course_tools.processes import held_files, process_tree
+    tree holds it (no folder lists it), each file once, and stops the kernel past the cap; it
+    reads them from the watchdog's last look (`Watchdog.held`)."""
+    from course_tools.processes import Watchdog, held_files, process_tree
 
     child = _holder(tmp_path, "deleted", 8)
     try:
@@ -426,22 +429,187 @@ def test_the_disk_watch_counts_a_file_the_kernel_deleted_while_open(tmp_path):
         assert 8 * 2**20 <= held.deleted_bytes < 9 * 2**20 and held.memfd_bytes == 0
 
         class Dog:
-            reason, pid = "", child.pid
+            reason = ""
+
+            def __init__(self, held) -> None:
+                self.held = held
 
             def kill(self, reason: str) -> None:
                 self.reason = reason
 
-        dog = Dog()
-        watch = DiskWatch(tmp_path, limit_mb=4, dog=dog, interval=0.01)
-        watch.start()
-        watch.join(timeout=30)
+        over = DiskWatch(tmp_path, limit_mb=4, dog=Dog(held)).over()
+        assert over.startswith("disk limit: the notebook's folder took 8 MB (8 MB of it in files")
+        assert DiskWatch(tmp_path, limit_mb=16, dog=Dog(held)).over() == ""
+        with Watchdog(child.pid, memory_mb=10**6, seconds=30, what="the notebook") as dog:
+            watch = DiskWatch(tmp_path, limit_mb=4, dog=dog, interval=0.01)
+            watch.start()
+            watch.join(timeout=30)
         assert "took 8 MB (8 MB of it in files deleted while open), more than the 4 MB" in (
             dog.reason
         )
-        dog = Dog()
-        assert DiskWatch(tmp_path, limit_mb=16, dog=dog).over() == ""
     finally:
         child.kill()
+        child.wait()
+
+
+def test_one_scan_of_the_descriptors_per_look_serves_both_watches(tmp_path, monkeypatch):
+    """Red team 28a: the watchdog and the disk watch each scanned every descriptor of the tree
+    (two full scans every 0.5 s, seconds long for a tree of hundreds of thousands); now the
+    watchdog's look scans once and the disk watch reads that scan (`Watchdog.held`)."""
+    from course_tools.processes import Watchdog
+
+    child = _holder(tmp_path, "deleted", 1)
+    first = f"/proc/{child.pid}/fd/{min(os.listdir(f'/proc/{child.pid}/fd'), key=int)}"
+    scans, disk_looks = [], []
+    readlink = os.readlink
+
+    def counting(path, *args, **kwargs):
+        if str(path) == first:  # each scan reads each descriptor's link once
+            scans.append(threading.current_thread())
+        return readlink(path, *args, **kwargs)
+
+    class Counted(DiskWatch):
+        def over(self) -> str:
+            disk_looks.append(1)
+            return super().over()
+
+    monkeypatch.setattr(os, "readlink", counting)
+    monkeypatch.setattr(Watchdog, "INTERVAL", 0.05)
+    try:
+        with Watchdog(child.pid, memory_mb=10**6, seconds=30, what="the notebook") as dog:
+            watch = Counted(tmp_path, limit_mb=1024, dog=dog, interval=0.01)
+            watch.start()
+            time.sleep(1.5)
+            watch.stopped.set()
+            watch.join(timeout=30)
+        assert dog.reason == "" and len(disk_looks) >= 10
+        assert [thread for thread in scans if thread is watch] == []  # none by the disk watch
+        assert 5 <= dog.looks == len(scans), (dog.looks, len(scans))  # one a look
+        assert dog.held.deleted_bytes >= 2**20  # what the disk watch reads
+    finally:
+        child.kill()
+        child.wait()
+
+
+#: A child that, at each line read, allocates `MB` MB, says so, holds it 0.5 s, then frees it.
+SPIKER = """
+import sys, time
+mb = int(sys.argv[1])
+for line in sys.stdin:
+    block = b"\x01" * (mb * 2**20)
+    print("ok", flush=True)
+    time.sleep(0.5)
+    del block
+"""
+
+
+def test_the_memory_verdict_reads_the_memory_after_the_scan(monkeypatch):
+    """Red team 28a: resident memory was read before the descriptor scan and judged after it, so
+    a long scan judged a stale reading (a kernel passed a 4,096 MB cap by 2 GB); the verdict now
+    takes the larger of the readings before and after the scan. Here memory grows DURING each
+    scan (made long on purpose) and is freed before the next look: only a reading taken after the
+    scan sees it."""
+    from course_tools import processes
+    from course_tools.processes import Watchdog
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", SPIKER, "300"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    scan = processes.held_files
+
+    def slow_scan(tree, *args, **kwargs):
+        child.stdin.write("a\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "ok"  # 300 MB held while the scan runs
+        return scan(tree, *args, **kwargs)
+
+    monkeypatch.setattr(processes, "held_files", slow_scan)
+    monkeypatch.setattr(Watchdog, "INTERVAL", 1.0)  # each spike is over well before the next look
+    try:
+        with Watchdog(child.pid, memory_mb=200, seconds=30, what="the notebook") as dog:
+            child.wait(timeout=10)
+        assert dog.reason == "memory limit: the notebook used more than 200 MB and was stopped"
+        assert dog.peak_mb > 300
+    finally:
+        child.kill()
+        child.wait()
+
+
+#: A parent that dups `N` descriptors of /dev/null (inheritable), starts 5 `sleep`s holding them
+#: too, and waits: about 6 x N descriptors in its tree.
+DUPER = """
+import os, subprocess, sys
+null = os.open(os.devnull, os.O_RDONLY)
+for _ in range(int(sys.argv[1])):
+    os.set_inheritable(os.dup(null), True)
+kids = [subprocess.Popen(["sleep", "60"], close_fds=False) for _ in range(5)]
+print("held", flush=True)
+kids[0].wait()
+"""
+
+
+def _alive(process) -> bool:
+    """Whether `process` still runs (a zombie, killed and not yet reaped, does not)."""
+    with contextlib.suppress(Exception):
+        return process.is_running() and process.status() != "zombie"
+    return False
+
+
+def test_a_tree_holding_too_many_descriptors_is_stopped(monkeypatch):
+    """Red team 28a: 900 processes holding 391,500 descriptors made each scan seconds long. Past
+    `max_descriptors` in the tree (counted without looking at any) the watchdog stops it with the
+    reason, and reads none of their links; under it, nothing is said."""
+    from course_tools import processes
+    from course_tools.processes import Watchdog, held_files, process_tree
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", DUPER, "100"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "held"
+        tree = process_tree(child.pid)
+        assert len(tree) == 6
+        count = processes.descriptor_count(tree)
+        assert 600 <= count < 700
+        assert held_files(tree, max_descriptors=300) == processes.HeldFiles(
+            descriptors=count, scanned=False
+        )
+        with Watchdog(child.pid, memory_mb=10**6, seconds=30, max_descriptors=10_000) as dog:
+            time.sleep(0.6)
+        assert dog.reason == "" and dog.held.scanned and dog.looks >= 1
+
+        pids = {f"/proc/{process.pid}/fd/" for process in tree}
+        looked = []
+        readlink = os.readlink
+
+        def counting(path, *args, **kwargs):
+            if any(str(path).startswith(folder) for folder in pids):
+                looked.append(path)
+            return readlink(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "readlink", counting)
+        with Watchdog(
+            child.pid, memory_mb=10**6, seconds=30, what="the notebook", max_descriptors=300
+        ) as dog:
+            child.wait(timeout=10)
+        assert dog.reason.startswith(
+            f"too many open descriptors: {count:,} (limit 300), the grader cannot watch them"
+        ), dog.reason
+        assert dog.reason.endswith("and was stopped")
+        assert looked == []
+        deadline = time.monotonic() + 10
+        while any(_alive(process) for process in tree[1:]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(process) for process in tree[1:])  # the sleeps were killed too
+    finally:
+        processes.kill_tree(child.pid)
         child.wait()
 
 

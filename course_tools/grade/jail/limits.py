@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from course_tools import processes
 from course_tools.grade.jail import cgroups, identity, memory_folders, sandbox, workdir
 
 
@@ -82,7 +83,9 @@ def enforced() -> list[Limit]:
     else:
         how = (
             "resident memory and the memfds the kernel's processes hold, summed every 0.2 s "
-            f"(tmpfs files, a memfd mapped then closed, socket buffers unseen): {cgroup_missing}"
+            "(tmpfs files, a memfd mapped then closed, socket buffers unseen; the kernel stopped "
+            f"past {processes.MAX_DESCRIPTORS:,} descriptors, which each look reads): "
+            f"{cgroup_missing}"
         )
         memory = Limit("memory", held=False, how=how)
         if root and not absent:
