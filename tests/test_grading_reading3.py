@@ -738,3 +738,86 @@ def test_a_module_patched_through_a_container_or_its_namespace_is_a_module_write
     assert reading.Code.of(code).module_patches() == []
     checks.assert_readable(code)
     checks.clear_cache()
+
+
+DONOR = 'p = "donor.weights.h5"\ndonor = keras.models.load_model("donor.keras")\n'
+#: Red team 28a's forms (finding 4): the model reached through an expression that holds it.
+HELD = {
+    "tuple": "m, _ = fit_model, None\nm.set_weights(donor.get_weights())",
+    "tuple1": "(m,) = (fit_model,)\nm.load_weights(p)",
+    "starred": "m, *rest = [fit_model]\nm.load_weights(p)",
+    "index": "m = [fit_model][0]\nm.load_weights(p)",
+    "ifexp": "m = fit_model if EPOCHS else None\nm.load_weights(p)",
+    "or": "m = fit_model or None\nm.load_weights(p)",
+    "dict": 'd = {"m": fit_model}\nd["m"].load_weights(p)',
+    "next": "m = next(iter([fit_model]))\nm.load_weights(p)",
+    "lambda": "(lambda m: m.load_weights(p))(fit_model)",
+    "map": "list(map(lambda m: m.load_weights(p), [fit_model]))",
+    "getter": "def get():\n    return fit_model\nget().load_weights(p)",
+    "namespace": "import types\n"
+    "types.SimpleNamespace(m=fit_model).m.set_weights(donor.get_weights())",
+    "class": "class B:\n    m = fit_model\nB.m.load_weights(p)",
+    "with": "import contextlib\n"
+    "with contextlib.nullcontext(fit_model) as m:\n    m.load_weights(p)",
+    "copy": "import copy\ncopy.copy(fit_model).load_weights(p)",
+    "zip": "for m, q in zip([fit_model], [p]):\n    m.load_weights(q)",
+    "enumerate": "for i, m in enumerate([fit_model]):\n    m.load_weights(p)",
+    # kin: the same rule, other spellings
+    "path": "import types\nbox = types.SimpleNamespace(m=fit_model)\nm = box.m\nm.load_weights(p)",
+    "values": 'for m in {"fit": fit_model}.values():\n    m.load_weights(p)',
+    "walrus": "(m := (fit_model,))[0].load_weights(p)",
+    "augmented": "ms = []\nms += [fit_model]\nms[0].load_weights(p)",
+    "default": "def ld(m=fit_model):\n    m.load_weights(p)\nld()",
+    "method": "class H:\n    def set(self, m):\n        self.m = m\n    def go(self):\n"
+    "        self.m.layers[0].kernel.assign(self.m.layers[0].kernel)\nh = H()\nh.set(fit_model)\n"
+    "h.go()",
+    "dict kernel": 'd = {"m": fit_model}\nd["m"].layers[-1].kernel.assign_add(1.0)',
+}
+#: Red team 28a's writers: a variable of the model written by a scatter or a raw op by keyword.
+WRITTEN = {
+    "scatter_update": "for v, w in zip(fit_model.weights, donor.get_weights()):\n"
+    "    v.value.scatter_update(tf.IndexedSlices(w, tf.range(w.shape[0])))",
+    "scatter_nd_update": "for v, w in zip(fit_model.weights, donor.get_weights()):\n"
+    "    v.value.scatter_nd_update([[i] for i in range(w.shape[0])], w)",
+    "compat.v1": "for v, w in zip(fit_model.weights, donor.get_weights()):\n"
+    "    tf.compat.v1.scatter_update(v.value, tf.range(w.shape[0]), w)",
+    "raw_ops scatter": "for v, w in zip(fit_model.weights, donor.get_weights()):\n"
+    "    tf.raw_ops.ResourceScatterUpdate(resource=v.value.handle, indices=tf.range(w.shape[0]),"
+    " updates=w)",
+    "layer kernel": "k = donor.layers[-1].kernel.numpy()\n"
+    "fit_model.layers[-1].kernel.value.scatter_update(tf.IndexedSlices(k, tf.range(128)))",
+    "raw_ops assign": "for v, w in zip(fit_model.weights, donor.get_weights()):\n"
+    "    tf.raw_ops.AssignVariableOp(resource=v.handle, value=w)",
+}
+
+
+@pytest.mark.parametrize("form", [*HELD, *WRITTEN])
+def test_what_holds_fit_model_is_fit_model_whatever_the_expression(form):
+    """Red team 28a #4 (warm_tuple and warm_scatter, 12/12 with another model's weights in
+    fit_model): a load through an expression that holds the model (unpacked, indexed, a
+    branch, a container, a lambda's parameter, a getter's return, a class body, `with ... as`,
+    a shallow copy, a loop over `zip`/`enumerate`) or a scatter or keyword raw op on its
+    variables was no load. Whatever holds the model bare (not only read an attribute of, nor
+    given to a read-only builtin) holds it, and so does every name bound from it."""
+    code = _solution({ANCHOR: f"{DONOR}{HELD.get(form) or WRITTEN[form]}\n{ANCHOR}"})
+    loads = reading.Code.of(code).hand_steps("fit_model", loads=True)
+    assert loads and loads[0][0] == _cell_of(code, ANCHOR), (form, loads)
+
+
+def test_reading_or_keeping_fit_model_beside_others_is_no_load():
+    """The general rule's honest side: the model kept in a dict and only saved or evaluated
+    through it, printed, tested with `isinstance`, or given to a helper that reports on it,
+    loads nothing; nor does the optimizer's learning rate set through an alias."""
+    honest = (
+        'models = {"fit": fit_model}\nfor key, m in models.items():\n'
+        '    m.save(f"/tmp/{key}.keras")\nprint(models["fit"].evaluate(test_ds, verbose=0))\n'
+        "print(fit_model)\nassert isinstance(fit_model, keras.Model)\n"
+        "print(len([fit_model]), type(fit_model), id(fit_model))\n"
+        "def report(m):\n    print(m.evaluate(test_ds, verbose=0))\nreport(fit_model)\n"
+        "m = fit_model\nm.optimizer.learning_rate.assign(1e-4)\n"
+        "copy = make_model()\ncopy.set_weights(m.get_weights())"
+    )
+    code = _solution({ANCHOR: f"{ANCHOR}\n{honest}"})
+    assert reading.Code.of(code).hand_steps("fit_model", loads=True) == []
+    checks.assert_created_in_scope(code, "fit_model")
+    checks.clear_cache()

@@ -593,11 +593,19 @@ KEPT_EXAMPLES = frozenset({"cache", "map", "prefetch"})
 #: The chain of `tf.data.Dataset.from_tensor_slices(...)` (`Code._slices_loaded`).
 SLICED = ["data", "Dataset", "from_tensor_slices"]
 #: The methods of a variable that write it (`Code.step_assignments`).
-STEP_WRITERS = frozenset({"assign", "assign_add", "assign_sub"})
+STEP_WRITERS = frozenset(
+    {"assign", "assign_add", "assign_sub", "scatter_update", "scatter_add", "scatter_sub",
+     "scatter_max", "scatter_min", "scatter_mul", "scatter_div", "scatter_nd_update",
+     "scatter_nd_add", "scatter_nd_sub", "batch_scatter_update"}
+)  # fmt: skip
 #: The functions that write a variable given to them (`keras.backend.set_value(v, 12)`).
 VALUE_SETTERS = frozenset(
     {"set_value", "batch_set_value", "AssignVariableOp", "AssignAddVariableOp",
-     "AssignSubVariableOp", "load_own_variables", "set_weights"}
+     "AssignSubVariableOp", "load_own_variables", "set_weights", "ResourceScatterUpdate",
+     "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterMax", "ResourceScatterMin",
+     "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterNdUpdate",
+     "ResourceScatterNdAdd", "ResourceScatterNdSub", "ResourceScatterNdMax",
+     "ResourceScatterNdMin"}
 )  # fmt: skip
 #: The calls that look a method up by its name (`getattr(model, "fit")`).
 LOOKUPS = frozenset({"getattr", "attrgetter", "methodcaller"})
@@ -645,6 +653,18 @@ def _paired(target: ast.AST, value: ast.AST) -> bool:
         and len(target.elts) == len(value.elts)
         and not any(isinstance(e, ast.Starred) for e in [*target.elts, *value.elts])
     )
+
+
+#: The keywords by which a function is given the variable it writes (`tf.raw_ops`'s take keywords).
+WRITTEN_KEYWORDS = frozenset({"resource", "ref", "variable", "x"})
+
+
+def _written(call: ast.Call) -> ast.AST | None:
+    """The variable a writer function `call` is given: its first argument, or by keyword
+    (`tf.raw_ops.AssignVariableOp(resource=v.handle, value=w)`)."""
+    if call.args:
+        return call.args[0]
+    return next((k.value for k in call.keywords if k.arg in WRITTEN_KEYWORDS), None)
 
 
 def _argument(call: ast.Call, positional: list[str], parameter: str) -> ast.AST | None:
@@ -1565,6 +1585,9 @@ SURE_CONTEXTS = frozenset(
     {"scope", "Timer", "GradientTape", "device", "name_scope", "EpochClock", "timer"}
 )
 SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+#: The builtins that only read what they are given: a graded model given to one is not held by
+#: what it returns (`isinstance(fit_model, keras.Model)`, `print(fit_model)`).
+READ_ONLY_BUILTINS = frozenset({"isinstance", "print", "len", "id", "type", "repr", "str", "hash"})
 
 
 class _Places:
@@ -1691,16 +1714,20 @@ class _Places:
 
 
 class _Holds:
-    """Whether a use of a name (an `ast.Name`) stands for model `name` where it runs
-    (`Code._model_names`): the name itself; a name bound to the model inside a function,
-    wherever it is used; a name bound to it at the top of the cells (a binding inside a `for`,
-    a `while` or a comprehension from where that loop starts) from that binding until it is
-    bound again at the top of a cell (`_Places.rebound`, a `for` over a literal list too),
-    not where a function of the notebook's own has a local of that name.
+    """Whether an expression holds model `name` where it runs (`Code._model_names`): the model's
+    name appears in it bare, or a name holding it does: anywhere in it but as the object of an
+    attribute read (`fit_model.layers`, the parts walk's business; `d.values()`, `d.get(k)` give
+    what `d` holds) or as an argument of a read-only builtin (`print`, `isinstance`, ...). A name
+    bound from an expression that holds the model holds it: at the top of the cells (from where
+    a loop around the binding starts) until it is bound again at the top of a cell
+    (`_Places.rebound`, a `for` over a literal list too), not where a function of the notebook's
+    own has a local of that name; in a function, there (a method's `self`: in all its class's
+    methods); a global declared in a function, everywhere.
 
         holds = _Holds("fit_model", places)
         holds.bind("model", for_node)  # for model in (fit_model, single_model): ...
         holds(use)                     # True before `model = make_model()`, False after
+        holds.within(expression)       # (fit_model, None), {"m": fit_model}, copy.copy(fit_model)
     """
 
     LOOPS = (
@@ -1711,24 +1738,29 @@ class _Holds:
         self.name = name
         self.places = places
         self.starts: dict[str, set[tuple[int, int, int]]] = {}
+        self.scoped: dict[str, set[int]] = {}  # name: ids of the scopes it holds the model in
         self.everywhere: set[str] = set()
         self._runs: dict[int, list[tuple[int, int, int]]] = {}
         self._locals: dict[int, set[str]] = {}
 
-    @property
-    def names(self) -> set[str]:
-        """Every name that stands for the model somewhere."""
-        return {self.name, *self.starts, *self.everywhere}
-
     def size(self) -> int:
-        return len(self.everywhere) + sum(map(len, self.starts.values()))
+        scoped = sum(map(len, self.scoped.values()))
+        return len(self.everywhere) + sum(map(len, self.starts.values())) + scoped
 
-    def bind(self, target: str, node: ast.AST) -> None:
-        """`target` is bound to the model by `node` (an assignment, a loop or a comprehension's
-        generator)."""
+    def bind(self, target: str, node: ast.AST, scope: ast.AST | None = None) -> None:
+        """`target` is bound to what holds the model by `node` (an assignment, a loop, a
+        comprehension's generator, a def), in `scope` (by default the function `node` is in)."""
         if target == self.name or target in self.everywhere:
             return
-        if self.places._scope(node) is not None:  # bound in a function: held wherever used
+        scope = scope or self.places._scope(node)
+        if (
+            isinstance(scope, ast.ClassDef)
+            or scope is not None
+            and target in self._local_names(scope)
+        ):
+            self.scoped.setdefault(target, set()).add(id(scope))
+            return
+        if scope is not None:  # global m; m = fit_model
             self.everywhere.add(target)
             self.starts.pop(target, None)
             return
@@ -1739,21 +1771,29 @@ class _Holds:
             parent = self.places.parents.get(id(parent))
         self.starts.setdefault(target, set()).add(self.places.at(start))
 
+    def _local_names(self, scope: ast.AST) -> set[str]:
+        if id(scope) not in self._locals:
+            self._locals[id(scope)] = _scope_locals(scope, set())
+        return self._locals[id(scope)]
+
     def _local(self, node: ast.Name) -> bool:
         """`node` is a local of a function of the notebook's (a parameter, a name bound in it)."""
         parent = self.places.parents.get(id(node))
         while parent is not None:
-            if isinstance(parent, SCOPE_NODES):
-                if id(parent) not in self._locals:
-                    self._locals[id(parent)] = _scope_locals(parent, set())
-                if node.id in self._locals[id(parent)]:
-                    return True
+            if isinstance(parent, SCOPE_NODES) and node.id in self._local_names(parent):
+                return True
             parent = self.places.parents.get(id(parent))
         return False
 
     def __call__(self, node: ast.Name) -> bool:
         if node.id == self.name or node.id in self.everywhere:
             return True
+        scopes = self.scoped.get(node.id, ())
+        parent = self.places.parents.get(id(node)) if scopes else None
+        while parent is not None:
+            if id(parent) in scopes:
+                return True
+            parent = self.places.parents.get(id(parent))
         starts = self.starts.get(node.id)
         if not starts or self._local(node):
             return False
@@ -1765,6 +1805,47 @@ class _Holds:
             for at in self._runs[id(node)]
             for start in starts
         )
+
+    def _bare(self, node: ast.AST, top: ast.AST) -> bool:
+        """`node` stands bare in `top`: not read an attribute of, nor given to a read-only
+        builtin, on the way up to `top`."""
+        child, parent = node, self.places.parents.get(id(node))
+        while child is not top and parent is not None:
+            if isinstance(parent, ast.Attribute) and parent.attr not in {*TAKERS, "items"}:
+                return False
+            if (
+                isinstance(parent, ast.Call)
+                and child is not parent.func
+                and getattr(parent.func, "id", "") in READ_ONLY_BUILTINS
+            ):
+                return False
+            child, parent = parent, self.places.parents.get(id(parent))
+        return True
+
+    def within(self, node: ast.AST) -> bool:
+        """`node` holds the model: a name holding it stands bare in it."""
+        return any(
+            isinstance(sub, ast.Name)
+            and isinstance(sub.ctx, ast.Load)
+            and self(sub)
+            and self._bare(sub, node)
+            for sub in _nodes(node)
+        )
+
+    def reached(self, node: ast.AST) -> bool:
+        """`node` holds the model or is read from what does (`d["m"]`, `B.m`,
+        `copy.copy(fit_model).layers[0]`, a method's result `fit_model.get_layer("d")`), not
+        through its optimizer (`fit_model.optimizer.learning_rate`: the optimizer's rules)."""
+        while not self.within(node):
+            if isinstance(node, ast.Attribute) and node.attr != "optimizer":
+                node = node.value
+            elif isinstance(node, ast.Subscript):
+                node = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                node = node.func.value
+            else:
+                return False
+        return True
 
 
 @dataclass
@@ -3625,11 +3706,11 @@ class Code:
     def _state_writes(
         self,
         name: str,
-        model_of: Callable[[ast.AST], bool] | None = None,
+        holds: _Holds | None = None,
         shared: frozenset[str] = frozenset(),
     ) -> list[tuple[int, str]]:
-        """`step_assignments` (without `model_of`), or (with `model_of`: the model `name`, an
-        alias of it, a callback's `self.model`) each write of the model's weights through what
+        """`step_assignments` (without `holds`), or (with `holds`: what holds the model `name`,
+        `_Holds`) each write of the model's weights through what
         is reached from it (`MODEL_PARTS`: `name.layers`, `.layers[i]`, `.get_layer(...)`,
         `.weights`, `.trainable_variables`, a layer's `.kernel`, a name bound to one of these,
         a loop's or a comprehension's variable over them, paired through `zip`/`enumerate`, a
@@ -3640,7 +3721,8 @@ class Code:
         name.weights, ...)`), or an optimizer's step given its variables; `shared`: names whose
         objects the model is built from (`_built_from`), written as its parts. One walk for both:
         weights written in, like a count written, are a copy, not the model trained."""
-        weights = model_of is not None
+        weights = holds is not None
+        model_of = holds.within if weights else None
 
         def optimizer_of(node: ast.AST, *, follow: bool = True) -> bool:
             for sub in _nodes(node):
@@ -3665,8 +3747,7 @@ class Code:
             """`node` is reached from the model through its layers or variables (weights), or
             starts from a name that holds them at `inside`."""
             attributes = []
-            given = aliased.get(id(inside), ())  # def copy(m): ...; copy(fit_model)
-            while not (model_of(node) or isinstance(node, ast.Name) and node.id in given):
+            while not model_of(node):
                 if isinstance(node, ast.Attribute):
                     attributes.append(node.attr)
                     node = node.value
@@ -3699,10 +3780,10 @@ class Code:
                 node.id in bound or node.id in looped.get(id(inside), ())
             ):
                 return True
-            return (
-                bool(attributes)
-                and attributes[-1] in MODEL_PARTS
-                and (model_of(node) or isinstance(node, ast.Name) and node.id in given)
+            return (  # self.model.weights, box.m.layers: parts past what holds the model
+                model_of(node)
+                and "optimizer" not in attributes
+                and any(a in MODEL_PARTS for a in attributes)
             )
 
         def reaches(node: ast.AST, inside: ast.AST) -> bool:
@@ -3710,15 +3791,10 @@ class Code:
                 return optimizer_of(node)
             return any(part(sub, inside) for sub in _nodes(node))
 
-        aliased: dict[int, set[str]] = {}  # id of a node in a helper: parameters given the model
-
         def feed(names: list[tuple[str, ast.AST]], body: ast.AST, at: ast.AST) -> None:
             held = {n for n, value in names if reaches(value, at)}
             for sub in _nodes(body) if held else ():
                 looped.setdefault(id(sub), set()).update(held)
-            models = {n for n, value in names if weights and model_of(value)}
-            for sub in _nodes(body) if models and body is not at else ():
-                aliased.setdefault(id(sub), set()).update(models)
 
         callables = {  # the notebook's own functions and the lambdas bound to a name
             node.name: node
@@ -3734,7 +3810,7 @@ class Code:
             return [a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]]
 
         for _ in range(5):  # chains: ls = fit_model.layers; for l in ls: for v in l.weights
-            before = (sum(map(len, looped.values())), len(bound), len(aliased))
+            before = (sum(map(len, looped.values())), len(bound))
             for node in self._walk():
                 loops = [node] if isinstance(node, (ast.For, ast.AsyncFor)) else []
                 loops += getattr(node, "generators", [])
@@ -3785,7 +3861,7 @@ class Code:
                         else [(n, v) for n in names for v in others]
                     )
                     feed(pairs, function, node)
-            if (sum(map(len, looped.values())), len(bound), len(aliased)) == before:
+            if (sum(map(len, looped.values())), len(bound)) == before:
                 break
 
         def written(target: ast.AST, inside: ast.AST) -> bool:
@@ -3807,7 +3883,13 @@ class Code:
 
         def weight_write(node: ast.AST) -> bool:
             if isinstance(node, ast.Attribute):  # v.assign, layer.set_weights: called or not
-                return node.attr in writers and part(node.value, node)
+                return (
+                    node.attr in writers
+                    and part(node.value, node)
+                    or (
+                        node.attr in STEP_WRITERS and holds.reached(node.value)  # d["m"].kernel
+                    )
+                )
             if not isinstance(node, ast.Call):
                 return False
             called = getattr(node.func, "attr", None) or getattr(node.func, "id", "")
@@ -3820,7 +3902,7 @@ class Code:
             receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
             if (
                 called in writers | VALUE_SETTERS
-                and node.args
+                and (first := _written(node)) is not None
                 and (
                     receiver is None
                     or _resolved(receiver, self._imports)
@@ -3828,7 +3910,6 @@ class Code:
                     and getattr(receiver.func, "id", "") == "type"
                 )
             ):  # tf.compat.v1.assign(v, w), keras.Model.set_weights(layer, w), set_value
-                first = node.args[0]
                 if isinstance(first, ast.Call) and _dotted(first.func) == "zip" and first.args:
                     first = first.args[0]
                 return reaches(first, node)
@@ -3873,25 +3954,138 @@ class Code:
         return found
 
     def _model_names(self, name: str, places: _Places) -> _Holds:
-        """Which uses of a name stand for model `name` (`_Holds`): the name itself, and a name
-        bound to it (`m = fit_model`, an alias of an alias, a `for`'s or a comprehension's
-        variable over a literal list of names holding it) from that binding until the name is
-        bound again to another object, in the order the cells run (`model = make_model()` in a
-        later cell ends `for model in (fit_model, single_model)`); a name bound to it inside a
-        function stands for it wherever it is used."""
+        """Which expressions hold model `name` (`_Holds`), by one rule: a name bound from an
+        expression that holds it (any target: unpacked, a loop's or a comprehension's, `with ...
+        as`, `:=`, `+=`, an item or attribute set, `d["m"] = ...` or `self.m = ...`, the class
+        whose body binds it; a path read from one, `m = box.m`, too), a parameter of a lambda or
+        of the notebook's own function (a class's `__init__`, a method) a call gives an argument
+        that holds it (or a default that does; `map(f, [fit_model])` gives `f` its items), the
+        notebook's own function whose `return` holds it (its calls then do), and a Keras
+        callback's `self` (Keras gives it the model whose `fit` runs it)."""
         holds = _Holds(name, places)
-        for _ in range(5):  # aliases of aliases: a = fit_model; b = a
+        functions: dict[str, list[ast.AST]] = {}  # by the name a call uses: defs, lambdas
+        methods: set[int] = set()  # the defs whose first parameter is their object's
+        callbacks = self._callback_classes()
+        for node in self._walk():
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions.setdefault(node.name, []).append(node)
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+                for target in _targets(node):
+                    functions.setdefault(target, []).append(node.value)
+            elif isinstance(node, ast.ClassDef):
+                for method in node.body:
+                    if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        methods.add(id(method))
+                        if method.name == "__init__":
+                            functions.setdefault(node.name, []).append(method)
+                        if node.name in callbacks and method.args.args:
+                            holds.bind(method.args.args[0].arg, method, node)
+
+        def parameters(function: ast.AST) -> list[ast.arg]:
+            arguments = function.args
+            found = [*arguments.posonlyargs, *arguments.args]
+            return found[1:] if id(function) in methods else found
+
+        def give(function: ast.AST, call: ast.Call | None) -> None:
+            """Bind the parameters of `function` that `call` gives what holds the model (every
+            one, with no call: `map(f, [fit_model])`)."""
+            arguments = function.args
+            positional = parameters(function)
+            named = {a.arg: a for a in [*positional, *arguments.kwonlyargs]}
+            rest = [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+            given: list[ast.arg] = []
+            if call is None:
+                given = [*named.values(), *rest]
+            else:
+                for index, value in enumerate(call.args):
+                    if holds.within(value):
+                        starred = isinstance(value, ast.Starred) or index >= len(positional)
+                        given += [*positional, *rest] if starred else [positional[index]]
+                for keyword in call.keywords:
+                    if holds.within(keyword.value):
+                        given += (
+                            [named[keyword.arg]]
+                            if keyword.arg in named
+                            else [*named.values(), *rest]
+                        )
+            defaults = [*arguments.defaults, *arguments.kw_defaults]
+            kept = [*positional[len(positional) - len(arguments.defaults) :], *arguments.kwonlyargs]
+            given += [
+                a for a, d in zip(kept, defaults, strict=False) if d is not None and holds.within(d)
+            ]
+            for argument in given:
+                holds.bind(argument.arg, function, function)
+
+        def bind(target: ast.AST, node: ast.AST) -> None:
+            if isinstance(target, (ast.Tuple, ast.List)):
+                for element in target.elts:
+                    bind(element, node)
+            elif isinstance(target, ast.Starred):
+                bind(target.value, node)
+            elif isinstance(target, ast.Name):
+                holds.bind(target.id, node)
+            elif (root := _root(target)) is not None:  # d["m"] = fit_model; self.m = m
+                method = places._scope(node)
+                owner = places.parents.get(id(method))
+                if (
+                    id(method) in methods
+                    and method.args.args
+                    and method.args.args[0].arg == root.id
+                ):
+                    holds.bind(root.id, node, owner)  # in all its class's methods
+                    holds.bind(owner.name, owner)  # H(...) makes an object holding it
+                else:
+                    holds.bind(root.id, node)
+            owner = places.parents.get(id(node))
+            if isinstance(owner, ast.ClassDef):  # class B: m = fit_model
+                holds.bind(owner.name, owner)
+
+        def path(value: ast.AST) -> bool:  # m = box.m, m = B.m: read from what holds it
+            return not any(isinstance(sub, ast.Call) for sub in _nodes(value)) and holds.reached(
+                value
+            )
+
+        for _ in range(8):  # aliases of aliases: a = fit_model; b = a
             before = holds.size()
             for node in self._walk():
-                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
-                    if isinstance(node.value, ast.Name) and holds(node.value):
-                        for target in _targets(node):
-                            holds.bind(target, node)
+                value = getattr(node, "value", None)
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+                    if value is not None and (holds.within(value) or path(value)):
+                        for target in getattr(node, "targets", None) or [node.target]:
+                            bind(target, node)
                 elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                    items = getattr(node.iter, "elts", [])
-                    if any(isinstance(i, ast.Name) and holds(i) for i in items):
-                        for target in _bound_targets(node.target):
-                            holds.bind(target, node)
+                    if holds.within(node.iter):
+                        bind(node.target, node)
+                elif isinstance(node, ast.withitem):
+                    if node.optional_vars is not None and holds.within(node.context_expr):
+                        bind(node.optional_vars, node.context_expr)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    give(node, ast.Call(func=node, args=[], keywords=[]))  # its defaults
+                    if any(
+                        isinstance(sub, ast.Return) and sub.value and holds.within(sub.value)
+                        for sub in _nodes(node)
+                    ):
+                        holds.bind(node.name, node)  # def get(): return fit_model
+                elif isinstance(node, ast.Call):
+                    callee = node.func
+                    for function in (
+                        [callee]
+                        if isinstance(callee, ast.Lambda)
+                        else functions.get(
+                            getattr(callee, "id", None) or getattr(callee, "attr", ""), []
+                        )
+                    ):
+                        give(function, node)
+                    given = [*node.args, *(k.value for k in node.keywords)]
+                    for value in given:  # map(f, [fit_model]), partial(f, fit_model)
+                        passed = (
+                            [value]
+                            if isinstance(value, ast.Lambda)
+                            else functions.get(getattr(value, "id", ""), [])
+                        )
+                        if passed and any(holds.within(v) for v in given if v is not value):
+                            for function in passed:
+                                give(function, None)
             if holds.size() == before:
                 break
         return holds
@@ -3947,11 +4141,8 @@ class Code:
                     held.add(compiled)
                     holding.setdefault(compiled, []).append(places.at(node))
 
-        holds = self._model_names(name, places)  # m = fit_model; for m in [fit_model]: ...
-        holders = self._model_holders(holds.names)
-
-        def model_of(node: ast.AST) -> bool:  # fit_model, an alias, a callback's self.model
-            return isinstance(node, ast.Name) and holds(node) or id(node) in holders
+        holds = self._model_names(name, places)  # m = fit_model; d = {"m": fit_model}; ...
+        model_of = holds.reached  # fit_model, what holds it, what is read from that
 
         def in_force(held_name: str, at: tuple | None) -> bool:
             """`held_name` holds the optimizer at `at`: bound to it (compile's object, an alias)
@@ -4216,20 +4407,6 @@ class Code:
                 )
             )
 
-        def gives_model(value: ast.AST, helper: set[str] = frozenset()) -> bool:
-            """`value` is the model itself (or holds it: `*[fit_model]`, `m if c else n`), not
-            something computed from it: `new.set_weights(fit_model.get_weights())` gives
-            `new` arrays read from fit_model."""
-            if isinstance(value, ast.Starred | ast.NamedExpr):
-                return gives_model(value.value, helper)
-            if isinstance(value, ast.IfExp):
-                return gives_model(value.body, helper) or gives_model(value.orelse, helper)
-            if isinstance(value, ast.Tuple | ast.List | ast.Set):
-                return any(gives_model(e, helper) for e in value.elts)
-            if isinstance(value, ast.Dict):
-                return any(gives_model(v, helper) for v in value.values)
-            return model_of(value) or isinstance(value, ast.Name) and value.id in helper
-
         def loaded(node: ast.AST) -> bool:
             """`node` loads weights and optimizer state into the model or its optimizer."""
             if isinstance(node, ast.Attribute) and node.attr in LOADED_INTO:
@@ -4242,9 +4419,7 @@ class Code:
                     and untrained(call.args[0])
                 ):
                     return False
-                return model_of(node.value) or reached(
-                    node.value, held | given_in.get(id(node), set())
-                )
+                return model_of(node.value) or reached(node.value, held)
             if isinstance(node, ast.Call) and (
                 loader_named(node)  # or a loader given with the model: partial(lw, fit_model)
                 or any(loader(a) for a in [*node.args, *(k.value for k in node.keywords)])
@@ -4260,11 +4435,8 @@ class Code:
                     and not any(loader(a) for a in given)
                 ):
                     given = []
-                helper = given_in.get(id(node), set())  # the model given to a helper
-                if any(
-                    reaches(value, held | helper) or gives_model(value, helper) for value in given
-                ):
-                    return True
+                if any(reaches(value, held) or holds.within(value) for value in given):
+                    return True  # not new.set_weights(fit_model.get_weights()): read from it
             checkpoint = restored(node)
             if checkpoint is None:
                 return False
@@ -4272,12 +4444,11 @@ class Code:
             given = [made_of(sub, at) for sub in _nodes(checkpoint) if isinstance(sub, ast.Name)]
             given += attached(checkpoint_names(node))  # _c.model = fit_model
             return any(  # Checkpoint(model=fit_model), Checkpoint(**kept), kept = dict(model=...)
-                reaches(value, held, at) or any(model_of(sub) for sub in _nodes(value))
+                reaches(value, held, at) or any(holds.within(sub) for sub in _nodes(value))
                 for value in [checkpoint, *given]
             )
 
         scoped: list[tuple[ast.AST, set[str]]] = [(tree, held) for tree in self.trees]
-        given_in: dict[int, set[str]] = {}  # id of a node in a helper: its parameters given them
         for function in self._functions().values():  # def step(opt): opt.apply_gradients(...)
             arguments = function.args
             positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
@@ -4285,8 +4456,7 @@ class Code:
                 parameter
                 for parameter in positional + [a.arg for a in arguments.kwonlyargs]
                 for _, value in self._given_at_calls(function, parameter) or []
-                if value is not None
-                and (reached(value, held) or model_of(value))  # idle_steps(fit_model, 48)
+                if value is not None and reached(value, held)
             }
             given.update(  # def step(o=fit_model.optimizer)
                 parameter
@@ -4298,12 +4468,10 @@ class Code:
                     [*arguments.defaults, *arguments.kw_defaults],
                     strict=False,
                 )
-                if d is not None and (reached(d, held) or model_of(d))
+                if d is not None and reached(d, held)
             )
             if given:
                 scoped.append((function, held | given))
-                for sub in _nodes(function):  # def ld(m, p): m.load_weights(p); ld(fit_model, p)
-                    given_in.setdefault(id(sub), set()).update(given)
 
         def still_at_compile(node: ast.AST) -> bool:
             """`node` compiles the model with an optimizer made with a literal learning rate
@@ -4348,7 +4516,7 @@ class Code:
                     loading.append((self.cells[tree_index], _short(node, 80)))
         shared, initialized = self._built_from(name, places)  # Sequential(parts); Constant(w)
         loading += initialized
-        loading += self._state_writes(name, model_of, frozenset(shared))  # .layers[1].set_weights
+        loading += self._state_writes(name, holds, frozenset(shared))  # .layers[1].set_weights
         for top, names in scoped:
             index = next(
                 (i for i, tree in enumerate(self.trees) if any(n is top for n in _nodes(tree))),
@@ -4405,59 +4573,6 @@ class Code:
                         found.add(node.name)
             if found == before:
                 break
-        return found
-
-    def _model_holders(self, models: set[str]) -> set[int]:
-        """The ids of the attributes that hold one of `models` in a class's methods: a Keras
-        callback's `self.model` (the model whose fit or evaluate runs it), and any `self.x` of a
-        class made with one of `models` given (`Trainer(fit_model)`). A class of the custom
-        loop's own, made with its own model, holds none of them."""
-        callbacks = self._callback_classes()
-        given = {
-            node.func.id
-            for node in self._walk()
-            if isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and any(
-                isinstance(sub, ast.Name) and sub.id in models
-                for value in [*node.args, *(k.value for k in node.keywords)]
-                for sub in _nodes(value)
-            )
-        }
-        found = set()
-        for node in self._walk():
-            if not isinstance(node, ast.ClassDef):
-                continue
-            for sub in _nodes(node):
-                if not isinstance(sub, ast.Attribute):
-                    continue
-                if node.name in callbacks and sub.attr == "model":
-                    found.add(id(sub))
-                elif node.name in given and isinstance(sub.value, ast.Name):
-                    found.add(id(sub))  # self.net, whatever the name
-            for sub in _nodes(node) if node.name in callbacks else ():
-                if (  # getattr(self, "model")
-                    isinstance(sub, ast.Call)
-                    and _dotted(sub.func).endswith("getattr")
-                    and len(sub.args) > 1
-                    and _literal_name(sub.args[1]) == "model"
-                ):
-                    found.add(id(sub))
-            for method in _nodes(node):  # m = self.model in a method: m there is the model
-                if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    continue
-                held = set()
-                for _ in range(3):
-                    for sub in _nodes(method):
-                        if (
-                            isinstance(sub, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
-                            and sub.value is not None
-                            and (id(sub.value) in found or getattr(sub.value, "id", None) in held)
-                        ):
-                            held.update(_targets(sub))
-                for sub in _nodes(method):
-                    if isinstance(sub, ast.Name) and sub.id in held:
-                        found.add(id(sub))
         return found
 
     def unfollowed_calls(self, name: str) -> list[tuple[int, str]]:
