@@ -772,6 +772,12 @@ HELD = {
     "        self.m.layers[0].kernel.assign(self.m.layers[0].kernel)\nh = H()\nh.set(fit_model)\n"
     "h.go()",
     "dict kernel": 'd = {"m": fit_model}\nd["m"].layers[-1].kernel.assign_add(1.0)',
+    "append": "ms = []\nms.append(fit_model)\nms[0].load_weights(p)",
+    "setattr": "import types\nbox = types.SimpleNamespace()\nsetattr(box, 'm', fit_model)\n"
+    "box.m.load_weights(p)",
+    "yield": "def g():\n    yield fit_model\nnext(g()).load_weights(p)",
+    "match": "match fit_model:\n    case m:\n        m.load_weights(p)",
+    "global": "def f():\n    global g\n    g = fit_model\nf()\ng.load_weights(p)",
 }
 #: Red team 28a's writers: a variable of the model written by a scatter or a raw op by keyword.
 WRITTEN = {

@@ -593,19 +593,16 @@ KEPT_EXAMPLES = frozenset({"cache", "map", "prefetch"})
 #: The chain of `tf.data.Dataset.from_tensor_slices(...)` (`Code._slices_loaded`).
 SLICED = ["data", "Dataset", "from_tensor_slices"]
 #: The methods of a variable that write it (`Code.step_assignments`).
+SCATTERS = ("update", "add", "sub", "max", "min", "mul", "div", "nd_update", "nd_add", "nd_sub")
 STEP_WRITERS = frozenset(
-    {"assign", "assign_add", "assign_sub", "scatter_update", "scatter_add", "scatter_sub",
-     "scatter_max", "scatter_min", "scatter_mul", "scatter_div", "scatter_nd_update",
-     "scatter_nd_add", "scatter_nd_sub", "batch_scatter_update"}
-)  # fmt: skip
+    {"assign", "assign_add", "assign_sub", "batch_scatter_update"}
+    | {f"scatter_{s}" for s in SCATTERS}
+)
 #: The functions that write a variable given to them (`keras.backend.set_value(v, 12)`).
 VALUE_SETTERS = frozenset(
     {"set_value", "batch_set_value", "AssignVariableOp", "AssignAddVariableOp",
-     "AssignSubVariableOp", "load_own_variables", "set_weights", "ResourceScatterUpdate",
-     "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterMax", "ResourceScatterMin",
-     "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterNdUpdate",
-     "ResourceScatterNdAdd", "ResourceScatterNdSub", "ResourceScatterNdMax",
-     "ResourceScatterNdMin"}
+     "AssignSubVariableOp", "load_own_variables", "set_weights",
+     *("ResourceScatter" + s.title().replace("_", "") for s in (*SCATTERS, "nd_max", "nd_min"))}
 )  # fmt: skip
 #: The calls that look a method up by its name (`getattr(model, "fit")`).
 LOOKUPS = frozenset({"getattr", "attrgetter", "methodcaller"})
@@ -4059,15 +4056,33 @@ class Code:
                 elif isinstance(node, ast.withitem):
                     if node.optional_vars is not None and holds.within(node.context_expr):
                         bind(node.optional_vars, node.context_expr)
+                elif isinstance(node, ast.Match) and holds.within(node.subject):
+                    for sub in _nodes(node):  # match fit_model: case m: ...
+                        for captured in (getattr(sub, "name", None), getattr(sub, "rest", None)):
+                            if isinstance(sub, ast.pattern) and captured:
+                                holds.bind(captured, node)
                 elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     give(node, ast.Call(func=node, args=[], keywords=[]))  # its defaults
                     if any(
-                        isinstance(sub, ast.Return) and sub.value and holds.within(sub.value)
+                        isinstance(sub, (ast.Return, ast.Yield, ast.YieldFrom))
+                        and sub.value
+                        and holds.within(sub.value)
                         for sub in _nodes(node)
                     ):
                         holds.bind(node.name, node)  # def get(): return fit_model
                 elif isinstance(node, ast.Call):
                     callee = node.func
+                    filled = (  # ms.append(fit_model), setattr(box, "m", fit_model)
+                        callee.value
+                        if isinstance(callee, ast.Attribute) and callee.attr in FILLERS
+                        else node.args[0]
+                        if _dotted(callee).endswith("setattr") and len(node.args) > 2
+                        else None
+                    )
+                    if filled is not None and any(
+                        holds.within(v) for v in [*node.args, *(k.value for k in node.keywords)]
+                    ):
+                        bind(filled, node)
                     for function in (
                         [callee]
                         if isinstance(callee, ast.Lambda)
