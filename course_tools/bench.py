@@ -82,7 +82,13 @@ LIMITS_CODE = (
     "step_count",
 )
 ALL_REDUCE_NOTEBOOK = NOTEBOOK.with_name("03c_allreduce_and_profile.ipynb")
-ALL_REDUCE_CODE = ("all_reduce_loop", "seconds_per_run", "fit_all_reduce", "TOLERANCE")
+ALL_REDUCE_CODE = (
+    "all_reduce_loop",
+    "seconds_per_run",
+    "fit_all_reduce",
+    "TOLERANCE",
+    "ALL_REDUCE_ROUNDS",
+)
 #: What the tagged cells must define.
 NOTEBOOK_CODE = (
     "make_model",
@@ -251,7 +257,8 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     """This machine's figures with notebooks 3b and 3c's own code and guards: peak FLOP/s and
     memory bandwidth, each the fastest round of three sets (and the other sets' fastest, and the
     share of the cores other programs used during each set, flagged above `timing.BUSY` as in
-    3b), the all-reduce's alpha and betas over the strategy's replicas with one or two more sets
+    3b), the all-reduce's alpha and betas over the strategy's replicas, in 3c's rounds per set
+    (`ALL_REDUCE_ROUNDS`, not `sizes.rounds`), with one or two more sets
     of rounds when a size misses its line by more than 3c's tolerance (none with one replica:
     nothing is sent), the load beside each set of those rounds, flagged busy as in 3c, and the
     model's intensity. No training run's rate is set against the peak
@@ -277,10 +284,11 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     calls = {"loop alone": loop(mirrored, byte_sizes[0], reduce=False)}
     calls |= {size: loop(mirrored, size) for size in byte_sizes}
     repeats = dict.fromkeys(calls, 30 if quick else 50)  # as 3c: one count for every loop
+    rounds = reduce["ALL_REDUCE_ROUNDS"]["quick" if quick else "full"]  # 3c's, per set
     shares = []  # as 3c: the share of the cores other programs used during each set of rounds
 
     def reduce_rounds() -> dict:
-        taken, others = reduce["seconds_per_run"](calls, repeats, sizes.rounds)
+        taken, others = reduce["seconds_per_run"](calls, repeats, rounds)
         lasted = sum(repeats[key] * sum(rounds) for key, rounds in taken.items())
         shares.append(timing.load_reading(others, lasted)[0])  # as 3c; not the warm-up's
         return taken

@@ -46,15 +46,12 @@ COUNT_MARGIN = 2.0
 MAJORITY = 0.5
 #: The noise rule's rounds per set: fewer (the quick profile) is a smoke test.
 MIN_ROUNDS = 5
-#: A point of the sweep may lie this far from its line.
+#: A point of the sweep may lie this far from its line. Set by hand, like `timing.BUSY`: how often
+#: a sound line misses by more, or a wrong one stays within, is not measured.
 LINE_TOLERANCE = 0.15
-#: A size of notebook 3c's all-reduce may lie this far from its range's line (up to 1 MiB, or 4 to
-#: 16 MiB with an intercept of its own), wider than the sweep's: its small sizes take tens of
-#: microseconds to a millisecond, each the difference of two fastest rounds (the size's less the
-#: loop alone's), which carries the noise of both, and a brief load is a large share of one; the
-#: sweep's steps take milliseconds and nothing is subtracted from them. It does not cover a shape:
-#: one alpha for both ranges would miss the large sizes (a byte costs more there) by the model's
-#: fault, so the large range has an intercept of its own.
+#: A size of notebook 3c's all-reduce may lie this far from its range's line, set by hand too:
+#: wider than the sweep's, as a small size is the difference of two fastest rounds (the size's
+#: less the loop alone's), carrying the noise of both, where nothing is subtracted from a step.
 ALL_REDUCE_TOLERANCE = 0.25
 UNITS = {"peak": "FLOP/s", "bandwidth": "B/s"}
 #: Two sets whose fastest rounds differ by more than this ran under different conditions.
