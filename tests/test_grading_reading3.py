@@ -778,6 +778,13 @@ HELD = {
     "yield": "def g():\n    yield fit_model\nnext(g()).load_weights(p)",
     "match": "match fit_model:\n    case m:\n        m.load_weights(p)",
     "global": "def f():\n    global g\n    g = fit_model\nf()\ng.load_weights(p)",
+    "history": "h = fit_model.fit(train_ds, epochs=1, verbose=0)\nh.model.load_weights(p)",
+    "callback": "fit_clock.model.set_weights(donor.get_weights())",
+    "raise": "try:\n    raise ValueError(fit_model)\nexcept ValueError as e:\n"
+    "    e.args[0].load_weights(p)",
+    "gc": "import gc\n"
+    "[o for o in gc.get_objects() if isinstance(o, keras.Model)][0].load_weights(p)",
+    "output": "fit_model\n# cell\nOut[1].load_weights(p)",
 }
 #: Red team 28a's writers: a variable of the model written by a scatter or a raw op by keyword.
 WRITTEN = {
@@ -803,9 +810,13 @@ def test_what_holds_fit_model_is_fit_model_whatever_the_expression(form):
     fit_model): a load through an expression that holds the model (unpacked, indexed, a
     branch, a container, a lambda's parameter, a getter's return, a class body, `with ... as`,
     a shallow copy, a loop over `zip`/`enumerate`) or a scatter or keyword raw op on its
-    variables was no load. Whatever holds the model bare (not only read an attribute of, nor
-    given to a read-only builtin) holds it, and so does every name bound from it."""
-    code = _solution({ANCHOR: f"{DONOR}{HELD.get(form) or WRITTEN[form]}\n{ANCHOR}"})
+    variables was no load (nor, of their kin, a container filled, a yield, a match, a global
+    bound in a function, fit's History, a callback fit was given, an exception's arguments,
+    `gc.get_objects()`, IPython's `Out`). Whatever holds the model bare (not only read an
+    attribute of, nor given to a read-only builtin) holds it, and so does every name bound
+    from it."""
+    *cells, last = (HELD.get(form) or WRITTEN[form]).split("\n# cell\n")
+    code = _solution({ANCHOR: f"{DONOR}{last}\n{ANCHOR}"}, added=tuple(cells))
     loads = reading.Code.of(code).hand_steps("fit_model", loads=True)
     assert loads and loads[0][0] == _cell_of(code, ANCHOR), (form, loads)
 

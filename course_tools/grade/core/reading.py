@@ -1820,12 +1820,15 @@ class _Holds:
         return True
 
     def within(self, node: ast.AST) -> bool:
-        """`node` holds the model: a name holding it stands bare in it."""
+        """`node` holds the model: a name holding it stands bare in it (or `gc.get_objects()`,
+        which gives every object)."""
         return any(
             isinstance(sub, ast.Name)
             and isinstance(sub.ctx, ast.Load)
             and self(sub)
             and self._bare(sub, node)
+            or isinstance(sub, ast.Call)
+            and getattr(sub.func, "attr", getattr(sub.func, "id", None)) == "get_objects"
             for sub in _nodes(node)
         )
 
@@ -3957,8 +3960,12 @@ class Code:
         whose body binds it; a path read from one, `m = box.m`, too), a parameter of a lambda or
         of the notebook's own function (a class's `__init__`, a method) a call gives an argument
         that holds it (or a default that does; `map(f, [fit_model])` gives `f` its items), the
-        notebook's own function whose `return` holds it (its calls then do), and a Keras
-        callback's `self` (Keras gives it the model whose `fit` runs it)."""
+        notebook's own function whose `return` or `yield` holds it (its calls then do), a
+        container filled with it (`ms.append(fit_model)`, `setattr(box, "m", fit_model)`), a
+        `match`'s captures, an `except ... as` name where a `raise` holds it, IPython's output
+        names after a cell shows it (`Out[n]`, `_`), what the model's `fit` returns (a History)
+        and the callbacks its methods are given (Keras gives them the model), and a Keras
+        callback's `self`."""
         holds = _Holds(name, places)
         functions: dict[str, list[ast.AST]] = {}  # by the name a call uses: defs, lambdas
         methods: set[int] = set()  # the defs whose first parameter is their object's
@@ -4037,11 +4044,19 @@ class Code:
             if isinstance(owner, ast.ClassDef):  # class B: m = fit_model
                 holds.bind(owner.name, owner)
 
-        def path(value: ast.AST) -> bool:  # m = box.m, m = B.m: read from what holds it
+        def path(value: ast.AST) -> bool:
+            """`value` is read from what holds the model (`m = box.m`, `B.m`), or is what its
+            `fit` returns (a History, whose `.model` it is)."""
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+                return value.func.attr == "fit" and holds.reached(value.func.value)
             return not any(isinstance(sub, ast.Call) for sub in _nodes(value)) and holds.reached(
                 value
             )
 
+        tops = {id(statement) for tree in self.trees for statement in tree.body}
+        shown = {"Out", "_oh", "_", "__", "___"}  # IPython keeps what a cell shows
+        shown.update(n.id for n in self._walk() if isinstance(n, ast.Name) and n.id[1:].isdigit())
+        handlers = [n for n in self._walk() if isinstance(n, ast.ExceptHandler) and n.name]
         for _ in range(8):  # aliases of aliases: a = fit_model; b = a
             before = holds.size()
             for node in self._walk():
@@ -4056,6 +4071,12 @@ class Code:
                 elif isinstance(node, ast.withitem):
                     if node.optional_vars is not None and holds.within(node.context_expr):
                         bind(node.optional_vars, node.context_expr)
+                elif isinstance(node, ast.Expr) and id(node) in tops and holds.within(node.value):
+                    for name in shown:  # a cell ending `fit_model`: Out[n], _
+                        holds.bind(name, node)
+                elif isinstance(node, ast.Raise) and node.exc and holds.within(node.exc):
+                    for handler in handlers:  # raise E(fit_model) ... except E as e
+                        holds.bind(handler.name, handler)
                 elif isinstance(node, ast.Match) and holds.within(node.subject):
                     for sub in _nodes(node):  # match fit_model: case m: ...
                         for captured in (getattr(sub, "name", None), getattr(sub, "rest", None)):
@@ -4072,17 +4093,24 @@ class Code:
                         holds.bind(node.name, node)  # def get(): return fit_model
                 elif isinstance(node, ast.Call):
                     callee = node.func
-                    filled = (  # ms.append(fit_model), setattr(box, "m", fit_model)
-                        callee.value
-                        if isinstance(callee, ast.Attribute) and callee.attr in FILLERS
-                        else node.args[0]
-                        if _dotted(callee).endswith("setattr") and len(node.args) > 2
+                    filled = (  # setattr(box, "m", fit_model), ms.append(fit_model)
+                        node.args[0]
+                        if _dotted(callee).split(".")[-1].strip("_") == "setattr"
+                        and len(node.args) > 2
+                        else callee.value
+                        if isinstance(callee, ast.Attribute)
+                        and callee.attr in {*FILLERS, "__setattr__"}
                         else None
                     )
                     if filled is not None and any(
                         holds.within(v) for v in [*node.args, *(k.value for k in node.keywords)]
                     ):
                         bind(filled, node)
+                    if isinstance(callee, ast.Attribute) and holds.reached(callee.value):
+                        for keyword in node.keywords:  # Keras gives its callbacks the model
+                            for sub in _nodes(keyword.value) if keyword.arg == "callbacks" else ():
+                                if isinstance(sub, ast.Name):
+                                    holds.bind(sub.id, node)
                     for function in (
                         [callee]
                         if isinstance(callee, ast.Lambda)
