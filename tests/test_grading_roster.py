@@ -30,6 +30,7 @@ from grading_submissions import ENV, EXERCISE, SOLUTION, notebook_of, write
 from helpers import ROOT, require_or_skip
 
 from course_tools import cli, exercise
+from course_tools.grade import command
 from course_tools.grade.core import files, plan, report, roster, tamper
 from course_tools.grade.core.report import CheckResult, Grade
 from course_tools.grade.jail import memory_folders, sandbox
@@ -688,3 +689,149 @@ def test_a_submission_making_200000_files_in_tmp_is_stopped_in_its_cell_and_grad
     assert 0 < files_left < memory_folders.INODES, printed
     for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
         assert "flood" in (out / name).read_text(), name
+
+
+def _alice_holds_bob(subs: Path) -> None:
+    """bob/ and carol/ with their notebooks; alice's own folder holds a folder she named bob."""
+    for where in ("bob/hw.ipynb", "carol/hw.ipynb", "alice/bob/hw.ipynb"):
+        (subs / where).parent.mkdir(parents=True, exist_ok=True)
+        write(notebook_of(f"print({where!r})"), subs / where)
+
+
+def test_a_student_folder_given_alone_is_named_by_itself_never_by_a_folder_inside(tmp_path):
+    """`course grade subs/al*` (one folder, alice's, holding only a folder she named bob): alice,
+    never bob; the folder of students given: alice, bob and carol, alice's notebook hers. A folder
+    given alone with two student folders (and no notebook directly) is a folder of students."""
+    subs = tmp_path / "subs"
+    _alice_holds_bob(subs)
+    (alone,) = roster.collect_submissions([subs / "alice"])
+    assert (alone.student, alone.path) == ("alice", subs / "alice" / "bob" / "hw.ipynb")
+    found = {s.student: s.path for s in roster.collect_submissions([subs])}
+    assert found == {
+        "alice": subs / "alice" / "bob" / "hw.ipynb",
+        "bob": subs / "bob" / "hw.ipynb",
+        "carol": subs / "carol" / "hw.ipynb",
+    }
+    # a notebook deeper in a student's folder is that student's, named by the top folder
+    (subs / "carol" / "hw.ipynb").rename(subs / "carol" / "inner.ipynb")
+    (subs / "carol" / "deep").mkdir()
+    (subs / "carol" / "inner.ipynb").rename(subs / "carol" / "deep" / "hw.ipynb")
+    found = {s.student: s.path for s in roster.collect_submissions([subs])}
+    assert found["carol"] == subs / "carol" / "deep" / "hw.ipynb"
+
+
+def test_a_grade_of_another_submission_still_there_is_never_replaced(tmp_path):
+    """A grades folder holding the grade of a notebook still at another path (not inside this
+    submission's folder) is refused before anything is written: grading would empty another
+    student's grades. The same notebook, or another one in the same folder, is graded again."""
+    subs, out = tmp_path / "subs", tmp_path / "grades"
+    _alice_holds_bob(subs)
+    report.save(Grade("bob", subs / "bob" / "hw.ipynb", "graded"), out / "bob")
+    intruder = roster.Submission("bob", subs / "alice" / "bob" / "hw.ipynb")
+    with pytest.raises(ValueError, match="holds the grade of another submission still there"):
+        command.check_replaced(out, [intruder])
+    command.check_replaced(out, [roster.Submission("bob", subs / "bob" / "hw.ipynb")])
+    command.check_replaced(out, [roster.Submission("bob", subs / "bob")])
+    (subs / "bob" / "hw.ipynb").unlink()  # gone: a re-submission under another name
+    command.check_replaced(out, [intruder])
+
+
+def test_the_gradebooks_keep_the_rows_of_students_graded_earlier_into_the_same_folder(tmp_path):
+    """A batch of one student (a late submission, a folder given alone) into --out: gradebook.csv,
+    canvas.csv and moodle.csv still hold every other student's saved grade, never only its row."""
+    out = tmp_path / "grades"
+    for name, earned in [("bob", 12.0), ("carol", 3.0), ("alice", 1.0)]:
+        g = Grade(name, Path(f"/subs/{name}/hw.ipynb"), "graded", max_score=12.0)
+        g.results = [CheckResult("q1", "t", 12.0, earned)]
+        report.save(g, out / name)
+    (out / ".batch").mkdir()
+    late = Grade("alice", Path("/subs/alice/hw.ipynb"), "graded", max_score=12.0)
+    late.results = [CheckResult("q1", "t", 12.0, 7.0)]
+    report.save(late, out / "alice")
+    report.write_gradebook([late], out / "gradebook.csv", ["q1"])
+    report.write_canvas([late], out / "canvas.csv", "svhn")
+    report.write_moodle([late], out / "moodle.csv", "svhn")
+    rows = _gradebook(out)
+    assert {name: row["score"] for name, row in rows.items()} == {
+        "alice": "7",
+        "bob": "12",
+        "carol": "3",
+    }
+    with open(out / "canvas.csv", newline="") as handle:
+        canvas = {row[3]: row[5] for row in list(csv.reader(handle))[2:]}
+    assert canvas == {"alice": "7", "bob": "12", "carol": "3"}
+    moodle = _feedback(out)
+    assert sorted(moodle) == ["alice", "bob", "carol"] and moodle["bob"].startswith("12/12")
+
+
+#: Every C0 control but tab, newline and carriage return (csv's own), DEL and every C1 control.
+CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def test_no_control_character_a_submission_chose_reaches_the_gradebooks(tmp_path):
+    """Names of artifacts, of notebooks in a reason, a grader error's message: escaped in
+    gradebook.csv, canvas.csv and moodle.csv as in report.md (C0 and C1 controls, ESC and CSI
+    included), so `cat gradebook.csv` cannot retitle the terminal, clear it or forge a line."""
+    g = Grade("art", Path("art.ipynb"), "several notebooks", max_score=12.0)
+    g.results = [CheckResult("q1", "t", 12.0, 0.0, TRAP_NAME)]
+    g.notes = [f"artifact {TRAP_NAME} is a FIFO (named pipe): ignored", "c1 \x9b2J\x9d0;T\x9c"]
+    g.instructor_notes = [f"ran beside {TRAP_NAME}"]
+    g.reason = f"the folder holds 2 notebooks ({TRAP_NAME}.ipynb, a.ipynb): keep the one to grade"
+    report.save(g, tmp_path / "art")
+    report.write_gradebook([g], tmp_path / "gradebook.csv", ["q1"])
+    report.write_canvas([g], tmp_path / "canvas.csv", "svhn")
+    report.write_moodle([g], tmp_path / "moodle.csv", "svhn")
+    for name in ["gradebook.csv", "canvas.csv", "moodle.csv", "art/report.md"]:
+        text = (tmp_path / name).read_text()
+        assert CONTROLS.findall(text) == [], (name, text)
+    notes = _gradebook(tmp_path)["art"]["notes"]
+    assert "\\x1b[2J" in notes and "\\x9b2J" in notes and "keep the one to grade" in notes
+
+
+def test_a_student_folder_whose_notebook_the_walk_does_not_see_gets_a_row_saying_why(tmp_path):
+    """A shell glob (or a folder of students) with alice's notebook only as a Jupyter checkpoint
+    and dave's named HW.IPYNB: rows alice and dave, whose reason says what was found, beside bob;
+    a folder of students with an empty student folder gives it a row too."""
+    subs = tmp_path / "subs"
+    for where in ("bob/hw.ipynb", "alice/.ipynb_checkpoints/hw-checkpoint.ipynb", "dave/HW.IPYNB"):
+        (subs / where).parent.mkdir(parents=True, exist_ok=True)
+        write(notebook_of("1"), subs / where)
+    for given in (sorted(subs.iterdir()), [subs]):
+        found = {s.student: s.path for s in roster.collect_submissions(given)}
+        assert found == {
+            "alice": subs / "alice",
+            "bob": subs / "bob" / "hw.ipynb",
+            "dave": subs / "dave",
+        }
+    alice, dave = roster.no_notebook(subs / "alice"), roster.no_notebook(subs / "dave")
+    assert alice.startswith("no notebook found") and "is a Jupyter checkpoint" in alice, alice
+    assert "HW.IPYNB: a notebook's name ends in .ipynb (lower case)" in dave, dave
+    assert roster.no_notebook(subs / "bob") == roster.no_notebook(subs / "bob" / "hw.ipynb") == ""
+    (subs / "erin").mkdir()
+    assert "erin" in {s.student for s in roster.collect_submissions([subs])}
+    with pytest.raises(FileNotFoundError, match="nothing to grade"):
+        roster.collect_submissions([subs / "erin"])
+
+
+def test_course_grade_of_one_student_folder_keeps_every_row_and_says_why_a_folder_has_none(
+    tmp_path, sandboxed, capsys
+):
+    """`course grade subs` then `course grade subs/alice` (alice's notebook in a folder she named
+    bob) into the same --out: a row alice, bob's grade and row untouched, carol's row kept; a
+    student folder holding only a checkpoint gets "no notebook" with the reason, exit 0."""
+    subs, out = tmp_path / "subs", tmp_path / "grades"
+    for where in ("bob/hw.ipynb", "carol/hw.ipynb", "alice/bob/hw.ipynb"):
+        (subs / where).parent.mkdir(parents=True, exist_ok=True)
+        (subs / where).write_text('{"cells": [')
+    (subs / "erin" / ".ipynb_checkpoints").mkdir(parents=True)
+    shutil.copy(EXERCISE, subs / "erin" / ".ipynb_checkpoints" / "hw-checkpoint.ipynb")
+    assert _grade([subs], out) == 0, capsys.readouterr()
+    rows = _gradebook(out)
+    assert sorted(rows) == ["alice", "bob", "carol", "erin"]
+    assert rows["erin"]["status"] == "no notebook", rows["erin"]
+    assert "hw-checkpoint.ipynb is a Jupyter checkpoint" in rows["erin"]["notes"]
+    bob = (out / "bob" / "result.json").read_text()
+    assert _grade([subs / "alice"], out) == 0, capsys.readouterr()
+    assert (out / "bob" / "result.json").read_text() == bob
+    assert sorted(_gradebook(out)) == ["alice", "bob", "carol", "erin"]
+    assert report.load(out / "alice").path == subs / "alice" / "bob" / "hw.ipynb"

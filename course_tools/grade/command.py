@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 
 from course_tools import exercise
-from course_tools.grade.core import checker, plan, roster
+from course_tools.grade.core import checker, plan, report, roster
 from course_tools.grade.core.plan import DEFAULT_SOLUTION, GradingSettings
 from course_tools.grade.core.report import Grade, console
 from course_tools.grade.jail import limits as jail_limits
@@ -239,6 +239,28 @@ def benchmark(args: argparse.Namespace, jobs: int) -> int:
     return 0
 
 
+def check_replaced(out: str | os.PathLike, submissions: list[roster.Submission]) -> None:
+    """ValueError (exit code 2) when a student's folder of the grades holds the grade of a
+    notebook at another path that is still there, outside this submission's folder (another
+    submission's: a student's folder given alone and read as a folder of students names its
+    subfolders): grading would empty another student's grades. Run before anything is written."""
+    for s in submissions:
+        saved = report.load(Path(out) / s.student)
+        if saved is None or not os.path.lexists(saved.path):
+            continue
+        old, new = Path(os.path.realpath(saved.path)), Path(os.path.realpath(s.path))
+        if old == new or old.parent == new.parent or old.is_relative_to(new):
+            continue
+        if new.is_relative_to(old):
+            continue
+        raise ValueError(
+            f"{s.path} would be graded as {s.student!r} into {Path(out) / s.student}, which holds "
+            f"the grade of another submission still there, {saved.path}. Nothing was written or "
+            f"removed: give the folder of students (or the student folders, `subs/*`), another "
+            f"--out, or remove {Path(out) / s.student} to grade it there anew"
+        )
+
+
 def route(*, slurm: bool, sandboxed: bool) -> str:
     """Which route `course grade` takes, in words."""
     if slurm:
@@ -259,7 +281,9 @@ def run(args: argparse.Namespace) -> int:
         # bad input, on every route, before anything is written or removed: a student whose
         # folder of the grades is a folder of --out that is not the grader's (the checkout, data)
         solution = Path(args.solution or course_root() / DEFAULT_SOLUTION)
-        plan.check_out(args.out, roster.collect_submissions(args.submissions), solution)
+        submissions = roster.collect_submissions(args.submissions)
+        plan.check_out(args.out, submissions, solution)
+        check_replaced(args.out, submissions)
     except (FileNotFoundError, ValueError) as exc:
         print(f"course grade: {console(exc)}", file=sys.stderr)
         return 2

@@ -29,7 +29,12 @@ from course_tools.grade.core.plan import (
     check_out,
 )
 from course_tools.grade.core.report import CheckResult, Grade
-from course_tools.grade.core.roster import Submission, several_notebooks, too_many_files
+from course_tools.grade.core.roster import (
+    Submission,
+    no_notebook,
+    several_notebooks,
+    too_many_files,
+)
 from course_tools.grade.core.tamper import TamperWatch
 from course_tools.grade.jail import workdir as jail_workdir
 from course_tools.runner import KERNEL_LOG_KB, RunOutcome
@@ -319,6 +324,11 @@ def _grade_notebook(batch: Batch, submission: Submission, where: Workspace) -> G
     if crowded:
         g.status, g.reason = "too many files", crowded
         g.results = zero_results(parts, "not graded: no notebook found at the folder's top")
+        return g
+    missing = no_notebook(submission.path)
+    if missing:
+        g.status, g.reason = "no notebook", missing
+        g.results = zero_results(parts, "not graded: no notebook found")
         return g
     several = several_notebooks(submission.path)
     if several:

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -59,10 +60,10 @@ class Grade:
     """The grade of one submission.
 
     status: "graded", "invalid notebook", "unchanged exercise", "several notebooks", "too many
-    files" (a student folder too large to walk), "grader error", how the run failed
-    (`RunOutcome.status`), why a Slurm task gave no result ("task failed", "task timed out",
-    "task cancelled"), or "killed the grader" (its grading process died while it ran alone:
-    scored 0, `routes.supervised`).
+    files" (a student folder too large to walk), "no notebook" (a student folder without one),
+    "grader error", how the run failed (`RunOutcome.status`), why a Slurm task gave no result
+    ("task failed", "task timed out", "task cancelled"), or "killed the grader" (its grading
+    process died while it ran alone: scored 0, `routes.supervised`).
 
     notes go wherever the grade goes, the student's report and Moodle's feedback included;
     instructor_notes only into `gradebook.csv` (they name other students: whom a submission ran
@@ -239,6 +240,29 @@ def write_report(g: Grade, path: Path) -> None:
     _write_whole(path, "\n".join(lines) + "\n")
 
 
+def kept_grades(grades: list[Grade], out: Path) -> list[Grade]:
+    """`grades`, then the grades saved earlier in `out` (its students' folders, `load`) of the
+    students not among them, by name: the gradebooks of a batch that grades a few students into
+    `out` again (a late submission, one folder given alone) keep every other student's row."""
+    names = {g.student for g in grades}
+    kept = []
+    with contextlib.suppress(OSError):
+        for folder in sorted(Path(out).iterdir()):
+            if folder.name in names or folder.name.startswith(".") or folder.is_symlink():
+                continue
+            saved = load(folder) if folder.is_dir() else None
+            if saved is not None and saved.student == folder.name:
+                kept.append(saved)
+    return [*grades, *kept]
+
+
+def _text(value: object) -> str:
+    """A CSV cell of what a submission may have chosen (a name, notes, a reason): `console`'s
+    escapes (no control character or escape sequence reaches the instructor's terminal or
+    spreadsheet), then quoted when a spreadsheet would read a formula (`_cell`)."""
+    return _cell(console(value))
+
+
 def _notes(g: Grade, *, instructor: bool = False) -> str:
     """The row's notes and reason; with `instructor`, the notes for the instructor only too."""
     notes = g.notes + (g.instructor_notes if instructor else [])
@@ -248,8 +272,11 @@ def _notes(g: Grade, *, instructor: bool = False) -> str:
 def write_gradebook(grades: list[Grade], path: Path, questions: list[str]) -> None:
     """One row per submission: score, points per question, status and notes, those for the
     instructor only included (a cell that a spreadsheet would read as a formula, the student's
-    name included, starts with "'"). The instructor's file: it may name other students."""
+    name included, starts with "'"; what a submission chose shown escaped: `_text`). The
+    instructor's file: it may name other students. The rows of students graded earlier into the
+    same folder follow (`kept_grades`)."""
     questions = sorted(questions, key=natural)
+    grades = kept_grades(grades, path.parent)
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)
         writer.writerow(
@@ -269,15 +296,15 @@ def write_gradebook(grades: list[Grade], path: Path, questions: list[str]) -> No
             scores = g.question_scores()
             writer.writerow(
                 [
-                    _cell(g.student),
+                    _text(g.student),
                     f"{g.score:g}",
                     f"{g.max_score:g}",
                     *[f"{scores.get(q, 0):g}" for q in questions],
-                    g.status,
+                    _text(g.status),
                     " ".join(g.to_read),
-                    _cell(_notes(g, instructor=True)),
+                    _text(_notes(g, instructor=True)),
                     f"{g.seconds:.0f}",
-                    _cell(f"{g.student}/report.md"),
+                    _text(f"{g.student}/report.md"),
                 ]
             )
 
@@ -290,15 +317,16 @@ def write_canvas(grades: list[Grade], path: Path, assignment: str) -> None:
     submission's name, so it goes in "SIS Login ID" (name the submissions after the students'
     logins) and "Student"; the other identifying columns stay empty. A column whose header is a new
     assignment name creates that assignment on import. The "Points Possible" row under the header
-    (as in Canvas's own export) gives the maximum score.
+    (as in Canvas's own export) gives the maximum score. Earlier rows kept: `kept_grades`.
     """
+    grades = kept_grades(grades, path.parent)
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)
         writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", assignment])
         maximum = max((g.max_score for g in grades), default=0)
         writer.writerow(["    Points Possible", "", "", "", "", f"{maximum:g}"])
         for g in grades:
-            writer.writerow([_cell(g.student), "", "", _cell(g.student), "", f"{g.score:g}"])
+            writer.writerow([_text(g.student), "", "", _text(g.student), "", f"{g.score:g}"])
 
 
 def write_moodle(grades: list[Grade], path: Path, assignment: str) -> None:
@@ -308,16 +336,18 @@ def write_moodle(grades: list[Grade], path: Path, assignment: str) -> None:
     On import, map "Username" (Map from) to the Moodle field that names your students (Map to:
     username, ID number or email), the grade column to the grade item, and "Feedback" to that item's
     feedback. The grade is the score; the feedback, which Moodle shows the student, is the status
-    and notes, never the notes for the instructor only (`Grade.instructor_notes`).
+    and notes, never the notes for the instructor only (`Grade.instructor_notes`). Earlier rows
+    kept: `kept_grades`.
     """
+    grades = kept_grades(grades, path.parent)
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)
         writer.writerow(["Username", assignment, "Feedback"])
         for g in grades:
-            feedback = f"{g.score:g}/{g.max_score:g}, {g.status}"
+            feedback = f"{g.score:g}/{g.max_score:g}, {escape(g.status, markdown=False)}"
             if _notes(g):
                 # Moodle shows the feedback as HTML
                 feedback += f": {escape(_notes(g), markdown=False)}"
             if g.to_read:
                 feedback += f" ({', '.join(g.to_read)}: given for now, your answer is read by hand)"
-            writer.writerow([_cell(g.student), f"{g.score:g}", feedback])
+            writer.writerow([_text(g.student), f"{g.score:g}", _cell(feedback)])

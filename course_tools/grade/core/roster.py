@@ -73,16 +73,15 @@ def _walk_student(folder: Path) -> tuple[list[Path], str]:
 
 def _students_in(folder: Path) -> list[tuple[Path, list[Path], str]]:
     """(where, notebooks, why the walk stopped) for each student of a folder of students: each
-    notebook directly in it (where: the notebook) and each subfolder holding one, or too large to
-    walk whole (where: the subfolder, walked on its own: `_walk_student`)."""
+    notebook directly in it (where: the notebook) and each subfolder (where: the subfolder, walked
+    on its own: `_walk_student`), one holding no notebook the walk sees included (its row says
+    so: `no_notebook`). Hidden folders (a leading dot: .ipynb_checkpoints, .git) and macOS's
+    __MACOSX are no students."""
     out = []
     for entry in files.walk(folder, max_depth=1, max_entries=2**62):
-        if entry.relative.name == ".ipynb_checkpoints":
-            continue
         if entry.kind == "a folder":
-            notebooks, stopped = _walk_student(entry.path)
-            if notebooks or stopped:
-                out.append((entry.path, notebooks, stopped))
+            if not entry.relative.name.startswith(".") and entry.relative.name != "__MACOSX":
+                out.append((entry.path, *_walk_student(entry.path)))
         elif _is_notebook(entry):
             out.append((entry.path, [entry.path], ""))
     return out
@@ -105,14 +104,19 @@ def _a_shell_glob(paths: list[str | os.PathLike]) -> bool:
 def _given_folder(given: Path, *, one_student: bool) -> list[tuple[Path, list[Path], str]]:
     """(where, notebooks, why the walk stopped) for each student in a folder given. In a shell
     glob of student folders (`one_student`) it is one student's folder, named after it, whatever
-    lies inside (several notebooks in it: `several_notebooks`). Otherwise it is a folder of
-    students, unless it holds one notebook directly and no student folder (then that notebook is
-    its student's, named after the folder)."""
+    lies inside (several notebooks in it: `several_notebooks`). Given alone, it is one student's
+    folder too, named after it, when it holds one notebook directly and no other subfolder
+    holding one, or no notebook directly and one subfolder only (`course grade subs/alice` with
+    alice/bob/hw.ipynb is alice, never bob, a name alice chose); otherwise it is a folder of
+    students: each notebook directly in it, and each of its subfolders, is one student."""
     if one_student:
         return [(given, *_walk_student(given))]
     students = _students_in(given)
-    if len(students) == 1 and students[0][1] == [students[0][0]]:  # one notebook, directly
-        return [(given, students[0][1], "")]
+    direct = [s for s in students if s[1] == [s[0]]]
+    folders = [s for s in students if s not in direct]
+    holding = [s for s in folders if s[1] or s[2]]
+    if (len(direct) == 1 and not holding) or (not direct and len(folders) == 1):
+        return [(given, *_walk_student(given))]
     return students
 
 
@@ -128,11 +132,13 @@ def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
     name; a student's folder by its own name (`_given_folder` says which folders are one
     student's). A student folder holding several notebooks is one submission (graded only when
     exactly one notebook is in it: `several_notebooks`); one too large to walk whole is its own
-    row too (`too_many_files`). ValueError when two submissions come out with the same name
+    row too (`too_many_files`), and so is one holding no notebook the walk sees (`no_notebook`).
+    ValueError when two submissions come out with the same name
     (compared by `same_name_key`: Unicode look-alikes of width or case are one name), or
     one named like a file of the grades (`RESERVED_NAMES`): the instructor renames one.
     """
     found: dict[str, tuple[Path, str, Path]] = {}
+    any_notebook = False
     glob = _a_shell_glob(paths)
     seen: set[Path] = set()
     for given in map(Path, paths):
@@ -150,9 +156,10 @@ def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
         for where, notebooks, stopped in students:
             # the same file given twice (or in a folder given too) is graded once
             fresh = [p for p in notebooks if _same_file_key(p) not in seen]
-            if not fresh and not stopped:
+            if notebooks and not fresh and not stopped:
                 continue
             seen.update(map(_same_file_key, fresh))
+            any_notebook = any_notebook or bool(fresh or stopped)
             name = _folder_name(where.stem if where in notebooks else where.name)
             key_name = same_name_key(name)
             if key_name in RESERVED_NAMES:
@@ -165,7 +172,7 @@ def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
                     "rename one (a student's name is the name of the notebook or of its folder)"
                 )
             found[key_name] = (where, name, _submission_path(where, fresh))
-    if not found:
+    if not any_notebook:
         raise FileNotFoundError(f"no .ipynb file in {', '.join(map(str, paths))}: nothing to grade")
     return [Submission(name, path) for where, name, path in found.values()]
 
@@ -190,3 +197,31 @@ def too_many_files(path: Path) -> str:
     if not stopped:
         return ""
     return f"too many files: the folder holds {stopped}; hand in the notebook alone"
+
+
+def no_notebook(path: Path) -> str:
+    """Why a submission that is a student's folder holds no notebook to grade, for its row ("" when
+    it holds one, or is no folder): what the walk saw that looks like one (a name ending in .IPYNB,
+    a Jupyter checkpoint only, a folder it could not read)."""
+    path = Path(path)
+    if not path.is_dir() or path.is_symlink():
+        return ""
+    notebooks, stopped = _walk_student(path)
+    if notebooks or stopped:
+        return ""
+    seen = []
+    for folder in [path, *(e.path for e in files.walk(path) if e.kind == "a folder")]:
+        try:
+            os.listdir(folder)
+        except OSError as exc:
+            where = "the folder" if folder == path else f"{folder.relative_to(path)}/"
+            seen.append(f"{where} cannot be read ({exc.strerror or type(exc).__name__})")
+    for entry in files.walk(path):
+        if entry.kind != "a folder" and entry.relative.name.lower().endswith(".ipynb"):
+            if ".ipynb_checkpoints" in entry.relative.parts:
+                seen.append(f"{entry.relative} is a Jupyter checkpoint, not the notebook")
+            else:
+                seen.append(f"{entry.relative}: a notebook's name ends in .ipynb (lower case)")
+    more = f" and {len(seen) - 5} more" if len(seen) > 5 else ""
+    hints = f" ({'; '.join(seen[:5])}{more})" if seen else ""
+    return f"no notebook found: the folder holds no file named *.ipynb{hints}; hand in the notebook"
