@@ -912,3 +912,82 @@ def test_a_slurm_kernel_killed_at_the_tasks_memory_limit_says_memory_limit(
     assert report.load(tmp_path / "alice").status == "killed"
     graded = report.Grade("bob", tmp_path / "bob.ipynb", "graded")
     assert not slurm_array.memory_killed(graded, 0, tmp_path / "bob")
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_slurm_nodes_groups_left_by_graders_that_are_gone_are_removed_by_the_next(
+    tmp_path, version
+):
+    """On a fake cgroup tree of a Slurm node: making a group sweeps the node's whole Slurm tree
+    (not only the new group's parent, another job's every time), removing every group of a grader
+    that is gone (a cancelled or timed-out task's) and then the job's own groups it kept Slurm from
+    removing, while they are empty; a live grader's group, a group holding a process and
+    anything not the grader's are left, and so is everything outside the Slurm tree."""
+    from course_tools.grade.jail import cgroups
+
+    root = tmp_path / "cgroup"
+    dead, alive = _dead_pid(), os.getpid()
+    if version == 1:
+        mounts = [root / "memory", root / "pids"]
+        node, task = "slurm_node/uid_0", "step_batch/task_0"
+        proc = f"8:pids:/{node}/job_2/{task}\n4:memory:/{node}/job_2/{task}\n"
+        for mount in mounts:
+            (mount / node / "job_2" / task).mkdir(parents=True)
+            (mount / "cgroup.procs").write_text("")
+    else:
+        mounts = [root]
+        node, task = "system.slice/slurmstepd.scope", "step_batch/user/task_0"
+        proc = f"0::/{node}/job_2/{task}\n"
+        (root / node / "job_2" / task).mkdir(parents=True)
+        for folder in ("", f"{node}/job_2/step_batch/user", f"{node}/job_2/{task}"):
+            (root / folder / "cgroup.controllers").write_text("memory pids")
+            (root / folder / "cgroup.subtree_control").write_text("memory pids")
+    (root / "proc").mkdir()
+    (root / "proc" / "cgroup").write_text(proc)
+    where = {
+        "gone": f"{node}/job_1/{task}/{cgroups.PREFIX}{dead}-aaaa",
+        "alive": f"{node}/job_3/{task}/{cgroups.PREFIX}{alive}-bbbb",
+        "busy": f"{node}/job_4/{task}/{cgroups.PREFIX}{dead}-cccc",
+        "other": f"{node}/job_5/{task}/someone-else",
+        "outside": f"elsewhere/{cgroups.PREFIX}{dead}-dddd",
+    }
+    for mount in mounts:
+        for path in where.values():
+            (mount / path).mkdir(parents=True)
+        (mount / node / "job_4" / task / "cgroup.procs").write_text("4242")  # a process in it
+    group = cgroups.Cgroup.create(memory_mb=100, pids=50, root=root, proc=root / "proc")
+    assert group is not None and group.version == version
+    for mount in mounts:
+        assert not (mount / node / "job_1").exists()  # its group, then the job's own groups
+        assert (mount / where["alive"]).is_dir() and (mount / where["other"]).is_dir()
+        assert not (mount / where["busy"]).exists() and (mount / node / "job_4" / task).is_dir()
+        assert (mount / where["outside"]).is_dir()
+        assert (mount / node / "job_2" / task).is_dir()  # this task's own
+
+
+def test_a_group_whose_making_fails_half_way_leaves_nothing(tmp_path):
+    """An ordinary user's Slurm task (cgroup v1): the memory group can be made in the task's
+    group handed to the user, the pids one cannot: the memory folder made is removed before the
+    error (it was left in every task's group, and kept Slurm from removing the job's)."""
+    from course_tools.grade.jail import cgroups
+
+    root = tmp_path / "cgroup"
+    own = "slurm_node/uid_1001/job_7/step_batch/task_0"
+    (root / "memory" / own).mkdir(parents=True)
+    (root / "pids").mkdir()  # the pids group of the task: not there (root's: not allowed)
+    for mount in ("memory", "pids"):
+        (root / mount / "cgroup.procs").write_text("")
+    (root / "proc").mkdir()
+    (root / "proc" / "cgroup").write_text(f"8:pids:/{own}\n4:memory:/{own}\n")
+    with pytest.raises(OSError):
+        cgroups.Cgroup.create(memory_mb=100, pids=50, root=root, proc=root / "proc")
+    assert list((root / "memory" / own).iterdir()) == []
+    assert cgroups.why_not(root).startswith("cannot make a control group")
+    assert list((root / "memory" / own).iterdir()) == []

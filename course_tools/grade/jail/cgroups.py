@@ -112,14 +112,86 @@ def _remove_stale(parent: Path) -> None:
     """Remove the empty groups left in `parent` by graders that are gone (killed before their
     clean-up, as a cancelled Slurm task is): they would keep Slurm from removing its own."""
     for folder in parent.glob(f"{PREFIX}*"):
-        pid = folder.name.removeprefix(PREFIX).split("-")[0]
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+        if _stale(folder):
             with contextlib.suppress(OSError):  # not empty yet: its processes are still dying
                 folder.rmdir()
 
 
+#: The most levels below a node's Slurm tree (`_slurm_tree`) a sandbox's group lies at (v1:
+#: uid_<u>/job_<j>/step_<s>/task_<t>/<group>; v2: job_<j>/step_<s>/user/task_<t>/<group>).
+SLURM_DEPTH = 6
+
+
+def _stale(folder: Path) -> bool:
+    """Whether `folder` (PREFIX<pid>-...) is a group of a grader that is gone."""
+    pid = folder.name.removeprefix(PREFIX).split("-")[0]
+    return pid.isdigit() and not psutil.pid_exists(int(pid))
+
+
+def _slurm_tree(folder: Path, mount: Path) -> Path | None:
+    """The node's Slurm tree `folder` lies in (its ancestor below `mount` named slurm*: v1's
+    slurm_<node> or slurm, v2's slurmstepd.scope), or None outside Slurm."""
+    for parent in folder.parents:
+        if parent == mount or not parent.is_relative_to(mount):
+            return None
+        if parent.name.startswith("slurm"):
+            return parent
+    return None
+
+
+def _remove_emptied(folder: Path, top: Path) -> None:
+    """After a stale group in `folder` was removed: `folder` and its parents up to the Slurm job's
+    own (job_<id>), each while it is empty and holds no process (rmdir refuses otherwise): the
+    job's groups, which Slurm could not remove at the job's end while the stale group was in
+    them. Never above the job's, never outside `top`."""
+    chain = [f for f in [folder, *folder.parents] if f.is_relative_to(top) and f != top]
+    jobs = [i for i, f in enumerate(chain) if f.name.startswith("job_")]
+    for f in chain[: jobs[0] + 1] if jobs else []:
+        try:
+            f.rmdir()
+        except OSError:
+            return
+
+
+def _remove_stale_slurm(folder: Path, mount: Path) -> None:
+    """On a Slurm node: remove the groups of graders that are gone anywhere in the node's Slurm
+    tree (`_slurm_tree`, `SLURM_DEPTH` levels), with the job's groups they kept Slurm from
+    removing (`_remove_emptied`). A cancelled or timed-out task's grader can be killed before its
+    clean-up, and the next task's group is made under another job's: `_remove_stale` alone, in
+    the new group's parent, never sees them. Groups of others it may not remove are left."""
+    top = _slurm_tree(folder, mount)
+    if top is None:
+        return
+    stack = [(top, 0)]
+    while stack:
+        where, depth = stack.pop()
+        try:
+            with os.scandir(where) as listing:
+                children = [Path(e.path) for e in listing if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        for child in children:
+            if child.name.startswith(PREFIX):
+                if _stale(child):
+                    try:
+                        child.rmdir()
+                    except OSError:  # not empty yet, or not this user's
+                        continue
+                    _remove_emptied(where, top)
+            elif depth + 1 < SLURM_DEPTH:
+                stack.append((child, depth + 1))
+
+
 def _write(path: Path, value: str) -> None:
     path.write_text(value)
+
+
+def _remove_made(folders: list[Path]) -> None:
+    """Remove the folders of a group whose making failed half-way (no process joined them yet;
+    the kernel's control files never keep a folder from going)."""
+    for folder in reversed(folders):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def why_not(root: Path = ROOT) -> str:
@@ -152,20 +224,30 @@ class Cgroup:
         cls, *, memory_mb: int, pids: int, root: Path = ROOT, proc: Path = Path("/proc/self")
     ) -> Cgroup | None:
         """A new group below this process's own, limited to `memory_mb` (swap included) and
-        `pids` tasks; None where the host has no usable cgroup. OSError: not allowed here."""
+        `pids` tasks; None where the host has no usable cgroup. OSError: not allowed here, and
+        whatever was made of the group is removed first. The groups that graders that are gone
+        left in the new group's parent, and anywhere in a Slurm node's tree, are removed
+        (`_remove_stale`, `_remove_stale_slurm`)."""
         proc_cgroup = (proc / "cgroup").read_text()
         name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         limit = str(memory_mb * 2**20)
         if (v1 := _v1_folders(root, proc_cgroup)) is not None:
             group = cls({c: folder / name for c, folder in v1.items()}, 1)
-            for folder in group.folders.values():
-                _remove_stale(folder.parent)
-                folder.mkdir()
-            memory = group.folders["memory"]
-            _write(memory / "memory.limit_in_bytes", limit)
-            with contextlib.suppress(OSError):  # without swap accounting: no swap to count
-                _write(memory / "memory.memsw.limit_in_bytes", limit)
-            _write(group.folders["pids"] / "pids.max", str(pids))
+            made = []
+            try:
+                for controller, folder in group.folders.items():
+                    _remove_stale(folder.parent)
+                    _remove_stale_slurm(folder, root / controller)
+                    folder.mkdir()
+                    made.append(folder)
+                memory = group.folders["memory"]
+                _write(memory / "memory.limit_in_bytes", limit)
+                with contextlib.suppress(OSError):  # without swap accounting: no swap to count
+                    _write(memory / "memory.memsw.limit_in_bytes", limit)
+                _write(group.folders["pids"] / "pids.max", str(pids))
+            except BaseException:
+                _remove_made(made)
+                raise
             return group
         if (parent := _v2_parent(root, proc_cgroup)) is not None:
             enabled = (parent / "cgroup.subtree_control").read_text().split()
@@ -174,11 +256,18 @@ class Cgroup:
             group = cls({c: parent / name for c in CONTROLLERS}, 2)
             folder = group.folders["memory"]
             _remove_stale(parent)
+            _remove_stale_slurm(
+                folder, root if (root / "cgroup.controllers").exists() else root / "unified"
+            )
             folder.mkdir()
-            _write(folder / "memory.max", limit)
-            with contextlib.suppress(OSError):
-                _write(folder / "memory.swap.max", "0")
-            _write(folder / "pids.max", str(pids))
+            try:
+                _write(folder / "memory.max", limit)
+                with contextlib.suppress(OSError):
+                    _write(folder / "memory.swap.max", "0")
+                _write(folder / "pids.max", str(pids))
+            except BaseException:
+                _remove_made([folder])
+                raise
             return group
         return None
 
