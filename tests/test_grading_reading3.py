@@ -785,6 +785,7 @@ HELD = {
     "gc": "import gc\n"
     "[o for o in gc.get_objects() if isinstance(o, keras.Model)][0].load_weights(p)",
     "output": "fit_model\n# cell\nOut[1].load_weights(p)",
+    "getitem": "d = {'m': fit_model}\nm = d.__getitem__('m')\nm.load_weights(p)",
 }
 #: Red team 28a's writers: a variable of the model written by a scatter or a raw op by keyword.
 WRITTEN = {

@@ -1585,6 +1585,11 @@ SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 #: The builtins that only read what they are given: a graded model given to one is not held by
 #: what it returns (`isinstance(fit_model, keras.Model)`, `print(fit_model)`).
 READ_ONLY_BUILTINS = frozenset({"isinstance", "print", "len", "id", "type", "repr", "str", "hash"})
+#: The attributes through which an object gives what it holds (`d.values()`, `box.__dict__`).
+GIVING = frozenset(
+    {"get", "pop", "popleft", "popitem", "values", "items", "setdefault", "copy", "__dict__",
+     "__getitem__", "__getattribute__", "__getattr__"}
+)  # fmt: skip
 
 
 class _Places:
@@ -1713,8 +1718,8 @@ class _Places:
 class _Holds:
     """Whether an expression holds model `name` where it runs (`Code._model_names`): the model's
     name appears in it bare, or a name holding it does: anywhere in it but as the object of an
-    attribute read (`fit_model.layers`, the parts walk's business; `d.values()`, `d.get(k)` give
-    what `d` holds) or as an argument of a read-only builtin (`print`, `isinstance`, ...). A name
+    attribute read (`fit_model.layers`, the parts walk's business; but for `GIVING`: `d.values()`
+    gives what `d` holds) or as an argument of a read-only builtin (`print`, ...). A name
     bound from an expression that holds the model holds it: at the top of the cells (from where
     a loop around the binding starts) until it is bound again at the top of a cell
     (`_Places.rebound`, a `for` over a literal list too), not where a function of the notebook's
@@ -1808,7 +1813,7 @@ class _Holds:
         builtin, on the way up to `top`."""
         child, parent = node, self.places.parents.get(id(node))
         while child is not top and parent is not None:
-            if isinstance(parent, ast.Attribute) and parent.attr not in {*TAKERS, "items"}:
+            if isinstance(parent, ast.Attribute) and parent.attr not in GIVING:
                 return False
             if (
                 isinstance(parent, ast.Call)
