@@ -1498,6 +1498,36 @@ def test_json_values_are_counted_before_parsing_with_a_margin_over_real_notebook
     assert one_submission._read_notebook(Grade("s", small, status="graded"), parts) is not None
 
 
+@pytest.mark.parametrize(
+    ("cell", "field", "value"), [(1, "source", 5), (0, "source", {"x": 1}), (0, "outputs", {})]
+)
+def test_a_notebook_breaking_the_schema_is_an_invalid_notebook_not_a_grader_error(
+    tmp_path, cell, field, value
+):
+    """A markdown cell whose source is a number, a code cell whose source or outputs are a
+    dictionary: nbformat only logs these, and the grader then failed on them ("grader
+    error" on every run, exit 1). They are the submission's final "invalid notebook", saying
+    where; keys the format does not name (an editor's own) are no error."""
+    from course_tools.grade.core import notebooks
+
+    notebook = notebook_of("x = 1")
+    notebook.cells.insert(1, nbformat.v4.new_markdown_cell("# notes"))
+    notebook.cells[0]["colab"] = {"base_uri": "https://localhost/"}  # an editor's own key
+    path = write(notebook, tmp_path / "fine.ipynb")
+    assert notebooks.parse(path.read_text()).cells[1].source == "# notes"
+    data = json.loads(path.read_text())
+    data["cells"][cell][field] = value
+    path = tmp_path / "bad.ipynb"
+    path.write_text(json.dumps(data))
+    parts = exercise.parse_solution(nbformat.read(SOLUTION, as_version=4))
+    g = Grade("bad", path, status="graded")
+    assert one_submission._read_notebook(g, parts) is None
+    assert g.status == "invalid notebook" and not g.grader_failed, g.status
+    assert f"breaks the notebook format (nbformat 4) at cells/{cell}" in g.reason, g.reason
+    for good in (SOLUTION, EXERCISE):
+        notebooks.parse(good.read_text())
+
+
 def test_an_error_while_a_submission_is_read_or_keyed_still_ends_with_the_gradebook(
     tmp_path, monkeypatch
 ):

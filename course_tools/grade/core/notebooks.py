@@ -45,6 +45,10 @@ class TooManyValues(ValueError):
     """A notebook holding more JSON values than the grader parses."""
 
 
+class InvalidNotebook(ValueError):
+    """JSON that breaks the notebook format's schema (a cell's source a number, a dictionary)."""
+
+
 class NotJSON(ValueError):
     """A text that cannot be a notebook's JSON (a string that never ends, no `{` first)."""
 
@@ -65,7 +69,9 @@ def count_values(text: str) -> int:
 
 def parse(text: str, max_values: int = MAX_VALUES) -> nbformat.NotebookNode:
     """`text` as a version 4 notebook; TooManyValues, before anything is parsed, when it holds
-    more than `max_values` JSON values; NotJSON when it cannot be JSON (see `count_values`)."""
+    more than `max_values` JSON values; NotJSON when it cannot be JSON (see `count_values`);
+    InvalidNotebook when it breaks the notebook format's schema (keys it does not name allowed):
+    a submission's "invalid notebook", never a grader error where the grader reads it."""
     if not text.lstrip()[:1] == "{":
         raise NotJSON("it does not start with `{`: it is not a notebook's JSON")
     found = count_values(text)
@@ -75,4 +81,14 @@ def parse(text: str, max_values: int = MAX_VALUES) -> nbformat.NotebookNode:
             "reads (a notebook of the exercise holds a few thousand): hand in the notebook "
             "without the extra data"
         )
-    return nbformat.reads(text, as_version=4)
+    notebook = nbformat.reads(text, as_version=4)  # which only logs what breaks the schema
+    try:  # extra keys allowed (editors add their own): what the grader reads is checked
+        nbformat.validate(notebook, relax_add_props=True)
+    except nbformat.ValidationError as exc:
+        where = "/".join(map(str, getattr(exc, "absolute_path", []) or []))
+        what = str(getattr(exc, "message", exc))
+        what = what if len(what) <= 200 else f"{what[:200]}..."
+        raise InvalidNotebook(
+            f"it breaks the notebook format (nbformat 4) at {where or 'its top'}: {what}"
+        ) from None
+    return notebook
