@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import itertools
 import json
@@ -182,22 +183,45 @@ class RunOutcome:
             self.timed_out_cells.append(cell_index)
 
 
-#: Bytes a terminal acts on rather than shows (ESC starts title, clear-screen and colour
-#: sequences): written to a log as \xNN, so `cat kernel.log` shows what a kernel wrote and
-#: cannot retitle the window, clear it or print a fake line.
-_CONTROL = bytes([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F])
-_VISIBLE = {byte: f"\\x{byte:02x}".encode() for byte in _CONTROL}
+#: Characters a terminal acts on rather than shows (ESC starts title, clear-screen and colour
+#: sequences; the C1 controls U+0080-U+009F, CSI U+009B and OSC U+009D among them, act alone in
+#: xterm): written to a log as \xNN, so `cat kernel.log` shows what a kernel wrote and cannot
+#: retitle the window, clear it or print a fake line. Bytes that are not UTF-8 (a lone 0x9b is
+#: CSI to a terminal in 8-bit mode) are written as \xNN too.
+_CONTROL = [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]
+_VISIBLE = {
+    **{code: f"\\x{code:02x}" for code in _CONTROL},
+    # surrogateescape's stand-ins for the bytes 0x80-0xFF that are not UTF-8
+    **{0xDC00 + byte: f"\\x{byte:02x}" for byte in range(0x80, 0x100)},
+}
+#: Bytes that, alone, show as themselves whatever the terminal: the fast path of `visible`.
+_PLAIN = re.compile(rb"[\t\n\x20-\x7e]*")
 
 
-def visible(chunk: bytes) -> bytes:
-    """`chunk` with its control bytes but newline and tab written as \\xNN.
+def visible(chunk: bytes, decoder: codecs.IncrementalDecoder | None = None) -> bytes:
+    """`chunk` with its control characters but newline and tab (C0, DEL and C1) and its bytes
+    that are not UTF-8 written as \\xNN. decoder: a UTF-8 decoder with errors "surrogateescape"
+    that keeps a character cut between two chunks for the next (`CappedLog`); without one, the
+    chunk is whole.
 
     >>> visible(b"ok\\x1b]0;title\\x07 done\\n")
     b'ok\\\\x1b]0;title\\\\x07 done\\n'
+    >>> visible("\\u009b2J \\u00e9".encode() + b"\\x9d")
+    b'\\\\x9b2J \\xc3\\xa9\\\\x9d'
     """
-    if not any(byte in _VISIBLE for byte in chunk):
-        return chunk
-    return b"".join(_VISIBLE.get(byte, bytes([byte])) for byte in chunk)
+    if decoder is None:
+        decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+        text = decoder.decode(chunk, final=True)
+    else:
+        if not decoder.getstate()[0] and _PLAIN.fullmatch(chunk):
+            return chunk
+        text = decoder.decode(chunk)
+    return text.translate(_VISIBLE).encode("utf-8", "surrogateescape")
+
+
+def visible_end(decoder: codecs.IncrementalDecoder) -> bytes:
+    """What `decoder` (of `visible`) still holds at the end: a character cut short, as \\xNN."""
+    return decoder.decode(b"", final=True).translate(_VISIBLE).encode("utf-8", "surrogateescape")
 
 
 class CappedLog(threading.Thread):
@@ -235,8 +259,14 @@ class CappedLog(threading.Thread):
 
     def _copy(self, out) -> None:
         kept = 0
-        while chunk := os.read(self.pipe.fileno(), 2**16):
-            chunk = visible(chunk)
+        decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+
+        def chunks():
+            while chunk := os.read(self.pipe.fileno(), 2**16):
+                yield visible(chunk, decoder)
+            yield visible_end(decoder)  # a character cut at the pipe's end, as \xNN
+
+        for chunk in chunks():
             room = max(0, self.limit - kept) if out is not None else 0
             if room:
                 try:

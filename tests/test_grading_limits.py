@@ -991,3 +991,32 @@ def test_a_group_whose_making_fails_half_way_leaves_nothing(tmp_path):
     assert list((root / "memory" / own).iterdir()) == []
     assert cgroups.why_not(root).startswith("cannot make a control group")
     assert list((root / "memory" / own).iterdir()) == []
+
+
+def test_the_kernel_log_escapes_c1_controls_and_bytes_that_are_not_utf8(tmp_path):
+    """What red team 29a's cell wrote (CSI and OSC as C1 characters, U+009B, U+009D, and as lone
+    bytes 0x9b, 0x9d) reaches kernel.log (and checks.log: the same `CappedLog`) as \\xNN, never
+    as a control a terminal acts on; other characters, an é cut between two pipe reads
+    included, stay as written."""
+    from course_tools.runner import CappedLog
+
+    code = (
+        "import os, time\n"
+        "os.write(1, '\\u009b2J\\u009bH \\u009d0;C1-TITLE\\u009c'.encode())\n"
+        "os.write(2, b'\\x9b2J\\x9d0;T\\x9c caf\\xc3')\n"
+        "time.sleep(0.3)\n"
+        "os.write(2, b'\\xa9 ok\\x1b[2J\\n\\xc3')\n"
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    log = CappedLog(writer.stdout, tmp_path / "kernel.log", limit=2**20)
+    log.start()
+    assert writer.wait(timeout=30) == 0
+    log.join(timeout=30)
+    data = (tmp_path / "kernel.log").read_bytes()
+    text = data.decode("utf-8")  # all of it UTF-8 now
+    assert not [c for c in text if ord(c) < 0x20 and c not in "\t\n" or 0x7F <= ord(c) < 0xA0]
+    assert text == (
+        "\\x9b2J\\x9bH \\x9d0;C1-TITLE\\x9c\\x9b2J\\x9d0;T\\x9c café ok\\x1b[2J\n\\xc3"
+    ), text
