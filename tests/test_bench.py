@@ -202,9 +202,9 @@ def test_notebook_3s_measure_warms_up_then_times_interleaved_rounds():
         rounds=3,
         batch_size={"slow": 8, "fast": 16},
     )
-    in_order, rotated = [("slow", 10), ("fast", 10)], [("fast", 10), ("slow", 10)]
-    assert calls == in_order + in_order + rotated + in_order  # the warm-up, then 3 rounds,
-    # each started by the next run in turn
+    in_order, reversed_ = [("slow", 10), ("fast", 10)], [("fast", 10), ("slow", 10)]
+    assert calls == in_order + in_order + reversed_ + in_order  # the warm-up, then 3 rounds,
+    # each in the opposite order of the one before (with two runs, a rotation too)
     slow, fast = results
     assert len(slow.rounds) == 3 and slow.batch_size == 8 and slow.examples == 240
     assert slow.examples_per_sec == pytest.approx(statistics.median(slow.rounds))
