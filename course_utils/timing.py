@@ -64,22 +64,29 @@ class Timer:
 #: threshold set by hand: how often a quiet machine crosses it, or a busy one stays under, is not
 #: measured (no false-alarm rate, unlike `compare`'s).
 BUSY = 0.2
-SHORT = 0.1  # s: under 10 ticks of the CPU counters (0.01 s), a `Load` share is too coarse
+#: s: under 10 ticks of the CPU counters (0.01 s), a `Load` share is too coarse to read. Above
+#: it a share still carries about a tick's error, 0.01 / (n x t) of a set lasting t s on n CPUs
+#: (5% at 0.1 s on 2, 1% at 0.5 s), and a few ticks' quantisation can add up to that several times.
+SHORT = 0.1
 
 
 def load_reading(others: float, seconds: float) -> tuple[float, str]:
     """A `Load` share (`others`) over `seconds` of timed rounds, as the busy rule reads it, and
-    in words. Under `SHORT` the CPU counters' 0.01 s ticks are too coarse to measure a share (one
-    tick over 2 CPUs x 25 ms reads 20%, over `BUSY` on a quiet machine): the share is unmeasured,
-    not busy, so the rule reads 0 (notebooks 3b and 3c both read their sets' loads through it).
+    in words. One 0.01 s tick of the CPU counters over n CPUs is 0.01 / (n x t) of a set lasting
+    t s: on 2 CPUs 20% of 25 ms (over `BUSY` on a quiet machine), 5% of 0.1 s. Under `SHORT` the
+    share is unmeasured, not busy, so the rule reads 0 (notebooks 3b and 3c both read their
+    sets' loads through it); the seconds print rounded down to 3 decimals, so a set under
+    `SHORT` never prints 0.100.
 
     >>> load_reading(0.2015, 0.0244)  # one tick over a 24 ms set on 2 CPUs
-    (0.0, 'unmeasured (coarse, 0.02 s)')
+    (0.0, 'unmeasured (coarse, 0.024 s)')
+    >>> load_reading(0.2015, 0.0996)
+    (0.0, 'unmeasured (coarse, 0.099 s)')
     >>> load_reading(0.2015, 0.5)
     (0.2015, '20%')
     """
     if seconds < SHORT:
-        return 0.0, f"unmeasured (coarse, {seconds:.2f} s)"
+        return 0.0, f"unmeasured (coarse, {int(seconds * 1000) / 1000:.3f} s)"  # rounded down
     return others, f"{others:.0%}"
 
 

@@ -15,7 +15,8 @@ during each set. One rule, used by the notebook, `course bench` and the artifact
   flips it (`regime`);
 - a set whose fastest round got less than `STARVED` of the usable CPUs' time ran starved
   (`starved_sets`); no side of the ridge rests on a limit whose sets all did (`all_starved`), and
-  a verdict any of whose outcomes names a side is withheld then (the side rests on its ridge);
+  a verdict any of whose outcomes names a side is withheld then (the side rests on its ridge), as
+  it is across a gap between a limit's sets (`gaps`);
 - what an undecided run rules out: the outcomes no case produced (`ruled_out`);
 - the step's side of the ridge at every ridge the limits' ranges give, or none from busy or
   starved sets, and not decided across a gap between a limit's sets (`ridge_sides`, `ridge`);
@@ -431,7 +432,8 @@ def regime(record: dict) -> str:
     part) that any listed outcome needs. From a limit whose sets all ran starved (`all_starved`:
     the limit may be low), an outcome naming a side of the ridge withholds the verdict: the side
     rests on that limit's ridge. A higher limit's smaller roof's part is searched (`headroom`).
-    A side named across a gap between a limit's sets (`gaps`) is said to rest on one set."""
+    Across a gap between a limit's sets (`gaps`) an outcome naming a side withholds it too: the
+    side would rest on the fastest sets alone, which `ridge` does not decide either."""
     reason = withheld(record)
     if reason:
         return reason
@@ -447,12 +449,13 @@ def regime(record: dict) -> str:
             "undecided: the step ran above its roof at both ends of each limit's range, so "
             f"{ABOVE_ROOF}, and no roof can be named"
         )
-    gap = gaps(record)  # a side from the fastest sets alone, across a gap, is said to be one
-    rests = (
-        f"; its side rests on the fastest sets alone: {gap}" if gap and SIDES & set(found) else ""
-    )
+    if (gap := gaps(record)) and SIDES & set(found):  # as `ridge`: no side across a gap
+        return (
+            f"withheld: an outcome names a side of the ridge, and {gap}, so that side would rest "
+            "on the fastest sets alone"
+        )
     if len(found) == 1:
-        return first + rests
+        return first
     needs: dict[str, None] = {}
     for outcome in set(found) - {first}:
         making = [case for case in found_cases if found_cases[case] == outcome]
@@ -484,7 +487,7 @@ def regime(record: dict) -> str:
             f"(the line's worst miss of a point, {100 * worst:.0f}%"
             f"{'; none below 0' * (fixes['low'] < 0)})"
         )
-    return f"undecided: {' or '.join(found)}, with {' and '.join(ranges)}{rests}"
+    return f"undecided: {' or '.join(found)}, with {' and '.join(ranges)}"
 
 
 def gaps(record: dict) -> str:

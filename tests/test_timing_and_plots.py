@@ -377,7 +377,8 @@ def test_a_set_too_short_for_the_cpu_counters_reads_unmeasured_not_busy():
     Under `timing.SHORT` the share is unmeasured: the busy rule reads 0, the words say so; a
     longer set's share is read as measured, busy when over the threshold. 3b and 3c read every
     set through `load_reading`, one rule."""
-    assert timing.load_reading(0.2015, 0.0244) == (0.0, "unmeasured (coarse, 0.02 s)")
+    assert timing.load_reading(0.2015, 0.0244) == (0.0, "unmeasured (coarse, 0.024 s)")
+    assert timing.load_reading(0.2015, 0.0996)[1] == "unmeasured (coarse, 0.099 s)"  # not 0.10
     share, said = timing.load_reading(0.2015, timing.SHORT)
     assert share > timing.BUSY and said == "20%"
     for notebook in ("03b_where_time_goes.ipynb", "03c_allreduce_and_profile.ipynb"):
