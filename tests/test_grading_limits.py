@@ -1020,3 +1020,29 @@ def test_the_kernel_log_escapes_c1_controls_and_bytes_that_are_not_utf8(tmp_path
     assert text == (
         "\\x9b2J\\x9bH \\x9d0;C1-TITLE\\x9c\\x9b2J\\x9d0;T\\x9c café ok\\x1b[2J\n\\xc3"
     ), text
+
+
+def test_a_slurm_tasks_grader_removes_its_own_groups_first_on_sigterm(tmp_path):
+    """On SIGTERM (scancel, --time) a task's grader first removes every group it made (its
+    kernel's and its check process's, on a fake v1 tree) before anything slower, and no group of
+    another grader; `grade_task` passes it to its SIGTERM handler."""
+    import inspect
+
+    from course_tools.grade.jail import cgroups
+    from course_tools.grade.routes import slurm_array
+
+    root = tmp_path / "cgroup"
+    own = "slurm_node/uid_0/job_2/step_batch/task_0"
+    mine = [f"{cgroups.PREFIX}{os.getpid()}-{i}" for i in ("aaaa", "bbbb")]
+    other = f"{cgroups.PREFIX}{os.getpid() + 1}-cccc"
+    for mount in ("memory", "pids"):
+        (root / mount / "cgroup.procs").parent.mkdir(parents=True)
+        (root / mount / "cgroup.procs").write_text("")
+        for name in [*mine, other]:
+            (root / mount / own / name).mkdir(parents=True)
+    (root / "proc").mkdir()
+    (root / "proc" / "cgroup").write_text(f"8:pids:/{own}\n4:memory:/{own}\n")
+    cgroups.remove_own(root, root / "proc")
+    for mount in ("memory", "pids"):
+        assert sorted(p.name for p in (root / mount / own).iterdir()) == [other]
+    assert "cgroups.remove_own()" in inspect.getsource(slurm_array._stopped)

@@ -198,7 +198,10 @@ def batch_script(b: Batch, plan: Path, count: int, options: SlurmOptions) -> str
         '[ ! -e "$1" ] || echo "course grade: could not remove $1" >&2; }',
         # at once: SIGKILL follows in KillWait seconds, and the grading process may be blocked in
         # a system call that its handler waits for; again once that process has ended
-        """trap 'remove "$work"; wait "$task"; remove "$work"; exit 143' TERM""",
+        # the grading processes are told too (Slurm may signal this script alone): they remove
+        # their control groups first (`_stopped`)
+        """trap 'kill -TERM "$task" 2>/dev/null; remove "$work"; wait "$task"; remove "$work"; """
+        """exit 143' TERM""",
         'wait "$task"',
         "code=$?",
         'remove "$work"',
@@ -621,6 +624,8 @@ def run_task(plan: Path, index: int) -> int:
 
     def stop(signum, frame):
         stopped.append(signum)
+        with contextlib.suppress(NameError, OSError):  # passed on: the child cleans up
+            child.send_signal(signum)
 
     if main:  # Slurm signals every process of the task: the child stops, this one waits for it
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
@@ -686,6 +691,17 @@ def node_limits() -> list[str]:
     ]
 
 
+def _stopped(work: Path) -> None:
+    """What a task's grader does first on SIGTERM: its control groups (their processes killed),
+    then its work folder; said in the task's log."""
+    print(
+        "course grade: stopped (SIGTERM): removing its control groups", file=sys.stderr, flush=True
+    )
+    cgroups.remove_own()
+    print("course grade: stopped (SIGTERM): removing its work folder", file=sys.stderr, flush=True)
+    remove_work(work)
+
+
 def grade_task(plan: Path, index: int) -> int:
     """The child of `run_task`: grade submission `index` of the plan and save its grade."""
     supervised.die_with_parent()
@@ -706,7 +722,9 @@ def grade_task(plan: Path, index: int) -> int:
     # default, 2 on some clusters): the work folder goes first, then SystemExit stops the kernel
     # and the check process even where Slurm tracks only the task's process group
     # (proctrack/pgid: both run in sessions of their own).
-    with _signals_raise(first=lambda: remove_work(work)):
+    # Its control groups first (their processes killed, the groups removed: Slurm cannot remove
+    # the job's while they are in it, and the unwinding may not finish before the SIGKILL).
+    with _signals_raise(first=lambda: _stopped(work)):
         try:
             # its own log: tasks on several nodes would write one file over each other
             checks = start_checks(b, base, f"{PLAN_FOLDER}/checks-{index}.log")
