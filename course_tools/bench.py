@@ -328,6 +328,7 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
         "ridge_flop_per_byte": None if no_ridge else peak["value"] / bandwidth["value"],
         "ridge_range": None if no_ridge else ridge_range(peak, bandwidth),
         "ridge_note": no_ridge,
+        "quick_sizes": quick,  # fewer rounds than full's: a smoke test (`ridge_words` says so)
         "limits": {"peak": peak, "bandwidth": bandwidth},
         "all_reduce": all_reduce,
         "model": {
@@ -549,7 +550,7 @@ def ridge_words(machine: dict) -> str:
     if machine.get("ridge_range"):  # a report from before the range was saved has none
         low, high = machine["ridge_range"]
         said += f", {low:.1f} to {high:.1f} across their ranges"
-    return said
+    return said + (" (quick's sizes: a smoke test)" if machine.get("quick_sizes") else "")
 
 
 def all_reduce_line(reduce: dict) -> str:
@@ -626,7 +627,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `course bench`."""
     parser.add_argument("--quick", action="store_true", help="few steps and rounds: a smoke test")
     parser.add_argument(
-        "--repeats", type=int, help=f"timed rounds (default {FULL.rounds}, quick {QUICK.rounds})"
+        "--repeats",
+        type=int,
+        help=f"timed rounds (default {FULL.rounds}, quick {QUICK.rounds}); under {FULL.rounds}, "
+        "the machine's limits and all-reduce are measured at quick's sizes too",
     )
     parser.add_argument(
         "--steps",
@@ -670,6 +674,12 @@ def run(args: argparse.Namespace) -> int:
     if sizes.rounds < 2:
         print("course bench: --repeats must be at least 2 to judge the noise.", file=sys.stderr)
         return 2
+    if sizes.rounds < FULL.rounds and not args.quick and args.in_process is None:
+        print(
+            f"course bench: --repeats under {FULL.rounds}: the machine's limits and all-reduce are "
+            "measured at quick's sizes (a smoke test)",
+            file=sys.stderr,
+        )
     if sizes.steps % sizes.steps_per_call:
         print(
             f"course bench: --steps ({sizes.steps}) must be a multiple of --steps-per-call "
