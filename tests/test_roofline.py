@@ -390,12 +390,16 @@ def test_a_trend_stated_in_quick_is_labelled_a_smoke_test(reduce):
     full = verdict.jump_line("all-reduce", samples, ranges, load=0.05, less=less)
     quick = verdict.jump_line("all-reduce", samples, ranges, load=0.05, less=less, quick=True)
     assert full.endswith("over the rounds: more")
-    assert quick == full + " (quick: a smoke test)"
+    label = "fastest round; quick: a smoke test;"  # the first ratio is labelled too
+    assert quick == full.replace("fastest round;", label) + " (quick: a smoke test)"
     busy = verdict.jump_line("all-reduce", samples, ranges, load=0.65, less=less, quick=True)
-    assert "smoke" not in busy and busy.endswith("withheld: the machine was busy (others 65%)")
+    trend = busy.split("over the rounds: ")[1]  # the trend: withheld, nothing stated to label
+    assert "smoke" not in trend and trend.endswith("withheld: the machine was busy (others 65%)")
+    assert "fastest round; measured under load; quick: a smoke test;" in busy
     three = {size: rounds[:3] for size, rounds in samples.items()}  # the addition's 3 in quick
     few = verdict.jump_line("all-reduce", three, ranges, load=0.05, less=less, quick=True)
-    assert "too few rounds' lines hold to say (3 of 3" in few and "smoke" not in few
+    trend = few.split("over the rounds: ")[1]
+    assert "too few rounds' lines hold to say (3 of 3" in trend and "smoke" not in trend
 
 
 def _one_replica_check(samples: dict, others: float, **names) -> tuple[str, bool]:
