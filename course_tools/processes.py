@@ -204,12 +204,29 @@ def held_files(processes: list[psutil.Process], max_descriptors: int | None = No
     return held
 
 
+def page_tables_kb(pid: int) -> int:
+    """The kB of page tables the kernel keeps for process `pid` (`VmPTE` in /proc/<pid>/status):
+    its memory, in no RSS, and without bound: a read-only mapping of terabytes read once every
+    2 MB costs one page of tables each time (3 GB of them behind 54 MB of RSS). 0 when it is gone.
+
+    >>> page_tables_kb(os.getpid()) > 0
+    True
+    """
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmPTE:"):
+                    return int(line.split()[1])
+    return 0
+
+
 def resident_mb(processes: list[psutil.Process]) -> float:
-    """The resident memory of `processes` in all, in MB (those gone while we look count 0)."""
+    """The resident memory of `processes` in all, with the page tables the kernel keeps for them
+    (`page_tables_kb`), in MB (those gone while we look count 0)."""
     total = 0.0
     for process in processes:
         with contextlib.suppress(psutil.Error):  # it may end while we look
-            total += process.memory_info().rss / 2**20
+            total += process.memory_info().rss / 2**20 + page_tables_kb(process.pid) / 1024
     return total
 
 

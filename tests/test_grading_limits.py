@@ -1046,3 +1046,39 @@ def test_a_slurm_tasks_grader_removes_its_own_groups_first_on_sigterm(tmp_path):
     for mount in ("memory", "pids"):
         assert sorted(p.name for p in (root / mount / own).iterdir()) == [other]
     assert "cgroups.remove_own()" in inspect.getsource(slurm_array._stopped)
+
+
+#: A process that maps `N` GB read-only and reads one byte every 2 MB: the kernel keeps one page of
+#: page tables (4 kB) per 2 MB read, in no RSS (its reads return the shared zero page).
+TABLES = """
+import mmap, sys
+gb = int(sys.argv[1])
+area = mmap.mmap(-1, gb << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ)
+total = sum(area[i] for i in range(0, gb << 30, 2 << 20))
+print("built", total, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_page_tables_count_as_the_tree_s_memory():
+    """Red team 30a: a notebook built 3.1 GB of page tables (a read-only mapping read once every
+    2 MB) behind 54 MB of resident memory, unseen by a 2,048 MB cap as an ordinary user. The
+    watchdog counts each process's page tables (`VmPTE`) with its resident memory: 400 GB mapped
+    that way hold about 800 MB of tables, past a 300 MB cap, with under 100 MB resident."""
+    from course_tools.processes import Watchdog
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", TABLES, "400"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        with Watchdog(child.pid, memory_mb=300, seconds=60, what="the notebook") as dog:
+            child.wait(timeout=60)
+        assert dog.reason == "memory limit: the notebook used more than 300 MB and was stopped"
+        assert dog.peak_mb > 300
+    finally:
+        child.kill()
+        child.wait()
