@@ -694,10 +694,14 @@ ONE_REPLICA_STEP |= {"add_load": 0.05, "reduce_line": None}
 
 
 def _all_reduce_results(
-    scale: dict[int, float] | None = None, alpha: float = 80e-6, beta: float = 250e-12
+    scale: dict[int, float] | None = None,
+    alpha: float = 80e-6,
+    beta: float = 250e-12,
+    load: float = 0.05,
 ) -> dict:
     """Notebook 3c's record at 2 replicas: `alpha`, `beta` per byte up to 1 MiB and 400 ps
-    beyond, a 20 us loop, each size's rounds scaled by `scale` (load), fitted with its code."""
+    beyond, a 20 us loop, each size's rounds scaled by `scale` (load), fitted with its code; its
+    all-reduce line as printed under `load` (its first ratio labelled when busy)."""
     scale = scale or {}
     samples = {"loop alone": [20e-6, 21e-6]}
     for size in [*SMALL, 487_720, *LARGE]:
@@ -715,7 +719,7 @@ def _all_reduce_results(
         "fastest_ms": 25.0,
         "add_samples": {str(k): v for k, v in adds.items()},
         "add_line": verdict.jump_line("addition over the same bytes", adds, ranges, load=0.05),
-        "reduce_line": verdict.jump_line("all-reduce", reduce, ranges, load=0.05, less=20e-6),
+        "reduce_line": verdict.jump_line("all-reduce", reduce, ranges, load=load, less=20e-6),
         "add_load": 0.05,
         "replicas": 2,
         "gradient_bytes": 487_720,
@@ -821,7 +825,8 @@ def test_no_share_of_a_step_from_a_line_measured_busy_or_flagged(tmp_path):
         "withheld: the machine was busy (other programs used 30% of its cores during the "
         "all-reduce's rounds)"
     )
-    busy_line = _all_reduce_results() | {"loads": [0.30], "step_load": 0.03, "dominates": withheld}
+    busy_line = _all_reduce_results(load=0.3) | {"loads": [0.30], "step_load": 0.03}
+    busy_line["dominates"] = withheld
     path.write_text(json.dumps(busy_line))
     assert all_reduce_problems(path) == [
         "results.json: a share of a step given from a line measured while other programs used "
@@ -862,7 +867,7 @@ def test_the_checks_take_their_thresholds_from_the_code_not_the_record(tmp_path)
     )
     path.write_text(json.dumps(record | THRESHOLDS | {"busy": 0.6}))
     assert regime_problems(path)[0] == "results.json: busy 0.6 recorded, the code says 0.2"
-    busy = _all_reduce_results() | {"loads": [0.05, 0.35]}
+    busy = _all_reduce_results(load=0.35) | {"loads": [0.05, 0.35]}
     del busy["busy"]
     path.write_text(json.dumps(busy))
     assert all_reduce_problems(path) == [
@@ -901,7 +906,7 @@ def test_a_busy_machine_gives_no_all_reduce_verdict(tmp_path):
     a set of 3c's rounds (the second here, 35%), "the bytes dominate" must be withheld; at 15%
     in every set, the call stands."""
     path = tmp_path / "results.json"
-    busy = _all_reduce_results() | {"loads": [0.05, 0.35], "step_share": None}
+    busy = _all_reduce_results(load=0.35) | {"loads": [0.05, 0.35], "step_share": None}
     path.write_text(json.dumps(busy))
     assert all_reduce_problems(path) == [
         "results.json: 'the bytes dominate' printed, its line says \"withheld: the machine was "
@@ -910,7 +915,8 @@ def test_a_busy_machine_gives_no_all_reduce_verdict(tmp_path):
     withheld = "withheld: the machine was busy (other programs used 35% of its cores during "
     path.write_text(json.dumps(busy | {"dominates": withheld + "the all-reduce's rounds)"}))
     assert all_reduce_problems(path) == []
-    path.write_text(json.dumps(busy | {"loads": [0.15, 0.15]}))
+    quiet = _all_reduce_results() | {"loads": [0.15, 0.15], "step_share": None}
+    path.write_text(json.dumps(quiet))
     assert all_reduce_problems(path) == []
 
 
@@ -1622,6 +1628,7 @@ def test_3c_s_trends_over_the_rounds_are_withheld_on_a_busy_machine(tmp_path):
     record = _all_reduce_results()
     quiet = record["add_line"]
     withheld = quiet.split("); over")[0] + "); over the rounds: withheld: the machine was busy"
+    withheld = withheld.replace("fastest round;", "fastest round; measured under load;")
     path.write_text(json.dumps(record | {"add_load": 0.65}))
     assert all_reduce_problems(path) == [
         f"results.json: addition {quiet!r} printed, its rounds give {withheld + ' (others 65%)'!r}"
@@ -1665,10 +1672,14 @@ def test_a_3c_trend_stated_in_quick_must_be_labelled_a_smoke_test(tmp_path):
     assert results["add_line"].endswith("1 time in 35)")  # a trend stated, 4 rounds
     path = tmp_path / "results.json"
     path.write_text(json.dumps(results | {"quick": True}))
-    (problem,) = all_reduce_problems(path)
+    reduce_problem, problem = all_reduce_problems(path)  # the first ratios are labelled too
     assert problem.startswith("results.json: addition ") and problem.endswith('smoke test)"')
-    labelled = results["add_line"] + " (quick: a smoke test)"
-    path.write_text(json.dumps(results | {"quick": True, "add_line": labelled}))
+    assert reduce_problem.startswith("results.json: all-reduce ")
+    label = "fastest round; quick: a smoke test"
+    labelled = results["add_line"].replace("fastest round", label) + " (quick: a smoke test)"
+    reduce_line = results["reduce_line"].replace("fastest round", label)
+    quick = {"quick": True, "add_line": labelled, "reduce_line": reduce_line}
+    path.write_text(json.dumps(results | quick))
     assert all_reduce_problems(path) == []
     path.write_text(json.dumps(results | {"add_line": labelled}))  # full: no label
     assert len(all_reduce_problems(path)) == 1
