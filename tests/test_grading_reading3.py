@@ -839,3 +839,41 @@ def test_reading_or_keeping_fit_model_beside_others_is_no_load():
     assert reading.Code.of(code).hand_steps("fit_model", loads=True) == []
     checks.assert_created_in_scope(code, "fit_model")
     checks.clear_cache()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {  # a callback made in place: `keras` is no callback, and holds nothing
+            "callbacks=[fit_clock, fit_checkpoints]": (
+                "callbacks=[fit_clock, fit_checkpoints, keras.callbacks.TerminateOnNaN()]"
+            )
+        },
+        {"callbacks=[fit_clock, fit_checkpoints]": "callbacks=[fit_clock, *[fit_checkpoints]]"},
+        {  # question 6 (a) restored into a clone: new layers, new weights
+            "    restored_fit = make_model()": (
+                "    restored_fit = keras.models.clone_model(fit_model)"
+            )
+        },
+    ],
+    ids=["inline callback", "starred callbacks", "clone"],
+)
+def test_honest_forms_a_red_team_found_read_as_loads_are_no_load(changes):
+    """Red team 30a: an extra Keras callback written in place in `fit(callbacks=...)` made every
+    name under it, `keras` too, hold fit_model, so question 6 (b)'s restore (through
+    `keras.optimizers.Adam()`) read as a load into it (7/12); and question 6 (a) restored into
+    `keras.models.clone_model(fit_model)`, a model with new layers and weights, read as one too.
+    Only the callbacks' own names hold it, and a clone without a clone or call function does not;
+    one that shares the layers still does."""
+    code = _solution(changes)
+    assert reading.Code.of(code).hand_steps("fit_model", loads=True) == []
+    checks.clear_cache()
+    shared = _solution(
+        {
+            "    restored_fit = make_model()": (
+                "    restored_fit = keras.models.clone_model(fit_model, clone_function=lambda l: l)"
+            )
+        }
+    )
+    assert reading.Code.of(shared).hand_steps("fit_model", loads=True) != []
+    checks.clear_cache()

@@ -1715,6 +1715,44 @@ class _Places:
         return self._rebound[key]
 
 
+def _callback_names(value: ast.AST) -> list[str]:
+    """The names of the callback objects in a `callbacks=` value, to which Keras gives the model
+    (`[fit_clock, checkpoints]`, `cbs`, `cbs + [clock]`, `[*cbs]`): not the names a callback made
+    in place is reached through (`keras` of `keras.callbacks.TerminateOnNaN()`: a new object no
+    name holds; a callback class of the notebook's own holds through its `self`).
+
+    >>> value = ast.parse("[clock, *more, keras.callbacks.TerminateOnNaN()] + cbs").body[0].value
+    >>> _callback_names(value)
+    ['clock', 'more', 'cbs']
+    """
+    if isinstance(value, ast.Name):
+        return [value.id]
+    if isinstance(value, ast.Starred):
+        return _callback_names(value.value)
+    if isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+        return [name for element in value.elts for name in _callback_names(element)]
+    if isinstance(value, ast.BinOp):
+        return _callback_names(value.left) + _callback_names(value.right)
+    return []
+
+
+def _fresh_clone(call: ast.Call) -> bool:
+    """`keras.models.clone_model(m)` with neither `clone_function` nor `call_function` (nor more
+    positional arguments than the input tensors): Keras makes new layers, with new weights, so the
+    clone is another model, not `m` (`keras/src/models/cloning.py`).
+
+    >>> _fresh_clone(ast.parse("keras.models.clone_model(fit_model)").body[0].value)
+    True
+    >>> _fresh_clone(ast.parse("clone_model(m, clone_function=lambda layer: layer)").body[0].value)
+    False
+    """
+    return (
+        _dotted(call.func).split(".")[-1] == "clone_model"
+        and len(call.args) <= 2
+        and not any(k.arg in (None, "clone_function", "call_function") for k in call.keywords)
+    )
+
+
 class _Holds:
     """Whether an expression holds model `name` where it runs (`Code._model_names`): the model's
     name appears in it bare, or a name holding it does: anywhere in it but as the object of an
@@ -1821,6 +1859,8 @@ class _Holds:
                 and getattr(parent.func, "id", "") in READ_ONLY_BUILTINS
             ):
                 return False
+            if isinstance(parent, ast.Call) and _fresh_clone(parent):
+                return False  # a clone with new layers, new weights: not the model
             child, parent = parent, self.places.parents.get(id(parent))
         return True
 
@@ -4113,9 +4153,10 @@ class Code:
                         bind(filled, node)
                     if isinstance(callee, ast.Attribute) and holds.reached(callee.value):
                         for keyword in node.keywords:  # Keras gives its callbacks the model
-                            for sub in _nodes(keyword.value) if keyword.arg == "callbacks" else ():
-                                if isinstance(sub, ast.Name):
-                                    holds.bind(sub.id, node)
+                            for name in (
+                                _callback_names(keyword.value) if keyword.arg == "callbacks" else ()
+                            ):
+                                holds.bind(name, node)
                     for function in (
                         [callee]
                         if isinstance(callee, ast.Lambda)
