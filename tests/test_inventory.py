@@ -18,7 +18,10 @@ from helpers import ROOT
 #: Features a shortened lesson once dropped without a word, brought back: the table must keep
 #: listing them (and the test below, that their code runs).
 BROUGHT_BACK = [
-    "mixed precision with a loss-scale optimizer",
+    # reworded (a loss-scale optimizer trains only on a GPU here; on CPU, bfloat16 and no scaling)
+    "mixed precision: `mixed_float16` trained with a loss-scale optimizer on a GPU, "
+    "`mixed_bfloat16` (no loss scaling) on CPU; the optimizer's flaw under `MirroredStrategy` "
+    "shown in one step on either",
     "the TensorFlow profiler, its trace read back into compute, all-reduce, input and idle",
     "`ParameterServerStrategy` with a `ClusterCoordinator`, local workers and a parameter server",
     "tf.keras `fit` with `BackupAndRestore` surviving a killed worker",

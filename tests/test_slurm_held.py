@@ -225,9 +225,10 @@ def test_a_task_started_after_its_batch_ended_grades_nothing_and_says_so(tmp_pat
 
 
 def test_a_slurm_array_run_from_the_submissions_folder_never_imports_from_it(cluster, tmp_path):
-    """`course grade . --slurm` run from a folder of submissions where one student's folder is
-    `course_tools/` with an `__init__.py`: the task, its grading child and its script's clean-up
-    (which ran as `python -m` in sbatch's folder, this one) never import it; it is graded."""
+    """`course grade . --slurm` run from a folder whose only folder is `course_tools/` with an
+    `__init__.py` (read as one student's folder, named after itself): the task, its grading child
+    and its script's clean-up (which ran as `python -m` in sbatch's folder, this one) never import
+    it; it is graded."""
     (cluster.folder / "FAIL").unlink(missing_ok=True)  # every launch passes
     subs, out, marker = tmp_path / "submissions", tmp_path / "grades", tmp_path / "IMPORTED"
     (subs / "course_tools").mkdir(parents=True)
@@ -246,5 +247,6 @@ def test_a_slurm_array_run_from_the_submissions_folder_never_imports_from_it(clu
     )
     assert not marker.exists(), marker.read_text()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert gradebook(out) == {"course_tools": ("graded", "0")}
+    # a folder given alone that holds one folder only is one student's, named after itself
+    assert gradebook(out) == {"submissions": ("graded", "0")}
     assert cluster.jobs() == []
