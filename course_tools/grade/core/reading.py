@@ -1715,6 +1715,10 @@ class _Places:
         return self._rebound[key]
 
 
+#: Builtins that copy a list of callbacks and hand on the same objects (`callbacks=list(cbs)`).
+CALLBACK_COPIES = frozenset({"list", "tuple", "sorted", "reversed"})
+
+
 def _callback_names(value: ast.AST) -> list[str]:
     """The names of the callback objects in a `callbacks=` value, to which Keras gives the model
     (`[fit_clock, checkpoints]`, `cbs`, `cbs + [clock]`, `[*cbs]`): not the names a callback made
@@ -1724,6 +1728,8 @@ def _callback_names(value: ast.AST) -> list[str]:
     >>> value = ast.parse("[clock, *more, keras.callbacks.TerminateOnNaN()] + cbs").body[0].value
     >>> _callback_names(value)
     ['clock', 'more', 'cbs']
+    >>> _callback_names(ast.parse("list(cbs)").body[0].value)
+    ['cbs']
     """
     if isinstance(value, ast.Name):
         return [value.id]
@@ -1733,6 +1739,8 @@ def _callback_names(value: ast.AST) -> list[str]:
         return [name for element in value.elts for name in _callback_names(element)]
     if isinstance(value, ast.BinOp):
         return _callback_names(value.left) + _callback_names(value.right)
+    if isinstance(value, ast.Call) and getattr(value.func, "id", "") in CALLBACK_COPIES:
+        return [name for given in value.args for name in _callback_names(given)]  # list(cbs)
     return []
 
 
