@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -599,9 +600,13 @@ def test_a_tree_holding_too_many_descriptors_is_stopped(monkeypatch):
             child.pid, memory_mb=10**6, seconds=30, what="the notebook", max_descriptors=300
         ) as dog:
             child.wait(timeout=10)
-        assert dog.reason.startswith(
-            f"too many open descriptors: {count:,} (limit 300), the grader cannot watch them"
-        ), dog.reason
+        # the count is the tree's at the watchdog's look: a descriptor of the child's own (its
+        # Python's) can open or close between that look and the count above
+        said = re.match(
+            r"too many open descriptors: ([\d,]+) \(limit 300\), the grader cannot watch them",
+            dog.reason,
+        )
+        assert said and abs(int(said[1].replace(",", "")) - count) <= 5, (dog.reason, count)
         assert dog.reason.endswith("and was stopped")
         assert looked == []
         deadline = time.monotonic() + 10
