@@ -503,6 +503,22 @@ for line in sys.stdin:
 """
 
 
+def _stopped_for_memory(child: subprocess.Popen, memory_mb: int, within: float) -> None:
+    """A watchdog over `child` stops it for memory within `within` seconds, having seen more than
+    300 MB (the child is killed in any case)."""
+    from course_tools.processes import Watchdog
+
+    try:
+        with Watchdog(child.pid, memory_mb=memory_mb, seconds=60, what="the notebook") as dog:
+            child.wait(timeout=within)
+        reason = f"memory limit: the notebook used more than {memory_mb} MB and was stopped"
+        assert dog.reason == reason
+        assert dog.peak_mb > 300
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_the_memory_verdict_reads_the_memory_after_the_scan(monkeypatch):
     """Red team 28a: resident memory was read before the descriptor scan and judged after it, so
     a long scan judged a stale reading (a kernel passed a 4,096 MB cap by 2 GB); the verdict now
@@ -529,14 +545,7 @@ def test_the_memory_verdict_reads_the_memory_after_the_scan(monkeypatch):
 
     monkeypatch.setattr(processes, "held_files", slow_scan)
     monkeypatch.setattr(Watchdog, "INTERVAL", 1.0)  # each spike is over well before the next look
-    try:
-        with Watchdog(child.pid, memory_mb=200, seconds=30, what="the notebook") as dog:
-            child.wait(timeout=10)
-        assert dog.reason == "memory limit: the notebook used more than 200 MB and was stopped"
-        assert dog.peak_mb > 300
-    finally:
-        child.kill()
-        child.wait()
+    _stopped_for_memory(child, memory_mb=200, within=10)
 
 
 #: A parent that dups `N` descriptors of /dev/null (inheritable), starts 5 `sleep`s holding them
@@ -1069,7 +1078,6 @@ def test_page_tables_count_as_the_tree_s_memory():
     2 MB) behind 54 MB of resident memory, unseen by a 2,048 MB cap as an ordinary user. The
     watchdog counts each process's page tables (`VmPTE`) with its resident memory: 400 GB mapped
     that way hold about 800 MB of tables, past a 300 MB cap, with under 100 MB resident."""
-    from course_tools.processes import Watchdog
 
     child = subprocess.Popen(
         [sys.executable, "-c", TABLES, "400"],
@@ -1078,11 +1086,4 @@ def test_page_tables_count_as_the_tree_s_memory():
         text=True,
         start_new_session=True,
     )
-    try:
-        with Watchdog(child.pid, memory_mb=300, seconds=60, what="the notebook") as dog:
-            child.wait(timeout=60)
-        assert dog.reason == "memory limit: the notebook used more than 300 MB and was stopped"
-        assert dog.peak_mb > 300
-    finally:
-        child.kill()
-        child.wait()
+    _stopped_for_memory(child, memory_mb=300, within=60)
