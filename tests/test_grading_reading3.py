@@ -22,6 +22,15 @@ BEFORE_FIT = "fit_clock = EpochClock()"
 SINGLE_SAVE = 'single_model.save(ARTIFACTS / "single_model.keras")'
 
 
+def _no_load_in_fit_model(honest: str) -> None:
+    """The solution with `honest` after fit_model's save reads no load into fit_model, and it
+    still reads as created in the strategy's scope."""
+    code = _solution({ANCHOR: f"{ANCHOR}\n{honest}"})
+    assert reading.Code.of(code).hand_steps("fit_model", loads=True) == []
+    checks.assert_created_in_scope(code, "fit_model")
+    checks.clear_cache()
+
+
 def _refused(code: dict, anchor: str, why: str) -> None:
     """`assert_readable` refuses `code` for `why`, naming the cell that holds `anchor`."""
     cell = _cell_of(code, anchor)
@@ -325,10 +334,7 @@ def test_weights_written_into_a_fit_graded_model_through_its_layers_or_variables
         "assigned = make_model()\nfor a, b in zip(assigned.weights, fit_model.weights):\n"
         "    a.assign(b)"
     )
-    code = _solution({ANCHOR: f"{ANCHOR}\n{honest}"})
-    assert reading.Code.of(code).hand_steps("fit_model", loads=True) == []
-    checks.assert_created_in_scope(code, "fit_model")
-    checks.clear_cache()
+    _no_load_in_fit_model(honest)
 
 
 def test_one_set_of_initial_weights_bound_to_a_name_is_no_load():
@@ -835,10 +841,7 @@ def test_reading_or_keeping_fit_model_beside_others_is_no_load():
         "m = fit_model\nm.optimizer.learning_rate.assign(1e-4)\n"
         "copy = make_model()\ncopy.set_weights(m.get_weights())"
     )
-    code = _solution({ANCHOR: f"{ANCHOR}\n{honest}"})
-    assert reading.Code.of(code).hand_steps("fit_model", loads=True) == []
-    checks.assert_created_in_scope(code, "fit_model")
-    checks.clear_cache()
+    _no_load_in_fit_model(honest)
 
 
 @pytest.mark.parametrize(
