@@ -576,7 +576,7 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     the share of the cores that sat idle at least: the work did not spread over them), and
     whether the low end or every set is one. A set missing from `loads` had rounds too short to
     measure the others' share (`timing.load_reading`): when no starved set's was measured, the
-    note says so and guesses neither.
+    note says so and guesses neither; when some were, it says in how many the share was measured.
 
     >>> print(starved_note("bandwidth", {"a": [60.0]}, {"a": [1.0]}, {"a": 0.18}, 2.0, 0.2))
     ... # doctest: +NORMALIZE_WHITESPACE
@@ -590,11 +590,11 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     shares = [loads[label] for label in hungry if label in loads]  # missing: unmeasured
     others = max(shares, default=0.0)
     most = max(cores[label][sets[label].index(max(sets[label]))] for label in hungry)
-    note = (
-        f"{name} in {len(hungry)} of {count(len(sets), 'set')} "
-        f"({_fastest_cores(sets, cores, hungry, usable)}; others "
-        f"{f'{100 * others:.0f}%' if shares else 'unmeasured'}): "
-    )
+    told = f"{100 * others:.0f}%" if shares else "unmeasured"
+    if 0 < len(shares) < len(hungry):  # the rest too short to measure: one share is not theirs
+        told += f" in {len(shares)} of them, {len(hungry) - len(shares)} unmeasured"
+    note = f"{name} in {len(hungry)} of {count(len(sets), 'set')} "
+    note += f"({_fastest_cores(sets, cores, hungry, usable)}; others {told}): "
     if others > busy:  # measured: the others' share; thread waits are not (the notebook says)
         note += "others took cores"
     elif not shares:
@@ -895,7 +895,7 @@ def step_share_withheld(  # noqa: PLR0913 - each a reason section 2 withholds fo
         ),
         (
             f"the machine was busy while the line was measured ({100 * max(loads):.0f}%, "
-            "section 1): the line ran slow",
+            "sections 1-2): the line ran slow",
             max(loads, default=0.0) > busy,
         ),
         ("the line misses a measured size beyond its tolerance (section 2)", flagged),
