@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import builtins
 import codecs
+import functools
 import io
 import re
 import tokenize
@@ -1901,6 +1902,27 @@ class _Holds:
         return True
 
 
+def _kept(method):
+    """Method `method` of a `Code`, computed once per `Code` (its trees do not change once
+    `Code.of` has read them; checks ask the same question several times per submission): each
+    call returns a copy of the first answer's lists, so a caller may change what it gets.
+
+    >>> code = Code.of({"cells": [{"source": "x = 1"}]})
+    >>> code._run_code() is not code._run_code(), code._run_code() == code._run_code()
+    (True, True)
+    """
+
+    @functools.wraps(method)
+    def kept(self):
+        answers = self.__dict__.setdefault("_answers", {})
+        if method.__name__ not in answers:
+            answers[method.__name__] = method(self)
+        answer = answers[method.__name__]
+        return tuple(list(part) for part in answer) if isinstance(answer, tuple) else list(answer)
+
+    return kept
+
+
 @dataclass
 class Code:
     """The submission's code cells, parsed."""
@@ -2178,6 +2200,7 @@ class Code:
                 return False
         return False
 
+    @_kept
     def _run_code(self) -> list[tuple[int, ast.Module]]:
         """(cell number, tree) of every piece of code the kernel runs: the cells, and the text
         of magics and calls that run Python (`MAGIC_CODE`: a `%%time` cell, a `%config` value, a
@@ -2401,12 +2424,21 @@ class Code:
 
     def _assignments_in_order(self, name: str) -> list[tuple[tuple[int, int, int], ast.AST]]:
         """Each assignment to `name` with its place in the code (cell, line, column), in order."""
-        placed = []
+        return list(self._assignments.get(name, ()))
+
+    @cached_property
+    def _assignments(self) -> dict[str, list[tuple[tuple[int, int, int], ast.AST]]]:
+        """`_assignments_in_order` of every name, read in one walk of the trees."""
+        placed: dict[str, list[tuple[tuple[int, int, int], ast.AST]]] = {}
         for index, tree in enumerate(self.trees):
             for node in _nodes(tree):
-                if name in _targets(node) and getattr(node, "value", None) is not None:
-                    placed.append(((index, node.lineno, node.col_offset), node))
-        return sorted(placed, key=lambda item: item[0])
+                if getattr(node, "value", None) is None:
+                    continue
+                for name in set(_targets(node)):
+                    placed.setdefault(name, []).append(
+                        ((index, node.lineno, node.col_offset), node)
+                    )
+        return {name: sorted(found, key=lambda item: item[0]) for name, found in placed.items()}
 
     def _functions(self) -> dict[str, ast.FunctionDef]:
         """{name: def} of the notebook's own functions the reading follows: those not in
@@ -4691,6 +4723,7 @@ class Code:
                     found.append((self.cells[index], _short(node)))
         return found
 
+    @_kept
     def unreadable(self) -> list[tuple[int, str, str]]:
         """(cell, code, why) of each place the code the kernel runs (`_run_code`) binds names
         or reaches objects in a way the reading cannot read: `why` is "dynamic" for exec, eval,
@@ -5018,6 +5051,7 @@ class Code:
         found += [f"cell [{n}]: `{line}`, {unparsed[why]}" for n, line, why in self.unparsed]
         return list(dict.fromkeys(found))
 
+    @_kept
     def _patch_places(self) -> tuple[list[tuple[int, int, str]], list[str]]:
         """The assignments, in the code the kernel runs, to an attribute of a module the grader
         relies on (`RELIED_ON`), imported (`import json`, `import tensorflow as tf`) or an alias
