@@ -545,3 +545,51 @@ def copy_of_the_course(ck: Path, *, closed: bool) -> Path:
         for name in names:
             os.chmod(os.path.join(top, name), 0o640 if closed else 0o644)
     return ck
+
+
+#: Red team 30a's H1 routes: each graded model given the weights of a `donor` trained in the
+#: notebook (standing for a classmate's file), through a call the reading does not follow.
+DONOR = """import numpy as np
+donor = make_model()
+donor.compile(
+    optimizer=keras.optimizers.Adam(),
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+)
+donor.fit(train_ds, epochs=EPOCHS, verbose=0)
+box = np.empty(1, dtype=object)
+box.fill(fit_model)                       # no holder the reading knows
+box[0].set_weights(donor.get_weights())   # so no load into fit_model it reads
+fit_clock = EpochClock()
+"""
+#: question 4: Keras's BackupAndRestore loads a handed-in file at `on_train_begin`.
+BACKUP = """handed_in = make_model()
+handed_in.set_weights(donor.get_weights())
+handed_in.compile(
+    optimizer=keras.optimizers.Adam(),
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+)
+handed_in.optimizer.build(handed_in.trainable_variables)
+os.makedirs("bk", exist_ok=True)
+handed_in.save_weights("bk/latest.weights.h5")
+bk = keras.callbacks.BackupAndRestore("bk")
+single_clock = EpochClock()
+single_model.fit(train_ds, epochs=EPOCHS, callbacks=[single_clock, bk], verbose=2)"""
+
+
+def donor_weights(done: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The completed exercise with red team 30a's three routes of weights from elsewhere (its
+    `cheatfill`): `fit_model` through `ndarray.fill`, `custom_model.set_weights` before the loop
+    (nothing reads a load into it), `single_model` through `BackupAndRestore`."""
+    notebook = edit(done, "fit_clock = EpochClock()\n", DONOR)
+    notebook = edit(
+        notebook,
+        "train_dist = strategy.experimental_distribute_dataset(train_ds)",
+        "custom_model.set_weights(donor.get_weights())\n"
+        "train_dist = strategy.experimental_distribute_dataset(train_ds)",
+    )
+    return edit(
+        notebook,
+        "single_clock = EpochClock()\n"
+        "single_model.fit(train_ds, epochs=EPOCHS, callbacks=[single_clock], verbose=2)",
+        BACKUP,
+    )

@@ -62,7 +62,8 @@ def _facts(job: dict) -> dict:
     reaches IPython's shell, where the probe's answer could be rewritten (`reading.SHELL_NAMES`,
     `reading.SHELL_MAGICS`), assigns an attribute of a module the probe relies on
     (`json.dumps = f`: `Code.module_patches`), or runs code it cannot read (`exec(SRC)`:
-    `Code.unread_code`)."""
+    `Code.unread_code`), or when the probe found the grader's hook (`fresh`, installed before
+    the first cell) gone (`start_hook`)."""
     facts = job["facts"] if isinstance(job.get("facts"), dict) else {}
     try:
         code = reading.Code.of(job.get("observed"))
@@ -82,6 +83,12 @@ def _facts(job: dict) -> dict:
             "(and keep data in a format that holds no code: JSON, .npy, a Keras file)"
             for where in code.unread_code()
         ]
+        hook = facts.get("start_hook")
+        if hook:  # installed before the first cell (`fresh`): gone, the notebook removed it
+            found.append(
+                f"removed the grader's record of each model's first optimizer step ({hook}): "
+                "leave Keras's and TensorFlow's classes and the builtins as they are"
+            )
 
     except Exception as exc:  # noqa: BLE001 - whatever the code is, the checks still run
         found = [f"unreadable code ({type(exc).__name__})"]

@@ -39,7 +39,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from course_tools.grade.core import reading
+from course_tools.grade.core import fresh, reading
 from course_tools.grade.core.probe import checksum, fingerprint
 from course_utils import tables
 
@@ -440,6 +440,7 @@ def own_model(
             "itself and save it"
         )
     _assert_optimizer_made_with(fact, name)
+    assert_fresh_start(fact, name)
     if fact.get("moments_zero") is True and kernel_steps:
         raise CheckError(
             f"`{name}` in the notebook's memory made {kernel_steps} optimizer steps, but every "
@@ -631,6 +632,53 @@ def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
             f"expected {replicas}"
         )
     _assert_optimizer_made_with(fact, name)
+    assert_fresh_start(fact, name)
+
+
+def assert_fresh_start(fact: dict, name: str) -> None:
+    """The training of model `name` started from fresh weights: for each optimizer that trained
+    its weights, the grader's record of its first step (`fresh`, measured by the probe on the
+    first training examples of the course's loader) scores like a fresh model, before that step
+    and after it when that call made one step (`fresh.fresh_start`). Weights given before `fit`
+    or before the custom loop, at `fit`'s start (`BackupAndRestore`), or inside the first step
+    score far better than chance.
+    Skipped when the kernel had no grader's hook (the solution's own kernel: the probe says so
+    in `start_hook`; in the grader a hook removed is tampering, `checker._facts`)."""
+    if "starts" not in fact and "start_error" not in fact:
+        return
+    if "start_error" in fact or not fact.get("starts"):
+        why = fact.get("start_error") or "no step of an optimizer training its weights"
+        raise CheckError(
+            f"the grader cannot tell where the training of `{name}` started ({why}): it keeps "
+            f"the weights a Keras optimizer trains as they are just before its first step; "
+            f"train {name} with a Keras optimizer (fit, or apply_gradients in the custom loop), "
+            "from the weights make_model() gives it"
+        )
+    for start in fact["starts"]:
+        if not isinstance(start, dict):
+            continue
+        after = {"loss": start.get("after_loss"), "accuracy": start.get("after_accuracy")}
+        # after one step only: a first call of several steps (`steps_per_execution`) may train
+        whens = [("just before", start)] + [("just after", after)] * (start.get("steps") == 1)
+        for when, scores in whens:
+            if fresh.fresh_start(scores):
+                continue
+            loss, accuracy = scores.get("loss"), scores.get("accuracy")
+            shown = (
+                f"a loss of {loss:.3f} and an accuracy of {accuracy:.3f}"
+                if _is_number(loss) and _is_number(accuracy)
+                else "scores the grader cannot read"
+            )
+            raise CheckError(
+                f"`{name}` did not start its training from fresh weights: {when} its "
+                f"optimizer's first step, its weights score {shown} on the first training "
+                f"examples, where a model fresh from make_model() scores about a chance's "
+                f"(a loss near ln 10 = 2.30 and an accuracy near 0.1; the grader accepts a "
+                f"loss from {fresh.START_LOSS_AT_LEAST} and an accuracy up to "
+                f"{fresh.START_ACCURACY_AT_MOST}). Weights given to a model (set_weights, "
+                "load_weights, a checkpoint or BackupAndRestore, before its fit or its loop or "
+                f"inside them) are not the model trained; train {name} from make_model() itself"
+            )
 
 
 def assert_kernel_trusted(facts: dict) -> None:

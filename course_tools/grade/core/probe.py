@@ -399,6 +399,114 @@ def neighbours_kept(first: list, second: list) -> float:
     return kept / len(pairs) if pairs else 1.0
 
 
+#: The dataset whose first `START_EXAMPLES` training examples (in the course loader's order) each
+#: start of a model's training is measured on (`start_facts`, `fresh`).
+START_DATASET = "svhn_cropped"
+START_EXAMPLES = 512
+
+
+def start_state() -> tuple[dict | None, str]:
+    """(the grader's record of each optimizer's first step, `fresh.STATE`; "") when the grader's
+    hook (`fresh.install`) is in place, else (None, why not): "not installed" when the kernel
+    never had it (the solution's own kernel, a test of the probe), or what was removed or put
+    back (the builtin `__import__` the hook wraps, a method of Keras or TensorFlow it wrapped).
+    Found through the builtin `__import__` of the probe's own namespace (the interpreter's,
+    checked against the grader's anchor before the probe runs), read without calling anything
+    of the notebook's."""
+    hook = __import__
+    where = __file__.rpartition("/")[0] + "/fresh.py"
+    code = getattr(hook, "__code__", None) if type(hook) is FUNCTION else None
+    if code is None:
+        return None, "not installed"
+    if code.co_name != "grader_import" or code.co_filename != where:
+        return None, "the builtin `__import__` is not the grader's"
+    state = hook.__globals__.get("STATE")
+    if type(state) is not dict or type(state.get("patched")) is not dict:
+        return None, "the grader's record is not there"
+    modules = state["sys"].modules
+    for module, cls_name, method, _ in hook.__globals__["_TARGETS"]:
+        entry = state["patched"].get(f"{cls_name}.{method}")
+        if entry is None and module not in modules:
+            continue  # never imported: nothing of it stepped
+        cls = getattr(modules.get(module), cls_name, None)
+        own = type.__dict__["__dict__"].__get__(cls) if isinstance(cls, type) else {}
+        if entry is None or own.get(method) is not entry[1]:
+            return None, f"`{cls_name}.{method}` is not the grader's wrapper"
+    return state, ""
+
+
+def start_facts(model: Any, state: dict, examples: list) -> dict:
+    """{"starts": [...]}: for each optimizer that trained `model`'s weights (all of them, in the
+    grader's record `state`), the model's loss and accuracy on the first `START_EXAMPLES`
+    training examples with the weights as they were just before its first step and just after
+    it (`start_scores`), how many steps that first call made and how it ran ("call": a
+    `tf.function`, "eager", "build": built inside the call); or {"start_error": why}.
+    `examples`: a list to load the examples into once, shared by the models."""
+    variables = list(model.trainable_variables)
+    wanted = {id(v) for v in variables}
+    starts = []
+    try:
+        for record in list(state["started"].values()):
+            given = {id(v): i for i, v in enumerate(record["variables"])}
+            if not variables or not wanted <= set(given):
+                continue
+            if not examples:
+                examples.extend(_start_examples())
+            before = [record["before"][given[id(v)]] for v in variables]
+            after = [record["after"][given[id(v)]] for v in variables]
+            loss, accuracy = start_scores(model, variables, before, *examples)
+            after_loss, after_accuracy = start_scores(model, variables, after, *examples)
+            starts.append(
+                {
+                    "loss": loss,
+                    "accuracy": accuracy,
+                    "after_loss": after_loss,
+                    "after_accuracy": after_accuracy,
+                    "steps": int(record["steps"]),
+                    "how": str(record["how"]),
+                }
+            )
+    except Exception as exc:  # noqa: BLE001 - the check says the start could not be measured
+        return {"start_error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    if not starts:
+        errors = "; ".join(map(str, state.get("errors") or []))[:300]
+        hook = f" (the grader's hook: {errors})" if errors else ""
+        return {"start_error": f"no step of an optimizer training its weights{hook}"}
+    return {"starts": starts}
+
+
+def _start_examples() -> list:
+    """[images, labels] of the first `START_EXAMPLES` training examples, as the course's
+    loader gives them (not the notebook's pipeline, which it may have reshaped)."""
+    import numpy as np
+
+    from course_utils import data
+
+    dataset = data.load(START_DATASET, "train", limit=START_EXAMPLES).batch(START_EXAMPLES)
+    images, labels = next(iter(dataset))
+    return [np.asarray(images.numpy()), np.asarray(labels.numpy()).reshape(-1)]
+
+
+def start_scores(model: Any, variables: list, values: list, images, labels) -> tuple[float, float]:
+    """(mean cross-entropy, accuracy) of `model` with `values` in place of its `variables` (a copy
+    of it: `keras.models.clone_model`, outside any strategy; the model itself is left as it is)
+    on `images`; its outputs read as logits, or as probabilities when every row sums to 1."""
+    import keras
+    import numpy as np
+
+    given = {id(v): a for v, a in zip(variables, values)}
+    clone = keras.models.clone_model(model)
+    clone.set_weights([given[id(v)] if id(v) in given else v.numpy() for v in model.weights])
+    outputs = np.asarray(clone.predict(images, batch_size=256, verbose=0), dtype=np.float64)
+    if np.all(outputs >= 0) and np.allclose(outputs.sum(axis=1), 1.0, atol=1e-3):
+        log_probs = np.log(np.clip(outputs, 1e-12, 1.0))
+    else:
+        shifted = outputs - outputs.max(axis=1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    loss = float(-log_probs[np.arange(len(labels)), labels].mean())
+    return loss, float((outputs.argmax(axis=1) == labels).mean())
+
+
 def collect(
     namespace: dict,
     models: list[str],
@@ -414,6 +522,10 @@ def collect(
     """
     tf = sys.modules.get("tensorflow")
     facts: dict = {"models": {}, "datasets": {}}
+    state, why = start_state()
+    if why:
+        facts["start_hook"] = why
+    examples: list = []  # the training examples starts are measured on, loaded once
     for name in datasets:
         dataset = namespace.get(name)
         try:
@@ -438,6 +550,8 @@ def collect(
             "replicas": min((len(v.values) for v in mirrored), default=1),
             "fingerprint": fingerprint(model),
         }
+        if state is not None:
+            facts["models"][name].update(start_facts(model, state, examples))
         try:
             steps = optimizer_steps(model)
         except ValueError as exc:  # the check says why the count is missing

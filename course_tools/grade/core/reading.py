@@ -87,6 +87,11 @@ MEMORY_NAMES = frozenset(
     {"ctypes", "_ctypes", "ctypeslib", "cffi", "pythonapi", "get_referents", "get_referrers",
      "__array_interface__", "__array_struct__", "as_strided"}
 )  # fmt: skip
+#: What reaches the objects the grader keeps in the kernel while the notebook runs (its record of
+#: each optimizer's first step, `fresh`, held by the functions it wraps): every object
+#: (`gc.get_objects`), a function's closure and what its globals hold (`inspect.getclosurevars`).
+#: With one as a name or an attribute in the code, the kernel's facts are untrusted.
+GRADER_STATE_NAMES = frozenset({"get_objects", "getclosurevars", "__closure__", "cell_contents"})
 #: The calls an array's interface dict may be shown by (`print(x.__array_interface__)`).
 SHOWN = frozenset({"print", "display", "pprint", "repr", "str", "len"})
 
@@ -169,6 +174,11 @@ MAGIC_WHY = {
         name: "writes the interpreter's memory directly, past every check the grader's probe "
         "makes in the kernel: remove it"
         for name in MEMORY_NAMES
+    },
+    **{
+        name: "reaches what the grader keeps in the kernel (its record of where each model's "
+        "training started): remove it"
+        for name in GRADER_STATE_NAMES
     },
     "run": "runs a file the grader cannot read as code: put that code in the notebook's cells",
     "alias_magic": "renames what a magic runs: call the magic by its own name",
@@ -4972,18 +4982,18 @@ class Code:
                     continue
                 if (
                     isinstance(node, ast.Name)
-                    and node.id in SHELL_NAMES | HOOK_NAMES | MEMORY_NAMES
+                    and node.id in SHELL_NAMES | HOOK_NAMES | MEMORY_NAMES | GRADER_STATE_NAMES
                 ):
                     reached.add(node.id)
                 elif (
                     isinstance(node, ast.Attribute)
-                    and node.attr in SHELL_NAMES | HOOK_NAMES | MEMORY_NAMES
+                    and node.attr in SHELL_NAMES | HOOK_NAMES | MEMORY_NAMES | GRADER_STATE_NAMES
                 ):
                     reached.add(node.attr)
                 elif isinstance(node, ast.Attribute) and _dotted(node).endswith(DOTTED_HOOKS):
                     reached.add(_dotted(node).split(".")[-1])  # sys.monitoring, gc.callbacks
                 elif (
-                    _named(node) in SHELL_NAMES | HOOK_NAMES | MEMORY_NAMES
+                    _named(node) in SHELL_NAMES | HOOK_NAMES | MEMORY_NAMES | GRADER_STATE_NAMES
                 ):  # getattr(sys, "settrace")
                     reached.add(_named(node))
                 elif _interface_named(node):  # def __array_interface__, {"__array_...": d}

@@ -41,7 +41,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_tools.grade.core import probe
+from course_tools.grade.core import fresh, probe
 from course_tools.grade.jail import limits as jail_limits
 from course_tools.grade.jail import sandbox
 from course_tools.grade.jail import workdir as jail_workdir
@@ -155,7 +155,7 @@ if _shell.input_transformers_post or _shell.ast_transformers:
     _tampered.append("transformers")
 if _shell.input_transformer_manager is not globals().pop({key!r} + "_manager", None):
     _tampered.append("input_transformer_manager")
-_probe = type(__import__.__self__)("course_tools.grade.core.probe")  # builtins' own ModuleType
+_probe = type(len.__self__)("course_tools.grade.core.probe")  # builtins' ModuleType
 _probe.__file__ = {path!r}
 exec(compile({code!r}, {path!r}, "exec"), _probe.__dict__)
 {source}
@@ -295,6 +295,25 @@ _RAISE = (
     "and T.__dict__['__name__'].__get__(c) == 'BaseException'][0],), {{}})({message})))"
     "(''.__class__.__class__)"
 )
+
+
+def hook_expression() -> str:
+    """An expression that installs the grader's record of each optimizer's first step
+    (`fresh.install`): the course's own file, compiled by the interpreter's own `compile` and run
+    in a namespace of its own, with the interpreter's builtins (`NAMESPACES`). Evaluated before
+    the notebook's first cell and before `ANCHOR` (`first_expression`), so the anchor holds the
+    builtin `__import__` the hook wraps: put back, the probe refuses to run."""
+    path = str(Path(fresh.__file__).resolve())
+    source = Path(path).read_text() + "\ninstall()\n"
+    own = "{'__builtins__': b, '__name__': 'course_tools.grade.core.fresh'}"
+    run = f"b['exec'](b['compile']({source!r}, {path!r}, 'exec'), {own})"
+    return f"(lambda b: {run})({NAMESPACES}['B'])"
+
+
+def first_expression() -> str:
+    """The first expression of a run with the probe: the grader's hook (`hook_expression`),
+    then `ANCHOR`, whose text it gives."""
+    return f"[{hook_expression()}, {ANCHOR}][1]"
 
 
 def read_anchor(text: str) -> dict[str, str]:
@@ -481,7 +500,7 @@ def run(
         limits=setup.limits,
         connection_dir=connection,
         wrap=kernel_wrap,
-        first_expression=ANCHOR if expressions else "",
+        first_expression=first_expression() if expressions else "",
         extra_expressions=expressions or (),
         log_path=setup.log_path,
         # a capped work folder (`jail.workdir`) needs no sampled watch

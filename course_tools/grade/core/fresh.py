@@ -1,0 +1,283 @@
+"""Where each model's training started: the grader's record, taken in the student's kernel at the
+moment its optimizer makes its first step, and the rule that says whether it started fresh.
+
+Why run-time evidence. The reading (`reading.Code.hand_steps`) finds a load of weights into a
+graded model by enumerating what holds the model and what loads into it; a library call it does
+not know (`ndarray.fill`, `keras.callbacks.BackupAndRestore`, raw ops, `operator.methodcaller`)
+escapes it, and for `custom_model` it reads nothing at all. Enumerating more forms cannot close
+that. What a load changes can be measured instead: a freshly made model scores about chance on
+the training examples (loss ln 10 = 2.30, accuracy about a tenth); a model given trained weights
+is far better from its first step. So the grader keeps, for every Keras optimizer, the weights it
+trains as they were just before its first step, and just after it, and the probe measures them.
+
+Why at the optimizer, not in `fit`'s callbacks: one mechanism for the three graded models. `fit`
+(fit_model, single_model) and the custom loop (custom_model, whose steps are the notebook's own
+`tf.function`) both step a Keras optimizer; the first step is where training starts, whichever
+code drives it. `fit`'s first-batch loss in its callbacks' logs (keras/src/backend/tensorflow/
+trainer.py computes it in `train_step` with the weights the step starts from) would serve `fit`
+only, and the custom loop records no per-step loss the probe could read (the exercise asks for
+the epochs' seconds and steps; its printed losses are the notebook's text, not evidence). Why not
+the History or the per-epoch checkpoints: the first epoch's mean loss is over a whole epoch of
+steps (in the full profile a fresh model ends its first epoch near a donor's numbers), and
+nothing saved before the first step exists.
+
+How (`install`, run by the grader's first expression before the notebook's first cell,
+`submission.run`): the builtin `__import__` is wrapped so that, once Keras and TensorFlow are
+imported (by any route: every module's own `import` statements go through it), three methods are
+wrapped in place: Keras's `BaseOptimizer.build` (which optimizers exist, and which variables
+each trains), `BaseOptimizer.apply` called eagerly, and TensorFlow's `Function.__call__` (the
+`tf.function` that makes `fit`'s steps and the custom loop's). Around each eager call while some
+built optimizer has not stepped yet, the weights it trains are copied; when the call moves the
+optimizer's step count, the copies before and after are kept as its start (`STATE["started"]`).
+An optimizer built inside a trace (an unbuilt Adam given its variables by its first
+`apply_gradients`) is copied at its `build`, read outside the trace (`tf.init_scope`): nothing
+of that call has run yet. Weights loaded at `on_train_begin` (`BackupAndRestore`), before `fit`,
+or before the custom loop are the weights of the first step's copy; weights given inside the
+first step are those after it.
+
+The probe (`probe.start_facts`) finds the record through the interpreter's `__import__` (the
+builtins are compared with the grader's anchor, `submission.ANCHOR`: replaced, they refuse the
+probe), measures each model's start before and after its first step on the first
+`probe.START_EXAMPLES` (512) training examples of the course's own loader (not the notebook's
+pipeline), and reports a hook no longer in place as tampering (`checker._facts`). The record lives
+in the kernel, so a notebook could rewrite it: reaching it takes a function's `__globals__` (the
+reading's "dynamic"), its `__closure__`/`cell_contents`, `inspect.getclosurevars` or
+`gc.get_objects` (`reading.GRADER_STATE_NAMES`, tampering), and putting the methods back takes an
+assignment to a Keras or TensorFlow class (`reading.Code.module_patches`, tampering).
+
+What it does not catch (said in course_tools/README.md): trained features with a last layer
+reset to chance (the start scores chance, then trains fast), weights given after the first step
+(a first step of the notebook's own, then a load before the next), and anything in a kernel the
+notebook takes over.
+
+Example (check side):
+
+    from course_tools.grade.core import fresh
+    fresh.fresh_start({"loss": 2.31, "accuracy": 0.09})   # True
+    fresh.fresh_start({"loss": 0.18, "accuracy": 0.95})   # False
+"""
+
+from __future__ import annotations
+
+#: The name of the wrapper of the builtin `__import__`: the probe finds the record through it.
+HOOK_NAME = "grader_import"
+#: The lowest mean loss (cross-entropy, natural log) a model that starts fresh may score on the
+#: first `probe.START_EXAMPLES` (512) training examples, before and after its first step. A fresh
+#: make_model() scores about ln 10 = 2.303; measured (see the report of this change,
+#: tests/test_grading_fresh_start.py): 60 fresh models (20 seeds x 1, 2 and 8 devices) scored 2.286
+#: to 2.319 before their first step and 2.271 to 2.317 after it; models given trained weights (the
+#: red team's donor after 3 quick epochs) 0.08 to 0.26. 1.8 sits 0.47 below the lowest fresh start
+#: and 1.5 above the highest given one; an untrained model of another architecture scores near or
+#: above chance, not below.
+START_LOSS_AT_LEAST = 1.8
+#: The highest accuracy a fresh start may have on those examples: a fresh model answers near one
+#: class for all (measured 0.07 to 0.16; on SVHN, answering the most frequent digit scores 0.19);
+#: a given one scored 0.93 to 0.99. 0.4 is twice SVHN's majority share. With the loss floor it
+#: also catches trained logits scaled down to chance-like losses (accuracy kept).
+START_ACCURACY_AT_MOST = 0.4
+
+#: The grader's record in the kernel: which optimizers were built ({id: optimizer}), the copies
+#: taken at a build inside a trace, and each optimizer's start ({id: record}); `patched`: the
+#: methods wrapped, `errors`: why a wrap or a copy failed (shown by the probe).
+STATE: dict = {"built": {}, "provisional": {}, "started": {}, "patched": {}, "errors": []}
+
+
+def fresh_start(start: dict) -> bool:
+    """Whether a start (`{"loss", "accuracy"}`, measured by the probe) looks like a fresh model's:
+    loss at least `START_LOSS_AT_LEAST` and accuracy at most `START_ACCURACY_AT_MOST`.
+
+    >>> fresh_start({"loss": 2.30, "accuracy": 0.1})
+    True
+    >>> fresh_start({"loss": 0.2, "accuracy": 0.95}), fresh_start({"loss": 2.29, "accuracy": 0.9})
+    (False, False)
+    """
+    loss, accuracy = start.get("loss"), start.get("accuracy")
+    numbers = all(
+        isinstance(v, float | int) and not isinstance(v, bool) and v == v for v in (loss, accuracy)
+    )
+    return numbers and loss >= START_LOSS_AT_LEAST and accuracy <= START_ACCURACY_AT_MOST
+
+
+# --- run in the student's kernel, before its first cell (`install`) ---------------------------
+
+
+def install() -> None:
+    """Wrap the builtin `__import__` (`grader_import`), which wraps Keras's and TensorFlow's
+    methods once they are imported (`_patch`). Run once, before the notebook's code."""
+    import builtins
+    import sys
+
+    STATE["sys"] = sys
+    STATE["import"] = builtins.__import__
+    builtins.__import__ = grader_import
+    _patch()
+
+
+def grader_import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002
+    """The builtin `__import__`, then `_patch` until Keras's and TensorFlow's methods are
+    wrapped."""
+    module = STATE["import"](name, globals, locals, fromlist, level)
+    if len(STATE["patched"]) < len(_TARGETS):
+        _patch()
+    return module
+
+
+#: What is wrapped: (module, class, method, wrapper maker).
+_TARGETS = (
+    ("keras.src.optimizers.base_optimizer", "BaseOptimizer", "build", "_wrap_build"),
+    ("keras.src.optimizers.base_optimizer", "BaseOptimizer", "apply", "_wrap_apply"),
+    (
+        "tensorflow.python.eager.polymorphic_function.polymorphic_function",
+        "Function",
+        "__call__",
+        "_wrap_call",
+    ),
+)
+
+
+def _patch() -> None:
+    """Wrap each of `_TARGETS` whose class exists by now (once)."""
+    modules = STATE["sys"].modules
+    for module_name, class_name, method, maker in _TARGETS:
+        key = f"{class_name}.{method}"
+        if key in STATE["patched"]:
+            continue
+        try:
+            cls = getattr(modules.get(module_name), class_name, None)
+            if not isinstance(cls, type) or method not in cls.__dict__:
+                continue
+            original = cls.__dict__[method]
+            wrapper = globals()[maker](original)
+            setattr(cls, method, wrapper)
+            STATE["patched"][key] = (cls, wrapper)
+        except Exception as exc:  # noqa: BLE001 - never break the notebook's imports
+            STATE["errors"].append(f"{key}: {type(exc).__name__}: {exc}"[:200])
+            STATE["patched"][key] = None
+
+
+def _tf():
+    return STATE["sys"].modules.get("tensorflow")
+
+
+def _eager() -> bool:
+    tf = _tf()
+    return tf is not None and tf.executing_eagerly()
+
+
+def _steps(optimizer) -> int:
+    value = optimizer.iterations
+    return int(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def _values(variables: list) -> list:
+    np = STATE["sys"].modules["numpy"]
+    return [np.array(v.numpy(), copy=True) for v in variables]
+
+
+def _trained(optimizer) -> list:
+    return list(getattr(optimizer, "_trainable_variables", None) or [])
+
+
+def _pending() -> list:
+    started = STATE["started"]
+    return [o for key, o in STATE["built"].items() if key not in started]
+
+
+def _note_error(where: str, exc: Exception) -> None:
+    if len(STATE["errors"]) < 20:
+        STATE["errors"].append(f"{where}: {type(exc).__name__}: {exc}"[:200])
+
+
+def _before(optimizers: list) -> dict:
+    """{id: (optimizer, steps, variables, copies)} for each optimizer whose state can be read."""
+    found = {}
+    for optimizer in optimizers:
+        try:
+            variables = _trained(optimizer)
+            found[id(optimizer)] = (optimizer, _steps(optimizer), variables, _values(variables))
+        except Exception as exc:  # noqa: BLE001 - the start is then missing, which the check says
+            _note_error("before a step", exc)
+    return found
+
+
+def _after(before: dict, how: str) -> None:
+    """Keep as its start the copies of each optimizer whose step count the call moved; an
+    optimizer built during the call (not in `before`) starts from its copy at `build`."""
+    started = STATE["started"]
+    for key, optimizer in list(STATE["built"].items()):
+        if key in started:
+            continue
+        try:
+            if key in before:
+                (_, steps, variables, copies), kind = before[key], how
+            elif key in STATE["provisional"]:
+                (steps, variables, copies), kind = STATE["provisional"][key], "build"
+            else:
+                continue
+            moved = _steps(optimizer) - steps
+            if moved:
+                started[key] = {
+                    "optimizer": optimizer,
+                    "variables": variables,
+                    "before": copies,
+                    "after": _values(variables),
+                    "steps": moved,
+                    "how": kind,
+                }
+        except Exception as exc:  # noqa: BLE001
+            _note_error("after a step", exc)
+
+
+def _wrap_build(original):
+    def build(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        try:
+            key = id(self)
+            STATE["built"].setdefault(key, self)
+            if key not in STATE["started"] and not _eager():
+                with _tf().init_scope():  # in a trace: read outside it, before the call runs
+                    variables = _trained(self)
+                    STATE["provisional"][key] = (_steps(self), variables, _values(variables))
+        except Exception as exc:  # noqa: BLE001
+            _note_error("build", exc)
+        return result
+
+    build.__name__, build.__qualname__, build.__doc__ = "build", "build", original.__doc__
+    return build
+
+
+def _wrap_apply(original):
+    def apply(self, grads, trainable_variables=None):
+        if id(self) in STATE["started"] or not _eager():
+            return original(self, grads, trainable_variables)
+        if trainable_variables is not None:
+            trainable_variables = list(trainable_variables)
+        before = {}
+        try:
+            variables = trainable_variables if trainable_variables is not None else _trained(self)
+            before = {id(self): (self, _steps(self), list(variables), _values(variables))}
+        except Exception as exc:  # noqa: BLE001
+            _note_error("before an eager step", exc)
+        result = original(self, grads, trainable_variables)
+        STATE["built"].setdefault(id(self), self)
+        _after(before, "eager")
+        return result
+
+    apply.__name__, apply.__qualname__, apply.__doc__ = "apply", "apply", original.__doc__
+    return apply
+
+
+def _wrap_call(original):
+    def __call__(self, *args, **kwds):
+        if not _eager():  # a call inside a trace: it runs when the outer call does
+            return original(self, *args, **kwds)
+        pending = _pending() if STATE["built"] else []
+        built = len(STATE["provisional"])
+        before = _before(pending) if pending else {}
+        result = original(self, *args, **kwds)
+        if before or len(STATE["provisional"]) != built:  # pending, or built during the call
+            _after(before, "call")
+        return result
+
+    __call__.__doc__ = original.__doc__
+    return __call__

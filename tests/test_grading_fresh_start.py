@@ -1,0 +1,242 @@
+"""Where each graded model's training started (`grade.core.fresh`): the grader's record of every
+optimizer's first step, taken in the kernel, measured by the probe, judged by the checks.
+
+- the rule on synthetic numbers (`fresh.fresh_start`, `checks.assert_fresh_start`), the hook's
+  removal read as tampering (`checker._facts`), the routes to the record the reading flags;
+- the hook and the probe in a plain Python process (no kernel): a fresh model's start passes, a
+  model given trained weights before `fit`, through `BackupAndRestore`, or before a custom loop
+  fails, and a wrapped method replaced is reported;
+- red team 30a's three routes of weights from elsewhere through `course grade` (one submission:
+  each route loses the points of the model it touches). The completed exercise keeps 12/12 in
+  tests/test_grading.py's batch ("solution").
+
+Run: pytest tests/test_grading_fresh_start.py  (about 5 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from grading_submissions import ENV, ROOT, completed_exercise, donor_weights, write
+from helpers import require_or_skip
+
+from course_tools.grade.core import checker, checks, fresh, plan, reading
+from course_tools.grade.jail import sandbox
+from course_tools.grade.routes import batch as grading_batch
+from course_tools.runner import Limits
+
+FRESH = {"loss": 2.30, "accuracy": 0.1, "after_loss": 2.29, "after_accuracy": 0.11, "steps": 1}
+
+
+def test_the_threshold_sits_between_fresh_and_given_starts():
+    # the measured ranges (fresh.START_LOSS_AT_LEAST's comment): fresh 2.27-2.32, given 0.08-0.26
+    for loss, accuracy in [(2.27, 0.16), (2.32, 0.07), (2.0, 0.3), (3.5, 0.0)]:
+        assert fresh.fresh_start({"loss": loss, "accuracy": accuracy})
+    for loss, accuracy in [(0.26, 0.93), (0.08, 0.99), (1.79, 0.2), (2.29, 0.9), (2.3, 0.41)]:
+        assert not fresh.fresh_start({"loss": loss, "accuracy": accuracy})
+    for broken in [{}, {"loss": None, "accuracy": 0.1}, {"loss": float("nan"), "accuracy": 0.1}]:
+        assert not fresh.fresh_start(broken)
+    assert not fresh.fresh_start({"loss": True, "accuracy": 0.1})
+
+
+def test_a_start_far_from_chance_fails_the_model_before_or_after_its_first_step():
+    checks.assert_fresh_start({"starts": [FRESH]}, "fit_model")
+    checks.assert_fresh_start({}, "fit_model")  # no hook (the solution's own kernel): skipped
+    given = {**FRESH, "loss": 0.18, "accuracy": 0.95}
+    with pytest.raises(checks.CheckError, match=r"`custom_model` did not start .* just before"):
+        checks.assert_fresh_start({"starts": [given]}, "custom_model")
+    inside = {**FRESH, "after_loss": 0.2, "after_accuracy": 0.94}  # given inside the first step
+    with pytest.raises(checks.CheckError, match="just after"):
+        checks.assert_fresh_start({"starts": [FRESH, inside]}, "fit_model")
+    # a first call of several steps (steps_per_execution) may train: only its start is judged
+    checks.assert_fresh_start({"starts": [{**inside, "steps": 8}]}, "fit_model")
+    with pytest.raises(checks.CheckError, match="cannot tell where the training of `single"):
+        checks.assert_fresh_start({"start_error": "no step of an optimizer"}, "single_model")
+    with pytest.raises(checks.CheckError, match="cannot tell"):
+        checks.assert_fresh_start({"starts": []}, "single_model")
+
+
+def test_a_removed_hook_is_tampering_and_the_routes_to_the_record_are_flagged():
+    job = {"facts": {"models": {}, "start_hook": "`BaseOptimizer.build` is not the grader's"}}
+    tampered = checker._facts(job)["tampered"]
+    assert any("first optimizer step" in t and "BaseOptimizer.build" in t for t in tampered)
+    assert "tampered" not in checker._facts({"facts": {"models": {}}})
+    for line in [
+        "import gc\nkept = [o for o in gc.get_objects() if isinstance(o, dict)]",
+        "import inspect\nv = inspect.getclosurevars(keras.optimizers.Adam.build)",
+        "cells = keras.optimizers.Adam.build.__closure__",
+        "x = cell.cell_contents",
+    ]:
+        code = reading.Code.of({"cells": [{"number": 1, "source": line}]})
+        assert set(code.shell_reached()) & reading.GRADER_STATE_NAMES, line
+
+
+#: Run in a plain Python process: the hook installed first (as the grader's first expression
+#: does), then the course's set-up, Keras, and models started fresh or given trained weights.
+SCRIPT = """
+import json, os, sys
+from course_tools.grade.core import probe  # imports no Keras: the hook is installed before it
+PATH = probe.__file__.rpartition("/")[0] + "/fresh.py"  # where the probe looks for the hook
+exec(compile(open(PATH).read() + "\\ninstall()\\n", PATH, "exec"), {"__name__": "fresh"})
+import course_utils
+course_utils.setup(verbose=False)
+import keras, tensorflow as tf
+from course_utils import data
+
+def make_model():
+    return keras.Sequential([
+        keras.Input(shape=(32, 32, 3)), keras.layers.Conv2D(8, 3, activation="relu"),
+        keras.layers.MaxPooling2D(), keras.layers.Flatten(), keras.layers.Dense(10),
+    ])
+
+def compiled(model):
+    model.compile(optimizer=keras.optimizers.Adam(),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+train_ds = data.load("svhn_cropped", "train").batch(64)
+strategy = tf.distribute.MirroredStrategy()
+found, examples = {}, []
+state, why = probe.start_state()
+assert not why, why
+
+def start(name, model):
+    found[name] = probe.start_facts(model, state, examples)
+
+keras.utils.set_random_seed(1)
+fresh = compiled(make_model())
+fresh.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0)
+start("fresh fit", fresh)
+donor = compiled(make_model())
+donor.fit(train_ds, epochs=4, verbose=0)
+given = compiled(make_model())
+given.set_weights(donor.get_weights())
+given.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0)
+start("given fit", given)
+handed = compiled(make_model())
+handed.set_weights(donor.get_weights())
+handed.optimizer.build(handed.trainable_variables)
+os.makedirs("bk", exist_ok=True)
+handed.save_weights("bk/latest.weights.h5")
+restored = compiled(make_model())
+restored.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0,
+             callbacks=[keras.callbacks.BackupAndRestore("bk")])
+start("BackupAndRestore", restored)
+for name, weights in (("fresh loop", None), ("given loop", donor.get_weights())):
+    with strategy.scope():
+        model = make_model()
+        optimizer = keras.optimizers.Adam()
+        optimizer.build(model.trainable_variables)
+    if weights is not None:
+        model.set_weights(weights)
+    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def step(inputs):
+        images, labels = inputs
+        with tf.GradientTape() as tape:
+            loss = loss_object(labels, model(images, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_step(inputs):
+        return strategy.reduce("SUM", strategy.run(step, args=(inputs,)), axis=None)
+
+    for i, batch in zip(range(2), strategy.experimental_distribute_dataset(train_ds)):
+        train_step(batch)
+    start(name, model)
+never = make_model()
+start("never trained", never)
+import keras.src.optimizers.base_optimizer as base
+base.BaseOptimizer.build = lambda self, variables: None  # a wrapped method replaced
+found["hook after a replacement"] = probe.start_state()[1]
+print("FOUND " + json.dumps(found))
+"""
+
+
+@pytest.fixture(scope="module")
+def starts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fresh")
+    env = {**ENV, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "HOME": str(folder)}
+    env["PATH"] = "/usr/bin:/bin"
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("FOUND ")]
+    assert lines, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("FOUND "))
+
+
+def _passes(fact: dict) -> bool:
+    try:
+        checks.assert_fresh_start(fact, "model")
+    except checks.CheckError:
+        return False
+    return True
+
+
+def test_the_hook_records_fresh_starts_and_given_weights(starts):
+    for name in ("fresh fit", "fresh loop"):
+        assert _passes(starts[name]), (name, starts[name])
+        first = starts[name]["starts"][0]
+        assert abs(first["loss"] - 2.303) < 0.2 and first["steps"] == 1, first
+    for name in ("given fit", "BackupAndRestore", "given loop"):
+        assert not _passes(starts[name]), (name, starts[name])
+        assert starts[name]["starts"][0]["loss"] < 1.0, starts[name]
+    assert "start_error" in starts["never trained"]
+    assert "not the grader's wrapper" in starts["hook after a replacement"]
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    available, detail = sandbox.status()
+    if not available:
+        require_or_skip("sandbox", f"no grading sandbox: {detail}")
+    folder = tmp_path_factory.mktemp("submissions")
+    out = tmp_path_factory.mktemp("grades")
+    paths = [write(donor_weights(completed_exercise()), folder / "donor.ipynb")]
+    settings = plan.GradingSettings(
+        profile=ENV["COURSE_PROFILE"], devices=int(ENV["COURSE_DEVICES"]), data=ENV["COURSE_DATA"]
+    )
+    grades = grading_batch.grade(
+        paths,
+        out,
+        limits=Limits(cell_timeout=300, timeout=1200),
+        jobs=1,
+        progress=False,
+        settings=settings,
+    )
+    return {g.student: g for g in grades}
+
+
+@pytest.mark.slow
+def test_weights_from_elsewhere_lose_the_points_of_the_model_they_touch(graded):
+    grade = graded["donor"]
+    assert grade.status == "graded", grade.reason
+    by_question: dict[str, list] = {}
+    for result in grade.results:
+        by_question.setdefault(result.question, []).append(result)
+    touched = {"q2": "fit_model", "q3": "custom_model", "q4": "single_model"}
+    for question, name in touched.items():
+        for result in by_question[question]:
+            assert result.earned == 0, (question, result.title)
+            assert f"`{name}` did not start its training from fresh weights" in result.message, (
+                question,
+                result.title,
+                result.message,
+            )
+    for result in by_question["q6"]:
+        assert result.earned == 0 and "did not start its training" in result.message
+    assert all(r.earned == r.points for r in by_question["q1"])
+    assert grade.score == 3  # question 1's 2 points, and question 5's, read by the instructor
