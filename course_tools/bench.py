@@ -371,14 +371,16 @@ def measure_here(replicas: int, sizes: Sizes, *, machine: bool = False) -> dict:
     import_tensorflow()
     code = notebook_code()
     mirrored = _strategy(replicas)
+    loads: list[float] = []  # other programs' share of the cores per round, as notebook 3 reads it
     results = code["measure"](
         _trainers(code, mirrored, sizes),
         steps=sizes.steps,
         rounds=sizes.rounds,
         batch_size=PER_REPLICA_BATCH * replicas,
+        loads=loads,
     )
     figures = machine_figures(mirrored, sizes) if machine else None
-    return {"results": [asdict(r) for r in results], "machine": figures}
+    return {"results": [asdict(r) for r in results], "machine": figures, "others_share": loads}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -388,9 +390,10 @@ def measure_here(replicas: int, sizes: Sizes, *, machine: bool = False) -> dict:
 
 def measure_in_fresh_process(
     replicas: int, devices: int, sizes: Sizes, *, machine: bool = False
-) -> tuple[list[timing.RunResult], dict | None]:
+) -> tuple[list[timing.RunResult], dict | None, list[float]]:
     """Run `measure_here(replicas, sizes, machine)` in a new Python process with `devices`
-    devices; return its runs and (with `machine`) this machine's roofline figures."""
+    devices; return its runs, (with `machine`) this machine's roofline figures, and the share of
+    the cores other programs used during each of its rounds."""
     with tempfile.TemporaryDirectory() as folder:
         output = os.path.join(folder, "results.json")
         command = [
@@ -421,30 +424,51 @@ def measure_in_fresh_process(
             )
         with open(output) as f:
             measured = json.load(f)
-        return [timing.RunResult(**row) for row in measured["results"]], measured["machine"]
+        return (
+            [timing.RunResult(**row) for row in measured["results"]],
+            measured["machine"],
+            measured["others_share"],
+        )
 
 
-def _verdict(results: list[timing.RunResult], a: str, b: str) -> dict:
+def _verdict(results: list[timing.RunResult], a: str, b: str, busy: float | None = None) -> dict:
+    """`timing.compare` of runs `a` and `b`, with `busy`: the largest share of the cores other
+    programs used during their rounds when above `timing.BUSY` (else None). The report then
+    prints the ratio and no verdict, notebook 3's rule (`report_text`, `target_rows`)."""
     by_name = {r.name: r for r in results}
-    return asdict(timing.compare(by_name[a], by_name[b]))
+    return asdict(timing.compare(by_name[a], by_name[b])) | {"busy": busy}
 
 
-def comparisons(results_by_replicas: dict[int, list[timing.RunResult]], sizes: Sizes) -> dict:
-    """The benchmark's questions, each a `timing.compare` verdict (ratio, word, sentence)."""
+def comparisons(
+    results_by_replicas: dict[int, list[timing.RunResult]],
+    sizes: Sizes,
+    loads: dict[int, list[float]] | None = None,
+) -> dict:
+    """The benchmark's questions, each a `timing.compare` verdict (ratio, word, sentence), withheld
+    for a replica count whose rounds ran on a busy machine (`loads`: each round's share of the
+    cores other programs used, by replica count), as notebook 3 withholds it."""
+    loads = loads or {}
+
+    def busy(*counts: int) -> float | None:
+        most = max((max(loads.get(n) or [0.0]) for n in counts), default=0.0)
+        return most if most > timing.BUSY else None
+
     verdicts = {}
     for n, results in results_by_replicas.items():
         m = f"MirroredStrategy({n})"
         verdicts[f"mirrored{n}_vs_no_strategy"] = _verdict(
-            results, f"{m} + fit", "no strategy + fit"
+            results, f"{m} + fit", "no strategy + fit", busy(n)
         )
     n = max(results_by_replicas)
     results, m = results_by_replicas[n], f"MirroredStrategy({n})"
     recommended = f"{m} + custom loop, {sizes.steps_per_call} steps/call"
-    verdicts["custom_loop_vs_fit"] = _verdict(results, recommended, f"{m} + fit")
+    verdicts["custom_loop_vs_fit"] = _verdict(results, recommended, f"{m} + fit", busy(n))
     verdicts["classic_loop_vs_fit"] = _verdict(
-        results, f"{m} + custom loop, 1 step/call", f"{m} + fit"
+        results, f"{m} + custom loop, 1 step/call", f"{m} + fit", busy(n)
     )
-    verdicts["steps_per_call"] = _verdict(results, recommended, f"{m} + custom loop, 1 step/call")
+    verdicts["steps_per_call"] = _verdict(
+        results, recommended, f"{m} + custom loop, 1 step/call", busy(n)
+    )
     return verdicts
 
 
@@ -455,7 +479,8 @@ def target_rows(verdicts: dict) -> list[dict]:
             "measure": key,
             "value": round(verdicts[key]["speed_ratio"], 3),
             "target": f">= {goal:g}",
-            "met": verdicts[key]["speed_ratio"] >= goal,
+            # None on a busy machine: the ratio is then not judged (notebook 3's rule)
+            "met": None if verdicts[key].get("busy") else verdicts[key]["speed_ratio"] >= goal,
         }
         for key, goal in TARGETS.items()
         if key in verdicts
@@ -464,7 +489,7 @@ def target_rows(verdicts: dict) -> list[dict]:
 
 def run_benchmark(sizes: Sizes = FULL, devices: int = 2, *, verbose: bool = True) -> dict:
     """Measure 1 and `devices` replicas, each in a fresh process; return a JSON-ready report."""
-    results_by_replicas, machine = {}, None
+    results_by_replicas, machine, loads = {}, None, {}
     for n in sorted({1, devices}):
         if verbose:
             print(
@@ -473,11 +498,11 @@ def run_benchmark(sizes: Sizes = FULL, devices: int = 2, *, verbose: bool = True
                 flush=True,
             )
         # The machine's figures with the most replicas: its all-reduce is the one to price.
-        results_by_replicas[n], figures = measure_in_fresh_process(
+        results_by_replicas[n], figures, loads[n] = measure_in_fresh_process(
             n, devices, sizes, machine=n == devices
         )
         machine = figures or machine
-    verdicts = comparisons(results_by_replicas, sizes)
+    verdicts = comparisons(results_by_replicas, sizes, loads)
     return {
         "replicas": sorted(results_by_replicas),
         "devices": devices,
@@ -486,6 +511,7 @@ def run_benchmark(sizes: Sizes = FULL, devices: int = 2, *, verbose: bool = True
         "configurations": {
             str(n): [asdict(r) for r in results] for n, results in results_by_replicas.items()
         },
+        "others_share": {str(n): shares for n, shares in loads.items()},
         "comparisons": verdicts,
         "targets": target_rows(verdicts),
         "machine": machine,
@@ -503,7 +529,7 @@ def report_text(report: dict) -> str:
             "",
         ]
     lines.append(f"Noise rule: {report['noise_rule']}")
-    lines += [f"- {v['sentence']}" for v in report["comparisons"].values()]
+    lines += [f"- {verdict_line(v)}" for v in report["comparisons"].values()]
     lines.append("")
     lines.append(
         timing.format_table(
@@ -513,7 +539,7 @@ def report_text(report: dict) -> str:
                     row["measure"],
                     f"{row['value']:.2f}x",
                     row["target"],
-                    "yes" if row["met"] else "NO",
+                    "busy" if row["met"] is None else "yes" if row["met"] else "NO",
                 ]
                 for row in report["targets"]
             ],
@@ -538,6 +564,21 @@ def report_text(report: dict) -> str:
             f"{model['gradient_bytes'] / 1e6:.2f} MB",
         ]
     return "\n".join(lines)
+
+
+def verdict_line(found: dict) -> str:
+    """A comparison as the report prints it: its sentence, or on a busy machine its ratio and
+    no verdict, as notebook 3 prints it.
+
+    >>> verdict_line({"a": "x", "b": "y", "speed_ratio": 0.8, "busy": 0.7, "sentence": "..."})
+    'x vs y: 0.80x, no verdict: other programs used up to 70% of the cores during the rounds'
+    """
+    if not found.get("busy"):
+        return found["sentence"]
+    return (
+        f"{found['a']} vs {found['b']}: {found['speed_ratio']:.2f}x, no verdict: other programs "
+        f"used up to {100 * found['busy']:.0f}% of the cores during the rounds"
+    )
 
 
 def ridge_words(machine: dict) -> str:

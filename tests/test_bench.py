@@ -93,7 +93,12 @@ def test_quick_bench_verdicts_and_targets_follow_from_its_rounds(quick_report, t
             verdicts[name]["b_samples"]
         )
         assert row["value"] == pytest.approx(ratio, abs=1e-3)
-        assert row["met"] is (ratio >= float(row["target"].split()[1])), row
+        from course_utils import timing
+
+        if verdicts[name]["busy"]:  # notebook 3's rule: a busy machine's ratio is not judged
+            assert row["met"] is None and verdicts[name]["busy"] > timing.BUSY, row
+        else:
+            assert row["met"] is (ratio >= float(row["target"].split()[1])), row
 
 
 @pytest.mark.slow
@@ -389,3 +394,40 @@ def test_a_limit_set_too_short_to_measure_its_load_is_not_called_busy():
     assert flagged["busy"] is True
     assert bench.measured_limit(lambda: short, 2, busy=timing.BUSY)["busy"] is False
     assert bench.limit_set_reading(([1e9], [1.0], 0.0), 1e9, gpu=True)[1] == []  # GPU: no worth
+
+
+def test_a_comparison_measured_on_a_busy_machine_prints_its_ratio_and_no_verdict():
+    """Notebook 3 gives no speed verdict when other programs used more than timing.BUSY of the
+    cores during its rounds; `course bench`, which runs its code, holds to the same rule for the
+    replica count whose rounds were busy, and leaves that target unjudged."""
+    from course_tools import bench
+    from course_utils import timing
+
+    sizes = bench.QUICK
+    m1, m2 = "MirroredStrategy(1)", "MirroredStrategy(2)"
+
+    def runs(m, speeds):
+        names = [
+            "no strategy + fit",
+            f"{m} + fit",
+            f"{m} + custom loop, 1 step/call",
+            f"{m} + custom loop, {sizes.steps_per_call} steps/call",
+        ]
+        return [
+            timing.RunResult(n, 1.0, 1, rounds=[s, s * 1.01, s * 0.99])
+            for n, s in zip(names, speeds, strict=True)
+        ]
+
+    results = {1: runs(m1, [100, 80, 95, 99]), 2: runs(m2, [100, 80, 85, 120])}
+    quiet = {1: [0.05, 0.1, 0.08], 2: [0.1, 0.1, 0.1]}
+    busy = {1: [0.05, 0.1, 0.08], 2: [0.1, 0.7, 0.1]}
+    verdicts = bench.comparisons(results, sizes, quiet)
+    assert not any(v["busy"] for v in verdicts.values())
+    verdicts = bench.comparisons(results, sizes, busy)
+    assert verdicts["mirrored1_vs_no_strategy"]["busy"] is None
+    assert all(verdicts[k]["busy"] == 0.7 for k in verdicts if k != "mirrored1_vs_no_strategy")
+    line = bench.verdict_line(verdicts["custom_loop_vs_fit"])
+    assert line.endswith("no verdict: other programs used up to 70% of the cores during the rounds")
+    assert "faster" not in line and "slower" not in line
+    met = {row["measure"]: row["met"] for row in bench.target_rows(verdicts)}
+    assert met == {"custom_loop_vs_fit": None, "mirrored1_vs_no_strategy": False}
