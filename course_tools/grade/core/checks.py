@@ -648,6 +648,14 @@ def assert_fresh_start(fact: dict, name: str) -> None:
         return
     if "start_error" in fact or not fact.get("starts"):
         why = fact.get("start_error") or "no step of an optimizer training its weights"
+        if why.startswith("no step"):  # a model no Keras optimizer trained: nothing started
+            raise CheckError(
+                f"the grader cannot tell where the training of `{name}` started: the Keras "
+                f"optimizers training its weights made 0 steps that the grader saw ({why}); it "
+                "keeps the weights an optimizer trains as they are just before its first step: "
+                f"train {name} with a Keras optimizer (fit, or apply_gradients in the custom "
+                "loop), from the weights make_model() gives it"
+            )
         raise CheckError(
             f"the grader cannot tell where the training of `{name}` started ({why}): it keeps "
             f"the weights a Keras optimizer trains as they are just before its first step; "
