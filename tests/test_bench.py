@@ -127,8 +127,10 @@ def test_quick_bench_prints_the_tables_and_the_verdicts(quick_report):
     for names in CONFIGURATIONS.values():
         for name in names:
             assert name in proc.stdout
-    for verdict in report["comparisons"].values():
-        assert verdict["sentence"] in proc.stdout
+    from course_tools import bench
+
+    for verdict in report["comparisons"].values():  # its sentence, or on a busy machine no verdict
+        assert bench.verdict_line(verdict) in proc.stdout
     assert "Noise rule: Two runs differ only when their rounds do not overlap" in proc.stdout
     assert "this measures overhead, not speed-up" in proc.stdout
     assert "Traceback" not in proc.stderr
