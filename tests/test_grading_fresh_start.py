@@ -5,7 +5,11 @@ optimizer's first step, taken in the kernel, measured by the probe, judged by th
   removal read as tampering (`checker._facts`), the routes to the record the reading flags;
 - the hook and the probe in a plain Python process (no kernel): a fresh model's start passes, a
   model given trained weights before `fit`, through `BackupAndRestore`, or before a custom loop
-  fails, and a wrapped method replaced is reported;
+  fails, and a wrapped method replaced is reported; continuity: weights given after the first
+  step (a custom loop's own first step then a load, a callback loading at
+  `on_train_batch_end(0)`, a load after the last step) fail, and honest runs (evaluate, predict
+  and saves between steps, checkpoints, `steps_per_execution`, a second optimizer never stepped,
+  a new optimizer, EMA, a restore into a new model) stay clean;
 - red team 30a's three routes of weights from elsewhere through `course grade` (one submission:
   each route loses the points of the model it touches). The completed exercise keeps 12/12 in
   tests/test_grading.py's batch ("solution").
@@ -61,6 +65,11 @@ def test_a_start_far_from_chance_fails_the_model_before_or_after_its_first_step(
         checks.assert_fresh_start({"start_error": "ValueError: clone"}, "single_model")
     with pytest.raises(checks.CheckError, match="cannot tell"):
         checks.assert_fresh_start({"starts": []}, "single_model")
+    checks.assert_continuity({"starts": [FRESH], "changed": []}, "custom_model")
+    checks.assert_continuity({}, "custom_model")  # no hook: nothing to judge
+    late = {"optimizer": "Adam", "steps": [1], "call": 9, "largest": 0.5, "where": "a call"}
+    with pytest.raises(checks.CheckError, match=r"weights of `custom_model` changed between two"):
+        checks.assert_continuity({"starts": [FRESH], "changed": [late]}, "custom_model")
 
 
 def test_a_removed_hook_is_tampering_and_the_routes_to_the_record_are_flagged():
@@ -108,6 +117,7 @@ state, why = probe.start_state()
 assert not why, why
 
 def start(name, model):
+    probe.check_continuity()  # as the probe does after the last cell
     found[name] = probe.start_facts(model, state, examples)
 
 keras.utils.set_random_seed(1)
@@ -155,6 +165,102 @@ for name, weights in (("fresh loop", None), ("given loop", donor.get_weights()))
     start(name, model)
 never = make_model()
 start("never trained", never)
+
+# continuity: weights given after the first step, and what honest runs do between steps
+def looped(model, optimizer):
+    def step(inputs):
+        images, labels = inputs
+        with tf.GradientTape() as tape:
+            loss = loss_object(labels, model(images, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_step(inputs):
+        return strategy.reduce("SUM", strategy.run(step, args=(inputs,)), axis=None)
+
+    return train_step
+
+keras.utils.set_random_seed(2)
+with strategy.scope():
+    model = make_model()
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+train_step = looped(model, optimizer)
+for i, batch in zip(range(3), strategy.experimental_distribute_dataset(train_ds)):
+    train_step(batch)
+    if i == 0:
+        model.set_weights(donor.get_weights())  # the loop's own first step, then a load
+start("loop loaded after its first step", model)
+
+class LoadAtFirstBatchEnd(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0:
+            self.model.set_weights(donor.get_weights())
+
+keras.utils.set_random_seed(3)
+late = compiled(make_model())
+late.fit(train_ds, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[LoadAtFirstBatchEnd()])
+start("fit loaded at on_train_batch_end(0)", late)
+ended = compiled(make_model())
+ended.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0)
+ended.set_weights(donor.get_weights())  # after the last step: the probe compares at its end
+start("loaded after the last step", ended)
+
+# honest: evaluate and predict between steps, saves, ModelCheckpoint, BackupAndRestore's saving,
+# steps_per_execution, a second optimizer never stepped, a new optimizer (compile again), EMA
+keras.utils.set_random_seed(4)
+honest = make_model()  # no strategy: Keras 3.15's steps_per_execution fails under one at 2 devices
+honest.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+               steps_per_execution=2)
+spare = keras.optimizers.Adam()
+spare.build(honest.trainable_variables)  # never stepped
+
+class Between(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        self.model.evaluate(train_ds.take(1), verbose=0)
+        self.model.predict(next(iter(train_ds))[0], verbose=0)
+        self.model.save_weights("between.weights.h5")
+
+saver = keras.callbacks.ModelCheckpoint("ck_{epoch}.weights.h5", save_weights_only=True)
+honest.fit(train_ds, epochs=2, steps_per_epoch=4, verbose=0,
+           callbacks=[Between(), saver, keras.callbacks.BackupAndRestore("bk_honest")])
+honest.evaluate(train_ds.take(2), verbose=0)
+honest.save("honest.keras")
+restored_new = make_model()
+restored_new.load_weights("ck_2.weights.h5")  # into a new model (question 6)
+restored_new.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+restored_new.evaluate(train_ds.take(1), verbose=0)
+honest.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+honest.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0)  # a new optimizer goes on
+start("honest fit between steps", honest)
+ema = make_model()
+ema.compile(optimizer=keras.optimizers.Adam(use_ema=True, ema_overwrite_frequency=2),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+ema.fit(train_ds, epochs=2, steps_per_epoch=3, verbose=0,
+        callbacks=[keras.callbacks.SwapEMAWeights(swap_on_epoch=True)])
+ema.evaluate(train_ds.take(1), verbose=0)
+start("EMA", ema)
+
+# the loop of the solution, checkpoints between epochs
+with strategy.scope():
+    model = make_model()
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+manager = tf.train.CheckpointManager(checkpoint, "loop_ckpt", max_to_keep=None)
+train_step = looped(model, optimizer)
+for epoch in range(2):
+    for i, batch in zip(range(2), strategy.experimental_distribute_dataset(train_ds)):
+        train_step(batch)
+    manager.save()
+with strategy.scope():
+    again = make_model()
+    again_optimizer = keras.optimizers.Adam()
+    again_optimizer.build(again.trainable_variables)
+    tf.train.Checkpoint(model=again, optimizer=again_optimizer).restore(manager.latest_checkpoint)
+start("honest loop", model)
 import keras.src.optimizers.base_optimizer as base
 base.BaseOptimizer.build = lambda self, variables: None  # a wrapped method replaced
 found["hook after a replacement"] = probe.start_state()[1]
@@ -184,6 +290,7 @@ def starts(tmp_path_factory):
 def _passes(fact: dict) -> bool:
     try:
         checks.assert_fresh_start(fact, "model")
+        checks.assert_continuity(fact, "model")
     except checks.CheckError:
         return False
     return True
@@ -199,6 +306,36 @@ def test_the_hook_records_fresh_starts_and_given_weights(starts):
         assert starts[name]["starts"][0]["loss"] < 1.0, starts[name]
     assert "start_error" in starts["never trained"]
     assert "not the grader's wrapper" in starts["hook after a replacement"]
+
+
+#: Weights given after the optimizer's first step (its start scores chance): the custom loop's
+#: own first step then a load, a callback loading at fit's on_train_batch_end(0), a load after
+#: the last step (found by the probe's own comparison at its end).
+LATE = ("loop loaded after its first step", "fit loaded at on_train_batch_end(0)")
+#: Honest runs: evaluate, predict and saves between steps, ModelCheckpoint, BackupAndRestore's
+#: saving, steps_per_execution=2, a second optimizer built and never stepped, a new optimizer
+#: (compile again) going on, use_ema with its overwrites, SwapEMAWeights and the finalize after
+#: fit, the solution's loop with a CheckpointManager and a restore into a new model.
+HONEST = ("fresh fit", "fresh loop", "honest fit between steps", "EMA", "honest loop")
+
+
+def test_weights_changed_between_two_steps_fail_the_model(starts):
+    for name in (*LATE, "loaded after the last step"):
+        fact = starts[name]
+        assert all(fresh.fresh_start(s) for s in fact["starts"]), (name, fact)  # a fresh start
+        assert len(fact["changed"]) == 1, (name, fact)
+        change = fact["changed"][0]
+        assert change["optimizer"] == "Adam" and change["largest"] > 0.05, (name, change)
+        checks.assert_fresh_start(fact, "custom_model")  # what the start alone passed
+        with pytest.raises(checks.CheckError, match="changed between two steps of its optimizer"):
+            checks.assert_continuity(fact, "custom_model")
+    for name in LATE:
+        assert starts[name]["changed"][0]["steps"] == [1], starts[name]  # right after step 1
+        assert starts[name]["changed"][0]["where"] == "a call", starts[name]
+    assert starts["loaded after the last step"]["changed"][0]["where"] == "the probe"
+    for name in HONEST:
+        assert starts[name]["changed"] == [], (name, starts[name])
+        assert _passes(starts[name]), (name, starts[name])
 
 
 @pytest.fixture(scope="module")

@@ -476,6 +476,7 @@ def own_model(
             "file or checkpoint, with its optimizer's steps and moments) is not the model "
             f"trained; train {name} with fit and save it"
         )
+    assert_continuity(fact, name)
     ran = fact.get("fit_epochs")
     if name != CUSTOM_LOOP_MODEL and isinstance(ran, list) and len(ran) == 2:
         ran_epochs, asked = ran
@@ -633,6 +634,7 @@ def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
         )
     _assert_optimizer_made_with(fact, name)
     assert_fresh_start(fact, name)
+    assert_continuity(fact, name)
 
 
 def assert_fresh_start(fact: dict, name: str) -> None:
@@ -642,6 +644,7 @@ def assert_fresh_start(fact: dict, name: str) -> None:
     and after it when that call made one step (`fresh.fresh_start`). Weights given before `fit`
     or before the custom loop, at `fit`'s start (`BackupAndRestore`), or inside the first step
     score far better than chance.
+    Weights changed after the first step: `assert_continuity`.
     Skipped when the kernel had no grader's hook (the solution's own kernel: the probe says so
     in `start_hook`; in the grader a hook removed is tampering, `checker._facts`)."""
     if "starts" not in fact and "start_error" not in fact:
@@ -687,6 +690,36 @@ def assert_fresh_start(fact: dict, name: str) -> None:
                 "load_weights, a checkpoint or BackupAndRestore, before its fit or its loop or "
                 f"inside them) are not the model trained; train {name} from make_model() itself"
             )
+
+
+def assert_continuity(fact: dict, name: str) -> None:
+    """The weights of model `name` never changed between two steps of an optimizer training them,
+    outside those steps (`fact["changed"]`: the grader's hook compares them with the copy the
+    latest step left before every later eager call and at the probe, `fresh._check`): weights
+    given after the first step (a load between two steps of the custom loop, a callback loading
+    at `on_train_batch_end`, a load after the last step) are not the model trained. Called after
+    the reading's findings in `own_model` (a line of code that loads is the clearer message), and
+    in `assert_mirrored`. Nothing to judge without the grader's hook (no `changed`)."""
+    changed = [c for c in fact.get("changed") or [] if isinstance(c, dict)]
+    if changed:
+        first = changed[0]
+        steps = first.get("steps") or ["?"]
+        largest = first.get("largest")
+        by = (
+            f"by up to {largest:.3g}"
+            if _is_number(largest) and largest >= 0
+            else "a variable unreadable or reshaped"
+        )
+        raise CheckError(
+            f"the weights of `{name}` changed between two steps of its optimizer, outside them "
+            f"({tables.count(len(changed), 'time')}): after its optimizer "
+            f"({first.get('optimizer', '?')}) had made {steps[0]} steps, before "
+            f"{first.get('where') or 'a later call'} (the grader's eager call "
+            f"{first.get('call', '?')}), its weights differed from those its latest step left, "
+            f"{by}. Weights set or loaded into a model during its training or after it "
+            "(set_weights, load_weights, assign, a checkpoint restored, a callback) are not the "
+            f"model trained; train {name} from make_model() with its own optimizer's steps only"
+        )
 
 
 def assert_kernel_trusted(facts: dict) -> None:

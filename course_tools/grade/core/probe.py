@@ -435,6 +435,13 @@ def start_state() -> tuple[dict | None, str]:
     return state, ""
 
 
+def check_continuity() -> None:
+    """Compare, now, what each started optimizer trains with its latest step's copy (the hook's
+    `fresh.check_continuity`, found as `start_state` finds the record; call it only when that
+    says the hook is in place): a change after the last step is recorded as one between steps."""
+    __import__.__globals__["check_continuity"]("the probe")
+
+
 def start_facts(model: Any, state: dict, examples: list) -> dict:
     """{"starts": [...]}: for each optimizer that trained `model`'s weights (all of them, in the
     grader's record `state`), the model's loss and accuracy on the first `START_EXAMPLES`
@@ -472,7 +479,28 @@ def start_facts(model: Any, state: dict, examples: list) -> dict:
         errors = "; ".join(map(str, state.get("errors") or []))[:300]
         hook = f" (the grader's hook: {errors})" if errors else ""
         return {"start_error": f"no step of an optimizer training its weights{hook}"}
-    return {"starts": starts}
+    return {"starts": starts, "changed": changes(wanted, state)}
+
+
+def changes(wanted: set, state: dict) -> list[dict]:
+    """The changes the grader's hook found (`fresh._check`) to the variables with ids in `wanted`
+    (a model's trainable variables) between two steps of the optimizer training them, outside
+    those steps: [{"optimizer": its class, "steps": its step count then, "call": the grader's
+    count of eager calls, "largest": the largest absolute change, "where": before what}]."""
+    found = []
+    for change in list(state.get("changed") or []):
+        if not wanted & set(change.get("variables") or ()):
+            continue
+        found.append(
+            {
+                "optimizer": ", ".join(map(str, change.get("names") or [])) or "?",
+                "steps": [int(n) for n in change.get("steps") or []],
+                "call": int(change.get("call", 0)),
+                "largest": float(change.get("largest", 0.0)),
+                "where": str(change.get("where", "")),
+            }
+        )
+    return found
 
 
 def _start_examples() -> list:
@@ -525,6 +553,11 @@ def collect(
     state, why = start_state()
     if why:
         facts["start_hook"] = why
+    else:
+        try:
+            check_continuity()
+        except Exception as exc:  # noqa: BLE001 - the hook is not whole: read as tampering
+            facts["start_hook"] = f"the continuity check failed: {type(exc).__name__}"
     examples: list = []  # the training examples starts are measured on, loaded once
     for name in datasets:
         dataset = namespace.get(name)
