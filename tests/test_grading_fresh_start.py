@@ -139,35 +139,10 @@ restored = compiled(make_model())
 restored.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0,
              callbacks=[keras.callbacks.BackupAndRestore("bk")])
 start("BackupAndRestore", restored)
-for name, weights in (("fresh loop", None), ("given loop", donor.get_weights())):
-    with strategy.scope():
-        model = make_model()
-        optimizer = keras.optimizers.Adam()
-        optimizer.build(model.trainable_variables)
-    if weights is not None:
-        model.set_weights(weights)
-    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
-    def step(inputs):
-        images, labels = inputs
-        with tf.GradientTape() as tape:
-            loss = loss_object(labels, model(images, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
 
-    @tf.function
-    def train_step(inputs):
-        return strategy.reduce("SUM", strategy.run(step, args=(inputs,)), axis=None)
-
-    for i, batch in zip(range(2), strategy.experimental_distribute_dataset(train_ds)):
-        train_step(batch)
-    start(name, model)
-never = make_model()
-start("never trained", never)
-
-# continuity: weights given after the first step, and what honest runs do between steps
-def looped(model, optimizer):
+def looped(model, optimizer):  # a custom loop's distributed step for `model`
     def step(inputs):
         images, labels = inputs
         with tf.GradientTape() as tape:
@@ -181,6 +156,22 @@ def looped(model, optimizer):
         return strategy.reduce("SUM", strategy.run(step, args=(inputs,)), axis=None)
 
     return train_step
+
+for name, weights in (("fresh loop", None), ("given loop", donor.get_weights())):
+    with strategy.scope():
+        model = make_model()
+        optimizer = keras.optimizers.Adam()
+        optimizer.build(model.trainable_variables)
+    if weights is not None:
+        model.set_weights(weights)
+    train_step = looped(model, optimizer)
+    for i, batch in zip(range(2), strategy.experimental_distribute_dataset(train_ds)):
+        train_step(batch)
+    start(name, model)
+never = make_model()
+start("never trained", never)
+
+# continuity: weights given after the first step, and what honest runs do between steps
 
 keras.utils.set_random_seed(2)
 with strategy.scope():
