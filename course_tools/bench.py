@@ -449,8 +449,8 @@ def comparisons(
     cores other programs used, by replica count), as notebook 3 withholds it."""
     loads = loads or {}
 
-    def busy(*counts: int) -> float | None:
-        most = max((max(loads.get(n) or [0.0]) for n in counts), default=0.0)
+    def busy(n: int) -> float | None:  # the busiest round's share, above timing.BUSY
+        most = max(loads.get(n) or [0.0])
         return most if most > timing.BUSY else None
 
     verdicts = {}
