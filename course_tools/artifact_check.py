@@ -56,10 +56,9 @@ import numpy as np
 from scipy.stats import binomtest
 
 from course_tools import output_check
+from course_tools.paths import artifacts_folder
 from course_utils import timing, verdict
 
-#: Where a notebook writes, under artifacts/ next to it (default: its own stem).
-ARTIFACT_DIRS = {"05_svhn_solution": "05_svhn", "05_svhn_exercise": "05_svhn"}
 #: Files each notebook must leave in its artifacts folder (glob patterns).
 EXPECTED_ARTIFACTS: dict[str, list[str]] = {
     "01_keras_fit_mnist": [
@@ -101,11 +100,6 @@ THRESHOLDS = {
 }
 #: The thresholds 3c's call and share use, from the code: its record must store exactly these.
 ALL_REDUCE_THRESHOLDS = {"busy": timing.BUSY, "tolerance": verdict.ALL_REDUCE_TOLERANCE}
-
-
-def artifacts_folder(notebook: Path) -> Path:
-    """The folder `notebook` writes into when it runs in its own folder."""
-    return notebook.parent / "artifacts" / ARTIFACT_DIRS.get(notebook.stem, notebook.stem)
 
 
 def expected_word(record: dict) -> str:

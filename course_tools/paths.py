@@ -22,6 +22,9 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_FOLDERS = ("notebooks", "solutions", "exercises")
 #: The folder whose notebooks are handed out unsolved: run, they stop at their first stub.
 HANDOUT_FOLDER = "exercises"
+#: Where a notebook writes, under artifacts/ next to it (default: its own stem). The solution and
+#: the exercise share one folder: runs of both in one folder go one after the other.
+ARTIFACT_DIRS = {"05_svhn_solution": "05_svhn", "05_svhn_exercise": "05_svhn"}
 
 
 def course_root(start: Path | None = None) -> Path:
@@ -52,3 +55,13 @@ def course_notebooks(root: Path = PACKAGE_ROOT) -> list[Path]:
 def executed_notebooks(root: Path = PACKAGE_ROOT) -> list[Path]:
     """The notebooks that run clean from top to bottom, in course order: all but the handouts."""
     return [path for path in course_notebooks(root) if path.parent.name != HANDOUT_FOLDER]
+
+
+def artifacts_folder(notebook: Path) -> Path:
+    """The folder `notebook` writes into when it runs in its own folder.
+
+    Example:
+        >>> artifacts_folder(Path("build/dev2/05_svhn_exercise.ipynb")).as_posix()
+        'build/dev2/artifacts/05_svhn'
+    """
+    return notebook.parent / "artifacts" / ARTIFACT_DIRS.get(notebook.stem, notebook.stem)
