@@ -175,6 +175,67 @@ def test_names_equal_after_nfkc_and_casefold_are_a_name_clash(tmp_path, twin):
     ]
 
 
+def _rows(out: Path, name: str = "gradebook.csv") -> list[list[str]]:
+    """The rows of a gradebook file, its header (canvas.csv: and points possible) left out."""
+    with open(out / name, newline="") as handle:
+        return list(csv.reader(handle))[2 if name == "canvas.csv" else 1 :]
+
+
+def test_a_name_spelt_otherwise_than_a_row_of_the_grades_stops_the_batch(tmp_path):
+    """A grades folder holding alice's row: a submission `Alice` or full-width `ａｌｉｃｅ` (one
+    name, `roster.same_name_key`) stops every route's batch (`plan.check_out`) with both
+    spellings; alice again, or bob, does not. The row's folder is found as the gradebooks find
+    it (`report.saved_rows`): a folder named otherwise than its grade's student is no row."""
+    out = tmp_path / "grades"
+    report.save(Grade("alice", tmp_path / "alice.ipynb", "invalid notebook"), out / "alice")
+    for twin in ("Alice", "\uff41\uff4c\uff49\uff43\uff45", "ALICE"):
+        with pytest.raises(ValueError, match="one name spelt otherwise") as clash:
+            plan.check_out(out, [roster.Submission(twin, tmp_path / f"{twin}.ipynb")])
+        assert f"graded as {twin!r}" in str(clash.value)
+        assert "rename the submission 'alice'" in str(clash.value)
+    for name in ("alice", "bob", "\u0430lice"):
+        plan.check_out(out, [roster.Submission(name, tmp_path / f"{name}.ipynb")])
+    shutil.move(out / "alice", out / "carol")
+    plan.check_out(out, [roster.Submission("Alice", tmp_path / "Alice.ipynb")])
+
+
+def test_one_student_graded_in_three_batches_spelt_three_ways_keeps_one_row(
+    tmp_path, sandboxed, capsys
+):
+    """Three batches into one --out, an invalid notebook each (no kernel): a/alice.ipynb, then
+    b/Alice.ipynb, then the full-width c/ａｌｉｃｅ.ipynb. Each used to exit 0, leaving three
+    rows for one student in gradebook.csv and canvas.csv (SIS Login IDs `alice` and `Alice`):
+    which score an import keeps was up to the platform. Now the later two exit 2 before anything
+    is written, naming both spellings; alice's notebook graded again replaces her row."""
+    out = tmp_path / "grades"
+    twins = {"b": "Alice", "c": "\uff41\uff4c\uff49\uff43\uff45"}
+    for folder, name in [("a", "alice"), *twins.items()]:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"{name}.ipynb").write_text("{}")
+    assert _grade([tmp_path / "a" / "alice.ipynb"], out) == 0, capsys.readouterr()
+    capsys.readouterr()
+
+    def written() -> dict[Path, bytes]:
+        return {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+    before = written()
+    for folder, name in twins.items():
+        assert _grade([tmp_path / folder / f"{name}.ipynb"], out) == 2
+        err = capsys.readouterr().err
+        assert f"graded as {name!r}" in err and "a row for 'alice'" in err, err
+        assert "rename the submission 'alice'" in err and "another --out" in err, err
+        assert written() == before
+    assert [row[0] for row in _rows(out)] == ["alice"]
+    assert [row[3] for row in _rows(out, "canvas.csv")] == ["alice"]
+    # the same spelling graded again (the notebook changed): its row replaced, still one
+    (tmp_path / "a" / "alice.ipynb").write_text('{"cells": [')
+    assert _grade([tmp_path / "a" / "alice.ipynb"], out) == 0, capsys.readouterr()
+    assert (out / "alice" / "result.json").read_bytes() != before[out / "alice" / "result.json"]
+    assert [row[0] for row in _rows(out)] == ["alice"]
+    assert [(row[3], row[5]) for row in _rows(out, "canvas.csv")] == [("alice", "0")]
+    assert _gradebook(out)["alice"]["status"] == "invalid notebook"
+
+
 def test_course_grade_of_a_shell_glob_is_not_stopped_by_a_students_subfolder(
     tmp_path, sandboxed, capsys
 ):

@@ -29,7 +29,7 @@ from course_tools.grade.core import files, notebooks, report, staging
 from course_tools.grade.core.checker import CheckProcess
 from course_tools.grade.core.checks import DATASET
 from course_tools.grade.core.report import Grade
-from course_tools.grade.core.roster import Submission, several_notebooks
+from course_tools.grade.core.roster import Submission, check_spellings, several_notebooks
 from course_tools.grade.jail import limits as jail_limits
 from course_tools.grade.jail import readable, sandbox
 from course_tools.paths import PACKAGE_ROOT
@@ -261,8 +261,10 @@ def check_out(
     """ValueError (`course grade`: exit code 2) when a student's folder of the grades,
     <out>/<student>, which the grader empties before grading it, exists and is not the grader's
     (`is_grades_folder`: a checkout, a dataset, any folder or file of the instructor's there), or
-    holds the checkout, Python, the datasets, the solution or a submission (`_kept_paths`). Run
-    before anything is written or removed, on every route."""
+    holds the checkout, Python, the datasets, the solution or a submission (`_kept_paths`), or
+    when a student's name is that of a row of the gradebooks spelt otherwise
+    (`roster.check_spellings`). Run before anything is written or removed, on every route."""
+    check_spellings(out, submissions)
     out = Path(os.path.realpath(out))
     kept = _kept_paths(solution, submissions)
     for s in submissions:

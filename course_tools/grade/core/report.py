@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -240,20 +241,29 @@ def write_report(g: Grade, path: Path) -> None:
     _write_whole(path, "\n".join(lines) + "\n")
 
 
-def kept_grades(grades: list[Grade], out: Path) -> list[Grade]:
-    """`grades`, then the grades saved earlier in `out` (its students' folders, `load`) of the
-    students not among them, by name: the gradebooks of a batch that grades a few students into
-    `out` again (a late submission, one folder given alone) keep every other student's row."""
-    names = {g.student for g in grades}
-    kept = []
+def saved_rows(out: str | os.PathLike, which: Callable[[str], bool] = bool) -> list[Grade]:
+    """The grades saved earlier in `out` that its gradebooks hold as rows, in the order of their
+    folders: each student's folder (no link, no leading dot) whose grade (`load`) is of the student
+    it is named after; only the folders whose name `which` keeps are read (all by default)."""
+    rows = []
     with contextlib.suppress(OSError):
         for folder in sorted(Path(out).iterdir()):
-            if folder.name in names or folder.name.startswith(".") or folder.is_symlink():
+            if folder.name.startswith(".") or not which(folder.name) or folder.is_symlink():
                 continue
             saved = load(folder) if folder.is_dir() else None
             if saved is not None and saved.student == folder.name:
-                kept.append(saved)
-    return [*grades, *kept]
+                rows.append(saved)
+    return rows
+
+
+def kept_grades(grades: list[Grade], out: Path) -> list[Grade]:
+    """`grades`, then the grades saved earlier in `out` (`saved_rows`) of the students not among
+    them, by name: the gradebooks of a batch that grades a few students into `out` again (a late
+    submission, one folder given alone) keep every other student's row. (A batch's name spelt
+    otherwise than a row's, `Alice` beside a row `alice`, stops before grading:
+    `roster.check_spellings`.)"""
+    names = {g.student for g in grades}
+    return [*grades, *saved_rows(out, lambda name: name not in names)]
 
 
 def _text(value: object) -> str:

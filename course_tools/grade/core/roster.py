@@ -1,6 +1,7 @@
 """Who each submission is from: one submission per student, named from where the instructor put
 it (the student's folder, or the notebook placed in the given folder), never from a file name the
-student chose; a name taken twice is an error for the instructor.
+student chose; a name taken twice is an error for the instructor, in one batch and across the
+batches graded into one grades folder (`check_spellings`).
 
 Example:
 
@@ -17,7 +18,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_tools.grade.core import files
+from course_tools.grade.core import files, report
 
 #: Files and folders of the grades folder itself, never a student's name (compared ignoring case).
 #: (Names with a leading dot, such as the grader's own folders .batch and .benchmark, never are:
@@ -175,6 +176,31 @@ def collect_submissions(paths: list[str | os.PathLike]) -> list[Submission]:
     if not any_notebook:
         raise FileNotFoundError(f"no .ipynb file in {', '.join(map(str, paths))}: nothing to grade")
     return [Submission(name, path) for where, name, path in found.values()]
+
+
+def check_spellings(out: str | os.PathLike, submissions: list[Submission]) -> None:
+    """ValueError (`course grade`: exit code 2) when a submission's name is one name
+    (`same_name_key`) with a row already in the gradebooks of `out` (`report.saved_rows`) spelt
+    otherwise (`Alice`, `ａｌｉｃｅ` into grades holding `alice`): graded, it would be a second
+    row for one student in gradebook.csv and the import files, which keep the rows of earlier
+    batches (`report.kept_grades`). Run before anything is written or removed (`plan.check_out`);
+    the same spelling graded again replaces its row. Only the folders so named are read (it runs
+    for each submission too: `one_submission.grade_one`)."""
+    spelt = {same_name_key(s.student): s for s in submissions}
+
+    def spelt_otherwise(name: str) -> bool:
+        s = spelt.get(same_name_key(name))
+        return s is not None and s.student != name
+
+    for row in report.saved_rows(out, spelt_otherwise):
+        s, folder = spelt[same_name_key(row.student)], Path(out) / row.student
+        raise ValueError(
+            f"{s.path} would be graded as {s.student!r}, but the grades in {out} hold a row "
+            f"for {row.student!r} ({folder}), one name spelt otherwise: the gradebooks would "
+            f"give that student two rows. Nothing was written or removed: rename the "
+            f"submission {row.student!r} to grade that row again, or remove {folder} (its row), "
+            f"or give another --out"
+        )
 
 
 def several_notebooks(path: Path) -> list[Path]:
