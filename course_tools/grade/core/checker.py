@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from course_tools.exercise import HiddenTest
-from course_tools.grade.core import reading
+from course_tools.grade.core import checks, probe, reading
 from course_tools.grade.core.checks import MESSAGE_CHARS, cap_message, clear_cache
 from course_tools.processes import Watchdog, kill_tree
 from course_tools.runner import CappedLog
@@ -99,12 +99,99 @@ def _facts(job: dict) -> dict:
     return facts
 
 
+#: The largest file of the grader's copies of each start read (`probe.START_FILE`), in MB: the
+#: solution's three models take about 8 MB.
+START_FILE_MB = 256
+#: The training examples each start is measured on, loaded once per check process (`measured`).
+_examples: list = []
+
+
+def measured(facts: dict, artifacts: Path) -> dict:
+    """`facts` with each model's starts measured here, in the check process, never in the kernel
+    (`checks.measure_starts`): on the first `probe.START_EXAMPLES` training examples this process
+    loads with the grader's own settings (the batch's data: nothing the notebook set reaches
+    them), with a copy of the model's saved file (the one `checks.own_model` ties to the kernel's
+    model by its fingerprint) given the grader's copies of its weights, which the probe wrote to
+    `probe.START_FILE` (read only when its SHA-256 is the one in the facts). Scores a kernel
+    sent (`starts`) are dropped: only these count. A start that cannot be measured is a
+    `start_error` (the check fails the model's points)."""
+    models = facts.get("models")
+    if not isinstance(models, dict):
+        return facts
+    for fact in models.values():
+        if isinstance(fact, dict):
+            fact.pop("starts", None)
+    wanting = {
+        name: fact
+        for name, fact in models.items()
+        if isinstance(fact, dict) and isinstance(fact.get("start_weights"), dict)
+    }
+    if not wanting:
+        return facts
+    try:
+        if not isinstance(facts.get("start_records"), list):
+            raise ValueError("the probe sent no record")
+        arrays = _start_arrays(facts.get("start_file"), Path(artifacts))
+        if not _examples:
+            _examples.append(_start_examples())
+    except Exception as exc:  # noqa: BLE001 - every model's start is then unmeasured
+        why = f"the grader's copies of the starts cannot be read: {str(exc)[:300]}"
+        for fact in wanting.values():
+            fact["start_error"] = why
+        return facts
+    for name, fact in wanting.items():
+        try:
+            model = checks.load_model(Path(artifacts) / f"{name}.keras")
+            if fact.get("fingerprint") != checks.fingerprint(model):
+                raise ValueError(f"{name}.keras does not hold the weights of `{name}`")
+            fact.update(checks.measure_starts(fact, facts, arrays, model, _examples[0]))
+        except Exception as exc:  # noqa: BLE001 - the check says the start is unmeasured
+            fact["start_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return facts
+
+
+def _start_arrays(info, artifacts: Path) -> dict:
+    """The arrays of `probe.START_FILE` in `artifacts`: a regular file reached without symbolic
+    links, at most `START_FILE_MB`, whose SHA-256 is `info["sha256"]` (the probe's), read as
+    NumPy arrays without pickle. ValueError saying why not."""
+    import hashlib
+    import io
+
+    import numpy as np
+
+    if not isinstance(info, dict) or not isinstance(info.get("sha256"), str):
+        why = info.get("error") if isinstance(info, dict) else None
+        raise ValueError(f"the probe did not write them ({why or 'no file named in its facts'})")
+    path = artifacts / probe.START_FILE
+    if os.path.realpath(path) != os.path.abspath(path) or not path.is_file():
+        raise ValueError(f"{probe.START_FILE} is missing or not a regular file")
+    if path.stat().st_size > START_FILE_MB * 2**20:
+        raise ValueError(f"{probe.START_FILE} is larger than {START_FILE_MB} MB")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != info["sha256"]:
+        raise ValueError(f"{probe.START_FILE} changed after the probe wrote it")
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def _start_examples() -> tuple:
+    """(images, labels) of the first `probe.START_EXAMPLES` training examples, as the course's
+    loader gives them in this process (the grader's settings)."""
+    import numpy as np
+
+    from course_utils import data
+
+    dataset = data.load(probe.START_DATASET, "train", limit=probe.START_EXAMPLES)
+    images, labels = next(iter(dataset.batch(probe.START_EXAMPLES)))
+    return np.asarray(images.numpy()), np.asarray(labels.numpy()).reshape(-1)
+
+
 def _run_tests(job: dict, settings) -> list[dict]:
     namespace = {
         "__name__": "__hidden_tests__",
         "settings": settings,
         "ARTIFACTS": Path(job["artifacts"]),
-        "FACTS": _facts(job),
+        "FACTS": measured(_facts(job), Path(job["artifacts"])),
         # what the grader itself saw: the cells' code and times, the artifacts' times
         "OBSERVED": job.get("observed") or {},
     }

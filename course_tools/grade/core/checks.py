@@ -639,8 +639,9 @@ def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
 
 def assert_fresh_start(fact: dict, name: str) -> None:
     """The training of model `name` started from fresh weights: for each optimizer that trained
-    its weights, the grader's record of its first step (`fresh`, measured by the probe on the
-    first training examples of the course's loader) scores like a fresh model, before that step
+    its weights, the grader's record of its first step (`fresh`, measured in the check process on
+    the first training examples of the course's loader, `checks.measure_starts`, with the
+    records covering the model's variables) scores like a fresh model, before that step
     and after it when that call made one step (`fresh.fresh_start`). Weights given before `fit`
     or before the custom loop, at `fit`'s start (`BackupAndRestore`), or inside the first step
     score far better than chance.
@@ -690,6 +691,95 @@ def assert_fresh_start(fact: dict, name: str) -> None:
                 "load_weights, a checkpoint or BackupAndRestore, before its fit or its loop or "
                 f"inside them) are not the model trained; train {name} from make_model() itself"
             )
+
+
+def measure_starts(fact: dict, facts: dict, arrays: dict, model: Any, examples: tuple) -> dict:
+    """{"starts": [...]} or {"start_error": why} for one model (`fact`, the probe's, with its
+    `start_weights`): run in the check process, on `examples` ((images, labels), the first
+    `probe.START_EXAMPLES` training examples the grader loads) with a copy of `model` (its saved
+    file, loaded here) given the grader's copies (`arrays`, the probe's `START_FILE`).
+
+    A model's start is the union of the records (`facts["start_records"]`, in the order of
+    their first steps) covering its trainable variables: each variable from the earliest first
+    step that trained it (two optimizers over two parts of a model, each its own record). Each
+    record touching the model is measured, its own variables from its own copies, the others
+    from that union: before its first step and after it ({"loss", "accuracy", "after_loss",
+    "after_accuracy", "steps", "how"}). A trainable variable no record covers fails the model
+    (`start_error` names it): an optimizer the hook did not read (`start_unmeasured`), a layer
+    frozen during `fit` and unfrozen after it, raw ops."""
+    plan = fact["start_weights"]
+    ids, names, number = plan["ids"], plan["names"], plan["number"]
+    trainable = set(plan["trainable"])
+    records = [r for r in facts.get("start_records") or [] if isinstance(r, dict)]
+    covering = [(k, r) for k, r in enumerate(records) if trainable & set(r["variables"])]
+    earliest: dict = {}
+    for k, record in covering:
+        for i, variable in enumerate(record["variables"]):
+            earliest.setdefault(variable, (k, i))
+    missing = [names[j] for j, v in enumerate(ids) if v in trainable and v not in earliest]
+    unmeasured = "; ".join(map(str, facts.get("start_unmeasured") or []))
+    hook = f" (the grader's hook: {unmeasured})" if unmeasured else ""
+    if not covering:
+        return {"start_error": f"no step of an optimizer training its weights{hook}"[:600]}
+    if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        return {
+            "start_error": (
+                f"no first step of an optimizer the grader read trained {len(missing)} of its "
+                f"{len(trainable)} trainable variables: {shown}{hook}"
+            )[:600]
+        }
+    import keras
+
+    clone = keras.models.clone_model(model)
+    starts = []
+    for k, record in covering:
+        own = {v: i for i, v in enumerate(record["variables"])}
+
+        def values(when: str, k=k, own=own) -> list:
+            found = []
+            for j, variable in enumerate(ids):
+                if variable in own:
+                    found.append(arrays[f"r{k}{when}{own[variable]}"])
+                elif variable in trainable:
+                    first, index = earliest[variable]
+                    found.append(arrays[f"r{first}{when}{index}"])
+                else:
+                    found.append(arrays[f"m{number}w{j}"])
+            return found
+
+        loss, accuracy = start_scores(clone, values("b"), *examples)
+        after_loss, after_accuracy = start_scores(clone, values("a"), *examples)
+        starts.append(
+            {
+                "loss": loss,
+                "accuracy": accuracy,
+                "after_loss": after_loss,
+                "after_accuracy": after_accuracy,
+                "steps": int(record.get("steps", 0)),
+                "how": str(record.get("how", "")),
+            }
+        )
+    return {"starts": starts}
+
+
+def start_scores(model: Any, values: list, images, labels) -> tuple[float, float]:
+    """(mean cross-entropy, accuracy) of `model` given the weights `values` (in `model.weights`'
+    order) on `images`; its outputs read as logits, or as probabilities when every row sums to
+    1 (as `evaluate`)."""
+    import numpy as np
+
+    model.set_weights(values)
+    outputs = np.asarray(model.predict(images, batch_size=256, verbose=0), dtype=np.float64)
+    if np.all(outputs >= 0) and np.allclose(outputs.sum(axis=1), 1.0, atol=1e-3):
+        log_probs = np.log(np.clip(outputs, 1e-12, 1.0))
+    else:
+        shifted = outputs - outputs.max(axis=1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    loss = float(-log_probs[np.arange(len(labels)), labels].mean())
+    return loss, float((outputs.argmax(axis=1) == labels).mean())
 
 
 def assert_continuity(fact: dict, name: str) -> None:

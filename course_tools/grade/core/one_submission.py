@@ -18,8 +18,8 @@ from pathlib import Path
 import nbformat
 
 from course_tools import colab, exercise
-from course_tools.grade.core import files, notebooks, reading, report, staging, submission
-from course_tools.grade.core.checker import CheckProcess, CheckVerdict
+from course_tools.grade.core import files, notebooks, probe, reading, report, staging, submission
+from course_tools.grade.core.checker import START_FILE_MB, CheckProcess, CheckVerdict
 from course_tools.grade.core.checks import ARTIFACTS_NAME
 from course_tools.grade.core.plan import (
     CHECK_TIMEOUT_S,
@@ -135,6 +135,25 @@ def copy_artifacts(
     return notes
 
 
+def take_starts(source: Path, target: Path) -> list[str]:
+    """Copy the grader's copies of each start (`probe.START_FILE`, which the probe writes in the
+    kernel's `COURSE_ARTIFACTS` folder, `source`) into the artifacts the check process reads
+    (`target`), in place of any file of that name among the submission's own; notes on why not.
+    The check process reads it only when its SHA-256 is the one in the probe's facts
+    (`checker.measured`): missing or changed, each model's start counts as unmeasured."""
+    name = probe.START_FILE
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        (target / name).unlink(missing_ok=True)
+        if source.is_symlink() or (source / name).is_symlink() or not (source / name).is_file():
+            return []  # a link is never followed (`copy_artifacts`)
+        files.copy_regular(source / name, target / name, START_FILE_MB * 2**20)
+    except (OSError, files.UnsafeFile) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)[:200]
+        return [f"the grader's copies of the starts ({name}) not copied: {why}"]
+    return []
+
+
 def _shown(relative: Path, limit: int = 200) -> str:
     """An artifact's path under the artifacts folder, for a note: its end when it is long."""
     text = str(relative)
@@ -205,6 +224,7 @@ def _run(
         outcome, facts, probe_error = submission.run(notebook, workdir, env, setup, cancel=cancel)
         artifacts = workdir / "artifacts" / ARTIFACTS_NAME
         g.notes += copy_artifacts(artifacts, folder / "artifacts", within=workdir)
+        g.notes += take_starts(workdir / "artifacts", folder / "artifacts")
     finally:
         jail_workdir.release(workdir)
         # a process of the submission may still be dying (killed a moment ago): once more after

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -400,9 +401,15 @@ def neighbours_kept(first: list, second: list) -> float:
 
 
 #: The dataset whose first `START_EXAMPLES` training examples (in the course loader's order) each
-#: start of a model's training is measured on (`start_facts`, `fresh`).
+#: start of a model's training is measured on, by the check process (`checks.measure_starts`),
+#: with the examples the grader loads under its own settings (the batch's `--data`).
 START_DATASET = "svhn_cropped"
 START_EXAMPLES = 512
+#: The file the probe writes the grader's copies of each start into (`start_export`), in the
+#: kernel's `COURSE_ARTIFACTS` folder: the grader copies it beside the artifacts
+#: (`one_submission.take_starts`) and the check process reads it after comparing its SHA-256 with
+#: the one in the facts (`checker.measured`). A NumPy `.npz` of numbers (read without pickle).
+START_FILE = ".grader-starts.npz"
 
 
 def start_state() -> tuple[dict | None, str]:
@@ -442,44 +449,89 @@ def check_continuity() -> None:
     __import__.__globals__["check_continuity"]("the probe")
 
 
-def start_facts(model: Any, state: dict, examples: list) -> dict:
-    """{"starts": [...]}: for each optimizer that trained `model`'s weights (all of them, in the
-    grader's record `state`), the model's loss and accuracy on the first `START_EXAMPLES`
-    training examples with the weights as they were just before its first step and just after
-    it (`start_scores`), how many steps that first call made and how it ran ("call": a
-    `tf.function`, "eager", "build": built inside the call); or {"start_error": why}.
-    `examples`: a list to load the examples into once, shared by the models."""
-    variables = list(model.trainable_variables)
-    wanted = {id(v) for v in variables}
-    starts = []
+def start_records(state: dict) -> tuple[dict, dict]:
+    """The grader's record (`fresh.STATE`) as facts and arrays, taken first, before any object of
+    the notebook's is read: ({"start_records": [{"variables": ids, "steps", "how"}, ...] in the
+    order of the first steps, "start_unmeasured": why an optimizer was not read,
+    "start_errors"}, {"r<k>b<i>": the copy of record k's i-th variable before its first step,
+    "r<k>a<i>": after it}). The records are tuples of frozen copies (bytes): nothing here runs
+    the notebook's code."""
+    import numpy as np
+
+    records, arrays = [], {}
+    fields = ("optimizer", "variables", "before", "after", "steps", "how")
+
+    def frozen(array):
+        array = np.asarray(array)
+        return (array.tobytes(), array.dtype.str, tuple(array.shape))
+
+    for number, record in enumerate(tuple(state["started"].values())):
+        if type(record) is dict:  # the record as the hook keeps it (numpy copies)
+            record = tuple(record[k] for k in fields)
+            record = (*record[:2], *[[frozen(a) for a in c] for c in record[2:4]], *record[4:])
+        _, variables, before, after, steps, how = record
+        for index, pair in enumerate(zip(before, after)):
+            for when, (data, dtype, shape) in zip("ba", pair):
+                array = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape)
+                arrays[f"r{number}{when}{index}"] = array
+        records.append(
+            {"variables": [id(v) for v in variables], "steps": int(steps), "how": str(how)}
+        )
+    unmeasured = [str(why) for _, why in tuple(state.get("unmeasured", {}).values())]
+    errors = [str(e) for e in tuple(state.get("errors") or ())]
+    return {
+        "start_records": records,
+        "start_unmeasured": unmeasured[:20],
+        "start_errors": errors[:20],
+    }, arrays
+
+
+def start_weights(model: Any, number: int, arrays: dict) -> dict:
+    """What the check process needs to measure `model`'s starts (`checks.measure_starts`): the ids
+    of its weights in `model.weights`' order (its saved file's, whose fingerprint the check
+    compares), the ids of its trainable variables, their names, and `number`, under which the
+    values of its other weights (not trained: taken as they are now) go into `arrays`
+    ("m<number>w<j>")."""
+    import inspect
+
+    import keras
+    import numpy as np
+
+    own = inspect.getattr_static(keras.layers.Layer, "trainable_variables")
+    if inspect.getattr_static(type(model), "trainable_variables", None) is not own:
+        return {"start_error": "its class replaces Keras's `trainable_variables`"}
+    weights = list(model.weights)
+    trainable = {id(v) for v in model.trainable_variables}
+    for j, variable in enumerate(weights):
+        if id(variable) not in trainable:
+            arrays[f"m{number}w{j}"] = np.asarray(variable.numpy())
+    return {
+        "start_weights": {
+            "number": number,
+            "ids": [id(v) for v in weights],
+            "trainable": [id(v) for v in weights if id(v) in trainable],
+            "names": [str(getattr(v, "path", "?"))[:100] for v in weights],
+        }
+    }
+
+
+def start_export(arrays: dict, folder: str) -> dict:
+    """Write `arrays` into `folder`/`START_FILE`; {"name", "sha256", "bytes"}, or {"error": why}.
+    The check process compares the file it reads with this SHA-256: a file changed after the
+    probe wrote it (by a thread the notebook left running) is refused."""
+    import io
+
+    import numpy as np
+
     try:
-        for record in list(state["started"].values()):
-            given = {id(v): i for i, v in enumerate(record["variables"])}
-            if not variables or not wanted <= set(given):
-                continue
-            if not examples:
-                examples.extend(_start_examples())
-            before = [record["before"][given[id(v)]] for v in variables]
-            after = [record["after"][given[id(v)]] for v in variables]
-            loss, accuracy = start_scores(model, variables, before, *examples)
-            after_loss, after_accuracy = start_scores(model, variables, after, *examples)
-            starts.append(
-                {
-                    "loss": loss,
-                    "accuracy": accuracy,
-                    "after_loss": after_loss,
-                    "after_accuracy": after_accuracy,
-                    "steps": int(record["steps"]),
-                    "how": str(record["how"]),
-                }
-            )
-    except Exception as exc:  # noqa: BLE001 - the check says the start could not be measured
-        return {"start_error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    if not starts:
-        errors = "; ".join(map(str, state.get("errors") or []))[:300]
-        hook = f" (the grader's hook: {errors})" if errors else ""
-        return {"start_error": f"no step of an optimizer training its weights{hook}"}
-    return {"starts": starts, "changed": changes(wanted, state)}
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        data = buffer.getvalue()
+        with open(os.path.join(folder, START_FILE), "wb") as handle:
+            handle.write(data)
+    except Exception as exc:  # noqa: BLE001 - the check says the starts cannot be measured
+        return {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    return {"name": START_FILE, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
 def changes(wanted: set, state: dict) -> list[dict]:
@@ -503,38 +555,6 @@ def changes(wanted: set, state: dict) -> list[dict]:
     return found
 
 
-def _start_examples() -> list:
-    """[images, labels] of the first `START_EXAMPLES` training examples, as the course's
-    loader gives them (not the notebook's pipeline, which it may have reshaped)."""
-    import numpy as np
-
-    from course_utils import data
-
-    dataset = data.load(START_DATASET, "train", limit=START_EXAMPLES).batch(START_EXAMPLES)
-    images, labels = next(iter(dataset))
-    return [np.asarray(images.numpy()), np.asarray(labels.numpy()).reshape(-1)]
-
-
-def start_scores(model: Any, variables: list, values: list, images, labels) -> tuple[float, float]:
-    """(mean cross-entropy, accuracy) of `model` with `values` in place of its `variables` (a copy
-    of it: `keras.models.clone_model`, outside any strategy; the model itself is left as it is)
-    on `images`; its outputs read as logits, or as probabilities when every row sums to 1."""
-    import keras
-    import numpy as np
-
-    given = {id(v): a for v, a in zip(variables, values)}
-    clone = keras.models.clone_model(model)
-    clone.set_weights([given[id(v)] if id(v) in given else v.numpy() for v in model.weights])
-    outputs = np.asarray(clone.predict(images, batch_size=256, verbose=0), dtype=np.float64)
-    if np.all(outputs >= 0) and np.allclose(outputs.sum(axis=1), 1.0, atol=1e-3):
-        log_probs = np.log(np.clip(outputs, 1e-12, 1.0))
-    else:
-        shifted = outputs - outputs.max(axis=1, keepdims=True)
-        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    loss = float(-log_probs[np.arange(len(labels)), labels].mean())
-    return loss, float((outputs.argmax(axis=1) == labels).mean())
-
-
 def collect(
     namespace: dict,
     models: list[str],
@@ -551,14 +571,20 @@ def collect(
     tf = sys.modules.get("tensorflow")
     facts: dict = {"models": {}, "datasets": {}}
     state, why = start_state()
+    arrays: dict = {}  # the grader's copies of each start, written for the check process
     if why:
         facts["start_hook"] = why
     else:
         try:
             check_continuity()
+            found, arrays = start_records(state)  # first: before any object of the notebook's
+            facts.update(found)
+            # the changes found, copied: no frame of the probe holds the record from here on
+            changed = [{**c, "variables": list(c["variables"])} for c in state["changed"]]
+            state = {"changed": changed}
         except Exception as exc:  # noqa: BLE001 - the hook is not whole: read as tampering
-            facts["start_hook"] = f"the continuity check failed: {type(exc).__name__}"
-    examples: list = []  # the training examples starts are measured on, loaded once
+            facts["start_hook"] = f"the grader's record cannot be read: {type(exc).__name__}"
+            state = None
     for name in datasets:
         dataset = namespace.get(name)
         try:
@@ -584,7 +610,13 @@ def collect(
             "fingerprint": fingerprint(model),
         }
         if state is not None:
-            facts["models"][name].update(start_facts(model, state, examples))
+            fact = facts["models"][name]
+            try:
+                fact.update(start_weights(model, len(facts["models"]), arrays))
+                wanted = set(fact.get("start_weights", {}).get("trainable", ()))
+                fact["changed"] = changes(wanted, state)
+            except Exception as exc:  # noqa: BLE001 - the check says the start is unmeasured
+                fact["start_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         try:
             steps = optimizer_steps(model)
         except ValueError as exc:  # the check says why the count is missing
@@ -601,6 +633,10 @@ def collect(
                     zero = None
                 if zero is not None:
                     facts["models"][name]["moments_zero"] = zero
+    measured = [f for f in facts["models"].values() if isinstance(f, dict) and "start_weights" in f]
+    if state is not None and measured:  # into the kernel's artifacts folder, copied from there
+        folder = os.environ.get("COURSE_ARTIFACTS") or "."
+        facts["start_file"] = start_export(arrays, folder)
     if loss is not None:
         try:
             facts["loss"] = {"ratios": loss_ratios(namespace, *loss)}
