@@ -201,6 +201,9 @@ class LocalCluster:
         # Simulated devices (COURSE_DEVICES) are for the notebook: each worker is one device.
         inherited = {name: value for name, value in os.environ.items() if name != "COURSE_DEVICES"}
         env = {"TF_CPP_MIN_LOG_LEVEL": "2", **inherited, **self.env, "PYTHONUNBUFFERED": "1"}
+        # A task that dies of a fatal signal (SIGSEGV, SIGABRT inside TensorFlow) writes the Python
+        # stack of each thread to its log first, which WorkerFailed then shows.
+        env["PYTHONFAULTHANDLER"] = "1"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_PARENT, env.get("PYTHONPATH")]))
         env[MARKER] = str(os.getpid())
         self._started = time.monotonic()

@@ -123,6 +123,22 @@ def test_failing_worker_stops_the_others_and_shows_its_log(tmp_path):
     assert_gone(pids(c) + child_pids(c))
 
 
+def test_a_worker_killed_by_a_signal_shows_its_python_stack(tmp_path):
+    # A crash in TensorFlow's C++ leaves no Python traceback of its own: the log must show where
+    # the task was (PYTHONFAULTHANDLER, set by LocalCluster).
+    c = cluster.LocalCluster(
+        TINY, workers=2, args=["--crash", "worker 1", "--hang"], log_dir=tmp_path, timeout=60
+    )
+    with pytest.raises(cluster.WorkerFailed) as info:
+        with c:
+            c.wait()
+    message = str(info.value)
+    assert "worker 1 was killed by SIGSEGV" in message
+    assert "Fatal Python error: Segmentation fault" in c.log(1)
+    assert 'tiny_worker.py", line' in message  # the stack's last frame, in the log's tail
+    assert_gone(pids(c))
+
+
 def test_worker_that_cannot_listen_gets_a_hint(tmp_path):
     with pytest.raises(
         cluster.WorkerFailed,

@@ -1,11 +1,12 @@
 """A worker without TensorFlow, for fast tests of course_utils.cluster.
 
-It prints its task and pid, then does what its flags say: sleep, fail, hang (all tasks, or those of
-one job, as parameter servers do), start a child process (which must die with its process group) or
-ignore SIGTERM (so stop() has to use SIGKILL).
+It prints its task and pid, then does what its flags say: sleep, fail, crash (SIGSEGV), hang (all
+tasks, or those of one job, as parameter servers do), start a child process (which must die with its
+process group) or ignore SIGTERM (so stop() has to use SIGKILL).
 """
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ parser.add_argument(
     "--message", default="ValueError: this worker fails on purpose", help="last line before failing"
 )
 parser.add_argument("--hang", action="store_true", help="never exit")
+parser.add_argument("--crash", default="", help="task that dies of SIGSEGV, e.g. 'worker 1'")
 parser.add_argument(
     "--hang-job", action="append", default=[], help="tasks of this job never exit, e.g. 'ps'"
 )
@@ -38,6 +40,8 @@ if args.child:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(f"child pid {child.pid}")
 print("ready")
+if task == args.crash:
+    ctypes.string_at(0)  # reads address 0: SIGSEGV, as a crash inside TensorFlow's C++ would
 if task == args.fail:
     time.sleep(args.fail_after)
     print(f"Traceback (most recent call last):\n{args.message}")
