@@ -12,8 +12,9 @@ optimizer's first step, taken in the kernel, measured by the probe, judged by th
   and saves between steps, checkpoints, `steps_per_execution`, a second optimizer never stepped,
   a new optimizer, EMA, a restore into a new model, two optimizers over two parts of a model)
   stay clean; a layer frozen during `fit` fails (no record covers it);
-- red team 31a's route to a start that lies: the course's loader pointed at examples of the
-  notebook's (`os.environ`; the check process measures on its own);
+- red team 31a's routes to a start that lies: an optimizer subclass whose properties walk the
+  hook's frames to its record (never run there now), and the course's loader pointed at
+  examples of the notebook's (`os.environ`; the check process measures on its own);
 - red team 30a's three routes of weights from elsewhere through `course grade` (one submission:
   each route loses the points of the model it touches). The completed exercise keeps 12/12 in
   tests/test_grading.py's batch ("solution").
@@ -101,6 +102,7 @@ exec(compile(open(PATH).read() + "\\ninstall()\\n", PATH, "exec"), {"__name__": 
 import course_utils
 course_utils.setup(verbose=False)
 import keras, tensorflow as tf
+import numpy as np
 from course_utils import data
 from course_tools.grade.core import checker, checks
 
@@ -299,6 +301,51 @@ frozen.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0)
 frozen.layers[-1].trainable = True
 start("a layer frozen during fit", frozen)
 
+# red team 31a: an optimizer subclass whose properties run inside the hook's frames, walk them
+# and keep the record they find there, then forge a donor's start as a fresh one
+import inspect
+kept, ran = {}, []
+
+def look():
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("fresh.py"):
+            ran.append(frame.f_code.co_name)
+            for key, value in inspect.getargvalues(frame).locals.items():
+                if key in ("started", "last") and type(value) is dict:
+                    kept[key] = value
+        frame = frame.f_back
+
+class LookingAdam(keras.optimizers.Adam):
+    @property
+    def iterations(self):
+        look()
+        return super().iterations
+
+    @property
+    def use_ema(self):
+        look()
+        return False
+
+    @use_ema.setter
+    def use_ema(self, value):
+        pass
+
+keras.utils.set_random_seed(5)
+forged = compiled(make_model())
+forged.set_weights(donor.get_weights())
+scratch = make_model()
+LookingAdam().apply([tf.zeros_like(v) for v in scratch.trainable_variables],
+                    scratch.trainable_variables)
+forged.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0)
+fresh_values = [np.array(w) for w in make_model().get_weights()]
+for entry in list(kept.get("started", {}).values()):
+    if isinstance(entry, dict) and len(entry["before"]) == len(fresh_values):
+        entry["before"], entry["after"] = list(fresh_values), list(fresh_values)
+start("forged through the hook's frames", forged)
+found["the hook's frames seen"] = sorted(set(ran))
+found["records kept"] = sorted(kept)
+
 # red team 31a: the course's loader pointed (os.environ) at a copy of the training examples with
 # every label moved by one, where a donor scores below chance; the starts are measured in the
 # check process, on the examples it loads itself (the test's side reads these facts)
@@ -455,6 +502,14 @@ def test_a_start_is_the_union_of_the_records_covering_the_model(starts):
     frozen = starts["a layer frozen during fit"]
     assert "2 of its 4 trainable variables" in frozen["start_error"], frozen
     assert "dense" in frozen["start_error"] and not _passes(frozen), frozen
+
+
+def test_the_notebooks_optimizer_class_never_runs_inside_the_hook(starts):
+    # red team 31a's frame walk from an optimizer subclass's `iterations` and `use_ema`: the hook
+    # reads no attribute of a class not Keras's own, and no frame of it holds the record
+    assert starts["records kept"] == [], starts["the hook's frames seen"]
+    forged = starts["forged through the hook's frames"]
+    assert forged["starts"][0]["loss"] < 1.0 and not _passes(forged), forged
 
 
 def test_the_starts_are_measured_where_the_notebook_cannot_steer_the_examples(

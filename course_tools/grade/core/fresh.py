@@ -35,15 +35,50 @@ of that call has run yet. Weights loaded at `on_train_begin` (`BackupAndRestore`
 or before the custom loop are the weights of the first step's copy; weights given inside the
 first step are those after it.
 
-The probe (`probe.start_facts`) finds the record through the interpreter's `__import__` (the
-builtins are compared with the grader's anchor, `submission.ANCHOR`: replaced, they refuse the
-probe), measures each model's start before and after its first step on the first
-`probe.START_EXAMPLES` (512) training examples of the course's own loader (not the notebook's
-pipeline), and reports a hook no longer in place as tampering (`checker._facts`). The record lives
-in the kernel, so a notebook could rewrite it: reaching it takes a function's `__globals__` (the
-reading's "dynamic"), its `__closure__`/`cell_contents`, `inspect.getclosurevars` or
-`gc.get_objects` (`reading.GRADER_STATE_NAMES`, tampering), and putting the methods back takes an
-assignment to a Keras or TensorFlow class (`reading.Code.module_patches`, tampering).
+Where the starts are measured: not in the kernel. The probe (`probe.start_records`) finds the
+record through the interpreter's `__import__` (the builtins are compared with the grader's anchor,
+`submission.ANCHOR`: replaced, they refuse the probe), takes its copies first, before it reads any
+object of the notebook's, and writes them with the ids of each model's weights
+(`probe.start_weights`) into `probe.START_FILE` in the kernel's artifacts folder, its SHA-256 in
+the facts; the grader copies that file beside the artifacts (`one_submission.take_starts`), and
+the check process (`checker.measured`) reads it (the same SHA-256, else refused: a thread the
+notebook left running could have rewritten it), loads the model's saved file (the one whose
+fingerprint `checks.own_model` ties to the kernel's model) and measures each start on the first
+`probe.START_EXAMPLES` (512) training examples of the course's loader run there, under the
+grader's settings (`checks.measure_starts`): nothing the notebook sets (`os.environ`'s
+COURSE_DATA or TFDS_DATA_DIR, its pipeline) reaches those examples, and no score the kernel sends
+is read. A model's start is the union of the records covering its trainable variables (each
+variable from the earliest first step that trained it: two optimizers over two parts of a model
+are each a record); a trainable variable no record covers (a layer frozen during `fit` and
+unfrozen after, an optimizer the hook does not read) fails the model's points, named. A hook no
+longer in place is tampering (`checker._facts`); putting the methods back takes an assignment to
+a Keras or TensorFlow class (`reading.Code.module_patches`, tampering).
+
+Out of the notebook's reach: the hook calls nothing of the notebook's while it holds the record.
+Every object it reads an attribute of is first checked to be of a library class (`_library`:
+every class of its MRO and its metaclass from Keras, TensorFlow or Python, by the `__module__` of
+the class's own dict, and every function, property and method in those dicts loaded from those
+libraries' folders, read with `type`'s own descriptors), and every instance dict it looks up in
+to have only exact `str` keys (`_attrs`: a key of the notebook's could run its `__eq__`): a
+notebook's optimizer subclass (its own `iterations`, `use_ema`, `__getattribute__`,
+`__getattr__`, a descriptor over a name read) is never read, and counts as unmeasured
+(`STATE["unmeasured"]`, named in the model's message when no other record covers its
+variables). The step count is read from the counter variable itself (`_iterations`, the inner
+optimizer's under a `LossScaleOptimizer`), the variables a step is given are taken only as an
+exact list or tuple of Keras variables. The record is made of tuples of frozen copies (bytes, a
+dtype, a shape), and while the original method runs (where the notebook's code runs: a traced
+step's body, a subclass's method) the wrapper's frame holds only such tuples, counts and the
+notebook's own objects: a frame walk from there (`tb_frame`, `f_back`,
+`inspect.getargvalues(frame).locals`, `sys._current_frames()` from a thread) finds nothing it can
+change in place, and no hook function binds one of `STATE`'s dicts to a local. The garbage
+collector is paused while the hook keeps its record (`_Paused`: no `__del__` or weak reference's
+callback of the notebook's runs inside it). Still reachable, by names the reading flags as
+tampering: `STATE` through a function's `__globals__` or a frame's `f_globals`, and through
+`gc.get_objects`/`gc.get_referrers`, `__closure__`, `cell_contents`, `inspect.getclosurevars`
+(`reading.GRADER_STATE_NAMES`, `MEMORY_NAMES`, `FRAME_NAMESPACES`); and the probe itself, which
+runs after the notebook and reads its models' attributes (a class of the notebook's there runs
+after the record's copies are taken, but could still rewrite the facts or the file before they
+are sent).
 
 Continuity: the start alone misses weights given after the first step (the custom loop's own
 first step, then `set_weights`; a callback loading at `on_train_batch_end(0)`; a load after the
@@ -115,23 +150,31 @@ START_LOSS_AT_LEAST = 1.8
 START_ACCURACY_AT_MOST = 0.4
 
 #: The grader's record in the kernel: which optimizers were built ({id: optimizer}), the copies
-#: taken at a build inside a trace, and each optimizer's start ({id: record}); `patched`: the
-#: methods wrapped, `errors`: why a wrap or a copy failed (shown by the probe). Continuity:
-#: `last` ({id(variable): [variable, copy, {ids of the optimizers training it}]}, each variable a
-#: started optimizer trains, as its latest step left it), `ema` ({id(variable): its moving
-#: average's variable} and back, for `use_ema`), `changed` (the differences found, `_check`),
-#: `calls` (the eager calls and eager steps seen).
+#: taken at a build inside a trace ({id: (steps, variables, copies)}), and each optimizer's start
+#: ({id: (optimizer, variables, copies before, copies after, steps, how)}, `RECORD`); `patched`:
+#: the methods wrapped, `errors`: why a wrap or a copy failed (shown by the probe), `unmeasured`:
+#: the optimizers the hook does not read ({id: (optimizer, why)}: a class not Keras's own,
+#: `_library`). Continuity: `last` ({id(variable): (variable, copy, ids of the optimizers
+#: training it)}, each variable a started optimizer trains, as its latest step left it), `ema`
+#: ({id(variable): its moving average's variable} and back, for `use_ema`), `changed` (the
+#: differences found, `_check`), `calls` (the eager calls and eager steps seen). Every copy is
+#: frozen (`_frozen`: the bytes, the dtype, the shape), every record and entry a tuple: nothing a
+#: frame of the hook holds can be changed in place (see "Out of the notebook's reach" above).
 STATE: dict = {
     "built": {},
     "provisional": {},
     "started": {},
     "patched": {},
     "errors": [],
+    "unmeasured": {},
+    "classes": {},
     "last": {},
     "ema": {},
     "changed": [],
     "calls": 0,
 }
+#: The fields of a start in `STATE["started"]`, in order.
+RECORD = ("optimizer", "variables", "before", "after", "steps", "how")
 #: At most this many differences are kept (`STATE["changed"]`), the first ones; `STATE["calls"]`
 #: and the count in `STATE["changes"]` go on.
 CHANGES_KEPT = 20
@@ -166,9 +209,10 @@ def install() -> None:
     """Wrap the builtin `__import__` (`grader_import`), which wraps Keras's and TensorFlow's
     methods once they are imported (`_patch`). Run once, before the notebook's code."""
     import builtins
+    import gc
     import sys
 
-    STATE["sys"] = sys
+    STATE["sys"], STATE["gc"] = sys, gc
     STATE["import"] = builtins.__import__
     builtins.__import__ = grader_import
     _patch()
@@ -225,78 +269,297 @@ def _eager() -> bool:
     return tf is not None and tf.executing_eagerly()
 
 
+# --- reading without running the notebook's code ------------------------------------------------
+
+#: The modules whose classes the hook reads attributes of (`_library`), and the metaclasses'.
+LIBRARY_MODULES = ("keras.", "tensorflow.", "builtins", "abc", "_abc", "typing", "collections.abc")
+#: The interpreter's own callables and descriptors (written in C), as `probe.C_LEVEL`.
+_C_LEVEL = tuple(
+    type(value)
+    for value in (
+        object.__init__,
+        object.__str__,
+        str.join,
+        dict.__dict__["fromkeys"],
+        type.__dict__["__dict__"],
+        complex.real,
+        len,
+    )
+)
+_FUNCTION = type(_patch)
+_CLASS_DICT = type.__dict__["__dict__"]
+_CLASS_MRO = type.__dict__["__mro__"]
+_CLASS_NAME = type.__dict__["__name__"]
+_CLASS_FLAGS = type.__dict__["__flags__"]
+#: `Py_TPFLAGS_HEAPTYPE`: a class made at run time (by a `class` statement), not written in C.
+_HEAP_TYPE = 1 << 9
+
+
+def _folders() -> tuple:
+    """The folders the code of a library class may come from: Keras's, TensorFlow's and Python's
+    own (`abc`'s folder, and the modules frozen into the interpreter), and this file (the
+    wrappers it puts in Keras's and TensorFlow's classes)."""
+    if "folders" not in STATE:
+        modules = STATE["sys"].modules
+        found = [modules[name].__file__ for name in ("keras", "tensorflow", "abc")]
+        folders = (f.rpartition("/")[0] + "/" for f in found if f)
+        STATE["folders"] = (*folders, "<frozen ", _patch.__code__.co_filename)
+    return STATE["folders"]
+
+
+def _library_class(cls) -> bool:
+    """Whether every class in `cls`'s MRO, and its metaclass, is Keras's, TensorFlow's or
+    Python's own (`_library_type`), and every function, property or method in the own dicts of
+    those written in Python was loaded from those libraries' folders (`_folders`), every other
+    value in them of a library class too: then reading an attribute of an instance runs only
+    library code. Read with `type`'s own descriptors: nothing of a notebook's class or metaclass
+    runs."""
+    folders = _folders()
+    for klass in _CLASS_MRO.__get__(cls):
+        if not _library_type(klass) or not _library_type(type(klass)):
+            return False
+        if not _CLASS_FLAGS.__get__(klass) & _HEAP_TYPE:
+            continue  # written in C: the interpreter's or an extension's
+        for value in _CLASS_DICT.__get__(klass).values():
+            kind = type(value)
+            if kind is staticmethod or kind is classmethod:
+                value, kind = value.__func__, type(value.__func__)
+            if kind is property:
+                functions = (value.fget, value.fset, value.fdel)
+            elif kind is _FUNCTION:
+                functions = (value,)
+            elif kind is type or any(kind is c for c in _C_LEVEL):
+                continue  # a class (checked when an instance is read), the interpreter's own
+            elif _library(value):
+                continue  # data, or a descriptor of a library class
+            else:
+                return False
+            for function in functions:
+                if function is None or any(type(function) is c for c in _C_LEVEL):
+                    continue
+                if type(function) is not _FUNCTION:
+                    return False
+                if not function.__code__.co_filename.startswith(folders):
+                    return False
+    return True
+
+
+def _library_type(klass) -> bool:
+    """Whether `klass` is written in C (not a heap type), or its own `__module__` is one of
+    `LIBRARY_MODULES`; False for a class dict with a key not exactly a `str` (its `__eq__`
+    would run in a lookup)."""
+    if not _CLASS_FLAGS.__get__(klass) & _HEAP_TYPE:
+        return True
+    name = None
+    for key, value in _CLASS_DICT.__get__(klass).items():
+        if type(key) is not str:
+            return False
+        if key == "__module__":
+            name = value
+    return type(name) is str and (name in LIBRARY_MODULES or name.startswith(LIBRARY_MODULES))
+
+
+def _library(value) -> bool:
+    """Whether `value`'s class is a library class (`_library_class`), decided once a class
+    (`STATE["classes"]`, keyed by the class's id, the class kept beside its answer). While a
+    class is decided it counts as one (a class whose attributes hold an instance of itself)."""
+    cls = type(value)
+    entry = STATE["classes"].get(id(cls))
+    if entry is None or entry[0] is not cls:
+        STATE["classes"][id(cls)] = (cls, True)
+        try:
+            entry = (cls, _library_class(cls))
+        finally:
+            STATE["classes"][id(cls)] = entry = (
+                entry if entry is not None and entry[0] is cls else (cls, False)
+            )
+    return entry[1]
+
+
+class Unreadable(Exception):  # noqa: N818 - the hook's own reason, shown by the probe
+    """An object the hook does not read: not of a library class (`_library`)."""
+
+
+def _class_name(value) -> str:
+    return _CLASS_NAME.__get__(type(value))
+
+
+def _attrs(value) -> dict:
+    """The instance dict of `value`, an object of a library class (`_library`), once every key
+    of it is exactly a `str`: a key of the notebook's own class could run its `__eq__` in a
+    lookup. Else `Unreadable`."""
+    attributes = value.__dict__
+    if type(attributes) is not dict:
+        raise Unreadable(f"a {_class_name(value)} whose attributes are not a dict")
+    for key in attributes:
+        if type(key) is not str:
+            raise Unreadable(f"a {_class_name(value)} with an attribute named by an object")
+    return attributes
+
+
+def _optimizer(optimizer):
+    """`optimizer` when its class is Keras's own (`_library`), after the inner optimizer of
+    Keras's `LossScaleOptimizer` is checked the same way; else `Unreadable` saying why."""
+    if not _library(optimizer):
+        raise Unreadable(
+            f"an optimizer of class {_class_name(optimizer)}, not one of Keras's own (a class "
+            "of the notebook's, which could redefine `iterations`, `use_ema` or how its "
+            "attributes are read)"
+        )
+    inner = _attrs(optimizer).get("inner_optimizer")
+    if inner is not None:
+        _optimizer(inner)
+    return optimizer
+
+
+def _variables(value, what: str) -> tuple:
+    """`value` as a tuple of variables when it is a list or tuple (exactly), or a list of a
+    library class (TensorFlow's `ListWrapper`, which Keras's tracking makes of a list), of
+    Keras's own variables; else `Unreadable`."""
+    if type(value) is not list and type(value) is not tuple and not _library(value):
+        raise Unreadable(f"{what} is a {_class_name(value)}, not a list of Keras variables")
+    for variable in value:
+        if not _library(variable):
+            raise Unreadable(f"{what} holds a {_class_name(variable)}, not a Keras variable")
+    return tuple(value)
+
+
 def _steps(optimizer) -> int:
-    value = optimizer.iterations
-    return int(_read(value) if hasattr(value, "numpy") else value)
-
-
-def _values(variables: list) -> list:
-    np = STATE["sys"].modules["numpy"]
-    return [np.array(v.numpy(), copy=True) for v in variables]
+    """The optimizer's step count, read from its counter variable (`_iterations`, through the
+    inner optimizer of a `LossScaleOptimizer`), divided by `gradient_accumulation_steps` as
+    Keras's `iterations` does."""
+    attributes = _attrs(_optimizer(optimizer))
+    inner = attributes.get("inner_optimizer")
+    if inner is not None:
+        return _steps(inner)
+    counter = attributes.get("_iterations")
+    if not _library(counter):
+        raise Unreadable(f"the step count is a {_class_name(counter)}, not a Keras variable")
+    steps = int(_read(counter))
+    every = attributes.get("gradient_accumulation_steps")
+    return steps // every if type(every) is int and every > 0 else steps
 
 
 def _read(variable):
     """The value of a Keras variable as a numpy array, read from its TensorFlow variable, the
     primary copy of a mirrored one (one read op: Keras's `numpy()` of a mirrored variable takes
-    several and was measured 4 to 6 times slower)."""
-    inner = getattr(variable, "value", variable)
-    inner = getattr(inner, "_primary", inner)
-    read = getattr(inner, "_read_variable_op", None)
-    return (read() if callable(read) else inner).numpy()
+    several and was measured 4 to 6 times slower). Each object is checked to be of a library
+    class before any attribute of it is read (`Unreadable`)."""
+    if not _library(variable):
+        raise Unreadable(f"a {_class_name(variable)}, not a Keras variable")
+    inner = _attrs(variable).get("_value", variable)
+    if not _library(inner):
+        raise Unreadable(f"a variable holding a {_class_name(inner)}")
+    _attrs(inner)
+    primary = getattr(inner, "_primary", inner)
+    if not _library(primary):
+        raise Unreadable(f"a mirrored variable holding a {_class_name(primary)}")
+    _attrs(primary)
+    read = getattr(primary, "_read_variable_op", None)
+    return (read() if read is not None else primary).numpy()
 
 
-def _trained(optimizer) -> list:
-    return list(getattr(optimizer, "_trainable_variables", None) or [])
+def _frozen(variable) -> tuple:
+    """A copy of `variable`'s value that cannot be changed in place: (its bytes, its dtype, its
+    shape)."""
+    return _freeze(_read(variable))
 
 
-def _pending() -> list:
-    started = STATE["started"]
-    return [o for key, o in STATE["built"].items() if key not in started]
+def _freeze(array) -> tuple:
+    return (array.tobytes(), array.dtype.str, tuple(array.shape))
+
+
+def thawed(frozen: tuple):
+    """A frozen copy (`_frozen`) as a numpy array (read-only: a view of the bytes)."""
+    np = STATE["sys"].modules["numpy"] if "sys" in STATE else __import__("numpy")
+    data, dtype, shape = frozen
+    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape)
+
+
+def _trained(optimizer) -> tuple:
+    variables = _attrs(_optimizer(optimizer)).get("_trainable_variables")
+    return () if variables is None else _variables(variables, "the variables it trains")
+
+
+def _unmeasured(optimizer, why: str) -> None:
+    """Note an optimizer the hook does not read (`STATE["unmeasured"]`), once."""
+    key = id(optimizer)
+    if key not in STATE["unmeasured"]:
+        STATE["unmeasured"][key] = (optimizer, why[:300])
 
 
 def _note_error(where: str, exc: Exception) -> None:
+    if type(exc) is Unreadable:
+        return  # said once for its optimizer (`_unmeasured`)
     if len(STATE["errors"]) < 20:
         STATE["errors"].append(f"{where}: {type(exc).__name__}: {exc}"[:200])
 
 
-def _before(optimizers: list) -> dict:
-    """{id: (optimizer, steps, variables, copies)} for each optimizer whose state can be read."""
-    found = {}
+class _Paused:
+    """The garbage collector off while the hook reads and keeps its record: a collection there
+    would run a notebook object's `__del__` or a weak reference's callback inside the hook's
+    frames. Its state put back after."""
+
+    def __enter__(self):
+        gc = STATE["gc"]
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.was:
+            STATE["gc"].enable()
+
+
+# --- the start: each optimizer's first step ----------------------------------------------------
+
+
+def _pending() -> tuple:
+    """The built optimizers not started yet, but those the hook does not read."""
+    return tuple(
+        o
+        for key, o in tuple(STATE["built"].items())
+        if key not in STATE["started"] and key not in STATE["unmeasured"]
+    )
+
+
+def _before(optimizers: tuple) -> tuple:
+    """((id, steps, variables, copies), ...) for each optimizer whose state can be read; one
+    that cannot is noted (`_unmeasured`)."""
+    found = []
     for optimizer in optimizers:
         try:
             variables = _trained(optimizer)
-            found[id(optimizer)] = (optimizer, _steps(optimizer), variables, _values(variables))
+            found.append(
+                (id(optimizer), _steps(optimizer), variables, tuple(map(_frozen, variables)))
+            )
+        except Unreadable as exc:
+            _unmeasured(optimizer, str(exc))
         except Exception as exc:  # noqa: BLE001 - the start is then missing, which the check says
             _note_error("before a step", exc)
-    return found
+    return tuple(found)
 
 
-def _after(before: dict, how: str) -> None:
+def _after(before: tuple, how: str) -> None:
     """Keep as its start the copies of each optimizer whose step count the call moved; an
     optimizer built during the call (not in `before`) starts from its copy at `build`."""
-    started = STATE["started"]
-    for key, optimizer in list(STATE["built"].items()):
-        if key in started:
+    taken = {key: (steps, variables, copies) for key, steps, variables, copies in before}
+    for key, optimizer in tuple(STATE["built"].items()):
+        if key in STATE["started"] or key in STATE["unmeasured"]:
             continue
         try:
-            if key in before:
-                (_, steps, variables, copies), kind = before[key], how
+            if key in taken:
+                (steps, variables, copies), kind = taken[key], how
             elif key in STATE["provisional"]:
                 (steps, variables, copies), kind = STATE["provisional"][key], "build"
             else:
                 continue
             moved = _steps(optimizer) - steps
             if moved:
-                after = _values(variables)
-                started[key] = {
-                    "optimizer": optimizer,
-                    "variables": variables,
-                    "before": copies,
-                    "after": after,
-                    "steps": moved,
-                    "how": kind,
-                }
+                after = tuple(map(_frozen, variables))
+                STATE["started"][key] = (optimizer, variables, copies, after, moved, kind)
                 _keep(key, optimizer)
+        except Unreadable as exc:
+            _unmeasured(optimizer, str(exc))
         except Exception as exc:  # noqa: BLE001
             _note_error("after a step", exc)
 
@@ -304,55 +567,70 @@ def _after(before: dict, how: str) -> None:
 # --- continuity: between two steps of an optimizer, nothing else changes what it trains --------
 
 
-def _tracked(optimizer) -> list:
-    """[(variable, its moving average or None)] for what `optimizer` trains."""
+def _tracked(optimizer) -> tuple:
+    """((variable, its moving average or None), ...) for what `optimizer` trains."""
     variables = _trained(optimizer)
-    if getattr(optimizer, "use_ema", False) is not True:
-        return [(v, None) for v in variables]
-    averages = getattr(optimizer, "_model_variables_moving_average", None)
+    attributes = _attrs(_optimizer(optimizer))
+    if attributes.get("use_ema") is not True:
+        return tuple((v, None) for v in variables)
+    averages = attributes.get("_model_variables_moving_average")
+    averages = () if averages is None else _variables(averages, "its moving averages")
     if not averages:
-        return [(v, None) for v in variables]
-    return list(zip(variables, list(averages) + [None] * (len(variables) - len(averages))))
+        return tuple((v, None) for v in variables)
+    return tuple(zip(variables, averages + (None,) * (len(variables) - len(averages))))
 
 
 def _keep(key: int, optimizer) -> None:
     """Keep copies of what `optimizer` (id `key`) trains, and of its moving averages, as they are
     now: as its latest step left them."""
-    np, last, ema = STATE["sys"].modules["numpy"], STATE["last"], STATE["ema"]
     for variable, average in _tracked(optimizer):
         pairs = (
-            [(variable, None)] if average is None else [(variable, average), (average, variable)]
+            ((variable, None),) if average is None else ((variable, average), (average, variable))
         )
         for one, other in pairs:
-            entry = last.get(id(one))
-            if entry is None or entry[0] is not one:
-                last[id(one)] = entry = [one, None, set()]
-            entry[1] = np.array(_read(one), copy=True)
-            entry[2].add(key)
+            entry = STATE["last"].get(id(one))
+            owners = entry[2] if entry is not None and entry[0] is one else frozenset()
+            STATE["last"][id(one)] = (one, _frozen(one), owners | {key})
             if other is not None:
-                ema[id(one)] = id(other)
+                STATE["ema"][id(one)] = id(other)
 
 
-def _moved(counts: dict) -> None:
+def _moved(counts: tuple) -> None:
     """Refresh the copies of each started optimizer whose step count moved since `counts`
-    ({id: (optimizer, steps)})."""
-    for key, (optimizer, steps) in counts.items():
+    (((id, steps), ...))."""
+    for key, steps in counts:
         try:
+            optimizer = STATE["started"][key][0]
             if _steps(optimizer) != steps:
                 _keep(key, optimizer)
         except Exception as exc:  # noqa: BLE001
             _note_error("after a step, continuity", exc)
 
 
-def _counts() -> dict:
-    """{id: (optimizer, steps)} of the optimizers already started."""
-    counts = {}
-    for key, record in STATE["started"].items():
+def _counts() -> tuple:
+    """((id, steps), ...) of the optimizers already started."""
+    counts = []
+    for key, record in tuple(STATE["started"].items()):
         try:
-            counts[key] = (record["optimizer"], _steps(record["optimizer"]))
+            counts.append((key, _steps(record[0])))
         except Exception as exc:  # noqa: BLE001
             _note_error("before a step, continuity", exc)
-    return counts
+    return tuple(counts)
+
+
+def _now(key: int, entry: tuple):
+    """(key, the variable's value now, frozen, or None when unreadable) when it differs from its
+    copy (`entry`), else None."""
+    try:
+        value = _read(entry[0])
+    except Exception:  # noqa: BLE001 - unreadable: counted as changed (default-deny)
+        return (key, None)
+    return None if _equal(value, entry[1]) else (key, _freeze(value))
+
+
+def _equal(value, frozen: tuple) -> bool:
+    data, dtype, shape = frozen
+    return value.dtype.str == dtype and tuple(value.shape) == shape and value.tobytes() == data
 
 
 def _check(where: str) -> None:
@@ -360,64 +638,64 @@ def _check(where: str) -> None:
     step; a difference (but a moving average put in place, `EMA_TOLERANCE`) is a change from
     outside the steps: kept in `STATE["changed"]` ({optimizers, their steps, the eager call, the
     largest absolute change, the variables, where}), and the copy refreshed so it counts once."""
-    last = STATE["last"]
-    if not last:
+    if not STATE["last"]:
         return
-    np = STATE["sys"].modules["numpy"]
     try:
-        now = {}
-        for key, (variable, copy, _) in list(last.items()):
-            try:
-                value = _read(variable)
-            except Exception:  # noqa: BLE001 - unreadable: counted as changed (default-deny)
-                now[key] = None
-                continue
-            if not np.array_equal(value, copy):
-                now[key] = value
+        now = tuple(
+            found
+            for found in (_now(key, entry) for key, entry in tuple(STATE["last"].items()))
+            if found is not None
+        )
         if not now:
             return
-        outside, largest = [], 0.0
-        for key, value in now.items():
-            copy = last[key][1]
-            partner = last.get(STATE["ema"].get(key))
-            held = [copy] + ([partner[1]] if partner is not None else [])
-            if value is None or partner is None or not any(_close(np, value, h) for h in held):
-                outside.append(key)
-                largest = max(largest, _largest(np, value, copy))
-        for key, value in now.items():
+        outside = tuple((key, value) for key, value in now if not _averaged(key, value))
+        if outside:
+            STATE["changes"] = STATE.get("changes", 0) + 1
+            if len(STATE["changed"]) < CHANGES_KEPT:
+                _note_change(outside, where)
+        for key, value in now:  # refreshed: a change counts once
             if value is not None:
-                last[key][1] = np.array(value, copy=True)
-        if not outside:
-            return
-        owners = sorted({o for key in outside for o in last[key][2]})
-        started = STATE["started"]
-        STATE["changes"] = STATE.get("changes", 0) + 1
-        if len(STATE["changed"]) < CHANGES_KEPT:
-            averages = _averages()
-            model_ids = {STATE["ema"].get(k, k) if k in averages else k for k in outside}
-            STATE["changed"].append(
-                {
-                    "optimizers": owners,
-                    "names": [
-                        type(started[o]["optimizer"]).__name__ for o in owners if o in started
-                    ],
-                    "steps": [_steps(started[o]["optimizer"]) for o in owners if o in started],
-                    "call": STATE["calls"],
-                    "largest": largest,
-                    "variables": sorted(model_ids),
-                    "where": where,
-                }
-            )
+                entry = STATE["last"][key]
+                STATE["last"][key] = (entry[0], value, entry[2])
     except Exception as exc:  # noqa: BLE001 - never break the notebook's step
         _note_error("continuity", exc)
+
+
+def _averaged(key: int, value) -> bool:
+    """Whether the variable `key`, now `value` (frozen), holds what it or its moving average
+    held after the latest step (`EMA_TOLERANCE`): an average put in place, not a change."""
+    partner = STATE["last"].get(STATE["ema"].get(key))
+    if value is None or partner is None:
+        return False
+    np = STATE["sys"].modules["numpy"]
+    now = thawed(value)
+    return any(_close(np, now, thawed(held)) for held in (STATE["last"][key][1], partner[1]))
+
+
+def _note_change(outside: tuple, where: str) -> None:
+    largest = max(_largest(value, STATE["last"][key][1]) for key, value in outside)
+    owners = sorted({o for key, _ in outside for o in STATE["last"][key][2]})
+    averages = _averages()
+    model_ids = {STATE["ema"].get(k, k) if k in averages else k for k, _ in outside}
+    STATE["changed"].append(
+        {
+            "optimizers": owners,
+            "names": [_class_name(STATE["started"][o][0]) for o in owners if o in STATE["started"]],
+            "steps": [_steps(STATE["started"][o][0]) for o in owners if o in STATE["started"]],
+            "call": STATE["calls"],
+            "largest": largest,
+            "variables": sorted(model_ids),
+            "where": where,
+        }
+    )
 
 
 def _averages() -> set:
     """The ids of the moving averages' variables (`use_ema`) among the kept ones."""
     return {
         id(average)
-        for record in STATE["started"].values()
-        for _, average in _tracked(record["optimizer"])
+        for record in tuple(STATE["started"].values())
+        for _, average in _tracked(record[0])
         if average is not None
     }
 
@@ -428,30 +706,47 @@ def _close(np, value, held) -> bool:
     )
 
 
-def _largest(np, value, copy) -> float:
-    if value is None or value.shape != copy.shape:
-        return -1.0  # unreadable, or of another shape: no number to give
-    difference = np.abs(value.astype(np.float64) - copy.astype(np.float64))
+def _largest(value, copy) -> float:
+    """The largest absolute difference of two frozen copies; -1 when `value` is None
+    (unreadable) or of another shape."""
+    if value is None or value[2] != copy[2]:
+        return -1.0
+    np = STATE["sys"].modules["numpy"]
+    difference = np.abs(thawed(value).astype(np.float64) - thawed(copy).astype(np.float64))
     return float(difference.max()) if difference.size else 0.0
 
 
 def check_continuity(where: str = "the probe") -> None:
     """`_check` run by the probe after the notebook's last cell: a change after the last step."""
-    _check(where)
+    with _Paused():
+        _check(where)
+
+
+# --- the wrappers ---------------------------------------------------------------------------
+# While the original method runs (the notebook's code may run inside it: a step's Python body
+# traced, a subclass's method), the wrapper's frame holds only tuples of ids, counts, frozen
+# copies and the notebook's own objects: nothing of the record it could change in place.
 
 
 def _wrap_build(original):
     def build(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
-        try:
-            key = id(self)
-            STATE["built"].setdefault(key, self)
-            if key not in STATE["started"] and not _eager():
-                with _tf().init_scope():  # in a trace: read outside it, before the call runs
-                    variables = _trained(self)
-                    STATE["provisional"][key] = (_steps(self), variables, _values(variables))
-        except Exception as exc:  # noqa: BLE001
-            _note_error("build", exc)
+        with _Paused():
+            try:
+                key = id(self)
+                STATE["built"].setdefault(key, self)
+                if key not in STATE["started"] and not _eager():
+                    with _tf().init_scope():  # in a trace: read outside it, before the call runs
+                        variables = _trained(self)
+                        STATE["provisional"][key] = (
+                            _steps(self),
+                            variables,
+                            tuple(map(_frozen, variables)),
+                        )
+            except Unreadable as exc:
+                _unmeasured(self, str(exc))
+            except Exception as exc:  # noqa: BLE001
+                _note_error("build", exc)
         return result
 
     build.__name__, build.__qualname__, build.__doc__ = "build", "build", original.__doc__
@@ -462,30 +757,34 @@ def _wrap_apply(original):
     def apply(self, grads, trainable_variables=None):
         if not _eager():
             return original(self, grads, trainable_variables)
-        STATE["calls"] += 1
-        if STATE["last"]:
-            _check("an eager step")
-        counts = _counts()
-        if id(self) in STATE["started"]:
-            try:
-                return original(self, grads, trainable_variables)
-            finally:
-                _moved(counts)
-        if trainable_variables is not None:
-            trainable_variables = list(trainable_variables)
-        before = {}
+        with _Paused():
+            STATE["calls"] += 1
+            if STATE["last"]:
+                _check("an eager step")
+            counts = _counts()
+            started = id(self) in STATE["started"]
+            before = ()
+            if not started:
+                try:
+                    variables = (
+                        _trained(self)
+                        if trainable_variables is None
+                        else _variables(trainable_variables, "the variables given to `apply`")
+                    )
+                    copies = tuple(map(_frozen, variables))
+                    before = ((id(self), _steps(self), variables, copies),)
+                except Unreadable as exc:
+                    _unmeasured(self, str(exc))
+                except Exception as exc:  # noqa: BLE001
+                    _note_error("before an eager step", exc)
         try:
-            variables = trainable_variables if trainable_variables is not None else _trained(self)
-            before = {id(self): (self, _steps(self), list(variables), _values(variables))}
-        except Exception as exc:  # noqa: BLE001
-            _note_error("before an eager step", exc)
-        try:
-            result = original(self, grads, trainable_variables)
+            return original(self, grads, trainable_variables)
         finally:
-            _moved(counts)
-        STATE["built"].setdefault(id(self), self)
-        _after(before, "eager")
-        return result
+            with _Paused():
+                _moved(counts)
+                if not started:
+                    STATE["built"].setdefault(id(self), self)
+                    _after(before, "eager")
 
     apply.__name__, apply.__qualname__, apply.__doc__ = "apply", "apply", original.__doc__
     return apply
@@ -495,20 +794,23 @@ def _wrap_call(original):
     def __call__(self, *args, **kwds):
         if not _eager():  # a call inside a trace: it runs when the outer call does
             return original(self, *args, **kwds)
-        STATE["calls"] += 1
-        if STATE["last"]:
-            _check("a call")
-        counts = _counts() if STATE["started"] else {}
-        pending = _pending() if STATE["built"] else []
-        built = len(STATE["provisional"])
-        before = _before(pending) if pending else {}
+        with _Paused():
+            STATE["calls"] += 1
+            if STATE["last"]:
+                _check("a call")
+            counts = _counts() if STATE["started"] else ()
+            pending = _pending() if STATE["built"] else ()
+            built = len(STATE["provisional"])
+            before = _before(pending) if pending else ()
         try:
             result = original(self, *args, **kwds)
         finally:
             if counts:
-                _moved(counts)
+                with _Paused():
+                    _moved(counts)
         if before or len(STATE["provisional"]) != built:  # pending, or built during the call
-            _after(before, "call")
+            with _Paused():
+                _after(before, "call")
         return result
 
     __call__.__doc__ = original.__doc__

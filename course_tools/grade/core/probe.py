@@ -459,16 +459,7 @@ def start_records(state: dict) -> tuple[dict, dict]:
     import numpy as np
 
     records, arrays = [], {}
-    fields = ("optimizer", "variables", "before", "after", "steps", "how")
-
-    def frozen(array):
-        array = np.asarray(array)
-        return (array.tobytes(), array.dtype.str, tuple(array.shape))
-
     for number, record in enumerate(tuple(state["started"].values())):
-        if type(record) is dict:  # the record as the hook keeps it (numpy copies)
-            record = tuple(record[k] for k in fields)
-            record = (*record[:2], *[[frozen(a) for a in c] for c in record[2:4]], *record[4:])
         _, variables, before, after, steps, how = record
         for index, pair in enumerate(zip(before, after)):
             for when, (data, dtype, shape) in zip("ba", pair):
