@@ -44,7 +44,8 @@ from course_utils.quiet import import_tensorflow
 
 #: Per-replica batch of the course's notebooks (global batch = this x replicas).
 PER_REPLICA_BATCH = 64
-#: What the course's recommended settings should reach on any machine (speed ratios).
+#: Goals for the course's recommended settings (speed ratios), set by hand: what they reached on
+#: the machines the course ran on, not a promise for every machine.
 TARGETS = {"custom_loop_vs_fit": 0.95, "mirrored1_vs_no_strategy": 0.90}
 
 
@@ -473,18 +474,24 @@ def comparisons(
 
 
 def target_rows(verdicts: dict) -> list[dict]:
-    """Each target of TARGETS with the measured ratio and whether it is met."""
-    return [
-        {
-            "measure": key,
-            "value": round(verdicts[key]["speed_ratio"], 3),
-            "target": f">= {goal:g}",
-            # None on a busy machine: the ratio is then not judged (notebook 3's rule)
-            "met": None if verdicts[key].get("busy") else verdicts[key]["speed_ratio"] >= goal,
-        }
-        for key, goal in TARGETS.items()
-        if key in verdicts
-    ]
+    """Each target of TARGETS with the measured ratio and whether it is met: yes when the ratio
+    of medians reaches the goal, no only when it does not and the noise rule found the
+    configuration slower (`timing.compare`), else not judged (`note`: "busy", notebook 3's rule,
+    or "within noise": the rounds cannot tell it from the other run)."""
+    rows = []
+    for key, goal in TARGETS.items():
+        if key not in verdicts:
+            continue
+        found, met, note = verdicts[key], None, ""
+        if found.get("busy"):
+            note = "busy"
+        elif found["speed_ratio"] >= goal or found["word"] == "slower":
+            met = found["speed_ratio"] >= goal
+        else:
+            note = "within noise"
+        row = {"measure": key, "value": round(found["speed_ratio"], 3), "target": f">= {goal:g}"}
+        rows.append(row | {"met": met, "note": note})
+    return rows
 
 
 def run_benchmark(sizes: Sizes = FULL, devices: int = 2, *, verbose: bool = True) -> dict:
@@ -539,14 +546,17 @@ def report_text(report: dict) -> str:
                     row["measure"],
                     f"{row['value']:.2f}x",
                     row["target"],
-                    "busy" if row["met"] is None else "yes" if row["met"] else "NO",
+                    row["note"] if row["met"] is None else "yes" if row["met"] else "NO",
                 ]
                 for row in report["targets"]
             ],
         )
     )
+    if report["sizes"]["rounds"] < FULL.rounds:  # as notebook 3 labels quick's verdicts
+        lines.append(f"(quick's sizes, {report['sizes']['rounds']} rounds: a smoke test)")
     lines.append(
-        "\nSimulated CPU devices share the same cores: there, this measures overhead, not speed-up."
+        "\nSimulated CPU devices share the same cores: a ratio here is not a speed-up from more "
+        "hardware (notebook 3 says what else moves it)."
     )
     machine = report.get("machine")
     if machine:

@@ -73,10 +73,10 @@ SHORT = 0.1
 def load_reading(others: float, seconds: float) -> tuple[float, str]:
     """A `Load` share (`others`) over `seconds` of timed rounds, as the busy rule reads it, and
     in words. One 0.01 s tick of the CPU counters over n CPUs is 0.01 / (n x t) of a set lasting
-    t s: on 2 CPUs 20% of 25 ms (over `BUSY` on a quiet machine), 5% of 0.1 s. Under `SHORT` the
-    share is unmeasured, not busy, so the rule reads 0 (notebooks 3b and 3c both read their
-    sets' loads through it); the seconds print rounded down to 3 decimals, so a set under
-    `SHORT` never prints 0.100.
+    t s: on 2 CPUs 20% of 25 ms (at `BUSY`, and over it below 25 ms, on a quiet machine), 5% of
+    0.1 s. Under `SHORT` the share is unmeasured, not busy, so the rule reads 0 (notebooks 3b
+    and 3c both read their sets' loads through it); the seconds print rounded down to 3
+    decimals, so a set under `SHORT` never prints 0.100.
 
     >>> load_reading(0.2015, 0.0244)  # one tick over a 24 ms set on 2 CPUs
     (0.0, 'unmeasured (coarse, 0.024 s)')

@@ -36,6 +36,11 @@ NO_SLURM = slurm.missing_programs()
 
 pytestmark = pytest.mark.timeout(900)
 
+#: What each task of notebook 4's preempted job prints once it saved (its loop_worker.py).
+SAID_PREEMPTED = (
+    r"^preempted: saved ckpt-(\d+) at step \1; all 2 replicas passed the barrier after saving$"
+)
+
 
 def manifest(name: str) -> list[dict]:
     """The documents of the Kubernetes manifest k8s/<name>."""
@@ -321,7 +326,7 @@ def test_worker_ended_with_sigterm_saves_and_the_restart_ends_where_a_straight_r
     it on both workers, and the final model's and optimizer's variables equal the uninterrupted
     run's."""
     logs = notebook4 / "logs"
-    said = r"^preempted: saved ckpt-(\d+) at step \1; replicas that saved: 2$"
+    said = SAID_PREEMPTED
     saved = [
         re.findall(said, read(logs / "preempted" / f"loop_worker-worker-{w}.log"), re.MULTILINE)
         for w in (0, 1)
@@ -379,7 +384,9 @@ def test_preempted_slurm_job_saves_and_the_next_job_resumes_where_a_straight_run
         log = read(logs / f"slurm-{preempted}-task{task}.log")
         assert "replicas in sync: 2" in log and "finished" not in log
         (step,) = re.findall(
-            r"^preempted: saved ckpt-(\d+) at step \1; replicas that saved: 2$", log, re.MULTILINE
+            SAID_PREEMPTED,
+            log,
+            re.MULTILINE,
         )
         saved.add(int(step))
     (step,) = saved  # both tasks saved after the same step
