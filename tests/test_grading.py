@@ -237,7 +237,9 @@ def test_the_untouched_exercise_scores_zero(batch):
 
 
 FOUR_MISTAKES = {  # title of each check the four mistakes fail: words its message must hold
-    "the custom loop's loss is scaled by the global batch size": "compute_loss must divide",
+    "the custom loop's loss is averaged over the step's examples on every replica": (
+        "compute_loss must divide"
+    ),
     "train_ds gives every training example once an epoch, shuffled, in global batches": (
         "batch it with GLOBAL_BATCH"
     ),
