@@ -11,7 +11,7 @@ interleaved rounds, medians):
 1. no strategy + fit                                   the single-device baseline
 2. MirroredStrategy(n) + fit                           n replicas (n = 1: the strategy's own cost)
 3. MirroredStrategy(n) + custom loop, 1 step/call      the classic loop
-4. MirroredStrategy(n) + custom loop, k steps/call     the course's recommended loop
+4. MirroredStrategy(n) + custom loop, k steps/call     for an overhead-bound step (notebook 3)
 
 Every configuration trains the same CNN on the same data with the same GLOBAL batch (per-replica
 batch x n) for the same number of steps. Each comparison is judged by `timing.compare`'s noise rule.
@@ -44,8 +44,8 @@ from course_utils.quiet import import_tensorflow
 
 #: Per-replica batch of the course's notebooks (global batch = this x replicas).
 PER_REPLICA_BATCH = 64
-#: Goals for the course's recommended settings (speed ratios), set by hand: what they reached on
-#: the machines the course ran on, not a promise for every machine.
+#: Goals for the custom loop and for one replica (speed ratios), set by hand: what the course
+#: hopes its settings keep, not a promise measured on every machine.
 TARGETS = {"custom_loop_vs_fit": 0.95, "mirrored1_vs_no_strategy": 0.90}
 
 
@@ -691,7 +691,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--steps-per-call",
         type=int,
-        help=f"steps per tf.function call of the recommended loop (default {FULL.steps_per_call})",
+        help=f"steps per tf.function call of the k-steps loop (default {FULL.steps_per_call})",
     )
     parser.add_argument("--examples", type=int, help="training examples loaded")
     parser.add_argument(
