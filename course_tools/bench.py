@@ -214,7 +214,7 @@ def measured_limit(measure_set, sets: int = 3, *, busy: float = 1.0) -> dict:
         "fastest_of_each_set": {label: max(rounds) for label, rounds in taken.items()},
         "set_gap": verdict.set_gap(taken),  # over verdict.GAP: the sets ran unlike, flagged
     }
-    if others:  # as 3b: the load during the two fastest sets (a set below a gap only flags)
+    if others:  # as 3b: the load during the two fastest sets (the runner-up even below a gap)
         most = max(others[label] for label in verdict.searched(taken))
         limit |= {"others_share": others, "deciding_share": most, "busy": most > busy}
     usable = timing.usable_cpus()
@@ -330,6 +330,7 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
         "ridge_range": None if no_ridge else ridge_range(peak, bandwidth),
         "ridge_note": no_ridge,
         "quick_sizes": quick,  # fewer rounds than full's: a smoke test (`ridge_words` says so)
+        "physical_gpus": len(import_tensorflow().config.list_physical_devices("GPU")),
         "limits": {"peak": peak, "bandwidth": bandwidth},
         "all_reduce": all_reduce,
         "model": {
@@ -554,10 +555,13 @@ def report_text(report: dict) -> str:
     )
     if report["sizes"]["rounds"] < FULL.rounds:  # as notebook 3 labels quick's verdicts
         lines.append(f"(quick's sizes, {report['sizes']['rounds']} rounds: a smoke test)")
-    lines.append(
-        "\nSimulated CPU devices share the same cores: a ratio here is not a speed-up from more "
-        "hardware (notebook 3 says what else moves it)."
-    )
+    gpus = (report.get("machine") or {}).get("physical_gpus", 0)
+    if report["devices"] > gpus:  # logical devices: CPUs, or a GPU split (README: bench)
+        shared = "the same cores" if not gpus else "fewer GPUs"
+        lines.append(
+            f"\nThe replicas are logical devices sharing {shared}: a ratio here is not a "
+            "speed-up from more hardware (notebook 3 says what else moves it)."
+        )
     machine = report.get("machine")
     if machine:
         reduce, model = machine["all_reduce"], machine["model"]

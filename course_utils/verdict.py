@@ -108,8 +108,9 @@ def deciding(sets: dict[str, list[float]]) -> list[str]:
 
 def searched(sets: dict[str, list[float]]) -> list[str]:
     """The sets whose load can bear on a verdict: the two with the fastest rounds (the limit and
-    its runner-up). A slower set below a gap only flags (the search starts at the limit): load
-    during it, which can only slow its rounds, cannot change a verdict."""
+    its runner-up), the runner-up even when a gap (`GAP`) lies between them: a busy runner-up
+    withholds. A third, slower set only flags (the search starts at the limit): load during it,
+    which can only slow its rounds, cannot change a verdict."""
     return sorted(sets, key=lambda label: max(sets[label]))[-2:]
 
 
@@ -570,11 +571,13 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     loads: dict[str, float],
     usable: float,
     busy: float,
+    floor: float = 0.0,
 ) -> str:
     """What a limit's starved sets (`starved_sets`) say, "" when none ran starved: how many, what
     their fastest rounds got, where the rest went (others, when their load was over `busy`; else
     the share of the cores that sat idle at least: the work did not spread over them), and
-    whether the low end or every set is one. A set missing from `loads` had rounds too short to
+    whether the low end (`limit_range` with `floor`: a training run above every set's low end
+    is not a set) or every set is one. A set missing from `loads` had rounds too short to
     measure the others' share (`timing.load_reading`): when no starved set's was measured, the
     note says so and guesses neither; when some were, it says in how many the share was measured.
 
@@ -591,8 +594,10 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     others = max(shares, default=0.0)
     most = max(cores[label][sets[label].index(max(sets[label]))] for label in hungry)
     told = f"{100 * others:.0f}%" if shares else "unmeasured"
+    if len(shares) > 1:  # the most of several: not every set's
+        told = f"up to {told}"
     if 0 < len(shares) < len(hungry):  # the rest too short to measure: one share is not theirs
-        told += f" in {len(shares)} of them, {len(hungry) - len(shares)} unmeasured"
+        told += f" ({len(shares)} of them measured, {len(hungry) - len(shares)} unmeasured)"
     note = f"{name} in {len(hungry)} of {count(len(sets), 'set')} "
     note += f"({_fastest_cores(sets, cores, hungry, usable)}; others {told}): "
     if others > busy:  # measured: the others' share; thread waits are not (the notebook says)
@@ -608,6 +613,8 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     low = min(deciding(sets), key=lambda label: max(sets[label]))  # the low end's set
     if len(hungry) == len(sets):
         return f"{note}; every set, so no side of the ridge rests on it"
+    if limit_range(sets, floor)[1] > max(sets[low]):  # the low end is the training run's
+        return note
     return f"{note}; the low end is one of them" if low in hungry else note
 
 

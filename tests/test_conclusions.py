@@ -1169,14 +1169,14 @@ def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
     assert verdict.starved_sets(bandwidth, cores, 2.0) == list(ALL_SLOW)
     note = verdict.starved_note("bandwidth", bandwidth, cores, record["loads"]["bandwidth"], 2, 0.2)
     assert note == (
-        "bandwidth in 3 of 3 sets (1.0-1.1 of 2 cores' worth; others 0%): others under 20%, at "
-        "least 46% of the cores idle (the work did not spread over them); every set, so no side "
+        "bandwidth in 3 of 3 sets (1.0-1.1 of 2 cores' worth; others up to 0%): others under 20%, "
+        "at least 46% of the cores idle (the work did not spread over them); every set, so no side "
         "of the ridge rests on it"
     )
     # others at 18%, under the busy threshold: the note does not say nothing else ran
     some = dict.fromkeys(ALL_SLOW, 0.18)
     note = verdict.starved_note("bandwidth", bandwidth, cores, some, 2, 0.2)
-    assert "others 18%): others under 20%, at least 28% of the cores idle" in note
+    assert "others up to 18%): others under 20%, at least 28% of the cores idle" in note
     assert "nothing else ran" not in note
     # a set too short to measure the load (3b's quick addition, `timing.load_reading`): left out
     # of the loads the note gets, it says the share is unmeasured, not 0%, and claims no idle cores
@@ -1185,7 +1185,7 @@ def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
     assert "too short to tell others' load from idle cores" in note and "idle (the" not in note
     # one share measured of three starved sets (review s11-revA6 X3): the note says it is one's
     one = verdict.starved_note("bandwidth", bandwidth, cores, {"section 3": 0.29}, 2, 0.2)
-    assert "; others 29% in 1 of them, 2 unmeasured): others took cores" in one
+    assert "; others 29% (1 of them measured, 2 unmeasured)): others took cores" in one
     assert verdict.ridge(record) == (
         "No side of the ridge from this run: every bandwidth set ran starved (1.0-1.1 of 2 "
         "cores' worth in its fastest round), so the limit may be low, and a limit measured "
@@ -1205,8 +1205,8 @@ def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
     assert verdict.regime(record) == verdict.regime(unrecorded) == regime
     busy = record["loads"] | {"bandwidth": dict.fromkeys(ALL_SLOW, 0.5)}
     assert verdict.starved_note("bandwidth", bandwidth, cores, busy["bandwidth"], 2, 0.2) == (
-        "bandwidth in 3 of 3 sets (1.0-1.1 of 2 cores' worth; others 50%): others took cores; "
-        "every set, so no side of the ridge rests on it"
+        "bandwidth in 3 of 3 sets (1.0-1.1 of 2 cores' worth; others up to 50%): others took "
+        "cores; every set, so no side of the ridge rests on it"
     )
 
 
@@ -1222,6 +1222,12 @@ def test_a_starved_low_end_is_labelled_and_a_starved_side_withholds_the_verdict(
     note = verdict.starved_note("bandwidth", bandwidth, cores, record["loads"]["bandwidth"], 2, 0.2)
     assert note.startswith("bandwidth in 1 of 3 sets (1.1 of 2 cores' worth")
     assert note.endswith("; the low end is one of them")
+    # a training run above that set's fastest round is the low end (the peak's floor): not a set
+    floor = max(bandwidth["section 1"]) * 1.1
+    floored = verdict.starved_note(
+        "bandwidth", bandwidth, cores, record["loads"]["bandwidth"], 2, 0.2, floor
+    )
+    assert floored == note.removesuffix("; the low end is one of them")
     assert verdict.ridge(record).endswith(
         "compute side or near the ridge, not decided by this run."
     )
@@ -1451,7 +1457,7 @@ def test_a_many_core_machine_whose_peak_sets_all_read_starved_gets_no_side_of_th
     note = verdict.starved_note(
         "peak", record["peak_rounds"], nine, record["loads"]["peak"], 16.0, 0.2
     )
-    assert "in 3 of 3 sets (9.0 of 16 cores' worth; others 3%): others under 20%" in note
+    assert "in 3 of 3 sets (9.0 of 16 cores' worth; others up to 3%): others under 20%" in note
     assert note.endswith("every set, so no side of the ridge rests on it")
     assert verdict.ridge(record).startswith(
         "No side of the ridge from this run: every peak set ran starved (9.0 of 16 cores' worth"
@@ -1506,7 +1512,7 @@ def test_a_set_s_cores_worth_is_one_figure_when_its_ends_round_alike():
         2.0,
         0.2,
     )
-    assert note.startswith("peak in 2 of 2 sets (0.3 of 2 cores' worth; others 80%)")
+    assert note.startswith("peak in 2 of 2 sets (0.3 of 2 cores' worth; others up to 80%)")
 
 
 def test_a_limit_in_words_says_where_its_low_end_comes_from():
