@@ -556,7 +556,7 @@ def report_text(report: dict) -> str:
     if report["sizes"]["rounds"] < FULL.rounds:  # as notebook 3 labels quick's verdicts
         lines.append(f"(quick's sizes, {report['sizes']['rounds']} rounds: a smoke test)")
     gpus = (report.get("machine") or {}).get("physical_gpus", 0)
-    if report["devices"] > gpus:  # logical devices: CPUs, or a GPU split (README: bench)
+    if report["devices"] > max(gpus, 1):  # logical devices: CPUs, or a GPU split (README: bench)
         shared = "the same cores" if not gpus else "fewer GPUs"
         lines.append(
             f"\nThe replicas are logical devices sharing {shared}: a ratio here is not a "
@@ -664,7 +664,9 @@ def limit_spreads(limits: dict) -> list[str]:
             most = limit["deciding_share"]
             lines[-1] += f"; other programs used up to {100 * most:.0f}% of the cores meanwhile"
             if limit["busy"]:
-                lines[-1] += f"\n  FLAG: the machine was busy: the {name} is low, run again"
+                lines[-1] += (
+                    f"\n  FLAG: the machine was busy: the {name} may be measured low, run again"
+                )
         if limit["set_gap"] > verdict.GAP:
             lines[-1] += (
                 f"\n  FLAG: the sets disagree: their fastest rounds {limit['set_gap']:.2f}x apart "

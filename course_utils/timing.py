@@ -60,7 +60,7 @@ class Timer:
 
 
 #: Other programs using more than this share of the cores during a measurement: the machine was
-#: busy, so a limit or a price measured then is low, and notebooks 3b and 3c draw no verdict. A
+#: busy, so a limit or a price measured then may be low, and notebooks 3b and 3c draw no verdict. A
 #: threshold set by hand: how often a quiet machine crosses it, or a busy one stays under, is not
 #: measured (no false-alarm rate, unlike `compare`'s).
 BUSY = 0.2

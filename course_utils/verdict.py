@@ -601,7 +601,7 @@ def starved_note(  # noqa: PLR0913 - a limit's name, its sets, their cores and l
     note = f"{name} in {len(hungry)} of {count(len(sets), 'set')} "
     note += f"({_fastest_cores(sets, cores, hungry, usable)}; others {told}): "
     if others > busy:  # measured: the others' share; thread waits are not (the notebook says)
-        note += "others took cores"
+        note += "others took cores" + (" in the measured ones" if len(shares) < len(hungry) else "")
     elif not shares:
         note += "its rounds too short to tell others' load from idle cores"
     else:

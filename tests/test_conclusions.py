@@ -1185,7 +1185,9 @@ def test_no_side_of_the_ridge_rests_on_bandwidth_sets_that_all_ran_starved():
     assert "too short to tell others' load from idle cores" in note and "idle (the" not in note
     # one share measured of three starved sets (review s11-revA6 X3): the note says it is one's
     one = verdict.starved_note("bandwidth", bandwidth, cores, {"section 3": 0.29}, 2, 0.2)
-    assert "; others 29% (1 of them measured, 2 unmeasured)): others took cores" in one
+    assert (
+        "; others 29% (1 of them measured, 2 unmeasured)): others took cores in the measured" in one
+    )
     assert verdict.ridge(record) == (
         "No side of the ridge from this run: every bandwidth set ran starved (1.0-1.1 of 2 "
         "cores' worth in its fastest round), so the limit may be low, and a limit measured "
