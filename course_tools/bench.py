@@ -284,7 +284,7 @@ def machine_figures(mirrored, sizes: Sizes) -> dict:
     loop = reduce["all_reduce_loop"]
     calls = {"loop alone": loop(mirrored, byte_sizes[0], reduce=False)}
     calls |= {size: loop(mirrored, size) for size in byte_sizes}
-    repeats = dict.fromkeys(calls, 30 if quick else 50)  # as 3c: one count for every loop
+    repeats = dict.fromkeys(calls, 30 if quick else 50)  # 3c's count (it runs 20x at one replica)
     rounds = reduce["ALL_REDUCE_ROUNDS"]["quick" if quick else "full"]  # 3c's, per set
     shares = []  # as 3c: the share of the cores other programs used during each set of rounds
 
