@@ -129,6 +129,8 @@ Example (check side):
 
 from __future__ import annotations
 
+import types
+
 #: The name of the wrapper of the builtin `__import__`: the probe finds the record through it.
 HOOK_NAME = "grader_import"
 #: The lowest mean loss (cross-entropy, natural log) a model that starts fresh may score on the
@@ -277,19 +279,15 @@ def _eager() -> bool:
 #: The modules whose classes the hook reads attributes of (`_library`), and the metaclasses'.
 LIBRARY_MODULES = ("keras.", "tensorflow.", "builtins", "abc", "_abc", "typing", "collections.abc")
 #: The interpreter's own callables and descriptors (written in C), as `probe.C_LEVEL`.
-_C_LEVEL = tuple(
-    type(value)
-    for value in (
-        object.__init__,
-        object.__str__,
-        str.join,
-        dict.__dict__["fromkeys"],
-        type.__dict__["__dict__"],
-        complex.real,
-        len,
-    )
+_C_LEVEL = (
+    types.WrapperDescriptorType,  # object.__init__: a slot wrapper
+    types.MethodDescriptorType,  # str.join
+    types.ClassMethodDescriptorType,  # dict.__dict__["fromkeys"]
+    types.GetSetDescriptorType,  # type.__dict__["__dict__"]
+    types.MemberDescriptorType,  # complex.real
+    types.BuiltinFunctionType,  # len
 )
-_FUNCTION = type(_patch)
+_FUNCTION = types.FunctionType
 _CLASS_DICT = type.__dict__["__dict__"]
 _CLASS_MRO = type.__dict__["__mro__"]
 _CLASS_NAME = type.__dict__["__name__"]

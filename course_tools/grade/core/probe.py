@@ -18,6 +18,7 @@ import abc
 import hashlib
 import os
 import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -256,22 +257,18 @@ def _library_folders() -> tuple[str, ...]:
 
 
 #: The type of a Python function.
-FUNCTION = type(lambda: None)
+FUNCTION = types.FunctionType
 #: A property and the one kind of it TensorFlow's classes use (`abc.abstractproperty`).
 PROPERTIES = (property, abc.abstractproperty)
 #: The interpreter's own methods and descriptors (slot wrappers, method and class-method
 #: descriptors, getset and member descriptors, builtin functions), written in C.
-C_LEVEL = tuple(
-    type(value)
-    for value in (
-        object.__init__,
-        object.__str__,
-        str.join,
-        dict.__dict__["fromkeys"],
-        type.__dict__["__dict__"],
-        complex.real,
-        len,
-    )
+C_LEVEL = (
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    types.BuiltinFunctionType,
 )
 
 
