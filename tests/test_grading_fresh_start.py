@@ -10,8 +10,10 @@ optimizer's first step, taken in the kernel, measured by the probe, judged by th
   the first step (a custom loop's own first step then a load, a callback loading at
   `on_train_batch_end(0)`, a load after the last step) fail, and honest runs (evaluate, predict
   and saves between steps, checkpoints, `steps_per_execution`, a second optimizer never stepped,
-  a new optimizer, EMA, a restore into a new model, two optimizers over two parts of a model)
-  stay clean; a layer frozen during `fit` fails (no record covers it);
+  EMA, a restore into a new model, two optimizers over two parts of a model) stay clean; a layer
+  frozen during `fit` fails (no record covers it), and so do weights stepped by a second
+  optimizer after the first had started (compile again; red team 32a's jump to a donor's
+  weights through a new SGD's second step);
 - red team 31a's routes to a start that lies: an optimizer subclass whose properties walk the
   hook's frames to its record (never run there now), and the course's loader pointed at
   examples of the notebook's (`os.environ`; the check process measures on its own);
@@ -87,6 +89,8 @@ def test_a_removed_hook_is_tampering_and_the_routes_to_the_record_are_flagged():
         "import inspect\nv = inspect.getclosurevars(keras.optimizers.Adam.build)",
         "cells = keras.optimizers.Adam.build.__closure__",
         "x = cell.cell_contents",
+        # red team 32a: every attribute of a wrapped method, its globals (the record) among them
+        "import inspect\ng = inspect.getmembers(type(tf.function(lambda: 0)).__call__)",
     ]:
         code = reading.Code.of({"cells": [{"number": 1, "source": line}]})
         assert set(code.shell_reached()) & reading.GRADER_STATE_NAMES, line
@@ -215,7 +219,7 @@ ended.set_weights(donor.get_weights())  # after the last step: the probe compare
 start("loaded after the last step", ended)
 
 # honest: evaluate and predict between steps, saves, ModelCheckpoint, BackupAndRestore's saving,
-# steps_per_execution, a second optimizer never stepped, a new optimizer (compile again), EMA
+# steps_per_execution, a second optimizer never stepped, EMA
 keras.utils.set_random_seed(4)
 honest = make_model()  # no strategy: Keras 3.15's steps_per_execution fails under one at 2 devices
 honest.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -238,8 +242,6 @@ restored_new = make_model()
 restored_new.load_weights("ck_2.weights.h5")  # into a new model (question 6)
 restored_new.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 restored_new.evaluate(train_ds.take(1), verbose=0)
-honest.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-honest.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0)  # a new optimizer goes on
 start("honest fit between steps", honest)
 ema = make_model()
 ema.compile(optimizer=keras.optimizers.Adam(use_ema=True, ema_overwrite_frequency=2),
@@ -248,6 +250,34 @@ ema.fit(train_ds, epochs=2, steps_per_epoch=3, verbose=0,
         callbacks=[keras.callbacks.SwapEMAWeights(swap_on_epoch=True)])
 ema.evaluate(train_ds.take(1), verbose=0)
 start("EMA", ema)
+
+# a second optimizer stepping weights already in training: compile again and fit again, and red
+# team 32a's jump (a new SGD's first step of zero gradients, fresh before and after, then a step
+# whose gradients are the weights less a donor's: the donor's weights, in a later step)
+keras.utils.set_random_seed(7)
+recompiled = compiled(make_model())
+recompiled.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0)
+recompiled.compile(optimizer="adam",
+                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+recompiled.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0)
+start("compiled again", recompiled)
+landed = []
+
+class Jump(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0:
+            sgd = keras.optimizers.SGD(learning_rate=1.0)
+            variables = self.model.trainable_variables
+            sgd.apply([tf.zeros_like(v) for v in variables], variables)
+            sgd.apply([tf.constant(v.numpy() - d.numpy())
+                       for v, d in zip(variables, donor.trainable_variables)], variables)
+            landed.append(all(np.allclose(v.numpy(), d.numpy(), atol=1e-6)
+                              for v, d in zip(variables, donor.trainable_variables)))
+
+jumped = compiled(make_model())
+jumped.fit(train_ds, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[Jump()])
+start("jumped", jumped)
+found["jump landed on the donor"] = landed
 
 # the loop of the solution, checkpoints between epochs
 with strategy.scope():
@@ -426,9 +456,9 @@ def test_the_hook_records_fresh_starts_and_given_weights(starts):
 #: the last step (found by the probe's own comparison at its end).
 LATE = ("loop loaded after its first step", "fit loaded at on_train_batch_end(0)")
 #: Honest runs: evaluate, predict and saves between steps, ModelCheckpoint, BackupAndRestore's
-#: saving, steps_per_execution=2, a second optimizer built and never stepped, a new optimizer
-#: (compile again) going on, use_ema with its overwrites, SwapEMAWeights and the finalize after
-#: fit, the solution's loop with a CheckpointManager and a restore into a new model.
+#: saving, steps_per_execution=2, a second optimizer built and never stepped, use_ema with its
+#: overwrites, SwapEMAWeights and the finalize after fit, the solution's loop with a
+#: CheckpointManager and a restore into a new model.
 HONEST = ("fresh fit", "fresh loop", "honest fit between steps", "EMA", "honest loop")
 
 
@@ -493,6 +523,28 @@ def test_weights_from_elsewhere_lose_the_points_of_the_model_they_touch(graded):
         assert result.earned == 0 and "did not start its training" in result.message
     assert all(r.earned == r.points for r in by_question["q1"])
     assert grade.score == 3  # question 1's 2 points, and question 5's, read by the instructor
+
+
+def test_a_second_optimizer_over_weights_in_training_fails_the_model(starts):
+    # red team 32a's jump: each optimizer's first step is fresh, and the second's later step
+    # lands on the donor's weights (its own record is fresh before and after its first step)
+    assert starts["jump landed on the donor"] == [True], starts["jump landed on the donor"]
+    for name, second in (("jumped", ["SGD"]), ("compiled again", ["Adam"])):
+        fact = starts[name]
+        assert fact["later_optimizers"] == second and fact["changed"] == [], (name, fact)
+        with pytest.raises(
+            checks.CheckError, match=rf"stepped by a second optimizer \({second[0]}\)"
+        ):
+            checks.assert_fresh_start(fact, "fit_model")
+    checks.assert_continuity(starts["jumped"], "fit_model")  # no change outside the steps
+    records = [
+        (0, {"variables": [1, 2], "call": 4, "optimizer": "LossScaleOptimizer"}),
+        (1, {"variables": [1, 2], "call": 4, "optimizer": "Adam"}),  # inside it: same call
+        (2, {"variables": [3], "call": 9, "optimizer": "Adam"}),  # another part of the model
+    ]
+    assert checks.later_optimizers(records, {1, 2, 3}) == []
+    late = (3, {"variables": [2, 3], "call": 12, "optimizer": "SGD"})
+    assert checks.later_optimizers([*records, late], {1, 2, 3}) == ["SGD"]
 
 
 def test_a_start_is_the_union_of_the_records_covering_the_model(starts):

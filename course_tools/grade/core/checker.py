@@ -121,6 +121,7 @@ def measured(facts: dict, artifacts: Path) -> dict:
     for fact in models.values():
         if isinstance(fact, dict):
             fact.pop("starts", None)
+            fact.pop("later_optimizers", None)
     wanting = {
         name: fact
         for name, fact in models.items()

@@ -648,8 +648,19 @@ def assert_fresh_start(fact: dict, name: str) -> None:
     Weights changed after the first step: `assert_continuity`.
     Skipped when the kernel had no grader's hook (the solution's own kernel: the probe says so
     in `start_hook`; in the grader a hook removed is tampering, `checker._facts`)."""
-    if "starts" not in fact and "start_error" not in fact:
+    if "starts" not in fact and "start_error" not in fact and "later_optimizers" not in fact:
         return
+    later = fact.get("later_optimizers")
+    if later:
+        names = ", ".join(map(str, later))
+        raise CheckError(
+            f"the weights of `{name}` were stepped by a second optimizer ({names}), which made "
+            "its first step after the first optimizer training them had started: a graded "
+            f"model is trained by one optimizer from the weights make_model() gives it (compile "
+            f"{name} once and fit it once; in the custom loop, one optimizer), as the steps of "
+            "another, given gradients of any values, can set its weights to anything (another "
+            "model's)"
+        )
     if "start_error" in fact or not fact.get("starts"):
         why = fact.get("start_error") or "no step of an optimizer training its weights"
         if why.startswith("no step"):  # a model no Keras optimizer trained: nothing started
@@ -733,6 +744,9 @@ def measure_starts(fact: dict, facts: dict, arrays: dict, model: Any, examples: 
         }
     import keras
 
+    later = later_optimizers(covering, trainable)
+    if later:
+        return {"later_optimizers": later}
     clone = keras.models.clone_model(model)
     starts = []
     for k, record in covering:
@@ -763,6 +777,29 @@ def measure_starts(fact: dict, facts: dict, arrays: dict, model: Any, examples: 
             }
         )
     return {"starts": starts}
+
+
+def later_optimizers(covering: list[tuple[int, dict]], trainable: set) -> list[str]:
+    """The optimizers (class names) among `covering` (the records touching a model, (index,
+    record)) whose first step came in a later call (the record's `call`) than the first step of
+    another optimizer over the same trainable variables: a second optimizer stepping weights
+    that were already being trained. Optimizers whose first steps share a call (a
+    `LossScaleOptimizer` and the one inside it; two optimizers over two parts of a model) are
+    not later than each other.
+
+    >>> later_optimizers([(0, {"variables": [1], "call": 3, "optimizer": "Adam"}),
+    ...                   (1, {"variables": [1], "call": 9, "optimizer": "SGD"})], {1})
+    ['SGD']
+    """
+    first: dict = {}
+    for _, record in covering:
+        for variable in set(record["variables"]) & trainable:
+            first[variable] = min(first.get(variable, record.get("call", 0)), record.get("call", 0))
+    return [
+        str(record.get("optimizer", "?"))
+        for _, record in covering
+        if any(record.get("call", 0) > first[v] for v in set(record["variables"]) & trainable)
+    ]
 
 
 def start_scores(model: Any, values: list, images, labels) -> tuple[float, float]:
@@ -807,8 +844,10 @@ def assert_continuity(fact: dict, name: str) -> None:
             f"{first.get('where') or 'a later call'} (the grader's eager call "
             f"{first.get('call', '?')}), its weights differed from those its latest step left, "
             f"{by}. Weights set or loaded into a model during its training or after it "
-            "(set_weights, load_weights, assign, a checkpoint restored, a callback) are not the "
-            f"model trained; train {name} from make_model() with its own optimizer's steps only"
+            "(set_weights, load_weights, assign, a checkpoint restored, a callback; its own "
+            "earlier weights too, as EarlyStopping(restore_best_weights=True) puts back) are "
+            f"not the model trained; train {name} from make_model() with its own optimizer's "
+            "steps only, and hand in the weights its last step left"
         )
 
 

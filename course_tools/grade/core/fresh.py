@@ -50,7 +50,11 @@ COURSE_DATA or TFDS_DATA_DIR, its pipeline) reaches those examples, and no score
 is read. A model's start is the union of the records covering its trainable variables (each
 variable from the earliest first step that trained it: two optimizers over two parts of a model
 are each a record); a trainable variable no record covers (a layer frozen during `fit` and
-unfrozen after, an optimizer the hook does not read) fails the model's points, named. A hook no
+unfrozen after, an optimizer the hook does not read) fails the model's points, named, and so does
+a record whose first step came in a later call (`RECORD`'s `call`) than another's over the same
+variables (`checks.later_optimizers`): a second optimizer's steps, given gradients of any values,
+set weights to anything (red team 32a: a new SGD(1.0), a step of zeros, then a step of the weights
+less a donor's). A hook no
 longer in place is tampering (`checker._facts`); putting the methods back takes an assignment to
 a Keras or TensorFlow class (`reading.Code.module_patches`, tampering).
 
@@ -117,8 +121,10 @@ What it does not catch (said in course_tools/README.md): trained features with a
 reset to chance (the start scores chance, then trains fast), a first call of several steps
 judged by its start only, weights changed inside a later step call (a `tf.function` that steps
 and also assigns: continuity compares between calls, and only the first call's result is
-scored), variables no optimizer trains, a mirrored variable's other replicas, and anything in a
-kernel the notebook takes over.
+scored), variables no optimizer trains, a mirrored variable's other replicas, a step of the
+model's own optimizer steered by state set between its steps (its moments, its learning rate:
+neither is compared), the record reached by a route the reading does not name (it is reachable
+from the wrappers' globals), and anything in a kernel the notebook takes over.
 
 Example (check side):
 
@@ -156,7 +162,8 @@ START_ACCURACY_AT_MOST = 0.4
 
 #: The grader's record in the kernel: which optimizers were built ({id: optimizer}), the copies
 #: taken at a build inside a trace ({id: (steps, variables, copies)}), and each optimizer's start
-#: ({id: (optimizer, variables, copies before, copies after, steps, how)}, `RECORD`); `patched`:
+#: ({id: (optimizer, variables, copies before, copies after, steps, how, call)}, `RECORD`; call: the
+#: grader's count of eager calls when it was made, so the check can order them); `patched`:
 #: the methods wrapped, `errors`: why a wrap or a copy failed (shown by the probe), `unmeasured`:
 #: the optimizers the hook does not read ({id: (optimizer, why)}: a class not Keras's own,
 #: `_library`). Continuity: `last` ({id(variable): (variable, copy, ids of the optimizers
@@ -179,7 +186,7 @@ STATE: dict = {
     "calls": 0,
 }
 #: The fields of a start in `STATE["started"]`, in order.
-RECORD = ("optimizer", "variables", "before", "after", "steps", "how")
+RECORD = ("optimizer", "variables", "before", "after", "steps", "how", "call")
 #: At most this many differences are kept (`STATE["changed"]`), the first ones; `STATE["calls"]`
 #: and the count in `STATE["changes"]` go on.
 CHANGES_KEPT = 20
@@ -557,7 +564,15 @@ def _after(before: tuple, how: str) -> None:
             moved = _steps(optimizer) - steps
             if moved:
                 after = tuple(map(_frozen, variables))
-                STATE["started"][key] = (optimizer, variables, copies, after, moved, kind)
+                STATE["started"][key] = (
+                    optimizer,
+                    variables,
+                    copies,
+                    after,
+                    moved,
+                    kind,
+                    STATE["calls"],
+                )
                 _keep(key, optimizer)
         except Unreadable as exc:
             _unmeasured(optimizer, str(exc))

@@ -258,6 +258,8 @@ def _library_folders() -> tuple[str, ...]:
 
 #: The type of a Python function.
 FUNCTION = types.FunctionType
+#: `type`'s own `__name__` descriptor: a class's name read without its metaclass's code.
+CLASS_NAME = type.__dict__["__name__"]
 #: A property and the one kind of it TensorFlow's classes use (`abc.abstractproperty`).
 PROPERTIES = (property, abc.abstractproperty)
 #: The interpreter's own methods and descriptors (slot wrappers, method and class-method
@@ -448,22 +450,28 @@ def check_continuity() -> None:
 
 def start_records(state: dict) -> tuple[dict, dict]:
     """The grader's record (`fresh.STATE`) as facts and arrays, taken first, before any object of
-    the notebook's is read: ({"start_records": [{"variables": ids, "steps", "how"}, ...] in the
-    order of the first steps, "start_unmeasured": why an optimizer was not read,
-    "start_errors"}, {"r<k>b<i>": the copy of record k's i-th variable before its first step,
-    "r<k>a<i>": after it}). The records are tuples of frozen copies (bytes): nothing here runs
-    the notebook's code."""
+    the notebook's is read: ({"start_records": [{"variables": ids, "steps", "how", "call",
+    "optimizer": its class's name}, ...] in the order of the first steps, "start_unmeasured":
+    why an optimizer was not read, "start_errors"}, {"r<k>b<i>": the copy of record k's i-th
+    variable before its first step, "r<k>a<i>": after it}). The records are tuples of frozen
+    copies (bytes): nothing here runs the notebook's code."""
     import numpy as np
 
     records, arrays = [], {}
     for number, record in enumerate(tuple(state["started"].values())):
-        _, variables, before, after, steps, how = record
+        optimizer, variables, before, after, steps, how, call = record
         for index, pair in enumerate(zip(before, after)):
             for when, (data, dtype, shape) in zip("ba", pair):
                 array = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape)
                 arrays[f"r{number}{when}{index}"] = array
         records.append(
-            {"variables": [id(v) for v in variables], "steps": int(steps), "how": str(how)}
+            {
+                "variables": [id(v) for v in variables],
+                "steps": int(steps),
+                "how": str(how),
+                "call": int(call),
+                "optimizer": CLASS_NAME.__get__(type(optimizer)),  # no code of the notebook's
+            }
         )
     unmeasured = [str(why) for _, why in tuple(state.get("unmeasured", {}).values())]
     errors = [str(e) for e in tuple(state.get("errors") or ())]

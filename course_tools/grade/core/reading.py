@@ -89,9 +89,15 @@ MEMORY_NAMES = frozenset(
 )  # fmt: skip
 #: What reaches the objects the grader keeps in the kernel while the notebook runs (its record of
 #: each optimizer's first step, `fresh`, held by the functions it wraps): every object
-#: (`gc.get_objects`), a function's closure and what its globals hold (`inspect.getclosurevars`).
-#: With one as a name or an attribute in the code, the kernel's facts are untrusted.
-GRADER_STATE_NAMES = frozenset({"get_objects", "getclosurevars", "__closure__", "cell_contents"})
+#: (`gc.get_objects`), a function's closure and what its globals hold (`inspect.getclosurevars`),
+#: every attribute of a wrapped method, its globals among them (`inspect.getmembers`). With one as
+#: a name or an attribute in the code, the kernel's facts are untrusted. A list of names cannot
+#: close every way to an attribute (`dir` and `getattr`, a name built at run time): the README
+#: says so.
+GRADER_STATE_NAMES = frozenset(
+    {"get_objects", "getclosurevars", "__closure__", "cell_contents", "getmembers",
+     "getmembers_static"}
+)  # fmt: skip
 #: The calls an array's interface dict may be shown by (`print(x.__array_interface__)`).
 SHOWN = frozenset({"print", "display", "pprint", "repr", "str", "len"})
 
