@@ -251,6 +251,22 @@ ema.fit(train_ds, epochs=2, steps_per_epoch=3, verbose=0,
 ema.evaluate(train_ds.take(1), verbose=0)
 start("EMA", ema)
 
+# honest: the model's own earlier weights put back, by EarlyStopping at the end of fit (the best
+# epoch by its monitor here is the first) and by its own first epoch's checkpoint loaded after
+keras.utils.set_random_seed(8)
+early = compiled(make_model())
+stopper = keras.callbacks.EarlyStopping(monitor="loss", mode="max", patience=10,
+                                        restore_best_weights=True)
+own = keras.callbacks.ModelCheckpoint("own_{epoch}.weights.h5", save_weights_only=True)
+early.fit(train_ds, epochs=3, steps_per_epoch=2, verbose=0, callbacks=[stopper, own])
+found["best epoch put back"] = stopper.best_epoch
+early.evaluate(train_ds.take(1), verbose=0)  # a call after the restore: compared there
+start("EarlyStopping put back its best epoch", early)
+reloaded = compiled(make_model())
+reloaded.fit(train_ds, epochs=2, steps_per_epoch=2, verbose=0, callbacks=[own])
+reloaded.load_weights("own_1.weights.h5")
+start("its own checkpoint loaded after fit", reloaded)
+
 # a second optimizer stepping weights already in training: compile again and fit again, and red
 # team 32a's jump (a new SGD's first step of zero gradients, fresh before and after, then a step
 # whose gradients are the weights less a donor's: the donor's weights, in a later step)
@@ -458,8 +474,17 @@ LATE = ("loop loaded after its first step", "fit loaded at on_train_batch_end(0)
 #: Honest runs: evaluate, predict and saves between steps, ModelCheckpoint, BackupAndRestore's
 #: saving, steps_per_execution=2, a second optimizer built and never stepped, use_ema with its
 #: overwrites, SwapEMAWeights and the finalize after fit, the solution's loop with a
-#: CheckpointManager and a restore into a new model.
-HONEST = ("fresh fit", "fresh loop", "honest fit between steps", "EMA", "honest loop")
+#: CheckpointManager and a restore into a new model, and the model's own earlier weights put back
+#: (EarlyStopping's restore_best_weights, its own checkpoint loaded after fit: red team 32a).
+HONEST = (
+    "fresh fit",
+    "fresh loop",
+    "honest fit between steps",
+    "EMA",
+    "honest loop",
+    "EarlyStopping put back its best epoch",
+    "its own checkpoint loaded after fit",
+)
 
 
 def test_weights_changed_between_two_steps_fail_the_model(starts):
@@ -476,6 +501,7 @@ def test_weights_changed_between_two_steps_fail_the_model(starts):
         assert starts[name]["changed"][0]["steps"] == [1], starts[name]  # right after step 1
         assert starts[name]["changed"][0]["where"] == "a call", starts[name]
     assert starts["loaded after the last step"]["changed"][0]["where"] == "the probe"
+    assert starts["best epoch put back"] == 0  # not the last: the weights did change back
     for name in HONEST:
         assert starts[name]["changed"] == [], (name, starts[name])
         assert _passes(starts[name]), (name, starts[name])

@@ -844,10 +844,9 @@ def assert_continuity(fact: dict, name: str) -> None:
             f"{first.get('where') or 'a later call'} (the grader's eager call "
             f"{first.get('call', '?')}), its weights differed from those its latest step left, "
             f"{by}. Weights set or loaded into a model during its training or after it "
-            "(set_weights, load_weights, assign, a checkpoint restored, a callback; its own "
-            "earlier weights too, as EarlyStopping(restore_best_weights=True) puts back) are "
-            f"not the model trained; train {name} from make_model() with its own optimizer's "
-            "steps only, and hand in the weights its last step left"
+            "(set_weights, load_weights, assign, a checkpoint restored, a callback), but the "
+            "weights one of its own steps left, are not the model trained; train "
+            f"{name} from make_model() with its own optimizer's steps only"
         )
 
 

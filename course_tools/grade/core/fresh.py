@@ -84,38 +84,40 @@ runs after the notebook and reads its models' attributes (a class of the noteboo
 after the record's copies are taken, but could still rewrite the facts or the file before they
 are sent).
 
-Continuity: the start alone misses weights given after the first step (the custom loop's own
-first step, then `set_weights`; a callback loading at `on_train_batch_end(0)`; a load after the
-last step). So after each eager call (or eager `apply`) that moves a started optimizer's step
-count, the hook keeps a numpy copy of each variable it trains (`STATE["last"]`, keyed by
-variable, so two optimizers over the same weights, a new one after `compile` again, share one
-copy), and before every later eager call of a `tf.function` and every eager `apply`, and once
-more when the probe runs (`check_continuity`: a load after the last step), compares them
-(`np.array_equal`, exact). A difference is a change from outside the optimizer's steps:
-`STATE["changed"]` keeps which optimizers train it, their step counts, the grader's count of
-eager calls and the largest absolute change, and the copy is refreshed so it counts once; the
-probe reports those touching a model's variables as its `changed`, and the check fails the
-points of its start. Evaluate, predict, saves (`ModelCheckpoint`, `BackupAndRestore`'s, a
-CheckpointManager's) change nothing; a second optimizer never stepped is never compared; a
-restore into a new model (question 6) touches other variables; `steps_per_execution` moves the
-count once a call, compared between calls. `use_ema`: its overwrites inside a step are the
-step's; the averages put in place after `fit` (`finalize_variable_values`) and `SwapEMAWeights`'s
-swaps happen between steps, so the averages are copied too and a weight that now holds what it
-or its average held after the latest step (`EMA_TOLERANCE`: the swap adds and subtracts) is not
-a change. A variable that cannot be read counts as changed (default-deny). Values are read from
-the TensorFlow variable (a mirrored one's primary copy, as the start's copies) with one read op
-(`_read`). Cost, measured on the solution's model (315,722 weights, 8 variables) at 2 devices on
-a loaded machine (load average 10 to 16 on 2 cores): a compare about 3 ms, a refresh 4 to 9 ms,
-a reading of the started optimizers' step counts under 0.5 ms, against a custom-loop step of 90
-to 110 ms; interleaving 40 steps with the continuity on and off gave 112.4 vs 110.1 ms and 106.0
-vs 90.8 ms a step in two runs (the noise of that machine). Every started optimizer's weights
-are compared before every call, so the later runs pay more: `single_model`'s steps, after
-`fit_model`'s and `custom_model`'s, compare three models (three times the compare above), which
-slows the one-device baseline's timed epochs a little more than the distributed ones. On a GPU
-each read also waits for the step to finish. Reading only library classes (`_library`,
+Continuity: the start alone misses weights given after the first step (the custom loop's own first
+step, then `set_weights`; a callback loading at `on_train_batch_end(0)`; a load after the last
+step). So after each eager call (or eager `apply`) that moves a started optimizer's step count, the
+hook keeps a numpy copy of each variable it trains (`STATE["last"]`, keyed by variable, so two
+optimizers over the same weights, a new one after `compile` again, share one copy), and before every
+later eager call of a `tf.function` and every eager `apply`, and once more when the probe runs
+(`check_continuity`: a load after the last step), compares them (`np.array_equal`, exact). A
+difference is a change from outside the optimizer's steps: `STATE["changed"]` keeps which optimizers
+train it, their step counts, the grader's count of eager calls and the largest absolute change, and
+the copy is refreshed so it counts once; the probe reports those touching a model's variables as its
+`changed`, and the check fails the points of its start. Evaluate, predict, saves (`ModelCheckpoint`,
+`BackupAndRestore`'s, a CheckpointManager's) change nothing; a second optimizer never stepped is
+never compared; a restore into a new model (question 6) touches other variables;
+`steps_per_execution` moves the count once a call, compared between calls. `use_ema`: its overwrites
+inside a step are the step's; the averages put in place after `fit` (`finalize_variable_values`) and
+`SwapEMAWeights`'s swaps happen between steps, so the averages are copied too and a weight that now
+holds what it or its average held after the latest step (`EMA_TOLERANCE`: the swap adds and
+subtracts) is not a change. Nor is a weight that holds exactly what it held after one of its own
+earlier steps (`_returned`: a digest of each value a step left is kept, `STATE["seen"]`): the
+model's own earlier weights put back, as `EarlyStopping(restore_best_weights=True)` does at the end
+of `fit`, or its own checkpoint loaded. A variable that cannot be read counts as changed
+(default-deny). Values are read from the TensorFlow variable (a mirrored one's primary copy, as the
+start's copies) with one read op (`_read`). Cost, measured on the solution's model (315,722 weights,
+8 variables) at 2 devices on a loaded machine (load average 10 to 16 on 2 cores): a compare about 3
+ms, a refresh 4 to 9 ms, a reading of the started optimizers' step counts under 0.5 ms, against a
+custom-loop step of 90 to 110 ms; interleaving 40 steps with the continuity on and off gave 112.4 vs
+110.1 ms and 106.0 vs 90.8 ms a step in two runs (the noise of that machine). Every started
+optimizer's weights are compared before every call, so the later runs pay more: `single_model`'s
+steps, after `fit_model`'s and `custom_model`'s, compare three models (three times the compare
+above), which slows the one-device baseline's timed epochs a little more than the distributed ones.
+On a GPU each read also waits for the step to finish. Reading only library classes (`_library`,
 `_attrs`) adds about 0.7 ms a call with three started optimizers over that model (200 trivial
-`tf.function` calls: 0.28 to 0.34 s before, 0.43 to 0.45 s after; no hook 0.04 s); the compare
-is bit for bit in place (`_equal`: a copy to bytes first tripled it).
+`tf.function` calls: 0.28 to 0.34 s before, 0.43 to 0.45 s after; no hook 0.04 s); the compare is
+bit for bit in place (`_equal`: a copy to bytes first tripled it).
 
 What it does not catch (said in course_tools/README.md): trained features with a last layer
 reset to chance (the start scores chance, then trains fast), a first call of several steps
@@ -182,6 +184,7 @@ STATE: dict = {
     "classes": {},
     "last": {},
     "ema": {},
+    "seen": {},
     "changed": [],
     "calls": 0,
 }
@@ -196,6 +199,9 @@ CHANGES_KEPT = 20
 #: (`finalize_variable_values`), and `SwapEMAWeights` swaps the two by additions and subtractions
 #: (so not bit for bit).
 EMA_TOLERANCE = 1e-5
+#: At most this many digests (16 bytes) of a variable's values after its steps are kept
+#: (`STATE["seen"]`, `_returned`): a few times the full profile's steps of a graded model.
+SEEN_KEPT = 50_000
 
 
 def fresh_start(start: dict) -> bool:
@@ -222,9 +228,11 @@ def install() -> None:
     methods once they are imported (`_patch`). Run once, before the notebook's code."""
     import builtins
     import gc
+    import hashlib
     import sys
 
     STATE["sys"], STATE["gc"] = sys, gc
+    STATE["blake2b"] = hashlib.blake2b  # kept before the notebook's code could replace it
     STATE["import"] = builtins.__import__
     builtins.__import__ = grader_import
     _patch()
@@ -605,8 +613,15 @@ def _keep(key: int, optimizer) -> None:
         )
         for one, other in pairs:
             entry = STATE["last"].get(id(one))
-            owners = entry[2] if entry is not None and entry[0] is one else frozenset()
-            STATE["last"][id(one)] = (one, _frozen(one), owners | {key})
+            same = entry is not None and entry[0] is one
+            owners = entry[2] if same else frozenset()
+            copy = _frozen(one)
+            STATE["last"][id(one)] = (one, copy, owners | {key})
+            seen = STATE["seen"].get(id(one)) if same else None
+            if seen is None:
+                seen = STATE["seen"][id(one)] = set()
+            if len(seen) < SEEN_KEPT:
+                seen.add(_digest(copy))
             if other is not None:
                 STATE["ema"][id(one)] = id(other)
 
@@ -672,7 +687,11 @@ def _check(where: str) -> None:
         )
         if not now:
             return
-        outside = tuple((key, value) for key, value in now if not _averaged(key, value))
+        outside = tuple(
+            (key, value)
+            for key, value in now
+            if not _averaged(key, value) and not _returned(key, value)
+        )
         if outside:
             STATE["changes"] = STATE.get("changes", 0) + 1
             if len(STATE["changed"]) < CHANGES_KEPT:
@@ -683,6 +702,21 @@ def _check(where: str) -> None:
                 STATE["last"][key] = (entry[0], value, entry[2])
     except Exception as exc:  # noqa: BLE001 - never break the notebook's step
         _note_error("continuity", exc)
+
+
+def _digest(frozen: tuple) -> bytes:
+    data, dtype, shape = frozen
+    digest = STATE["blake2b"](f"{dtype}{shape}".encode(), digest_size=16)
+    digest.update(data)  # not joined to the bytes first: a copy of the weights saved
+    return digest.digest()
+
+
+def _returned(key: int, value) -> bool:
+    """Whether the variable `key`, now `value` (frozen), holds exactly what it held after one of
+    its own earlier steps (`STATE["seen"]`): the model's own earlier weights put back
+    (`EarlyStopping(restore_best_weights=True)`, its own checkpoint loaded), not a change from
+    outside its training."""
+    return value is not None and _digest(value) in STATE["seen"].get(key, ())
 
 
 def _averaged(key: int, value) -> bool:
