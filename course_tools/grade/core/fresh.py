@@ -119,14 +119,15 @@ On a GPU each read also waits for the step to finish. Reading only library class
 `tf.function` calls: 0.28 to 0.34 s before, 0.43 to 0.45 s after; no hook 0.04 s); the compare is
 bit for bit in place (`_equal`: a copy to bytes first tripled it).
 
-What it does not catch (said in course_tools/README.md): trained features with a last layer
-reset to chance (the start scores chance, then trains fast), a first call of several steps
-judged by its start only, weights changed inside a later step call (a `tf.function` that steps
-and also assigns: continuity compares between calls, and only the first call's result is
-scored), variables no optimizer trains, a mirrored variable's other replicas, a step of the
-model's own optimizer steered by state set between its steps (its moments, its learning rate:
-neither is compared), the record reached by a route the reading does not name (it is reachable
-from the wrappers' globals), and anything in a kernel the notebook takes over.
+What it does not catch (said in course_tools/README.md): trained features with a last layer reset to
+chance (the start scores chance, then trains fast), a first call of several steps judged by its
+start only, weights changed inside a later step call (a `tf.function` that steps and also assigns:
+continuity compares between calls, and only the first call's result is scored), variables no
+optimizer trains, a mirrored variable's other replicas, a later step of the model's own optimizer
+given gradients the notebook chose (the custom loop's step, a model's own `train_step`), a step of
+the model's own optimizer steered by state set between its steps (its moments, its learning rate:
+neither is compared), the record reached by a route the reading does not name (it is reachable from
+the wrappers' globals), and anything in a kernel the notebook takes over.
 
 Example (check side):
 
