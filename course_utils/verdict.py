@@ -149,29 +149,32 @@ def busy_words(share: float, name: str, label: str) -> str:
     )
 
 
-def line_cores(names: list[str], misses: list[float], worths: list[float]) -> str:
-    """Whether the cores' worth explains the sweep point its line misses most (`misses`: the
-    line's error at each point, line / point - 1): it does only when that point got fewer cores
-    than every other (to 0.1, as the table prints them) and lies above the line, or more and below.
+def line_cores(
+    batches: list[float], step_ms: list[float], worths: list[float], tolerance: float
+) -> str:
+    """Whether the cores' worth each sweep point got explains why its line misses a point: the
+    same line fitted to CPU time (ms x cores' worth, section 1's model: a step's work is its time
+    times the cores it got) misses every point by at most `tolerance`, or not.
 
-    >>> print(line_cores(["16", "32", "64"], [-0.169, 0.05, 0.02], [1.2, 1.0, 1.0]))
-    16 lies above the line on 1.2 cores' worth, the others 1.0: not the cause
-    >>> print(line_cores(["16", "32", "64"], [-0.169, 0.05, 0.02], [0.8, 1.0, 1.1]))
-    16 lies above the line on 0.8 cores' worth, the others 1.0-1.1: fewer cores, the likely cause
+    >>> print(line_cores([64, 128, 192], [10.0, 10.0, 30.0], [1.0, 2.0, 1.0], 0.15))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    counted in CPU time (ms x cores' worth, 1.0-2.0), the line misses at most 0.0%: the
+    unequal cores' worth can explain the miss
+    >>> line_cores([64, 128, 192], [10.0, 10.0, 30.0], [1.0, 1.0, 1.0], 0.15).endswith("alone")
+    True
     """
-    i = max(range(len(misses)), key=lambda k: abs(misses[k]))
-    own, rest = round(worths[i], 1), [round(w, 1) for k, w in enumerate(worths) if k != i]
-    others = f"{min(rest):.1f}" if min(rest) == max(rest) else f"{min(rest):.1f}-{max(rest):.1f}"
-    above = misses[i] < 0  # the line below the point's time: the point lies above it
-    fewer, more = own < min(rest), own > max(rest)
-    cause = (
-        f"{'fewer' if fewer else 'more'} cores, the likely cause"
-        if (above and fewer) or (not above and more)
-        else "not the cause"
-    )
+    _, _, worst = sweep_line(batches, [t * w for t, w in zip(step_ms, worths)])
+    low, high = min(worths), max(worths)
+    spread = f"{low:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f}"
+    said = f"counted in CPU time (ms x cores' worth, {spread}), the line"
+    if abs(worst) <= tolerance:
+        return (
+            f"{said} misses at most {100 * abs(worst):.1f}%: the unequal cores' worth can "
+            "explain the miss"
+        )
     return (
-        f"{names[i]} lies {'above' if above else 'below'} the line on {own:.1f} cores' worth, "
-        f"the others {others}: {cause}"
+        f"{said} still misses a point by {100 * worst:+.1f}% (tolerance "
+        f"{100 * tolerance:.0f}%): something moved the points that is not the cores' worth alone"
     )
 
 
@@ -654,9 +657,9 @@ def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, the per-example 
     """3b's flags on the split of a step: the fixed part and the roof's part (shares of the step)
     overlapping, the sweep run on a busy machine (`sweep_load` over `busy`), the per-example
     part's rate (`per_example_rate`, FLOP/s; 0 when the line gives none) above the peak, or
-    compared with a peak whose round got fewer cores' worth than the run (`worths`: the peak's
-    fastest round's, `top_cores`, and the run's; 0 for the peak's when not read: a GPU, or a
-    peak a training run raised).
+    compared with a peak whose round got another cores' worth than the run, fewer or more
+    (`worths`: the peak's fastest round's, `top_cores`, and the run's; 0 for the peak's when not
+    read: a GPU, or a peak a training run raised).
 
     >>> part_flags(0.3, 0.4, 0.05, 0.2, 90e9, 100e9)
     []
@@ -681,10 +684,17 @@ def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, the per-example 
             "rate (from the time one more example adds) is not a computation's"
         )
     peak_got, run_got = worths
-    if per_example_rate and peak_got and round(peak_got, 1) < round(run_got, 1):
+    if per_example_rate and peak_got and round(peak_got, 1) != round(run_got, 1):
+        fewer = peak_got < run_got
         flags.append(
             f"the per-example part's rate is compared with a peak whose round got {peak_got:.1f} "
-            f"cores' worth, the run {run_got:.1f}: a peak on as many cores may be higher"
+            f"cores' worth, the run {run_got:.1f}: "
+            + (
+                "a peak on as many cores may be higher, and the share read too high"
+                if fewer
+                else "on as many cores the run may be faster, and the share read too low (the "
+                "roof's part too: its time comes from the same peak)"
+            )
         )
     return flags
 

@@ -1554,16 +1554,21 @@ def test_the_split_s_flags_fire_only_on_their_own_cause():
     )
 
 
-def test_a_per_example_rate_against_a_peak_on_fewer_cores_is_flagged():
+def test_a_per_example_rate_against_a_peak_on_other_cores_is_flagged():
     """A review's 5-device run printed "225.0 GFLOP/s, 98% of peak" against a peak whose round
-    got 1.0 of 2 cores' worth while the sweep's run got 1.8: flagged, with both figures; not
-    when the peak's round got as many (rounded alike), with no slope, or with no cores read
-    (0: a GPU, or a peak a training run raised); the fastest round of all sets gives it."""
+    got 1.0 of 2 cores' worth while the sweep's run got 1.8: flagged, with both figures; and a
+    later review's 2-device run printed "41% of peak" against a peak on 1.7 cores' worth, the
+    run on 1.1 (about 62% on as many cores): flagged the other way. Not when the peak's round
+    got as many (rounded alike), with no slope, or with no cores read (0: a GPU, or a peak a
+    training run raised); the fastest round of all sets gives it."""
     flags = verdict.part_flags(0.1, 0.3, 0.0, 0.2, 225e9, 230e9, (1.0, 1.8))
     assert flags == [
         "the per-example part's rate is compared with a peak whose round got 1.0 cores' worth, "
-        "the run 1.8: a peak on as many cores may be higher"
+        "the run 1.8: a peak on as many cores may be higher, and the share read too high"
     ]
+    flags = verdict.part_flags(0.1, 0.36, 0.0, 0.2, 71.2e9, 174.5e9, (1.7, 1.1))
+    assert len(flags) == 1 and "got 1.7 cores' worth, the run 1.1: on as many cores" in flags[0]
+    assert "the share read too low" in flags[0], flags
     assert verdict.part_flags(0.1, 0.3, 0.0, 0.2, 225e9, 230e9, (1.81, 1.79)) == []
     assert verdict.part_flags(0.1, 0.3, 0.0, 0.2, 0.0, 230e9, (1.0, 1.8)) == []
     assert verdict.part_flags(0.1, 0.3, 0.0, 0.2, 225e9, 230e9, (0.0, 1.8)) == []
