@@ -692,9 +692,9 @@ def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, the per-example 
             + (
                 "a peak on as many cores may be higher, and the share read too high"
                 if fewer
-                else "on as many cores the run may be faster, and the share read too low (the "
-                "roof's part too: its time comes from the same peak)"
+                else "on as many cores the run may be faster, and the share read too low"
             )
+            + " (the roof's part too: its time comes from the same peak)"
         )
     return flags
 

@@ -1564,7 +1564,8 @@ def test_a_per_example_rate_against_a_peak_on_other_cores_is_flagged():
     flags = verdict.part_flags(0.1, 0.3, 0.0, 0.2, 225e9, 230e9, (1.0, 1.8))
     assert flags == [
         "the per-example part's rate is compared with a peak whose round got 1.0 cores' worth, "
-        "the run 1.8: a peak on as many cores may be higher, and the share read too high"
+        "the run 1.8: a peak on as many cores may be higher, and the share read too high (the "
+        "roof's part too: its time comes from the same peak)"
     ]
     flags = verdict.part_flags(0.1, 0.36, 0.0, 0.2, 71.2e9, 174.5e9, (1.7, 1.1))
     assert len(flags) == 1 and "got 1.7 cores' worth, the run 1.1: on as many cores" in flags[0]
