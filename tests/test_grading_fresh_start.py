@@ -94,6 +94,24 @@ def test_a_removed_hook_is_tampering_and_the_routes_to_the_record_are_flagged():
     ]:
         code = reading.Code.of({"cells": [{"number": 1, "source": line}]})
         assert set(code.shell_reached()) & reading.GRADER_STATE_NAMES, line
+    # red team 33a: listing a module's members reaches no wrapped method (an honest line), but a
+    # class, a method or a name the notebook binds stays flagged
+    for line, flagged in [
+        ("import inspect, keras\nc = inspect.getmembers(keras.callbacks, inspect.isclass)", False),
+        ("import inspect\nimport tensorflow as tf\nx = inspect.getmembers(tf.keras.layers)", False),
+        ("import inspect, keras\nx = inspect.getmembers(keras.optimizers.Adam.build)", True),
+        ("import inspect, keras\nkeras = 1\nx = inspect.getmembers(keras)", True),
+        ("from inspect import getmembers\nimport keras\nx = getmembers(keras.Model)", True),
+        ("import inspect, keras\nx = inspect.getmembers(keras.__dict__)", True),
+        ("import inspect, keras\nf = keras.optimizers.Adam.apply\ng = inspect.getmembers(f)", True),
+        (
+            "from keras.optimizers import Adam as adam\nimport inspect\ny = inspect.getmembers"
+            "(adam)",
+            True,
+        ),
+    ]:
+        code = reading.Code.of({"cells": [{"number": 1, "source": line}]})
+        assert bool(set(code.shell_reached()) & reading.GRADER_STATE_NAMES) == flagged, line
 
 
 #: Run in a plain Python process: the hook installed first (as the grader's first expression
@@ -294,6 +312,15 @@ jumped = compiled(make_model())
 jumped.fit(train_ds, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[Jump()])
 start("jumped", jumped)
 found["jump landed on the donor"] = landed
+
+# honest: mixed precision under the strategy, whose LossScaleOptimizer and the Adam inside it make
+# their first steps in the same call (neither is later than the other)
+keras.mixed_precision.set_global_policy("mixed_float16")
+with strategy.scope():
+    mixed = compiled(make_model())
+mixed.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0)
+keras.mixed_precision.set_global_policy("float32")
+start("mixed precision", mixed)
 
 # the loop of the solution, checkpoints between epochs
 with strategy.scope():
@@ -563,14 +590,22 @@ def test_a_second_optimizer_over_weights_in_training_fails_the_model(starts):
         ):
             checks.assert_fresh_start(fact, "fit_model")
     checks.assert_continuity(starts["jumped"], "fit_model")  # no change outside the steps
+    mixed = starts["mixed precision"]  # a LossScaleOptimizer and its Adam: one call, two records
+    assert len(mixed["starts"]) == 2 and "later_optimizers" not in mixed and _passes(mixed), mixed
+    outer = {"variables": [1, 2], "call": 4, "id": 50, "inner": 51, "optimizer": "LossScale"}
     records = [
-        (0, {"variables": [1, 2], "call": 4, "optimizer": "LossScaleOptimizer"}),
-        (1, {"variables": [1, 2], "call": 4, "optimizer": "Adam"}),  # inside it: same call
-        (2, {"variables": [3], "call": 9, "optimizer": "Adam"}),  # another part of the model
+        (0, outer),
+        (1, {"variables": [1, 2], "call": 4, "id": 51, "inner": 0, "optimizer": "Adam"}),  # in it
+        (2, {"variables": [3], "call": 9, "id": 52, "inner": 0, "optimizer": "Adam"}),  # a part
     ]
     assert checks.later_optimizers(records, {1, 2, 3}) == []
-    late = (3, {"variables": [2, 3], "call": 12, "optimizer": "SGD"})
+    late = (3, {"variables": [2, 3], "call": 12, "id": 53, "inner": 0, "optimizer": "SGD"})
     assert checks.later_optimizers([*records, late], {1, 2, 3}) == ["SGD"]
+    # red team 33a: an SGD stepped inside fit's first call (in the loss) shares the call, but it
+    # neither wraps the Adam nor is wrapped by it: a second optimizer all the same
+    inside = (3, {"variables": [1, 2], "call": 4, "id": 54, "inner": 0, "optimizer": "SGD"})
+    second = checks.later_optimizers([*records, inside], {1, 2, 3})
+    assert second == ["Adam", "LossScale", "SGD"], second  # which came second is not known
 
 
 def test_a_start_is_the_union_of_the_records_covering_the_model(starts):
@@ -620,3 +655,37 @@ def test_the_starts_are_measured_where_the_notebook_cannot_steer_the_examples(
     facts["start_records"] = []
     fact = checker.measured(facts, folder)["models"]["steered"]
     assert "starts" not in fact and "no step" in fact["start_error"], fact
+
+
+def test_the_starts_are_measured_on_examples_no_notebook_can_know(monkeypatch):
+    """Red team 33a tuned a donor to fail on the first 512 training examples, where the grader
+    measured every start, and keep its skill elsewhere (0.79 test accuracy): 12/12. The check
+    process now draws its examples at random: new examples of the stand-in's distribution, or
+    among the first `probe.START_POOL` real ones."""
+    import numpy as np
+    import tensorflow_datasets as tfds
+
+    from course_utils import data
+
+    monkeypatch.setenv("COURSE_DATA", "synthetic")
+    (images, labels), (again, _) = checker._start_examples(), checker._start_examples()
+    assert images.shape == (512, 32, 32, 3) and images.dtype == np.float32, images.shape
+    assert 0.0 <= images.min() and images.max() <= 1.0 and set(labels) <= set(range(10))
+    assert not np.array_equal(images, again)  # a new draw each check process
+    known = data.synthetic_arrays("svhn_cropped", "train", 4096)[0].astype(np.float32) / 255.0
+    seen = {example.tobytes() for example in known}
+    assert not any(example.tobytes() in seen for example in images)  # none of the split's own
+    # the real route (tensorflow-datasets mocked): drawn among the pool, each example once
+    monkeypatch.setattr(data, "is_prepared", lambda name: True)
+    data.real_data_status.cache_clear()
+    monkeypatch.setenv("COURSE_DATA", "tfds")
+    monkeypatch.setattr(checker.probe, "START_POOL", 64)
+    monkeypatch.setattr(checker.probe, "START_EXAMPLES", 16)
+    with tfds.testing.mock_data(num_examples=64):
+        pool = next(iter(data.load("svhn_cropped", "train", limit=64).batch(64)))[0].numpy()
+        drawn, drawn_labels = checker._start_examples()
+    data.real_data_status.cache_clear()
+    assert drawn.shape == (16, 32, 32, 3) and len(drawn_labels) == 16
+    rows = [example.tobytes() for example in pool]
+    assert all(example.tobytes() in rows for example in drawn)
+    assert len({example.tobytes() for example in drawn}) == 16

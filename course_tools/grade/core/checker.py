@@ -99,22 +99,23 @@ def _facts(job: dict) -> dict:
     return facts
 
 
-#: The largest file of the grader's copies of each start read (`probe.START_FILE`), in MB: the
-#: solution's three models take about 8 MB.
-START_FILE_MB = 256
+#: The largest file of the grader's copies of each start read (`probe.START_FILE`: the graded
+#: models' records only), in MB: the solution's three models take about 8 MB. Removed from the
+#: grades once the check process has read it (`one_submission._check`).
+START_FILE_MB = 64
 #: The training examples each start is measured on, loaded once per check process (`measured`).
 _examples: list = []
 
 
 def measured(facts: dict, artifacts: Path) -> dict:
     """`facts` with each model's starts measured here, in the check process, never in the kernel
-    (`checks.measure_starts`): on the first `probe.START_EXAMPLES` training examples this process
-    loads with the grader's own settings (the batch's data: nothing the notebook set reaches
-    them), with a copy of the model's saved file (the one `checks.own_model` ties to the kernel's
-    model by its fingerprint) given the grader's copies of its weights, which the probe wrote to
-    `probe.START_FILE` (read only when its SHA-256 is the one in the facts). Scores a kernel
-    sent (`starts`) are dropped: only these count. A start that cannot be measured is a
-    `start_error` (the check fails the model's points)."""
+    (`checks.measure_starts`): on `probe.START_EXAMPLES` training examples this process draws at
+    random (`_start_examples`) with the grader's own settings (the batch's data: nothing the
+    notebook set reaches them), with a copy of the model's saved file (the one `checks.own_model`
+    ties to the kernel's model by its fingerprint) given the grader's copies of its weights, which
+    the probe wrote to `probe.START_FILE` (read only when its SHA-256 is the one in the facts).
+    Scores a kernel sent (`starts`) are dropped: only these count. A start that cannot be measured
+    is a `start_error` (the check fails the model's points)."""
     models = facts.get("models")
     if not isinstance(models, dict):
         return facts
@@ -176,15 +177,31 @@ def _start_arrays(info, artifacts: Path) -> dict:
 
 
 def _start_examples() -> tuple:
-    """(images, labels) of the first `probe.START_EXAMPLES` training examples, as the course's
-    loader gives them in this process (the grader's settings)."""
+    """(images, labels): `probe.START_EXAMPLES` training examples no notebook can know, drawn here
+    at random (a seed from the operating system) under the grader's settings: on the synthetic
+    stand-in, new examples of its training distribution (`data.synthetic_arrays` with that seed);
+    on the real data, examples at random among the first `probe.START_POOL` of the training split.
+    A fixed set (the first 512, red team 33a) let a classmate's model be tuned to fail on just
+    those examples and keep its skill elsewhere."""
+    import secrets
+
     import numpy as np
 
-    from course_utils import data
+    from course_utils import data, settings
 
-    dataset = data.load(probe.START_DATASET, "train", limit=probe.START_EXAMPLES)
-    images, labels = next(iter(dataset.batch(probe.START_EXAMPLES)))
-    return np.asarray(images.numpy()), np.asarray(labels.numpy()).reshape(-1)
+    name, wanted = probe.START_DATASET, probe.START_EXAMPLES
+    rng = np.random.default_rng(secrets.randbits(128))
+    if not data.use_real_data(name, settings.read_settings().data):
+        images, labels = data.synthetic_arrays(name, "train", wanted, seed=rng)
+        return images.astype(np.float32) / 255.0, labels  # as `data.load` scales them
+    chosen = np.sort(rng.choice(probe.START_POOL, size=wanted, replace=False))
+    found_images, found_labels, seen = [], [], 0
+    for images, labels in data.load(name, "train", limit=probe.START_POOL).batch(1024):
+        here = chosen[(chosen >= seen) & (chosen < seen + len(labels))] - seen
+        found_images.append(images.numpy()[here])
+        found_labels.append(labels.numpy().reshape(-1)[here])
+        seen += len(labels)
+    return np.concatenate(found_images), np.concatenate(found_labels)
 
 
 def _run_tests(job: dict, settings) -> list[dict]:

@@ -640,7 +640,7 @@ def assert_mirrored(facts: dict, name: str, replicas: int) -> None:
 def assert_fresh_start(fact: dict, name: str) -> None:
     """The training of model `name` started from fresh weights: for each optimizer that trained
     its weights, the grader's record of its first step (`fresh`, measured in the check process on
-    the first training examples of the course's loader, `checks.measure_starts`, with the
+    training examples drawn at random there, `checks.measure_starts`, with the
     records covering the model's variables) scores like a fresh model, before that step
     and after it when that call made one step (`fresh.fresh_start`). Weights given before `fit`
     or before the custom loop, at `fit`'s start (`BackupAndRestore`), or inside the first step
@@ -654,8 +654,9 @@ def assert_fresh_start(fact: dict, name: str) -> None:
     if later:
         names = ", ".join(map(str, later))
         raise CheckError(
-            f"the weights of `{name}` were stepped by a second optimizer ({names}), which made "
-            "its first step after the first optimizer training them had started: a graded "
+            f"the weights of `{name}` were stepped by a second optimizer ({names}): one whose "
+            "first step came after the first optimizer training them had started, or in the "
+            "same call without wrapping it (as a LossScaleOptimizer wraps its own). A graded "
             f"model is trained by one optimizer from the weights make_model() gives it (compile "
             f"{name} once and fit it once; in the custom loop, one optimizer), as the steps of "
             "another, given gradients of any values, can set its weights to anything (another "
@@ -694,8 +695,8 @@ def assert_fresh_start(fact: dict, name: str) -> None:
             )
             raise CheckError(
                 f"`{name}` did not start its training from fresh weights: {when} its "
-                f"optimizer's first step, its weights score {shown} on the first training "
-                f"examples, where a model fresh from make_model() scores about a chance's "
+                f"optimizer's first step, its weights score {shown} on training examples "
+                f"drawn at random, where a model fresh from make_model() scores about a chance's "
                 f"(a loss near ln 10 = 2.30 and an accuracy near 0.1; the grader accepts a "
                 f"loss from {fresh.START_LOSS_AT_LEAST} and an accuracy up to "
                 f"{fresh.START_ACCURACY_AT_MOST}). Weights given to a model (set_weights, "
@@ -780,26 +781,37 @@ def measure_starts(fact: dict, facts: dict, arrays: dict, model: Any, examples: 
 
 
 def later_optimizers(covering: list[tuple[int, dict]], trainable: set) -> list[str]:
-    """The optimizers (class names) among `covering` (the records touching a model, (index,
-    record)) whose first step came in a later call (the record's `call`) than the first step of
-    another optimizer over the same trainable variables: a second optimizer stepping weights
-    that were already being trained. Optimizers whose first steps share a call (a
-    `LossScaleOptimizer` and the one inside it; two optimizers over two parts of a model) are
-    not later than each other.
+    """The second optimizers (class names) among `covering` (the records touching a model,
+    (index, record)): over a trainable variable that another optimizer trains, one whose first
+    step came in a later call (the record's `call`), or in the same call without wrapping it or
+    being wrapped by it (a `LossScaleOptimizer` and the one inside it, its `inner`, are one
+    optimizer). Optimizers over two parts of a model are not second to each other.
 
-    >>> later_optimizers([(0, {"variables": [1], "call": 3, "optimizer": "Adam"}),
-    ...                   (1, {"variables": [1], "call": 9, "optimizer": "SGD"})], {1})
+    >>> records = [(0, {"variables": [1], "call": 3, "id": 5, "inner": 0, "optimizer": "Adam"})]
+    >>> later_optimizers([*records, (1, {"variables": [1], "call": 9, "optimizer": "SGD"})], {1})
     ['SGD']
+    >>> later_optimizers([*records, (1, {"variables": [1], "call": 3, "optimizer": "SGD"})], {1})
+    ['Adam', 'SGD']
+    >>> wrapper = {"variables": [1], "call": 3, "id": 6, "inner": 5, "optimizer": "LossScale"}
+    >>> later_optimizers([*records, (1, wrapper)], {1})
+    []
     """
-    first: dict = {}
-    for _, record in covering:
-        for variable in set(record["variables"]) & trainable:
-            first[variable] = min(first.get(variable, record.get("call", 0)), record.get("call", 0))
-    return [
-        str(record.get("optimizer", "?"))
-        for _, record in covering
-        if any(record.get("call", 0) > first[v] for v in set(record["variables"]) & trainable)
-    ]
+    second: list[str] = []
+    for variable in trainable:
+        here = [r for _, r in covering if variable in set(r["variables"])]
+        if not here:
+            continue
+        first = min(r.get("call", 0) for r in here)
+        group = [r for r in here if r.get("call", 0) == first]
+        linked = {group[0].get("id"), group[0].get("inner")} - {0, None}
+        for record in group[1:]:  # one optimizer: a wrapper and the one inside it, either order
+            ids = {record.get("id"), record.get("inner")} - {0, None}  # 0: wraps nothing
+            if not ids & linked:  # two optimizers in one call: which is second is not known
+                second += [str(r.get("optimizer", "?")) for r in group]
+                break
+            linked |= ids
+        second += [str(r.get("optimizer", "?")) for r in here if r.get("call", 0) > first]
+    return sorted(set(second))
 
 
 def start_scores(model: Any, values: list, images, labels) -> tuple[float, float]:
@@ -858,8 +870,9 @@ def assert_kernel_trusted(facts: dict) -> None:
     tampered = (facts or {}).get("tampered")
     if tampered:
         raise CheckError(
-            f"the notebook changed how its kernel runs code ({', '.join(map(str, tampered))}): the "
-            "grader cannot trust what it finds in memory; remove those changes"
+            "the notebook changed how its kernel runs code, or uses code that can reach what "
+            f"the grader keeps there ({', '.join(map(str, tampered))}): the grader cannot trust "
+            "what it finds in memory; remove those lines"
         )
 
 

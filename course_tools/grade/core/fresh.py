@@ -35,28 +35,27 @@ of that call has run yet. Weights loaded at `on_train_begin` (`BackupAndRestore`
 or before the custom loop are the weights of the first step's copy; weights given inside the
 first step are those after it.
 
-Where the starts are measured: not in the kernel. The probe (`probe.start_records`) finds the
-record through the interpreter's `__import__` (the builtins are compared with the grader's anchor,
+Where the starts are measured: not in the kernel. The probe (`probe.start_records`) finds the record
+through the interpreter's `__import__` (the builtins are compared with the grader's anchor,
 `submission.ANCHOR`: replaced, they refuse the probe), takes its copies first, before it reads any
 object of the notebook's, and writes them with the ids of each model's weights
-(`probe.start_weights`) into `probe.START_FILE` in the kernel's artifacts folder, its SHA-256 in
-the facts; the grader copies that file beside the artifacts (`one_submission.take_starts`), and
-the check process (`checker.measured`) reads it (the same SHA-256, else refused: a thread the
-notebook left running could have rewritten it), loads the model's saved file (the one whose
-fingerprint `checks.own_model` ties to the kernel's model) and measures each start on the first
-`probe.START_EXAMPLES` (512) training examples of the course's loader run there, under the
-grader's settings (`checks.measure_starts`): nothing the notebook sets (`os.environ`'s
-COURSE_DATA or TFDS_DATA_DIR, its pipeline) reaches those examples, and no score the kernel sends
-is read. A model's start is the union of the records covering its trainable variables (each
-variable from the earliest first step that trained it: two optimizers over two parts of a model
-are each a record); a trainable variable no record covers (a layer frozen during `fit` and
-unfrozen after, an optimizer the hook does not read) fails the model's points, named, and so does
-a record whose first step came in a later call (`RECORD`'s `call`) than another's over the same
-variables (`checks.later_optimizers`): a second optimizer's steps, given gradients of any values,
-set weights to anything (red team 32a: a new SGD(1.0), a step of zeros, then a step of the weights
-less a donor's). A hook no
-longer in place is tampering (`checker._facts`); putting the methods back takes an assignment to
-a Keras or TensorFlow class (`reading.Code.module_patches`, tampering).
+(`probe.start_weights`) into `probe.START_FILE` in the kernel's artifacts folder, its SHA-256 in the
+facts; the grader copies that file beside the artifacts (`one_submission.take_starts`), and the
+check process (`checker.measured`) reads it (the same SHA-256, else refused: a thread the notebook
+left running could have rewritten it), loads the model's saved file (the one whose fingerprint
+`checks.own_model` ties to the kernel's model) and measures each start on `probe.START_EXAMPLES`
+(512) training examples it draws at random (`checker._start_examples`: no notebook can know them),
+under the grader's settings (`checks.measure_starts`): nothing the notebook sets (`os.environ`'s
+COURSE_DATA or TFDS_DATA_DIR, its pipeline) reaches those examples, and no score the kernel sends is
+read. A model's start is the union of the records covering its trainable variables (each variable
+from the earliest first step that trained it: two optimizers over two parts of a model are each a
+record); a trainable variable no record covers (a layer frozen during `fit` and unfrozen after, an
+optimizer the hook does not read) fails the model's points, named, and so does a record whose first
+step came in a later call (`RECORD`'s `call`) than another's over the same variables
+(`checks.later_optimizers`): a second optimizer's steps, given gradients of any values, set weights
+to anything (red team 32a: a new SGD(1.0), a step of zeros, then a step of the weights less a
+donor's). A hook no longer in place is tampering (`checker._facts`); putting the methods back takes
+an assignment to a Keras or TensorFlow class (`reading.Code.module_patches`, tampering).
 
 Out of the notebook's reach: the hook calls nothing of the notebook's while it holds the record.
 Every object it reads an attribute of is first checked to be of a library class (`_library`:
@@ -142,8 +141,9 @@ import types
 
 #: The name of the wrapper of the builtin `__import__`: the probe finds the record through it.
 HOOK_NAME = "grader_import"
-#: The lowest mean loss (cross-entropy, natural log) a model that starts fresh may score on the
-#: first `probe.START_EXAMPLES` (512) training examples, before and after its first step. A fresh
+#: The lowest mean loss (cross-entropy, natural log) a model that starts fresh may score on
+#: `probe.START_EXAMPLES` (512) training examples, before and after its first step (measured on
+#: the first 512; the check process now draws them at random from the same distribution). A fresh
 #: make_model() scores about ln 10 = 2.303. Measured with this hook and the probe (quick profile,
 #: synthetic data, the solution's make_model and Adam): 76 fresh starts (20 seeds through fit and 5
 #: through a custom loop, each at 1, 2 and 8 devices, so first batches of 64, 128 and 512; one
@@ -165,8 +165,9 @@ START_ACCURACY_AT_MOST = 0.4
 
 #: The grader's record in the kernel: which optimizers were built ({id: optimizer}), the copies
 #: taken at a build inside a trace ({id: (steps, variables, copies)}), and each optimizer's start
-#: ({id: (optimizer, variables, copies before, copies after, steps, how, call)}, `RECORD`; call: the
-#: grader's count of eager calls when it was made, so the check can order them); `patched`:
+#: ({id: (optimizer, variables, copies before, copies after, steps, how, call, inner)}, `RECORD`;
+#: call: the grader's count of eager calls when it was made, so the check can order them; inner:
+#: the id of the optimizer a `LossScaleOptimizer` wraps, else 0); `patched`:
 #: the methods wrapped, `errors`: why a wrap or a copy failed (shown by the probe), `unmeasured`:
 #: the optimizers the hook does not read ({id: (optimizer, why)}: a class not Keras's own,
 #: `_library`). Continuity: `last` ({id(variable): (variable, copy, ids of the optimizers
@@ -190,7 +191,7 @@ STATE: dict = {
     "calls": 0,
 }
 #: The fields of a start in `STATE["started"]`, in order.
-RECORD = ("optimizer", "variables", "before", "after", "steps", "how", "call")
+RECORD = ("optimizer", "variables", "before", "after", "steps", "how", "call", "inner")
 #: At most this many differences are kept (`STATE["changed"]`), the first ones; `STATE["calls"]`
 #: and the count in `STATE["changes"]` go on.
 CHANGES_KEPT = 20
@@ -573,6 +574,7 @@ def _after(before: tuple, how: str) -> None:
             moved = _steps(optimizer) - steps
             if moved:
                 after = tuple(map(_frozen, variables))
+                inner = _attrs(optimizer).get("inner_optimizer")  # a LossScaleOptimizer's
                 STATE["started"][key] = (
                     optimizer,
                     variables,
@@ -581,6 +583,7 @@ def _after(before: tuple, how: str) -> None:
                     moved,
                     kind,
                     STATE["calls"],
+                    0 if inner is None else id(inner),
                 )
                 _keep(key, optimizer)
         except Unreadable as exc:

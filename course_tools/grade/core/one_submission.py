@@ -382,6 +382,8 @@ def _grade_notebook(batch: Batch, submission: Submission, where: Workspace) -> G
             # check process's (`sandbox._in_order`: the checkout or the data in --out), as
             # `plan.check_out` refuses a student whose folder of the grades is or holds them
             staging.clear(staged)
+        # the grader's working file of the starts, read by the check process: not the student's
+        (artifacts / probe.START_FILE).unlink(missing_ok=True)
     g.check_seconds = time.monotonic() - started
     _score(g, parts, verdicts)
     return g

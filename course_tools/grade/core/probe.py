@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import os
+import re
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -399,11 +400,13 @@ def neighbours_kept(first: list, second: list) -> float:
     return kept / len(pairs) if pairs else 1.0
 
 
-#: The dataset whose first `START_EXAMPLES` training examples (in the course loader's order) each
-#: start of a model's training is measured on, by the check process (`checks.measure_starts`),
-#: with the examples the grader loads under its own settings (the batch's `--data`).
+#: The dataset of whose training examples `START_EXAMPLES` are drawn at random by the check
+#: process (`checker._start_examples`: new synthetic examples, or among the first `START_POOL` real
+#: ones) to measure each start of a model's training on (`checks.measure_starts`), under the
+#: grader's own settings (the batch's `--data`).
 START_DATASET = "svhn_cropped"
 START_EXAMPLES = 512
+START_POOL = 16_384
 #: The file the probe writes the grader's copies of each start into (`start_export`), in the
 #: kernel's `COURSE_ARTIFACTS` folder: the grader copies it beside the artifacts
 #: (`one_submission.take_starts`) and the check process reads it after comparing its SHA-256 with
@@ -449,17 +452,17 @@ def check_continuity() -> None:
 
 
 def start_records(state: dict) -> tuple[dict, dict]:
-    """The grader's record (`fresh.STATE`) as facts and arrays, taken first, before any object of
-    the notebook's is read: ({"start_records": [{"variables": ids, "steps", "how", "call",
-    "optimizer": its class's name}, ...] in the order of the first steps, "start_unmeasured":
-    why an optimizer was not read, "start_errors"}, {"r<k>b<i>": the copy of record k's i-th
-    variable before its first step, "r<k>a<i>": after it}). The records are tuples of frozen
-    copies (bytes): nothing here runs the notebook's code."""
+    """The grader's record (`fresh.STATE`) as facts and arrays, taken first, before any object
+    of the notebook's is read: ({"start_records": [{"variables": ids, "steps", "how", "call", "id",
+    "inner", "optimizer": its class's name}, ...] in the order of the first steps,
+    "start_unmeasured": why an optimizer was not read, "start_errors"}, {"r<k>b<i>": the copy of
+    record k's i-th variable before its first step, "r<k>a<i>": after it}). The records are tuples
+    of frozen copies (bytes): nothing here runs the notebook's code."""
     import numpy as np
 
     records, arrays = [], {}
-    for number, record in enumerate(tuple(state["started"].values())):
-        optimizer, variables, before, after, steps, how, call = record
+    for number, (key, record) in enumerate(tuple(state["started"].items())):
+        optimizer, variables, before, after, steps, how, call, inner = record
         for index, pair in enumerate(zip(before, after)):
             for when, (data, dtype, shape) in zip("ba", pair):
                 array = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape)
@@ -470,6 +473,8 @@ def start_records(state: dict) -> tuple[dict, dict]:
                 "steps": int(steps),
                 "how": str(how),
                 "call": int(call),
+                "id": int(key),
+                "inner": int(inner),
                 "optimizer": CLASS_NAME.__get__(type(optimizer)),  # no code of the notebook's
             }
         )
@@ -509,6 +514,23 @@ def start_weights(model: Any, number: int, arrays: dict) -> dict:
             "names": [str(getattr(v, "path", "?"))[:100] for v in weights],
         }
     }
+
+
+def graded_only(arrays: dict, records: list[dict], graded: set) -> dict:
+    """`arrays` without the copies of the records that train none of the `graded` variables (a
+    scratch model's optimizer): only the graded models' starts are written and measured.
+
+    >>> records = [{"variables": [7]}, {"variables": [8]}]
+    >>> graded_only({"r0b0": 1, "r1b0": 2, "m1w0": 3}, records, {8})
+    {'r1b0': 2, 'm1w0': 3}
+    """
+    kept = {k for k, record in enumerate(records) if graded & set(record["variables"])}
+
+    def wanted(key: str) -> bool:  # "r<k>b<i>", "r<k>a<i>": record k's; other arrays are kept
+        found = re.fullmatch(r"r(\d+)[ab]\d+", key)
+        return found is None or int(found.group(1)) in kept
+
+    return {key: value for key, value in arrays.items() if wanted(key)}
 
 
 def start_export(arrays: dict, folder: str) -> dict:
@@ -632,6 +654,8 @@ def collect(
     measured = [f for f in facts["models"].values() if isinstance(f, dict) and "start_weights" in f]
     if state is not None and measured:  # into the kernel's artifacts folder, copied from there
         folder = os.environ.get("COURSE_ARTIFACTS") or "."
+        graded = {v for f in measured for v in f["start_weights"]["trainable"]}
+        arrays = graded_only(arrays, facts.get("start_records") or [], graded)
         facts["start_file"] = start_export(arrays, folder)
     if loss is not None:
         try:
