@@ -537,13 +537,28 @@ def starved_sets(
     ]
 
 
+def cores_shown(value: float, usable: float) -> str:
+    """A cores' worth as printed: one decimal, more when rounding would put it on the other side
+    of the starved line (`STARVED` of the usable CPUs), so a starved 1.495 of 2 never reads 1.5.
+
+    >>> cores_shown(1.43, 2.0), cores_shown(1.495, 2.0), cores_shown(1.4999, 2.0)
+    ('1.4', '1.495', '1.500')
+    """
+    line = STARVED * usable
+    for digits in (1, 2, 3):
+        shown = f"{value:.{digits}f}"
+        if (float(shown) < line) == (value < line):
+            break
+    return shown
+
+
 def worth(got: list[float], usable: float) -> str:
-    """Cores' worth in words, one figure when the lowest and highest round to the same.
+    """Cores' worth in words, one figure when the lowest and highest print the same (`cores_shown`).
 
     >>> worth([0.21, 0.24], 2.0), worth([1.0, 1.14], 2.0)
     ("0.2 of 2 cores' worth", "1.0-1.1 of 2 cores' worth")
     """
-    low, high = f"{min(got):.1f}", f"{max(got):.1f}"
+    low, high = cores_shown(min(got), usable), cores_shown(max(got), usable)
     return f"{low if low == high else f'{low}-{high}'} of {usable:g} cores' worth"
 
 
