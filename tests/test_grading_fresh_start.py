@@ -149,7 +149,7 @@ def start(name, model):
     probe.check_continuity()  # as the probe does after the last cell
     records, arrays = probe.start_records(state)
     fact = probe.start_weights(model, 0, arrays)
-    fact["changed"] = probe.changes(set(fact["start_weights"]["trainable"]), state)
+    fact["changed"] = probe.changes(set(fact["start_weights"]["ids"]), state)  # as collect
     # through the file, as the check process reads it
     arrays = checker._start_arrays(probe.start_export(arrays, "."), checker.Path("."))
     if not examples:
@@ -221,6 +221,21 @@ for i, batch in zip(range(3), strategy.experimental_distribute_dataset(train_ds)
     if i == 0:
         model.set_weights(donor.get_weights())  # the loop's own first step, then a load
 start("loop loaded after its first step", model)
+
+# red team 33b: the same, then every layer frozen before the probe (judged all the same)
+keras.utils.set_random_seed(2)
+with strategy.scope():
+    model = make_model()
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+train_step = looped(model, optimizer)
+for i, batch in zip(range(3), strategy.experimental_distribute_dataset(train_ds)):
+    train_step(batch)
+    if i == 0:
+        model.set_weights(donor.get_weights())
+for layer in model.layers:
+    layer.trainable = False
+start("loaded, then frozen before the probe", model)
 
 class LoadAtFirstBatchEnd(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
@@ -312,6 +327,11 @@ jumped = compiled(make_model())
 jumped.fit(train_ds, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[Jump()])
 start("jumped", jumped)
 found["jump landed on the donor"] = landed
+frozen_jump = compiled(make_model())
+frozen_jump.fit(train_ds, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[Jump()])
+for layer in frozen_jump.layers:
+    layer.trainable = False
+start("jumped, then frozen", frozen_jump)
 
 # honest: mixed precision under the strategy, whose LossScaleOptimizer and the Adam inside it make
 # their first steps in the same call (neither is later than the other)
@@ -515,7 +535,7 @@ HONEST = (
 
 
 def test_weights_changed_between_two_steps_fail_the_model(starts):
-    for name in (*LATE, "loaded after the last step"):
+    for name in (*LATE, "loaded after the last step", "loaded, then frozen before the probe"):
         fact = starts[name]
         assert all(fresh.fresh_start(s) for s in fact["starts"]), (name, fact)  # a fresh start
         assert len(fact["changed"]) == 1, (name, fact)
@@ -581,8 +601,12 @@ def test_weights_from_elsewhere_lose_the_points_of_the_model_they_touch(graded):
 def test_a_second_optimizer_over_weights_in_training_fails_the_model(starts):
     # red team 32a's jump: each optimizer's first step is fresh, and the second's later step
     # lands on the donor's weights (its own record is fresh before and after its first step)
-    assert starts["jump landed on the donor"] == [True], starts["jump landed on the donor"]
-    for name, second in (("jumped", ["SGD"]), ("compiled again", ["Adam"])):
+    assert starts["jump landed on the donor"] == [True, True], starts["jump landed on the donor"]
+    for name, second in (
+        ("jumped", ["SGD"]),
+        ("compiled again", ["Adam"]),
+        ("jumped, then frozen", ["SGD"]),  # red team 33b: frozen before the probe, judged still
+    ):
         fact = starts[name]
         assert fact["later_optimizers"] == second and fact["changed"] == [], (name, fact)
         with pytest.raises(

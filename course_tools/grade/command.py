@@ -284,9 +284,18 @@ def run(args: argparse.Namespace) -> int:
         submissions = roster.collect_submissions(args.submissions)
         plan.check_out(args.out, submissions, solution)
         check_replaced(args.out, submissions)
+        lock = plan.lock_out(args.out)  # held to the end: no second run writes into --out
     except (FileNotFoundError, ValueError) as exc:
         print(f"course grade: {console(exc)}", file=sys.stderr)
         return 2
+    try:
+        return _run_locked(args, jobs)
+    finally:
+        os.close(lock)
+
+
+def _run_locked(args: argparse.Namespace, jobs: int | None) -> int:
+    """`run`, once the checks on its input passed and it holds --out's lock."""
     if args.slurm and slurm_array.missing():
         print(f"course grade: {slurm_array.missing()}", file=sys.stderr)
         return 2

@@ -707,15 +707,17 @@ def assert_fresh_start(fact: dict, name: str) -> None:
 
 def measure_starts(fact: dict, facts: dict, arrays: dict, model: Any, examples: tuple) -> dict:
     """{"starts": [...]} or {"start_error": why} for one model (`fact`, the probe's, with its
-    `start_weights`): run in the check process, on `examples` ((images, labels), the first
-    `probe.START_EXAMPLES` training examples the grader loads) with a copy of `model` (its saved
-    file, loaded here) given the grader's copies (`arrays`, the probe's `START_FILE`).
+    `start_weights`): run in the check process, on `examples` ((images, labels),
+    `probe.START_EXAMPLES` training examples drawn at random, `checker._start_examples`) with a
+    copy of `model` (its saved file, loaded here) given the grader's copies (`arrays`, the
+    probe's `START_FILE`).
 
-    A model's start is the union of the records (`facts["start_records"]`, in the order of
-    their first steps) covering its trainable variables: each variable from the earliest first
+    A model's start is the union of the records (`facts["start_records"]`, in the order of their
+    first steps) covering its trainable variables and any other weight of it a record trained (a
+    layer frozen after its training is judged all the same): each variable from the earliest first
     step that trained it (two optimizers over two parts of a model, each its own record). Each
-    record touching the model is measured, its own variables from its own copies, the others
-    from that union: before its first step and after it ({"loss", "accuracy", "after_loss",
+    record touching the model is measured, its own variables from its own copies, the others from
+    that union: before its first step and after it ({"loss", "accuracy", "after_loss",
     "after_accuracy", "steps", "how"}). A trainable variable no record covers fails the model
     (`start_error` names it): an optimizer the hook did not read (`start_unmeasured`), a layer
     frozen during `fit` and unfrozen after it, raw ops."""
@@ -723,7 +725,10 @@ def measure_starts(fact: dict, facts: dict, arrays: dict, model: Any, examples: 
     ids, names, number = plan["ids"], plan["names"], plan["number"]
     trainable = set(plan["trainable"])
     records = [r for r in facts.get("start_records") or [] if isinstance(r, dict)]
-    covering = [(k, r) for k, r in enumerate(records) if trainable & set(r["variables"])]
+    # judged: its trainable variables, and every weight of it an optimizer trained, trainable at
+    # the probe or not (red team 33b: layers frozen before the probe hid a load from the check)
+    judged = trainable | (set(ids) & {v for r in records for v in r["variables"]})
+    covering = [(k, r) for k, r in enumerate(records) if judged & set(r["variables"])]
     earliest: dict = {}
     for k, record in covering:
         for i, variable in enumerate(record["variables"]):
@@ -745,7 +750,7 @@ def measure_starts(fact: dict, facts: dict, arrays: dict, model: Any, examples: 
         }
     import keras
 
-    later = later_optimizers(covering, trainable)
+    later = later_optimizers(covering, judged)
     if later:
         return {"later_optimizers": later}
     clone = keras.models.clone_model(model)
@@ -758,7 +763,7 @@ def measure_starts(fact: dict, facts: dict, arrays: dict, model: Any, examples: 
             for j, variable in enumerate(ids):
                 if variable in own:
                     found.append(arrays[f"r{k}{when}{own[variable]}"])
-                elif variable in trainable:
+                elif variable in judged:
                     first, index = earliest[variable]
                     found.append(arrays[f"r{first}{when}{index}"])
                 else:

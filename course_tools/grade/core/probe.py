@@ -631,7 +631,8 @@ def collect(
             fact = facts["models"][name]
             try:
                 fact.update(start_weights(model, len(facts["models"]), arrays))
-                wanted = set(fact.get("start_weights", {}).get("trainable", ()))
+                # every weight of it: one frozen before the probe was trained all the same
+                wanted = set(fact.get("start_weights", {}).get("ids", ()))
                 fact["changed"] = changes(wanted, state)
             except Exception as exc:  # noqa: BLE001 - the check says the start is unmeasured
                 fact["start_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -654,7 +655,7 @@ def collect(
     measured = [f for f in facts["models"].values() if isinstance(f, dict) and "start_weights" in f]
     if state is not None and measured:  # into the kernel's artifacts folder, copied from there
         folder = os.environ.get("COURSE_ARTIFACTS") or "."
-        graded = {v for f in measured for v in f["start_weights"]["trainable"]}
+        graded = {v for f in measured for v in f["start_weights"]["ids"]}  # frozen ones too
         arrays = graded_only(arrays, facts.get("start_records") or [], graded)
         facts["start_file"] = start_export(arrays, folder)
     if loss is not None:
