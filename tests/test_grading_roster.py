@@ -901,20 +901,19 @@ def test_course_grade_of_one_student_folder_keeps_every_row_and_says_why_a_folde
 def test_a_second_run_into_the_same_out_stops_before_writing(tmp_path, capsys):
     """Red team 33b: two `course grade` runs into one --out at once each emptied and rewrote the
     other's student folders, and both printed wrong grades as "graded". A run holds --out's lock
-    (`plan.lock_out`) from its checks to its end: a second one exits 2 and writes nothing; the
-    lock is free again once the first ends."""
+    (`plan.out_locked`) from the end of its checks to its end: a second one exits 2 and writes
+    nothing; the lock is free again once the first ends."""
     from course_tools.grade.core import plan
 
     subs, out = tmp_path / "subs", tmp_path / "grades"
     subs.mkdir()
     (subs / "alice.ipynb").write_text('{"cells": [')
-    held = plan.lock_out(out)
-    try:
+    with plan.out_locked(out):
         assert _grade([subs / "alice.ipynb"], out) == 2
         assert "another course grade is writing into" in capsys.readouterr().err
         assert sorted(p.name for p in out.iterdir()) == [plan.OUT_LOCK]  # nothing written
         with pytest.raises(ValueError, match="wait for it to end, or give another --out"):
-            plan.lock_out(out)
-    finally:
-        os.close(held)
-    os.close(plan.lock_out(out))  # free once the first run ended
+            with plan.out_locked(out):
+                pass
+    with plan.out_locked(out):  # free once the first run ended
+        pass

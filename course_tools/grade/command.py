@@ -284,18 +284,9 @@ def run(args: argparse.Namespace) -> int:
         submissions = roster.collect_submissions(args.submissions)
         plan.check_out(args.out, submissions, solution)
         check_replaced(args.out, submissions)
-        lock = plan.lock_out(args.out)  # held to the end: no second run writes into --out
     except (FileNotFoundError, ValueError) as exc:
         print(f"course grade: {console(exc)}", file=sys.stderr)
         return 2
-    try:
-        return _run_locked(args, jobs)
-    finally:
-        os.close(lock)
-
-
-def _run_locked(args: argparse.Namespace, jobs: int | None) -> int:
-    """`run`, once the checks on its input passed and it holds --out's lock."""
     if args.slurm and slurm_array.missing():
         print(f"course grade: {slurm_array.missing()}", file=sys.stderr)
         return 2
@@ -303,18 +294,20 @@ def _run_locked(args: argparse.Namespace, jobs: int | None) -> int:
         # bad paths: a clear error before anything is written
         roster.collect_submissions(args.submissions)
         if args.benchmark:
-            return benchmark(args, jobs or 1)
-        b = _prepare(args, args.out, sandboxed=not args.no_sandbox)
-        print(f"course grade: {route(slurm=args.slurm, sandboxed=not args.no_sandbox)}")
-        if args.profile == "quick":  # the default: the course's own tests grade in it
-            print(
-                "course grade: profile quick, a smoke test: its few short epochs may miss the "
-                "accuracy the checks ask for on real data; for grades, --profile cpu"
-            )
-        if not args.no_sandbox and not args.slurm:
-            for line in jail_limits.missing():
-                print(f"course grade: {line}")
-        grades = _grade(args, b, jobs or 1, slurm=args.slurm)
+            with plan.out_locked(args.out):
+                return benchmark(args, jobs or 1)
+        b = _prepare(args, args.out, sandboxed=not args.no_sandbox)  # its checks write nothing
+        with plan.out_locked(b.out):  # to the end: no second run writes into --out meanwhile
+            print(f"course grade: {route(slurm=args.slurm, sandboxed=not args.no_sandbox)}")
+            if args.profile == "quick":  # the default: the course's own tests grade in it
+                print(
+                    "course grade: profile quick, a smoke test: its few short epochs may miss the "
+                    "accuracy the checks ask for on real data; for grades, --profile cpu"
+                )
+            if not args.no_sandbox and not args.slurm:
+                for line in jail_limits.missing():
+                    print(f"course grade: {line}")
+            grades = _grade(args, b, jobs or 1, slurm=args.slurm)
     except (
         FileNotFoundError,
         ValueError,

@@ -13,12 +13,14 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -283,27 +285,31 @@ def check_out(
             )
 
 
-#: The file in --out whose lock a grading run holds from its start to its end, on every route
-#: (the Slurm route waits for its array): two runs into one --out would each empty and rewrite
-#: the other's student folders, and both print wrong grades as graded (red team 33b).
+#: The file in --out whose lock a grading run holds from the end of its checks (which write
+#: nothing: `prepare`) to its end, on every route (the Slurm route waits for its array): two runs
+#: into one --out would each empty and rewrite the other's student folders, and both print wrong
+#: grades as graded (red team 33b).
 OUT_LOCK = ".course-grade.lock"
 
 
-def lock_out(out: str | os.PathLike) -> int:
-    """Hold an exclusive lock on `out` (made if missing) until this process ends; its file
-    descriptor. ValueError when another `course grade` holds it: nothing is written then."""
+@contextlib.contextmanager
+def out_locked(out: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive lock on `out` (made if missing) while the block runs: ValueError when
+    another `course grade` holds it, before anything is written into it."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / OUT_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise ValueError(
-            f"another course grade is writing into {folder} now: wait for it to end, or give "
-            "another --out. Nothing was written or removed"
-        ) from None
-    return fd
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(
+                f"another course grade is writing into {folder} now: wait for it to end, or give "
+                "another --out. Nothing was written or removed"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
 
 
 def start_checks(batch: Batch, base: Path, log_name: str = "checks.log") -> CheckProcess:
