@@ -628,6 +628,19 @@ def test_a_second_optimizer_over_weights_in_training_fails_the_model(starts):
     # red team 33a: an SGD stepped inside fit's first call (in the loss) shares the call, but it
     # neither wraps the Adam nor is wrapped by it: a second optimizer all the same
     inside = (3, {"variables": [1, 2], "call": 4, "id": 54, "inner": 0, "optimizer": "SGD"})
+    # red team 33c: one optimizer per layer of a deep model held the shared check process for
+    # its whole time limit (two predictions a record): beyond MAX_START_RECORDS none is measured
+    many = [{"variables": [v], "call": 1, "id": v, "inner": 0} for v in range(40)]
+    fact = {
+        "start_weights": {
+            "ids": list(range(40)),
+            "names": ["w"] * 40,
+            "number": 0,
+            "trainable": list(range(40)),
+        }
+    }
+    said = checks.measure_starts(fact, {"start_records": many}, {}, None, ())
+    assert said["start_error"].startswith("40 optimizers trained its weights"), said
     second = checks.later_optimizers([*records, inside], {1, 2, 3})
     assert second == ["Adam", "LossScale", "SGD"], second  # which came second is not known
 
