@@ -297,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
             with plan.out_locked(args.out):
                 return benchmark(args, jobs or 1)
         b = _prepare(args, args.out, sandboxed=not args.no_sandbox)  # its checks write nothing
-        with plan.out_locked(b.out):  # to the end: no second run writes into --out meanwhile
+        with plan.out_locked(args.out):  # to the end: no second run writes into --out meanwhile
             print(f"course grade: {route(slurm=args.slurm, sandboxed=not args.no_sandbox)}")
             if args.profile == "quick":  # the default: the course's own tests grade in it
                 print(
