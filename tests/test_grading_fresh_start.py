@@ -210,29 +210,22 @@ start("never trained", never)
 
 # continuity: weights given after the first step, and what honest runs do between steps
 
-keras.utils.set_random_seed(2)
-with strategy.scope():
-    model = make_model()
-    optimizer = keras.optimizers.Adam()
-    optimizer.build(model.trainable_variables)
-train_step = looped(model, optimizer)
-for i, batch in zip(range(3), strategy.experimental_distribute_dataset(train_ds)):
-    train_step(batch)
-    if i == 0:
-        model.set_weights(donor.get_weights())  # the loop's own first step, then a load
-start("loop loaded after its first step", model)
+def loaded_after_first_step():  # the loop's own first step, then a load, two more steps
+    keras.utils.set_random_seed(2)
+    with strategy.scope():
+        model = make_model()
+        optimizer = keras.optimizers.Adam()
+        optimizer.build(model.trainable_variables)
+    train_step = looped(model, optimizer)
+    for i, batch in zip(range(3), strategy.experimental_distribute_dataset(train_ds)):
+        train_step(batch)
+        if i == 0:
+            model.set_weights(donor.get_weights())
+    return model
 
+start("loop loaded after its first step", loaded_after_first_step())
 # red team 33b: the same, then every layer frozen before the probe (judged all the same)
-keras.utils.set_random_seed(2)
-with strategy.scope():
-    model = make_model()
-    optimizer = keras.optimizers.Adam()
-    optimizer.build(model.trainable_variables)
-train_step = looped(model, optimizer)
-for i, batch in zip(range(3), strategy.experimental_distribute_dataset(train_ds)):
-    train_step(batch)
-    if i == 0:
-        model.set_weights(donor.get_weights())
+model = loaded_after_first_step()
 for layer in model.layers:
     layer.trainable = False
 start("loaded, then frozen before the probe", model)
