@@ -1087,3 +1087,32 @@ def test_page_tables_count_as_the_tree_s_memory():
         start_new_session=True,
     )
     _stopped_for_memory(child, memory_mb=300, within=60)
+
+
+def test_a_check_that_times_out_leaves_its_stack_and_its_submission_in_the_check_log(tmp_path):
+    """The real check process, given a hidden test that outlasts the job's time limit: the
+    submission's tests fail with the limit, and checks.log says whose checks were stopped, why, and
+    where the process was (every thread's stack, written before the grader stopped it); the next
+    submission gets a fresh process."""
+    from course_tools.exercise import HiddenTest
+
+    log = tmp_path / "checks.log"
+    process = checker.CheckProcess(dict(os.environ), tmp_path, log, run_in=tmp_path)
+    slow = "import time\ntime.sleep(120)"
+    tests = [HiddenTest(question="1", title="sleeps", points=1, source=slow, cell_index=0)]
+    quick = [HiddenTest(question="1", title="quick", points=1, source="pass", cell_index=0)]
+    (tmp_path / "slow" / "artifacts").mkdir(parents=True)
+    (tmp_path / "next" / "artifacts").mkdir(parents=True)
+    try:
+        stopped = process.run(tmp_path / "slow" / "artifacts", {}, tests, timeout=30)
+        after = process.run(tmp_path / "next" / "artifacts", {}, quick, timeout=120)
+    finally:
+        process.close()
+    (passed, why), *_ = stopped
+    assert not passed and "longer than 30 s" in why and "details: checks.log" in why, stopped
+    text = log.read_text()
+    assert "<hidden test 0: sleeps>" in text, text[-3000:]  # the stack, from faulthandler
+    where = f"course grade: no answer for {tmp_path / 'slow' / 'artifacts'}: time limit: "
+    assert where in text, text[-600:]
+    assert text.index("<hidden test 0: sleeps>") < text.index("course grade: no answer for")
+    assert after == [(True, "")]

@@ -17,12 +17,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import json
 import os
 import queue
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -228,6 +231,11 @@ def _run_tests(job: dict, settings) -> list[dict]:
     return results
 
 
+#: Seconds before a job's time limit at which the check process writes every thread's stack to
+#: its log (`faulthandler`): the grader stops it at the limit, and the log then says where it was.
+DUMP_BEFORE_S = 5
+
+
 def main() -> None:
     """The check process: one JSON job per stdin line, one JSON result per stdout line."""
     results_out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -240,8 +248,17 @@ def main() -> None:
 
     results_out.write(READY + "\n")
     for line in sys.stdin:
+        job = json.loads(line)
         clear_cache()
-        results = _run_tests(json.loads(line), settings)
+        if job.get(
+            "deadline"
+        ):  # where a job the grader will stop was: every thread's stack, logged
+            left = job["deadline"] - time.time()  # the grader's clock: its timeout counts start-up
+            faulthandler.dump_traceback_later(max(1.0, left - DUMP_BEFORE_S))
+        try:
+            results = _run_tests(job, settings)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
         keras.backend.clear_session()
         results_out.write(json.dumps(results) + "\n")
 
@@ -409,6 +426,7 @@ class CheckProcess:
                 self._start()
             job = {
                 "artifacts": str(artifacts),
+                "deadline": time.time() + timeout,  # the stack is logged before it (`main`)
                 "facts": facts,
                 "observed": observed or {},
                 "tests": [{"title": t.title, "source": t.source} for t in tests],
@@ -427,8 +445,16 @@ class CheckProcess:
                         f"the grader's check process could not start ({self._last_logged()}; "
                         f"details: {log})"
                     )
+                self._log_line(f"course grade: no answer for {artifacts}: {why}")
                 return [(False, f"{why} (details: {log})")] * len(tests)
             return [(r["passed"], r["message"]) for r in json.loads(line)]
+
+    def _log_line(self, text: str) -> None:
+        """Append `text` to the check log (after `stop`: its copy of the process's output has
+        ended), so that the log says which submission's checks failed and why, under the stack
+        the process wrote before it was stopped (`DUMP_BEFORE_S`)."""
+        with contextlib.suppress(OSError), open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(text + "\n")
 
     def _last_logged(self) -> str:
         """The last line of the check log (why a process could not start), at most 300
