@@ -125,9 +125,10 @@ def descriptor_count(processes: list[psutil.Process]) -> int:
     """
     total = 0
     for process in processes:
-        folder = f"/proc/{process.pid}/fd"
-        with contextlib.suppress(OSError):
-            total += os.stat(folder).st_size or len(os.listdir(folder))
+        shown = proc_folder(process.pid)
+        if shown is not None:  # else gone or exiting: nothing left to hold
+            with contextlib.suppress(OSError):
+                total += os.stat(f"{shown}/fd").st_size or len(os.listdir(f"{shown}/fd"))
     return total
 
 
@@ -145,6 +146,49 @@ class HeldFiles:
     descriptors: int = 0
     #: False when they held more than the scan's bound: none was looked at (bytes unknown)
     scanned: bool = True
+
+
+#: The task flag Linux sets when a task starts to exit (`PF_EXITING`, include/linux/sched.h),
+#: before it releases its memory and files: from then on /proc/<pid>/fd is unreadable to its own
+#: user, as an undumpable process's is, while its state still reads running (red team 34b: about 2%
+#: of ending `multiprocessing` pools were taken for a hiding kernel).
+PF_EXITING = 0x4
+
+
+def exiting(folder: str) -> bool:
+    """The task of /proc `folder` (`/proc/<pid>` or `/proc/<pid>/task/<tid>`) is gone, a zombie,
+    or exiting (`PF_EXITING` in its stat's flags, field 9; the name in field 2 may hold spaces
+    and parentheses, so fields are counted after the last ")").
+
+    >>> exiting(f"/proc/{os.getpid()}")
+    False
+    """
+    try:
+        with open(f"{folder}/stat", "rb") as stat_file:
+            fields = stat_file.read().rpartition(b")")[2].split()
+    except OSError:
+        return True  # gone
+    state, flags = fields[0], int(fields[6])  # fields 3 and 9 of the whole line
+    return state in (b"Z", b"X", b"x") or bool(flags & PF_EXITING)
+
+
+def proc_folder(pid: int) -> str | None:
+    """The /proc folder that shows process `pid`'s memory and descriptors: its own, or, once its
+    first thread has ended while others run (a zombie leader, whose own folder reads no memory
+    and no descriptor), a running thread's (`/proc/<pid>/task/<tid>`: threads share both); None
+    when every thread is gone or exiting.
+
+    >>> proc_folder(os.getpid()) == f"/proc/{os.getpid()}"
+    True
+    """
+    folder = f"/proc/{pid}"
+    if not exiting(folder):
+        return folder
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"{folder}/task"):
+            if not exiting(task := f"{folder}/task/{tid}"):
+                return task
+    return None
 
 
 def held_files(processes: list[psutil.Process], max_descriptors: int | None = None) -> HeldFiles:
@@ -171,17 +215,19 @@ def held_files(processes: list[psutil.Process], max_descriptors: int | None = No
             held.scanned = False
             return held
     for process in processes:
-        folder = f"/proc/{process.pid}/fd"
+        shown = proc_folder(process.pid)
+        if shown is None:
+            continue  # gone or exiting: it holds nothing any more
+        folder = f"{shown}/fd"
         try:
             names = os.listdir(folder)
         except FileNotFoundError:
             continue  # gone
         except OSError:
-            # a zombie's are unreadable to its own user too (and it holds none); a live process
-            # of the same user is unreadable once it made itself undumpable (prctl)
-            with contextlib.suppress(psutil.Error):
-                if process.status() != psutil.STATUS_ZOMBIE:
-                    held.unreadable += 1
+            # a live process of the same user is unreadable once it made itself undumpable
+            # (prctl); so is, to its own user too, one that started to exit since
+            if not exiting(shown):
+                held.unreadable += 1
             continue
         for name in names:
             link = f"{folder}/{name}"
@@ -205,28 +251,45 @@ def held_files(processes: list[psutil.Process], max_descriptors: int | None = No
 
 
 def page_tables_kb(pid: int) -> int:
-    """The kB of page tables the kernel keeps for process `pid` (`VmPTE` in /proc/<pid>/status):
-    its memory, in no RSS, and without bound: a read-only mapping of terabytes read once every
-    2 MB costs one page of tables each time (3 GB of them behind 54 MB of RSS). 0 when it is gone.
+    """The kB of page tables the kernel keeps for process `pid` (`VmPTE` in its status, read
+    through `proc_folder`): its memory, in no RSS, and without bound: a read-only mapping of
+    terabytes read once every 2 MB costs one page of tables each time (3 GB of them behind 54 MB
+    of RSS). 0 when it is gone.
 
     >>> page_tables_kb(os.getpid()) > 0
     True
     """
+    shown = proc_folder(pid)
     with contextlib.suppress(OSError):
-        with open(f"/proc/{pid}/status") as status:
+        if shown is None:
+            return 0
+        with open(f"{shown}/status") as status:
             for line in status:
                 if line.startswith("VmPTE:"):
                     return int(line.split()[1])
     return 0
 
 
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
 def resident_mb(processes: list[psutil.Process]) -> float:
-    """The resident memory of `processes` in all, with the page tables the kernel keeps for them
-    (`page_tables_kb`), in MB (those gone while we look count 0)."""
+    """The resident memory of `processes` in all (statm's second field, read through
+    `proc_folder`: a process whose first thread ended reads 0 in its own folder), with the page
+    tables the kernel keeps for them (`page_tables_kb`), in MB (those gone while we look count 0).
+
+    >>> resident_mb(process_tree(os.getpid())) > 1
+    True
+    """
     total = 0.0
     for process in processes:
-        with contextlib.suppress(psutil.Error):  # it may end while we look
-            total += process.memory_info().rss / 2**20 + page_tables_kb(process.pid) / 1024
+        shown = proc_folder(process.pid)
+        if shown is None:
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):  # it may end while we look
+            with open(f"{shown}/statm") as statm:
+                total += int(statm.read().split()[1]) * PAGE_BYTES / 2**20
+            total += page_tables_kb(process.pid) / 1024
     return total
 
 

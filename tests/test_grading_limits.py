@@ -1116,3 +1116,96 @@ def test_a_check_that_times_out_leaves_its_stack_and_its_submission_in_the_check
     assert where in text, text[-600:]
     assert text.index("<hidden test 0: sleeps>") < text.index("course grade: no answer for")
     assert after == [(True, "")]
+
+
+def test_a_task_exiting_is_read_from_its_stat_flags(tmp_path):
+    """`processes.exiting` reads a task's state and its `PF_EXITING` flag from its stat, counting
+    fields after the name's last parenthesis (a name may hold ") R ("); a missing folder is gone."""
+    from course_tools import processes
+
+    def task(state: str, flags: int) -> str:
+        folder = tmp_path / f"{state}{flags}"
+        folder.mkdir()
+        (folder / "stat").write_text(f"41 (a ) R (name) {state} 1 41 41 0 -1 {flags} 120 0 0 0\n")
+        return str(folder)
+
+    assert processes.exiting(task("R", 0x400000 | processes.PF_EXITING))
+    assert not processes.exiting(task("R", 0x400000))
+    assert not processes.exiting(task("S", 0x400140))
+    assert processes.exiting(task("Z", 0x400000))
+    assert processes.exiting(str(tmp_path / "gone"))
+    zombie = subprocess.Popen(["true"])
+    time.sleep(0.3)  # ended, not reaped: a zombie
+    try:
+        assert processes.exiting(f"/proc/{zombie.pid}")
+        assert not processes.exiting(f"/proc/{os.getpid()}")
+    finally:
+        zombie.wait()
+
+
+def test_a_process_that_starts_to_exit_as_it_is_looked_at_is_not_taken_for_hiding(monkeypatch):
+    """Red team 34b: as an ordinary user, /proc/<pid>/fd of a process that has started to exit is
+    unreadable (EACCES) while its state still reads running; about 2% of ending `multiprocessing`
+    pools got an honest kernel killed as hiding its files. The scan asks again after the refusal
+    (`exiting`) and counts only a process still not exiting (forced here: the listing refused,
+    then the flag read)."""
+    from course_tools import processes
+
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    listdir, exiting = os.listdir, processes.exiting
+    looks = []
+
+    def refusing(path="."):
+        if str(path) == f"/proc/{child.pid}/fd":
+            raise PermissionError(13, "Permission denied", str(path))
+        return listdir(path)
+
+    def exits_after_the_refusal(folder: str) -> bool:
+        looks.append(folder)
+        return len(looks) > 1 or exiting(folder)  # the first look: running, as /proc said
+
+    monkeypatch.setattr(os, "listdir", refusing)
+    monkeypatch.setattr(processes, "exiting", exits_after_the_refusal)
+    try:
+        held = processes.held_files([processes.psutil.Process(child.pid)])
+    finally:
+        child.kill()
+        child.wait()
+    assert looks == [f"/proc/{child.pid}"] * 2 and held.unreadable == 0
+
+
+#: A process that holds memory (resident) and a memfd, then ends its first thread while another
+#: runs: its own /proc folder then reads no memory and no descriptor (a zombie leader).
+FIRST_THREAD_ENDS = """
+import ctypes, os, threading, time
+kept = bytearray(64 * 2**20)
+for i in range(0, len(kept), 4096):
+    kept[i] = 1
+fd = os.memfd_create("held")
+os.write(fd, b"\\1" * (32 * 2**20))
+threading.Thread(target=time.sleep, args=(60,)).start()
+print("held", flush=True)
+ctypes.CDLL(None).pthread_exit(None)  # ctypes lets the GIL go: the other thread runs on
+"""
+
+
+def test_a_process_whose_first_thread_ended_still_shows_its_memory_and_files():
+    """A process whose first thread ended while another runs shows a zombie's /proc/<pid>: no
+    resident memory, no descriptor; the watchdog's readings go through a running thread's folder
+    (`proc_folder`), so its memory and its memfd are counted all the same."""
+    from course_tools import processes
+
+    child = subprocess.Popen([sys.executable, "-c", FIRST_THREAD_ENDS], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline().strip() == b"held"
+        time.sleep(1)
+        tree = processes.process_tree(child.pid)
+        assert processes.psutil.Process(child.pid).status() == processes.psutil.STATUS_ZOMBIE
+        assert processes.proc_folder(child.pid).startswith(f"/proc/{child.pid}/task/")
+        assert processes.resident_mb(tree) > 64
+        held = processes.held_files(tree)
+        assert held.memfd_bytes >= 32 * 2**20 and held.unreadable == 0
+        assert processes.descriptor_count(tree) >= 1
+    finally:
+        child.kill()
+        child.wait()

@@ -9,6 +9,7 @@ JSON), so they take seconds.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
 import os
@@ -29,7 +30,7 @@ import pytest
 from grading_submissions import ENV, EXERCISE, SOLUTION, notebook_of, write
 from helpers import ROOT, require_or_skip
 
-from course_tools import cli, exercise
+from course_tools import cli, exercise, processes
 from course_tools.grade import command
 from course_tools.grade.core import files, plan, report, roster, tamper
 from course_tools.grade.core.report import CheckResult, Grade
@@ -598,6 +599,64 @@ def test_rows_graded_again_alone_after_a_death_say_so_and_how_it_ended(
         assert other not in feedback[name], feedback
         assert f"while {name} ran beside {other}: grading it again, alone" in err
         assert f"{name}: graded again, alone, without a death" in err
+
+
+def kill_kernel_once(folder: Path, student: str, stop: threading.Event) -> list[int]:
+    """In a thread: SIGKILL, once, the kernel of `student` while it runs beside another (as the
+    system's out-of-memory killer does to the largest kernel), once its grading process records
+    it running in `folder`: the kernel is the tree's `ipykernel` whose working folder holds the
+    file `student` (the notebook writes it). Returns the list that gets the pid killed."""
+    killed: list[int] = []
+
+    def watch() -> None:
+        while not stop.is_set() and not killed:
+            mark = supervised.read_marks(folder).get(student)
+            if mark is not None and mark.state == "running" and not mark.alone:
+                for process in processes.process_tree(mark.pid):
+                    with contextlib.suppress(processes.psutil.Error):
+                        line = " ".join(process.cmdline())
+                        if "ipykernel" in line and os.path.exists(f"{process.cwd()}/{student}"):
+                            os.kill(process.pid, signal.SIGKILL)
+                            killed.append(process.pid)
+                            return
+            time.sleep(0.1)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return killed
+
+
+def test_a_kernel_killed_beside_another_is_graded_again_alone_and_says_so(
+    tmp_path, sandboxed, capfd
+):
+    """Red team 34b: as an ordinary user, a submission can hold memory no watch counts, and when
+    the machine runs out the system's out-of-memory killer takes the largest kernel: an honest
+    neighbour, whose row said "kernel died" and kept its 1/12. A kernel that dies beside others,
+    with no limit of the grader named, is graded again alone: here the victim's kernel is killed
+    once from outside while the bystander runs; both end graded, the victim's row (report and
+    Moodle too) says why it ran twice and how the run alone ended, naming no one."""
+    subs, out = tmp_path / "subs", tmp_path / "grades"
+    subs.mkdir()
+    for name in ("victim", "bystander"):
+        code = f"import pathlib, time\npathlib.Path({name!r}).touch()\ntime.sleep(8)"
+        write(notebook_of(code), subs / f"{name}.ipynb")
+    stop = threading.Event()
+    killed = kill_kernel_once(out / plan.PLAN_FOLDER / "running", "victim", stop)
+    try:
+        code = _grade([subs], out, jobs=2)
+    finally:
+        stop.set()
+    err = capfd.readouterr().err
+    assert code == 0, err
+    assert len(killed) == 1, "the victim's kernel was never found to kill"
+    rows, feedback = _gradebook(out), _feedback(out)
+    victim, bystander = rows["victim"], rows["bystander"]
+    assert victim["status"] == bystander["status"] != "kernel died", (victim, bystander)
+    said = f"{supervised.KERNEL_DIED_BESIDE}; alone: {victim['status']}, {victim['score']}/"
+    assert said in victim["notes"], victim
+    assert supervised.KERNEL_DIED_BESIDE not in bystander["notes"], bystander
+    assert report.escape(said, markdown=False) in feedback["victim"], feedback
+    assert "bystander" not in feedback["victim"], feedback
+    assert "victim: its kernel died beside others: grading it again, alone" in err
 
 
 def test_a_death_while_a_quota_stays_used_up_elsewhere_is_a_grader_error_not_a_0(

@@ -317,6 +317,8 @@ class _Queue:
     beside: dict[str, str] = field(default_factory=dict)
     #: `beside_whom` of each of those that ran beside another (the instructor's note)
     whom: dict[str, str] = field(default_factory=dict)
+    #: the submissions to run alone because their kernel died beside others (`kernel_deaths`)
+    kernel_died: set[str] = field(default_factory=set)
 
 
 def _after_death(b: Batch, queue: _Queue, ran: list[Submission], code: int, folder: Path) -> bool:
@@ -388,6 +390,44 @@ def _note_beside(b: Batch, queue: _Queue, ran: list[Submission], folder: Path) -
         )
 
 
+#: What a row says when its kernel died while other submissions ran beside it: the system's
+#: out-of-memory killer takes the largest kernel, whichever used the memory (a neighbour can hold
+#: memory no watch counts as an ordinary user: red team 34b), so a death there names no one.
+KERNEL_DIED_BESIDE = (
+    "the kernel died while other submissions ran beside it (a crash, or the system's "
+    "out-of-memory killer, which takes the largest kernel whichever used the memory): graded "
+    "again, alone"
+)
+
+
+def kernel_deaths(b: Batch, queue: _Queue, ran: list[Submission]) -> None:
+    """Queue to run alone each submission of `ran` (graded side by side by a child that ended
+    well) whose kernel died, with no limit of the grader's named (status "kernel died"): nobody
+    can tell its own death from one another kernel caused. Each runs alone once."""
+    for s in ran:
+        g = report.load(b.out / s.student)
+        if g is None or g.status != "kernel died" or s.student in queue.kernel_died:
+            continue
+        queue.kernel_died.add(s.student)
+        queue.alone.append(s)
+        print(
+            f"course grade: {report.console(s.student)}: its kernel died beside others: grading "
+            "it again, alone",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def note_kernel_death(b: Batch, s: Submission) -> None:
+    """Add `KERNEL_DIED_BESIDE` and how the run alone ended to `s`'s row, just graded alone."""
+    g = report.load(b.out / s.student)
+    if g is None:
+        return
+    g.notes.append(f"{KERNEL_DIED_BESIDE}; alone: {g.status}, {g.score:g}/{g.max_score:g}")
+    with contextlib.suppress(OSError):  # a full disk: its row keeps the grade, not the note
+        report.save(g, b.out / s.student)
+
+
 def grade(
     b: Batch, paths: list[str | os.PathLike], jobs: int, *, progress: bool, regrade: bool
 ) -> list[Grade]:
@@ -416,6 +456,10 @@ def grade(
             _note_beside(b, queue, ran, folder)
             if code == 0:
                 finished += ran
+                if n > 1 and len(ran) > 1:
+                    kernel_deaths(b, queue, ran)
+                elif ran[0].student in queue.kernel_died:
+                    note_kernel_death(b, ran[0])
             if code < 0:
                 remove_leftovers(pid)
             if code > 0:
