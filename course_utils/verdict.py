@@ -674,13 +674,16 @@ def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, the per-example 
     per_example_rate: float,
     peak: float,
     worths: tuple[float, float] = (0.0, 0.0),
+    *,
+    roof_from_peak: bool = True,
 ) -> list[str]:
     """3b's flags on the split of a step: the fixed part and the roof's part (shares of the step)
     overlapping, the sweep run on a busy machine (`sweep_load` over `busy`), the per-example
     part's rate (`per_example_rate`, FLOP/s; 0 when the line gives none) above the peak, or
     compared with a peak whose round got another cores' worth than the run, fewer or more
     (`worths`: the peak's fastest round's, `top_cores`, and the run's; 0 for the peak's when not
-    read: a GPU, or a peak a training run raised).
+    read: a GPU, or a peak a training run raised); the roof's part is said to share that peak
+    only when its roof is the peak (`roof_from_peak`: the step right of the ridge).
 
     >>> part_flags(0.3, 0.4, 0.05, 0.2, 90e9, 100e9)
     []
@@ -715,7 +718,11 @@ def part_flags(  # noqa: PLR0913 - the parts, the sweep's load, the per-example 
                 if fewer
                 else "on as many cores the run may be faster, and the share read too low"
             )
-            + " (the roof's part too: its time comes from the same peak)"
+            + (
+                " (the roof's part too: its time comes from the same peak)"
+                if roof_from_peak
+                else ""
+            )
         )
     return flags
 

@@ -1570,6 +1570,10 @@ def test_a_per_example_rate_against_a_peak_on_other_cores_is_flagged():
     flags = verdict.part_flags(0.1, 0.36, 0.0, 0.2, 71.2e9, 174.5e9, (1.7, 1.1))
     assert len(flags) == 1 and "got 1.7 cores' worth, the run 1.1: on as many cores" in flags[0]
     assert "the share read too low" in flags[0], flags
+    left_of_the_ridge = verdict.part_flags(
+        0.1, 0.3, 0.0, 0.2, 225e9, 230e9, (1.0, 1.8), roof_from_peak=False
+    )
+    assert len(left_of_the_ridge) == 1 and "roof's part" not in left_of_the_ridge[0]
     assert verdict.part_flags(0.1, 0.3, 0.0, 0.2, 225e9, 230e9, (1.81, 1.79)) == []
     assert verdict.part_flags(0.1, 0.3, 0.0, 0.2, 0.0, 230e9, (1.0, 1.8)) == []
     assert verdict.part_flags(0.1, 0.3, 0.0, 0.2, 225e9, 230e9, (0.0, 1.8)) == []
