@@ -100,7 +100,9 @@ never compared; a restore into a new model (question 6) touches other variables;
 inside a step are the step's; the averages put in place after `fit` (`finalize_variable_values`) and
 `SwapEMAWeights`'s swaps happen between steps, so the averages are copied too and a weight that now
 holds what it or its average held after the latest step (`EMA_TOLERANCE`: the swap adds and
-subtracts) is not a change. Nor is a weight that holds exactly what it held after one of its own
+subtracts) is not a change; such an accepted value leaves the copy as the step left it, so that
+nudges each within the tolerance cannot add up (red team 34a walked a model onto a donor's weights
+in 3,723 of them). Nor is a weight that holds exactly what it held after one of its own
 earlier steps (`_returned`: a digest of each value a step left is kept, `STATE["seen"]`): the
 model's own earlier weights put back, as `EarlyStopping(restore_best_weights=True)` does at the end
 of `fit`, or its own checkpoint loaded. A variable that cannot be read counts as changed
@@ -678,9 +680,11 @@ def _equal(value, frozen: tuple) -> bool:
 
 def _check(where: str) -> None:
     """Compare each variable a started optimizer trains with its copy from that optimizer's latest
-    step; a difference (but a moving average put in place, `EMA_TOLERANCE`) is a change from
-    outside the steps: kept in `STATE["changed"]` ({optimizers, their steps, the eager call, the
-    largest absolute change, the variables, where}), and the copy refreshed so it counts once."""
+    step; a difference (but a moving average put in place, `EMA_TOLERANCE`, or its own earlier
+    weights put back) is a change from outside the steps: kept in `STATE["changed"]`
+    ({optimizers, their steps, the eager call, the largest absolute change, the variables,
+    where}), and its copy refreshed so it counts once; an accepted value leaves the copy as the
+    step left it."""
     if not STATE["last"]:
         return
     try:
@@ -700,7 +704,10 @@ def _check(where: str) -> None:
             STATE["changes"] = STATE.get("changes", 0) + 1
             if len(STATE["changed"]) < CHANGES_KEPT:
                 _note_change(outside, where)
-        for key, value in now:  # refreshed: a change counts once
+        # a change refreshed, so that it counts once; a value accepted (an average put in
+        # place, earlier weights put back) is not: each later look compares with what the latest
+        # step left again, so nudges each within `EMA_TOLERANCE` cannot add up (red team 34a)
+        for key, value in outside:
             if value is not None:
                 entry = STATE["last"][key]
                 STATE["last"][key] = (entry[0], value, entry[2])
