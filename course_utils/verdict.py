@@ -576,12 +576,14 @@ def spread(rates: list[float], unit: str, cores: list[float], usable: float) -> 
     ... # doctest: +NORMALIZE_WHITESPACE
     2.0 GB/s (fastest of 3 rounds; median 1.5, slowest 1.0; 1.0-1.9 of 2 cores' worth, the
     fastest round 1.0)
+    >>> spread([1e9, 2e9], "B/s", [1.0, 1.46], 2.0).split("; ")[-1]  # starved: never 1.5
+    "1.0-1.46 of 2 cores' worth, the fastest round 1.46)"
     >>> spread([2e9, 1e9], "B/s", [0.21, 0.24], 2.0)
     "2.0 GB/s (fastest of 2 rounds; median 1.5, slowest 1.0; 0.2 of 2 cores' worth)"
     """
     got = f"; {worth(cores, usable)}" if cores else ""
     if "-" in got:  # a range: the fastest round's own, the one a limit rests on
-        got += f", the fastest round {cores[rates.index(max(rates))]:.1f}"
+        got += f", the fastest round {cores_shown(cores[rates.index(max(rates))], usable)}"
     return (
         f"{max(rates) / 1e9:,.1f} G{unit} (fastest of {len(rates)} rounds; median "
         f"{float(np.median(rates)) / 1e9:,.1f}, slowest {min(rates) / 1e9:,.1f}{got})"
