@@ -51,7 +51,7 @@ def untested_versions(versions: dict[str, str]) -> list[str]:
 
 def row(label: str, value: str) -> None:
     """One line of the report: a label column, then the value."""
-    print(f"{label:<21}{value}")
+    print(f"{label:<21} {value}" if len(label) >= 21 else f"{label:<21}{value}")
 
 
 def _version(package: str) -> str:

@@ -277,7 +277,7 @@ ema.fit(train_ds, epochs=2, steps_per_epoch=3, verbose=0,
 ema.evaluate(train_ds.take(1), verbose=0)
 start("EMA", ema)
 # red team 34a: nudges each within the EMA tolerance of the last look, a call after each, used to
-# add up (the copy was refreshed on every accepted look): 30 x 0.8e-5 is 24 times the tolerance
+# add up (the copy was refreshed on every accepted look): 30 x 0.8e-6 is 24 times the tolerance
 nudged = make_model()
 nudged.compile(optimizer=keras.optimizers.Adam(use_ema=True),
                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -285,7 +285,7 @@ nudged.fit(train_ds, epochs=1, steps_per_epoch=2, verbose=0)
 poke = tf.function(lambda: tf.constant(0))
 for _ in range(30):
     for variable in nudged.trainable_variables:
-        variable.assign(variable + 0.8e-5)  # fresh.EMA_TOLERANCE is 1e-5 (the test says so)
+        variable.assign(variable + 0.8e-6)  # fresh.EMA_TOLERANCE is 1e-6 (the test says so)
     poke()  # a call: the hook compares there
 start("EMA nudged within its tolerance", nudged)
 
@@ -554,7 +554,7 @@ def test_weights_changed_between_two_steps_fail_the_model(starts):
         assert starts[name]["changed"][0]["where"] == "a call", starts[name]
     assert starts["loaded after the last step"]["changed"][0]["where"] == "the probe"
     assert starts["best epoch put back"] == 0  # not the last: the weights did change back
-    assert fresh.EMA_TOLERANCE == 1e-5  # the script's nudges are 0.8 of it
+    assert fresh.EMA_TOLERANCE == 1e-6  # the script's nudges are 0.8 of it
     nudged = starts["EMA nudged within its tolerance"]  # the first nudges pass, their sum fails
     assert nudged["changed"] and nudged["changed"][0]["where"] == "a call", nudged
     with pytest.raises(checks.CheckError, match="changed between two steps of its optimizer"):

@@ -1209,3 +1209,71 @@ def test_a_process_whose_first_thread_ended_still_shows_its_memory_and_files():
     finally:
         child.kill()
         child.wait()
+
+
+#: A check process that answers with its pid; after a job on a folder named "hog" it holds 150 MB,
+#: and it dies on any later job (as the memory a model it could not load left behind made the next
+#: submission's checks fail: red team 35b); a fresh process answers every job.
+LEFT_BEHIND = """
+import json, os, sys
+held = None
+for line in sys.stdin:
+    job = json.loads(line)
+    if held is not None:
+        os._exit(9)  # killed reading these files, for what an earlier job left
+    if job["artifacts"].endswith("hog"):
+        held = bytearray(150 * 2**20)
+        held[::4096] = b"\\1" * len(held[::4096])
+    answer = [{"passed": True, "message": str(os.getpid())}] * len(job["tests"])
+    print(json.dumps(answer), flush=True)
+"""
+
+
+def _left_behind(tmp_path: Path, memory_mb: float) -> checker.CheckProcess:
+    return checker.CheckProcess(
+        dict(os.environ),
+        cwd=tmp_path,
+        log_path=tmp_path / "checks.log",
+        memory_mb=memory_mb,
+        wrap=lambda argv: [sys.executable, "-c", LEFT_BEHIND],
+    )
+
+
+def test_a_check_failing_after_other_submissions_is_run_again_in_a_fresh_process(tmp_path):
+    """Red team 35b: a model file that could not be loaded left 3.3 GB in the shared check process,
+    and the next (honest) submission's checks failed at the memory limit: 1/12, kept on a re-run.
+    Checks that fail in a process that had read other submissions' files are run once more in a
+    fresh one, and the log says so; a failure in a fresh process stands (the files' own)."""
+    from course_tools.exercise import HiddenTest
+
+    tests = [HiddenTest(question="1", title="one", points=1, source="pass", cell_index=0)]
+    process = _left_behind(tmp_path, memory_mb=10**6)  # no recycling: the hog's memory stays
+    try:
+        hog = process.run(tmp_path / "hog", {}, tests, timeout=60)
+        honest = process.run(tmp_path / "honest", {}, tests, timeout=60)
+    finally:
+        process.close()
+    assert hog[0][0] and honest[0][0], (hog, honest)
+    assert honest[0][1] != hog[0][1]  # another process answered
+    said = f"course grade: no answer for {tmp_path / 'honest'}: "
+    assert (
+        said in (tmp_path / "checks.log").read_text()
+        and "once more, fresh" in said + (tmp_path / "checks.log").read_text()
+    )
+
+
+def test_a_check_process_left_holding_half_its_limit_is_replaced_before_the_next_job(tmp_path):
+    """After a job that leaves the check process holding more than `RECYCLE_SHARE` of its memory
+    limit, the next submission starts in a fresh process (never the first try in the old one)."""
+    from course_tools.exercise import HiddenTest
+
+    tests = [HiddenTest(question="1", title="one", points=1, source="pass", cell_index=0)]
+    process = _left_behind(tmp_path, memory_mb=250)  # the hog holds about 160 MB: over half
+    try:
+        hog = process.run(tmp_path / "hog", {}, tests, timeout=60)
+        replaced = process.process is None
+        honest = process.run(tmp_path / "honest", {}, tests, timeout=60)
+    finally:
+        process.close()
+    assert replaced and hog[0][0] and honest[0][0] and honest[0][1] != hog[0][1]
+    assert "no answer" not in (tmp_path / "checks.log").read_text()

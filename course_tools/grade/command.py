@@ -307,6 +307,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.no_sandbox and not args.slurm:
                 for line in jail_limits.missing():
                     print(f"course grade: {line}")
+            sys.stdout.flush()  # before the batch: a log or a pipe shows them first, as a terminal
             grades = _grade(args, b, jobs or 1, slurm=args.slurm)
     except (
         FileNotFoundError,

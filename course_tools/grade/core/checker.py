@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from course_tools.exercise import HiddenTest
 from course_tools.grade.core import checks, probe, reading
 from course_tools.grade.core.checks import MESSAGE_CHARS, cap_message, clear_cache
-from course_tools.processes import Watchdog, kill_tree
+from course_tools.processes import Watchdog, kill_tree, process_tree, resident_mb
 from course_tools.runner import CappedLog
 
 if TYPE_CHECKING:
@@ -231,6 +231,12 @@ def _run_tests(job: dict, settings) -> list[dict]:
     return results
 
 
+#: The share of its memory limit a check process may still hold after a job before it is
+#: replaced by a fresh one for the next submission: a model that could not be loaded once left
+#: 3.3 GB of a 4,096 MB limit behind, and the next submission's checks failed for it (red team
+#: 35b). TensorFlow and the solution's models take a few hundred MB.
+RECYCLE_SHARE = 0.5
+
 #: Seconds before a job's time limit at which the check process writes every thread's stack to
 #: its log (`faulthandler`): the grader stops it at the limit, and the log then says where it was.
 DUMP_BEFORE_S = 5
@@ -342,8 +348,10 @@ class CheckProcess:
         self.lines: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
         self.closed = False
+        self.jobs = 0  # jobs the current process has been given
 
     def _start(self) -> None:
+        self.jobs = 0
         argv = [sys.executable, "-c", LAUNCH]
         self.process = subprocess.Popen(
             self.wrap(argv) if self.wrap else argv,
@@ -381,8 +389,13 @@ class CheckProcess:
             if self.process is None:
                 self._start()
 
+    def _held_mb(self) -> float:
+        """The resident memory the process's tree holds now, in MB (0 when it is gone)."""
+        return resident_mb(process_tree(self.process.pid)) if self.process else 0.0
+
     def _ask(self, job: dict, timeout: float) -> tuple[str | None, str]:
         """Send one job; (its answer line or None, why there is none)."""
+        self.jobs += 1
         dog = Watchdog(self.process.pid, self.memory_mb, timeout, what="the check process")
         self.ooms = self.cgroup.oom_kills() if self.cgroup is not None else 0
         try:
@@ -432,6 +445,14 @@ class CheckProcess:
                 "tests": [{"title": t.title, "source": t.source} for t in tests],
             }
             line, why = self._ask(job, timeout)
+            if line is None and self.ready and self.jobs > 1:
+                # a process that had read other submissions' files may have failed for them (the
+                # memory a model it could not load left behind, an outside kill): these files get
+                # a fresh process before their checks fail (red team 35b)
+                self._log_line(f"course grade: no answer for {artifacts}: {why}; once more, fresh")
+                self.stop()
+                self._start()
+                line, why = self._ask(job, timeout)
             if line is None:
                 ready = self.ready
                 self.stop()
@@ -447,6 +468,8 @@ class CheckProcess:
                     )
                 self._log_line(f"course grade: no answer for {artifacts}: {why}")
                 return [(False, f"{why} (details: {log})")] * len(tests)
+            if self._held_mb() > self.memory_mb * RECYCLE_SHARE:  # what a job left: not the next's
+                self.stop()
             return [(r["passed"], r["message"]) for r in json.loads(line)]
 
     def _log_line(self, text: str) -> None:

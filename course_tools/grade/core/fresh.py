@@ -201,8 +201,12 @@ CHANGES_KEPT = 20
 #: now holds (within this tolerance, relative and absolute) what it or its moving average held
 #: after that step: Keras's `use_ema` overwrites the weights with their averages after `fit`
 #: (`finalize_variable_values`), and `SwapEMAWeights` swaps the two by additions and subtractions
-#: (so not bit for bit).
-EMA_TOLERANCE = 1e-5
+#: (so not bit for bit: three float32 roundings, each at most an ulp of |weight| + |average|,
+#: about 1.2e-7 of it). A value accepted leaves the step's copy as it was (`_check`), so between
+#: two steps a model can move at most this far unseen: 1e-5 once let 3,723 nudges walk a model
+#: onto a donor's weights (red team 34a), and one nudge per step still adds up over a long run
+#: (red team 35b), hence the smallest tolerance the swap's rounding allows for weights up to 4.
+EMA_TOLERANCE = 1e-6
 #: At most this many digests (16 bytes) of a variable's values after its steps are kept
 #: (`STATE["seen"]`, `_returned`): a few times the full profile's steps of a graded model.
 SEEN_KEPT = 50_000

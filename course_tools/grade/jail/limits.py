@@ -84,8 +84,8 @@ def enforced() -> list[Limit]:
         how = (
             "resident memory and the memfds the kernel's processes hold, summed every 0.2 s "
             "(tmpfs files, a memfd mapped then closed, socket buffers, the kernel's memory for "
-            "mappings unseen; a kernel that dies beside others is graded again alone; the kernel stopped "
-            f"past {processes.MAX_DESCRIPTORS:,} descriptors, which each look reads): "
+            "mappings unseen; a kernel that dies beside others is graded again alone; the kernel "
+            f"stopped past {processes.MAX_DESCRIPTORS:,} descriptors, which each look reads): "
             f"{cgroup_missing}"
         )
         memory = Limit("memory", held=False, how=how)

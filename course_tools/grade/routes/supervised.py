@@ -394,9 +394,9 @@ def _note_beside(b: Batch, queue: _Queue, ran: list[Submission], folder: Path) -
 #: out-of-memory killer takes the largest kernel, whichever used the memory (a neighbour can hold
 #: memory no watch counts as an ordinary user: red team 34b), so a death there names no one.
 KERNEL_DIED_BESIDE = (
-    "the kernel died while other submissions ran beside it (a crash, or the system's "
-    "out-of-memory killer, which takes the largest kernel whichever used the memory): graded "
-    "again, alone"
+    "the kernel died while the grader ran several submissions at a time (a crash, or the "
+    "system's out-of-memory killer, which takes the largest kernel whichever used the memory): "
+    "graded again, alone"
 )
 
 
