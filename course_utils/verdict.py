@@ -134,7 +134,9 @@ def busiest(loads: dict[str, dict[str, float]], sets: dict[str, dict]) -> tuple[
 
 def while_busy(name: str, label: str) -> str:
     """When the machine was busy, in words: the sweep, or the limit's set."""
-    return f"the sweep ran ({label})" if label == SWEEP_SET else f"the {name} was measured, {label}"
+    return (
+        f"the sweep of {label} ran" if label == SWEEP_SET else f"the {name} was measured, {label}"
+    )
 
 
 def busy_words(share: float, name: str, label: str) -> str:

@@ -637,7 +637,7 @@ def test_a_busy_machine_gives_no_verdict(tmp_path):
     loads["peak"] |= {"section 1": 0.55, "c": 0.1}  # the slowest set (120-124 GFLOP/s)
     assert expected_regime(record) == "compute-bound"
     loads["bandwidth"]["section 3"] = 0.3  # the sweep's set, whatever the limits
-    assert "while the sweep ran (section 3)" in expected_regime(record)
+    assert "while the sweep of section 3 ran" in expected_regime(record)
     loads["peak"]["section 3"] = 0.3  # as 3b stores it: the sweep's load under both limits
     assert expected_regime(record) == (
         "withheld: the machine was busy (other programs used 30% of its cores while the sweep "
