@@ -641,7 +641,7 @@ def test_a_busy_machine_gives_no_verdict(tmp_path):
     loads["peak"]["section 3"] = 0.3  # as 3b stores it: the sweep's load under both limits
     assert expected_regime(record) == (
         "withheld: the machine was busy (other programs used 30% of its cores while the sweep "
-        "ran (section 3))"
+        "of section 3 ran)"
     )
 
 
