@@ -1277,3 +1277,32 @@ def test_a_check_process_left_holding_half_its_limit_is_replaced_before_the_next
         process.close()
     assert replaced and hog[0][0] and honest[0][0] and honest[0][1] != hog[0][1]
     assert "no answer" not in (tmp_path / "checks.log").read_text()
+
+
+def test_a_model_config_of_too_many_layers_is_refused_unloaded(tmp_path):
+    """Red team 35a: Keras rebuilds a deep `Sequential` in more than linear time (700 layers 69 s),
+    and three crafted 31 KB files held the shared check process for its whole 300 s. A config that
+    declares more than `MAX_MODEL_LAYERS` layers (nested ones counted) fails with the count and is
+    never built; a model of the exercise's size loads."""
+    import json
+    import zipfile
+
+    import keras
+
+    from course_tools.grade.core import checks
+
+    small = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(2)])
+    small.save(tmp_path / "small.keras")
+    assert checks.config_layers(tmp_path / "small.keras") == 2  # its InputLayer and Dense
+    assert isinstance(checks.load_model(tmp_path / "small.keras"), keras.Model)
+    dense = {"class_name": "Dense", "config": {"units": 4}}
+    inner = {"class_name": "Sequential", "config": {"layers": [dense] * 150}}
+    config = {"class_name": "Sequential", "config": {"layers": [inner, *[dense] * 60]}}
+    with zipfile.ZipFile(tmp_path / "deep.keras", "w") as archive:
+        archive.writestr("config.json", json.dumps(config))
+        archive.writestr("metadata.json", "{}")
+    assert checks.config_layers(tmp_path / "deep.keras") == 211
+    started = time.monotonic()
+    with pytest.raises(checks.CheckError, match="declares 211 layers, more than the 200"):
+        checks.load_model(tmp_path / "deep.keras")
+    assert time.monotonic() - started < 5  # refused, not built

@@ -445,10 +445,12 @@ class CheckProcess:
                 "tests": [{"title": t.title, "source": t.source} for t in tests],
             }
             line, why = self._ask(job, timeout)
-            if line is None and self.ready and self.jobs > 1:
+            timed_out = why.startswith("time limit") or "took longer than" in why
+            if line is None and self.ready and self.jobs > 1 and not timed_out:
                 # a process that had read other submissions' files may have failed for them (the
                 # memory a model it could not load left behind, an outside kill): these files get
-                # a fresh process before their checks fail (red team 35b)
+                # a fresh process before their checks fail (red team 35b); never after a time
+                # limit, which would hold the batch's one process twice as long
                 self._log_line(f"course grade: no answer for {artifacts}: {why}; once more, fresh")
                 self.stop()
                 self._start()

@@ -174,7 +174,9 @@ START_ACCURACY_AT_MOST = 0.4
 #: the optimizers the hook does not read ({id: (optimizer, why)}: a class not Keras's own,
 #: `_library`). Continuity: `last` ({id(variable): (variable, copy, ids of the optimizers
 #: training it)}, each variable a started optimizer trains, as its latest step left it), `ema`
-#: ({id(variable): its moving average's variable} and back, for `use_ema`), `changed` (the
+#: ({id(variable): its moving average's variable} and back, for `use_ema`), `accepted`
+#: ({id(variable): the value a look accepted since its latest step, frozen}: the next look takes
+#: that same value as it is, without judging it again), `changed` (the
 #: differences found, `_check`), `calls` (the eager calls and eager steps seen). Every copy is
 #: frozen (`_frozen`: the bytes, the dtype, the shape), every record and entry a tuple: nothing a
 #: frame of the hook holds can be changed in place (see "Out of the notebook's reach" above).
@@ -188,6 +190,7 @@ STATE: dict = {
     "classes": {},
     "last": {},
     "ema": {},
+    "accepted": {},
     "seen": {},
     "changed": [],
     "calls": 0,
@@ -627,6 +630,7 @@ def _keep(key: int, optimizer) -> None:
             owners = entry[2] if same else frozenset()
             copy = _frozen(one)
             STATE["last"][id(one)] = (one, copy, owners | {key})
+            STATE["accepted"].pop(id(one), None)  # judged against this step's copy from now
             seen = STATE["seen"].get(id(one)) if same else None
             if seen is None:
                 seen = STATE["seen"][id(one)] = set()
@@ -666,7 +670,10 @@ def _now(key: int, entry: tuple):
         value = _read(entry[0])
     except Exception:  # noqa: BLE001 - unreadable: counted as changed (default-deny)
         return (key, None)
-    return None if _equal(value, entry[1]) else (key, _freeze(value))
+    if _equal(value, entry[1]):
+        return None
+    accepted = STATE["accepted"].get(key)  # judged once against the step's copy: as it was
+    return None if accepted is not None and _equal(value, accepted) else (key, _freeze(value))
 
 
 def _equal(value, frozen: tuple) -> bool:
@@ -715,6 +722,10 @@ def _check(where: str) -> None:
             if value is not None:
                 entry = STATE["last"][key]
                 STATE["last"][key] = (entry[0], value, entry[2])
+        changed = {key for key, _ in outside}
+        for key, value in now:  # each later look takes it as it is, cheaply (`_now`)
+            if key not in changed and value is not None:
+                STATE["accepted"][key] = value
     except Exception as exc:  # noqa: BLE001 - never break the notebook's step
         _note_error("continuity", exc)
 
