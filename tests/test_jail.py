@@ -178,9 +178,13 @@ def test_no_host_wide_write_and_no_core_dump_route_from_inside(jail_as_root, tmp
             with contextlib.suppress(psutil.Error):
                 for child in process_tree(process.pid)[1:]:
                     with contextlib.suppress(psutil.Error):
-                        # the jail's own step (root, before the drop to its uid) runs none of it
-                        step = child.cmdline()[:3] == [sys.executable, "-I", memory_folders.STEP]
-                        if child.cmdline()[:1] == [sys.executable] and not step:
+                        # read once: a process bubblewrap starts execs the jail's own step (root,
+                        # before the drop to its uid, running none of the submission's code), so
+                        # two reads could see bwrap, then the step, as a Python process that is
+                        # not the step (a loaded suite once read uid 0 so)
+                        line = child.cmdline()
+                        step = line[:3] == [sys.executable, "-I", memory_folders.STEP]
+                        if line[:1] == [sys.executable] and not step:
                             host_uids |= set(child.uids())
             time.sleep(0.02)
         out, err = process.communicate()
