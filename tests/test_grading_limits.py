@@ -1255,11 +1255,9 @@ def test_a_check_failing_after_other_submissions_is_run_again_in_a_fresh_process
         process.close()
     assert hog[0][0] and honest[0][0], (hog, honest)
     assert honest[0][1] != hog[0][1]  # another process answered
-    said = f"course grade: no answer for {tmp_path / 'honest'}: "
-    assert (
-        said in (tmp_path / "checks.log").read_text()
-        and "once more, fresh" in said + (tmp_path / "checks.log").read_text()
-    )
+    log = (tmp_path / "checks.log").read_text()
+    assert f"no answer for {tmp_path / 'honest'}: " in log and "; once more, fresh\n" in log, log
+    assert f"course grade: {tmp_path / 'honest'}: the fresh process answered" in log, log
 
 
 def test_a_check_process_left_holding_half_its_limit_is_replaced_before_the_next_job(tmp_path):
@@ -1306,3 +1304,46 @@ def test_a_model_config_of_too_many_layers_is_refused_unloaded(tmp_path):
     with pytest.raises(checks.CheckError, match="declares 211 layers, more than the 200"):
         checks.load_model(tmp_path / "deep.keras")
     assert time.monotonic() - started < 5  # refused, not built
+
+
+#: A check process whose job on "slow" works `SLOW` s and then dies, once it has read another job
+#: (the first job of a process never dies): a crash placed just before the time limit.
+SLOW_THEN_DIES = """
+import json, os, sys, time
+jobs = 0
+for line in sys.stdin:
+    job = json.loads(line)
+    jobs += 1
+    if job["artifacts"].endswith("slow"):
+        time.sleep(float(os.environ["SLOW"]))
+        if jobs > 1:
+            os._exit(9)
+    answer = [{"passed": True, "message": str(os.getpid())}] * len(job["tests"])
+    print(json.dumps(answer), flush=True)
+"""
+
+
+def test_a_second_run_gets_only_what_the_first_left_of_the_time_limit(tmp_path):
+    """Red team 36a: checks that worked almost to the time limit and then crashed ran a second
+    time in a fresh process with a whole new limit, holding the batch's one check process twice as
+    long. The second run gets what the first left; with under `RETRY_LEFT_SHARE` of the limit left
+    there is none, and the crash stands."""
+    from course_tools.exercise import HiddenTest
+
+    tests = [HiddenTest(question="1", title="one", points=1, source="pass", cell_index=0)]
+    process = checker.CheckProcess(
+        {**os.environ, "SLOW": "9.5"},
+        cwd=tmp_path,
+        log_path=tmp_path / "checks.log",
+        wrap=lambda argv: [sys.executable, "-c", SLOW_THEN_DIES],
+    )
+    started = time.monotonic()
+    try:
+        first = process.run(tmp_path / "first", {}, tests, timeout=60)
+        slow = process.run(tmp_path / "slow", {}, tests, timeout=10)
+    finally:
+        process.close()
+    assert first[0][0] and not slow[0][0], (first, slow)
+    assert time.monotonic() - started < 20  # not a second run of 10 s more
+    log = (tmp_path / "checks.log").read_text()
+    assert "once more, fresh" not in log and f"no answer for {tmp_path / 'slow'}" in log, log

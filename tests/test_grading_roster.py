@@ -651,7 +651,8 @@ def test_a_kernel_killed_beside_another_is_graded_again_alone_and_says_so(
     rows, feedback = _gradebook(out), _feedback(out)
     victim, bystander = rows["victim"], rows["bystander"]
     assert victim["status"] == bystander["status"] != "kernel died", (victim, bystander)
-    said = f"{supervised.KERNEL_DIED_BESIDE}; alone: {victim['status']}, {victim['score']}/"
+    said = f"{supervised.KERNEL_DIED_BESIDE}; first run: kernel died, 0/12; alone: "
+    said += f"{victim['status']}, {victim['score']}/"
     assert said in victim["notes"], victim
     assert supervised.KERNEL_DIED_BESIDE not in bystander["notes"], bystander
     assert report.escape(said, markdown=False) in feedback["victim"], feedback

@@ -237,6 +237,10 @@ def _run_tests(job: dict, settings) -> list[dict]:
 #: 35b). TensorFlow and the solution's models take a few hundred MB.
 RECYCLE_SHARE = 0.5
 
+#: A job that failed in a process that had read other submissions' files runs once more in a
+#: fresh one only when more than this share of its time limit is left (`CheckProcess.run`).
+RETRY_LEFT_SHARE = 0.1
+
 #: Seconds before a job's time limit at which the check process writes every thread's stack to
 #: its log (`faulthandler`): the grader stops it at the limit, and the log then says where it was.
 DUMP_BEFORE_S = 5
@@ -444,17 +448,28 @@ class CheckProcess:
                 "observed": observed or {},
                 "tests": [{"title": t.title, "source": t.source} for t in tests],
             }
+            started = time.monotonic()
             line, why = self._ask(job, timeout)
-            timed_out = why.startswith("time limit") or "took longer than" in why
-            if line is None and self.ready and self.jobs > 1 and not timed_out:
+            left = timeout - (time.monotonic() - started)  # one budget for both runs
+            if (
+                line is None
+                and self.ready
+                and self.jobs > 1
+                and left > timeout * RETRY_LEFT_SHARE
+                and not self.closed
+            ):
                 # a process that had read other submissions' files may have failed for them (the
                 # memory a model it could not load left behind, an outside kill): these files get
-                # a fresh process before their checks fail (red team 35b); never after a time
-                # limit, which would hold the batch's one process twice as long
+                # a fresh process before their checks fail (red team 35b), within what the first
+                # run left of their time (after a time limit, none), so that one submission never
+                # holds the batch's one process past its limit (red team 36a)
+                self.stop()  # its output copied first: the line below comes after its stack
                 self._log_line(f"course grade: no answer for {artifacts}: {why}; once more, fresh")
-                self.stop()
                 self._start()
-                line, why = self._ask(job, timeout)
+                job["deadline"] = time.time() + left
+                line, why = self._ask(job, left)
+                if line is not None:
+                    self._log_line(f"course grade: {artifacts}: the fresh process answered")
             if line is None:
                 ready = self.ready
                 self.stop()

@@ -317,8 +317,9 @@ class _Queue:
     beside: dict[str, str] = field(default_factory=dict)
     #: `beside_whom` of each of those that ran beside another (the instructor's note)
     whom: dict[str, str] = field(default_factory=dict)
-    #: the submissions to run alone because their kernel died beside others (`kernel_deaths`)
-    kernel_died: set[str] = field(default_factory=set)
+    #: the submissions to run alone because their kernel died beside others (`kernel_deaths`),
+    #: each with its first run's score
+    kernel_died: dict[str, str] = field(default_factory=dict)
 
 
 def _after_death(b: Batch, queue: _Queue, ran: list[Submission], code: int, folder: Path) -> bool:
@@ -408,7 +409,7 @@ def kernel_deaths(b: Batch, queue: _Queue, ran: list[Submission]) -> None:
         g = report.load(b.out / s.student)
         if g is None or g.status != "kernel died" or s.student in queue.kernel_died:
             continue
-        queue.kernel_died.add(s.student)
+        queue.kernel_died[s.student] = f"{g.score:g}/{g.max_score:g}"
         queue.alone.append(s)
         print(
             f"course grade: {report.console(s.student)}: its kernel died beside others: grading "
@@ -418,12 +419,15 @@ def kernel_deaths(b: Batch, queue: _Queue, ran: list[Submission]) -> None:
         )
 
 
-def note_kernel_death(b: Batch, s: Submission) -> None:
-    """Add `KERNEL_DIED_BESIDE` and how the run alone ended to `s`'s row, just graded alone."""
+def note_kernel_death(b: Batch, s: Submission, first: str) -> None:
+    """Add `KERNEL_DIED_BESIDE`, the first run's score (`first`: a notebook that kills its own
+    kernel when its results disappoint gets no unseen second try) and how the run alone ended to
+    `s`'s row, just graded alone."""
     g = report.load(b.out / s.student)
     if g is None:
         return
-    g.notes.append(f"{KERNEL_DIED_BESIDE}; alone: {g.status}, {g.score:g}/{g.max_score:g}")
+    alone = f"alone: {g.status}, {g.score:g}/{g.max_score:g}"
+    g.notes.append(f"{KERNEL_DIED_BESIDE}; first run: kernel died, {first}; {alone}")
     with contextlib.suppress(OSError):  # a full disk: its row keeps the grade, not the note
         report.save(g, b.out / s.student)
 
@@ -459,7 +463,7 @@ def grade(
                 if n > 1 and len(ran) > 1:
                     kernel_deaths(b, queue, ran)
                 elif ran[0].student in queue.kernel_died:
-                    note_kernel_death(b, ran[0])
+                    note_kernel_death(b, ran[0], queue.kernel_died[ran[0].student])
             if code < 0:
                 remove_leftovers(pid)
             if code > 0:
