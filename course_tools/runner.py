@@ -282,6 +282,12 @@ class CappedLog(threading.Thread):
                 out.write(f"\n[{self.dropped:,} more bytes left out of this log]\n".encode())
 
 
+#: The longest display id the grader lets nbclient keep (it keeps every id it is given, for the
+#: notebook's run: 3,000 outputs with 1 MB ids each once grew the grader to 3.1 GB, red team 37a);
+#: an output with a longer id is kept without it, as a plain output.
+DISPLAY_ID_CHARS = 256
+
+
 class _CappedClient(NotebookClient):
     """An nbclient client that keeps at most `cell_limit` bytes of outputs per cell and
     `notebook_limit` for the notebook, and remembers how much it dropped per cell; with a
@@ -326,6 +332,7 @@ class _CappedClient(NotebookClient):
         counts against the same caps as outputs; past them the message is dropped, with a note."""
         content = msg.get("content", {})
         size = len(json.dumps(content.get("data", {}), default=str))
+        size += len(str(content.get("comm_id", "")))  # nbclient keys the widget's state by it
         size += sum(len(memoryview(b)) for b in msg.get("buffers") or [])
         room = min(
             self.cell_limit - self.kept_in_cell.get(cell_index, 0), self.notebook_limit - self.kept
@@ -340,6 +347,17 @@ class _CappedClient(NotebookClient):
             super().handle_comm_msg(outs, msg, cell_index)
         except Exception:  # noqa: BLE001 - a malformed widget message: only the widget is lost
             self.comm_cut = True
+
+    def _forget_display(self, display_id: str, cell_index: int) -> None:
+        """Drop the place nbclient recorded for the output of `display_id` just removed."""
+        cells = self._display_id_map.get(display_id, {})
+        places = cells.get(cell_index)
+        if places:
+            places.pop()
+        if not places:
+            cells.pop(cell_index, None)
+        if not cells:
+            self._display_id_map.pop(display_id, None)
 
     def _update_display_id(self, display_id, msg) -> None:
         """nbclient rewrites every output shown with `display_id`: the new content counts once per
@@ -362,15 +380,19 @@ class _CappedClient(NotebookClient):
         super()._update_display_id(display_id, msg)
 
     def output(self, outs, msg, display_id, cell_index):
+        if display_id is not None and len(display_id) > DISPLAY_ID_CHARS:
+            display_id = None  # nbclient keeps every id it is given: a long one is not kept
         out = super().output(outs, msg, display_id, cell_index)
         if out is None:
             return None
-        size = len(json.dumps(out))
+        size = len(json.dumps(out)) + len(display_id or "")  # the id is kept too
         room = min(
             self.cell_limit - self.kept_in_cell.get(cell_index, 0), self.notebook_limit - self.kept
         )
         if size > room:
             outs.remove(out)
+            if display_id is not None:  # the output is gone: its id is not kept either
+                self._forget_display(display_id, cell_index)
             cut = 0
             if out.get("output_type") == "stream" and room > 200:  # keep the start of a flood
                 cut = room - 100

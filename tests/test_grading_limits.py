@@ -1347,3 +1347,62 @@ def test_a_second_run_gets_only_what_the_first_left_of_the_time_limit(tmp_path):
     assert time.monotonic() - started < 20  # not a second run of 10 s more
     log = (tmp_path / "checks.log").read_text()
     assert "once more, fresh" not in log and f"no answer for {tmp_path / 'slow'}" in log, log
+
+
+def _display(display_id: str, html: str = "x") -> dict:
+    content = {"data": {"text/html": html}, "metadata": {}, "transient": {"display_id": display_id}}
+    header = {"msg_type": "display_data", "msg_id": "m"}
+    return {"msg_type": "display_data", "header": header, "parent_header": {}, "content": content}
+
+
+def test_display_ids_count_against_the_caps_and_long_ones_are_never_kept():
+    """Red team 37a: nbclient keeps every display id it is given, and the caps counted only the
+    output: 3,000 outputs with 1 MB ids grew the grader to 3.1 GB. An id longer than
+    `DISPLAY_ID_CHARS` is not kept (its output is, as a plain one); a shorter one counts against
+    the caps with its output, and an output dropped past them takes its id along; a widget's id
+    counts too."""
+    import nbformat
+
+    from course_tools import runner
+
+    client = runner._CappedClient(
+        nbformat.v4.new_notebook(), cell_limit=10_000, notebook_limit=10_000, log_path=None
+    )
+    client.reset_execution_trackers()  # as nbclient does before a run
+    client.clear_before_next_output = False  # as it does before each cell
+    outs: list = []
+    for index in range(50):  # 50 ids of 1 MB: none kept
+        msg = _display(f"{index:04d}" + "x" * 2**20)
+        client.output(outs, msg, msg["content"]["transient"]["display_id"], 0)
+    assert client._display_id_map == {} and len(outs) == 50
+    assert client.kept < 10_000  # the outputs themselves, without their ids
+    for index in range(200):  # short ids: kept while the caps allow, dropped with their output
+        client.output(outs, _display(f"id-{index}" + "y" * 200), f"id-{index}" + "y" * 200, 0)
+    kept_ids = len(client._display_id_map)
+    assert 0 < kept_ids < 200 and client.dropped[0] > 0
+    assert sum(len(k) for k in client._display_id_map) <= client.kept <= 10_000
+    comm = {"data": {"state": {}}, "comm_id": "c" * 20_000, "target_name": "jupyter.widget"}
+    client.handle_comm_msg([], {"msg_type": "comm_open", "content": comm, "buffers": []}, 0)
+    assert client.comm_cut and "c" * 20_000 not in getattr(client, "widget_state", {})
+
+
+def test_keras_settings_a_job_changes_are_put_back_before_the_next(tmp_path):
+    """Red team 37a: a saved model can change Keras's global settings in the check process (an
+    activation named `keras.config.set_epsilon` loads in safe mode); the next submission's checks
+    see them as they were at the start."""
+    from course_tools.exercise import HiddenTest
+
+    def test(source: str) -> list:
+        return [HiddenTest(question="1", title="t", points=1, source=source, cell_index=0)]
+
+    process = checker.CheckProcess(dict(os.environ), tmp_path, tmp_path / "checks.log")
+    (tmp_path / "a").mkdir()
+    try:
+        changed = "import keras\nkeras.config.set_epsilon(0.5)\nkeras.config.set_floatx('float16')"
+        first = process.run(tmp_path / "a", {}, test(changed), timeout=120)
+        same = "import keras\nassert keras.config.epsilon() == 1e-7\n"
+        same += "assert keras.config.floatx() == 'float32'"
+        second = process.run(tmp_path / "a", {}, test(same), timeout=120)
+    finally:
+        process.close()
+    assert first == [(True, "")] and second == [(True, "")], (first, second)

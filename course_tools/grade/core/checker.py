@@ -126,10 +126,13 @@ def measured(facts: dict, artifacts: Path) -> dict:
         if isinstance(fact, dict):
             fact.pop("starts", None)
             fact.pop("later_optimizers", None)
-    wanting = {
+    wanting = {  # a name is a Python identifier: the file read is `<name>.keras` in artifacts
         name: fact
         for name, fact in models.items()
-        if isinstance(fact, dict) and isinstance(fact.get("start_weights"), dict)
+        if isinstance(name, str)
+        and name.isidentifier()
+        and isinstance(fact, dict)
+        and isinstance(fact.get("start_weights"), dict)
     }
     if not wanting:
         return facts
@@ -256,6 +259,13 @@ def main() -> None:
     settings = course_utils.setup(verbose=False)
     import keras
 
+    # Keras's global settings as they start: a saved model can change them (an activation named
+    # `keras.config.set_epsilon` loads in safe mode, red team 37a); put back after each job
+    settings_at_start = {
+        keras.config.set_epsilon: keras.config.epsilon(),
+        keras.config.set_floatx: keras.config.floatx(),
+        keras.config.set_image_data_format: keras.config.image_data_format(),
+    }
     results_out.write(READY + "\n")
     for line in sys.stdin:
         job = json.loads(line)
@@ -270,6 +280,8 @@ def main() -> None:
         finally:
             faulthandler.cancel_dump_traceback_later()
         keras.backend.clear_session()
+        for setter, value in settings_at_start.items():
+            setter(value)
         results_out.write(json.dumps(results) + "\n")
 
 
