@@ -468,6 +468,17 @@ def answers_only() -> nbformat.NotebookNode:
 SLEEPER = "import time\nprint('running', flush=True)\ntime.sleep(120)"
 
 
+def _grade_watched(watch, student: str, paths: list[Path], out: Path, jobs: int, **how) -> tuple:
+    """`_grade` while `watch` (`abort_graders_running`, `kill_kernel_once`) acts on `student`'s
+    grading in a thread, stopped at the end: (the exit code, what the watch did)."""
+    stop = threading.Event()
+    done = watch(out / plan.PLAN_FOLDER / "running", student, stop, **how)
+    try:
+        return _grade(paths, out, jobs=jobs), done
+    finally:
+        stop.set()
+
+
 def abort_graders_running(
     folder: Path, student: str, stop: threading.Event, *, beside_only: bool = False
 ) -> list[supervised.Mark]:
@@ -510,12 +521,7 @@ def test_a_submission_that_kills_the_grader_is_named_and_the_batch_ends_with_its
     subs.mkdir()
     write(answers_only(), subs / "honest.ipynb")
     write(notebook_of(SLEEPER), subs / "culprit.ipynb")
-    stop = threading.Event()
-    killed = abort_graders_running(out / plan.PLAN_FOLDER / "running", "culprit", stop)
-    try:
-        code = _grade([subs], out, jobs=2)
-    finally:
-        stop.set()
+    code, killed = _grade_watched(abort_graders_running, "culprit", [subs], out, jobs=2)
     err = capfd.readouterr().err
     assert code == 0, err
     assert [mark.alone for mark in killed] == [False, True], killed
@@ -639,12 +645,7 @@ def test_a_kernel_killed_beside_another_is_graded_again_alone_and_says_so(
     for name in ("victim", "bystander"):
         code = f"import pathlib, time\npathlib.Path({name!r}).touch()\ntime.sleep(8)"
         write(notebook_of(code), subs / f"{name}.ipynb")
-    stop = threading.Event()
-    killed = kill_kernel_once(out / plan.PLAN_FOLDER / "running", "victim", stop)
-    try:
-        code = _grade([subs], out, jobs=2)
-    finally:
-        stop.set()
+    code, killed = _grade_watched(kill_kernel_once, "victim", [subs], out, jobs=2)
     err = capfd.readouterr().err
     assert code == 0, err
     assert len(killed) == 1, "the victim's kernel was never found to kill"
@@ -672,12 +673,7 @@ def test_a_death_while_a_quota_stays_used_up_elsewhere_is_a_grader_error_not_a_0
     monkeypatch.setattr(supervised, "SETTLE_S", 1.0)
     out = tmp_path / "grades"
     culprit_path = write(notebook_of(SLEEPER), tmp_path / "culprit.ipynb")
-    stop = threading.Event()
-    killed = abort_graders_running(out / plan.PLAN_FOLDER / "running", "culprit", stop)
-    try:
-        code = _grade([culprit_path], out, jobs=1)
-    finally:
-        stop.set()
+    code, killed = _grade_watched(abort_graders_running, "culprit", [culprit_path], out, jobs=1)
     err = capfd.readouterr().err
     assert code == 1, err
     assert [mark.alone for mark in killed] == [True], killed
